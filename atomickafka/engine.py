@@ -238,6 +238,10 @@ class Engine:
         missing = tuple(t for t in entry.destinations if t not in entry.proposals)
         return OldestPending(message_id, ts, entry.final is not None, missing)
 
+    def is_pending(self, message_id: str) -> bool:
+        """True while this node holds ``message_id`` undelivered."""
+        return message_id in self._pending
+
     def is_delivered(self, message_id: str) -> bool:
         """True once this node has delivered ``message_id``."""
         return message_id in self._delivered

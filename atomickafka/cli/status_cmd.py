@@ -1,0 +1,88 @@
+"""``atomickafka status``: each node's pending count and oldest pending age."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import uuid
+from typing import Any
+
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from atomickafka.kafka_config import add_kafka_arguments, consumer_config, parse_overrides
+from atomickafka.node.metrics import NodeStatus
+from atomickafka.topics import STATUS_TOPIC
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``status`` sub-command."""
+    parser = subparsers.add_parser("status", help="show every node's pending work and rates")
+    add_kafka_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="one JSON object per node")
+    parser.set_defaults(func=_run)
+
+
+def read_statuses(
+    bootstrap: str, overrides: dict[str, str] | None = None, timeout_s: float = 5.0
+) -> dict[str, NodeStatus]:
+    """The latest status each node published, keyed by topic."""
+    consumer = Consumer(
+        consumer_config(bootstrap, f"atomickafka-status-{uuid.uuid4().hex[:8]}", overrides)
+    )
+    try:
+        meta = consumer.list_topics(STATUS_TOPIC, timeout=timeout_s).topics.get(STATUS_TOPIC)
+        if meta is None or meta.error is not None:
+            return {}
+        parts = [TopicPartition(STATUS_TOPIC, p, OFFSET_BEGINNING) for p in meta.partitions]
+        ends = {p.partition: consumer.get_watermark_offsets(p, timeout=timeout_s)[1] for p in parts}
+        consumer.assign(parts)
+        latest: dict[str, NodeStatus] = {}
+        done: set[int] = {p for p, end in ends.items() if end == 0}
+        deadline = time.monotonic() + timeout_s
+        while len(done) < len(parts) and time.monotonic() < deadline:
+            for record in consumer.consume(num_messages=1000, timeout=0.2):
+                if record.error() is not None or record.value() is None:
+                    continue
+                part, offset = record.partition(), record.offset()
+                assert part is not None and offset is not None
+                if offset + 1 >= ends[part]:
+                    done.add(part)
+                status = NodeStatus.from_dict(orjson.loads(record.value() or b"{}"))
+                latest[status.topic] = status
+        return latest
+    finally:
+        consumer.close()
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        overrides = parse_overrides(args.overrides)
+    except ValueError as exc:
+        print(f"atomickafka status: {exc}", file=sys.stderr)
+        return 2
+    statuses = read_statuses(args.bootstrap_server, overrides)
+    if not statuses:
+        print("no node has published a status yet", file=sys.stderr)
+        return 1
+    now = time.time()
+    if args.json:
+        for topic in sorted(statuses):
+            entry = statuses[topic].to_dict() | {
+                "status_age_s": round(now - statuses[topic].time, 1)
+            }
+            print(orjson.dumps(entry).decode())
+        return 0
+    header = f"{'TOPIC':<20} {'PENDING':>8} {'OLDEST AGE':>11} {'DELIV/S':>9} {'IN/S':>9} "
+    print(header + f"{'DLQ':>5}  SEEN")
+    for topic in sorted(statuses):
+        s = statuses[topic]
+        age = "-" if s.oldest_pending_age_s is None else f"{s.oldest_pending_age_s:.2f}s"
+        seen = now - s.time
+        state = "replaying" if s.replaying else ("stale" if seen > 10 else "live")
+        print(
+            f"{topic:<20} {s.pending:>8} {age:>11} {s.deliveries_per_s:>9.1f} "
+            f"{s.records_in_per_s:>9.1f} {s.dead_letters:>5}  {seen:.0f}s ago ({state})"
+        )
+    return 0

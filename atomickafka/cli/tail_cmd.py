@@ -1,0 +1,55 @@
+"""``atomickafka tail``: print a topic's deliveries in order, control records hidden."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import orjson
+
+from atomickafka.kafka_config import add_kafka_arguments, parse_overrides
+from atomickafka.topics import Layout
+from client import AtomicKafkaClient
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``tail`` sub-command."""
+    parser = subparsers.add_parser("tail", help="print a topic's deliveries in order")
+    add_kafka_arguments(parser, topic=True)
+    parser.add_argument("--from-beginning", action="store_true", help="start at the first delivery")
+    parser.add_argument("--max-messages", type=int, default=None, help="exit after N deliveries")
+    parser.add_argument(
+        "--timeout-ms", type=int, default=None, help="exit after this long without a delivery"
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON object per delivery")
+    parser.add_argument("--layout", choices=[x.value for x in Layout], default=Layout.SPLIT.value)
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        overrides = parse_overrides(args.overrides)
+        client = AtomicKafkaClient(args.bootstrap_server, layout=args.layout, config=overrides)
+        timeout_s = None if args.timeout_ms is None else args.timeout_ms / 1000
+        stream = client.deliveries(
+            args.topic,
+            from_beginning=args.from_beginning,
+            timeout_s=timeout_s,
+            max_messages=args.max_messages,
+        )
+        out = sys.stdout
+        for delivery in stream:
+            if args.json:
+                out.write(orjson.dumps(delivery.to_json_dict()).decode() + "\n")
+            else:
+                value = delivery.value
+                shown = value if isinstance(value, str) else orjson.dumps(value).decode()
+                out.write(f"{delivery.timeStamp}\t{delivery.messageID}\t{shown}\n")
+            out.flush()
+    except ValueError as exc:
+        print(f"atomickafka tail: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+    return 0

@@ -1,0 +1,9 @@
+"""The AtomicKafka filtering client: send to several topics, read ordered deliveries.
+
+See :class:`AtomicKafkaClient` and :class:`Delivery`.
+"""
+
+from client.client import AtomicKafkaClient, DeliveryError
+from client.delivery import Delivery
+
+__all__ = ["AtomicKafkaClient", "Delivery", "DeliveryError"]
