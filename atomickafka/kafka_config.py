@@ -6,8 +6,12 @@ import argparse
 from collections.abc import Iterable, Mapping
 from typing import Final
 
+from confluent_kafka import Consumer
+from confluent_kafka import Message as KafkaMessage
+
 __all__ = [
     "add_kafka_arguments",
+    "consume_batch",
     "consumer_config",
     "parse_overrides",
     "producer_config",
@@ -87,3 +91,18 @@ def add_kafka_arguments(parser: argparse.ArgumentParser, *, topic: bool = False)
         metavar="KEY=VALUE",
         help="librdkafka setting passed through to every client (repeatable)",
     )
+
+
+def consume_batch(consumer: Consumer, max_records: int, timeout_s: float) -> list[KafkaMessage]:
+    """Wait up to ``timeout_s`` for one record, then take whatever else is already fetched.
+
+    ``Consumer.consume(n, timeout)`` waits until it has ``n`` records or the timeout
+    passes, which adds the whole timeout to every hop under light load; this returns as
+    soon as anything is there and still batches under heavy load.
+    """
+    first = consumer.poll(timeout_s)
+    if first is None:
+        return []
+    if max_records <= 1:
+        return [first]
+    return [first, *consumer.consume(num_messages=max_records - 1, timeout=0)]

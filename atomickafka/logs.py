@@ -1,4 +1,8 @@
-"""Structured logging: one JSON object per line on stderr."""
+"""Structured logging: one JSON object per line on stderr.
+
+Pass machine-readable fields with ``log.info("what", extra={"fields": {...}})``; they
+become keys of the JSON object.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +23,9 @@ class _JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            entry.update(fields)
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return orjson.dumps(entry).decode()

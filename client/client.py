@@ -30,7 +30,7 @@ from confluent_kafka import (
 from confluent_kafka import Message as KafkaMessage
 from confluent_kafka._types import HeadersType
 
-from atomickafka.kafka_config import consumer_config, producer_config
+from atomickafka.kafka_config import consume_batch, consumer_config, producer_config
 from atomickafka.messages import (
     Message,
     MessageError,
@@ -227,7 +227,7 @@ def _check_destinations(destinations: Iterable[str]) -> tuple[str, ...]:
 def _records(consumer: Consumer, timeout_s: float | None) -> Iterator[KafkaMessage]:
     idle_deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
-        batch = consumer.consume(num_messages=1000, timeout=0.1)
+        batch = consume_batch(consumer, 1000, 0.1)
         if batch:
             if idle_deadline is not None and timeout_s is not None:
                 idle_deadline = time.monotonic() + timeout_s

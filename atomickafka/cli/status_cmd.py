@@ -5,15 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import uuid
 from typing import Any
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from atomickafka.kafka_config import add_kafka_arguments, consumer_config, parse_overrides
-from atomickafka.node.metrics import NodeStatus
-from atomickafka.topics import STATUS_TOPIC
+from atomickafka.kafka_config import add_kafka_arguments, parse_overrides
+from atomickafka.node.status_reader import read_statuses
 
 
 def register(subparsers: Any) -> None:
@@ -22,38 +19,6 @@ def register(subparsers: Any) -> None:
     add_kafka_arguments(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object per node")
     parser.set_defaults(func=_run)
-
-
-def read_statuses(
-    bootstrap: str, overrides: dict[str, str] | None = None, timeout_s: float = 5.0
-) -> dict[str, NodeStatus]:
-    """The latest status each node published, keyed by topic."""
-    consumer = Consumer(
-        consumer_config(bootstrap, f"atomickafka-status-{uuid.uuid4().hex[:8]}", overrides)
-    )
-    try:
-        meta = consumer.list_topics(STATUS_TOPIC, timeout=timeout_s).topics.get(STATUS_TOPIC)
-        if meta is None or meta.error is not None:
-            return {}
-        parts = [TopicPartition(STATUS_TOPIC, p, OFFSET_BEGINNING) for p in meta.partitions]
-        ends = {p.partition: consumer.get_watermark_offsets(p, timeout=timeout_s)[1] for p in parts}
-        consumer.assign(parts)
-        latest: dict[str, NodeStatus] = {}
-        done: set[int] = {p for p, end in ends.items() if end == 0}
-        deadline = time.monotonic() + timeout_s
-        while len(done) < len(parts) and time.monotonic() < deadline:
-            for record in consumer.consume(num_messages=1000, timeout=0.2):
-                if record.error() is not None or record.value() is None:
-                    continue
-                part, offset = record.partition(), record.offset()
-                assert part is not None and offset is not None
-                if offset + 1 >= ends[part]:
-                    done.add(part)
-                status = NodeStatus.from_dict(orjson.loads(record.value() or b"{}"))
-                latest[status.topic] = status
-        return latest
-    finally:
-        consumer.close()
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -37,7 +37,7 @@ from confluent_kafka._types import HeadersType
 from confluent_kafka.admin import AdminClient
 
 from atomickafka.engine import Algorithm, Engine, Output
-from atomickafka.kafka_config import consumer_config, producer_config
+from atomickafka.kafka_config import consume_batch, consumer_config, producer_config
 from atomickafka.messages import Message, MessageError, MessageType, decode, encode
 from atomickafka.node.metrics import NodeMetrics, NodeStatus
 from atomickafka.topics import (
@@ -176,7 +176,7 @@ class NodeRuntime:
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
         next_status = 0.0
         while not self._stop.is_set():
-            records = consumer.consume(num_messages=cfg.batch_size, timeout=cfg.poll_timeout_s)
+            records = consume_batch(consumer, cfg.batch_size, cfg.poll_timeout_s)
             if records:
                 self._process(records)
             producer.poll(0)
@@ -347,5 +347,5 @@ class NodeRuntime:
         payload = orjson.dumps(status.to_dict())
         self._status_count += 1
         level = logging.INFO if self._status_count % 10 == 1 else logging.DEBUG
-        log.log(level, "status %s", payload.decode())
+        log.log(level, "status", extra={"fields": status.to_dict()})
         self._producer.produce(STATUS_TOPIC, payload, key=self.config.topic.encode())

@@ -1,0 +1,314 @@
+"""``atomickafka bench``: AtomicKafka against a bare Kafka pipe, measured in one run.
+
+Every scenario uses the same broker, record size and measuring process:
+
+- ``kafka``: a producer writes N records to one topic and a consumer reads them back
+  (the baseline: what Kafka alone moves on this machine).
+- ``amcast-P``: N messages through five AtomicKafka nodes, P % multicast to all five
+  topics, the rest single-topic (round-robin over the topics).
+- ``amcast-P@half``: the 50 % multicast scenario again, paced at half the rate the
+  unpaced run reached, to show latency below saturation.
+
+A message's latency is the time from its send to its delivery at the last of its
+destinations, read by a separate consumer process; throughput counts messages fully
+delivered over the time from the first send to the last delivery.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from atomickafka.kafka_config import consume_batch, consumer_config, producer_config
+from atomickafka.node.status_reader import wait_for_nodes
+from atomickafka.topics import Layout, delivery_topic, ensure_topics, input_topic, node_topics
+from client import AtomicKafkaClient
+
+__all__ = ["BenchResult", "run_bench"]
+
+
+@dataclass(frozen=True, slots=True)
+class BenchResult:
+    """One scenario's figures."""
+
+    name: str
+    messages: int
+    seconds: float
+    messages_per_s: float
+    records_per_s: float
+    p50_ms: float
+    p99_ms: float
+    multicast_p99_ms: float | None
+    delivered_ok: bool
+
+
+def _percentile(sorted_values: Sequence[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[index]
+
+
+def _measure(
+    bootstrap: str,
+    topics: list[str],
+    expected: dict[str, int],
+    timeout_s: float,
+    ready: Any,
+    results: Any,
+) -> None:
+    """Child process: read ``topics`` until ``expected`` deliveries per message arrived."""
+    consumer = Consumer(
+        consumer_config(
+            bootstrap, f"bench-{uuid.uuid4().hex[:8]}", None, **{"fetch.wait.max.ms": 5}
+        )
+    )
+    consumer.assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in topics])
+    ready.set()
+    remaining = dict(expected)  # messageID -> deliveries still to come
+    sent_at: dict[str, float] = {}
+    latencies: list[tuple[float, bool]] = []
+    first_send = None
+    last_delivery = 0.0
+    deadline = time.time() + timeout_s
+    while remaining and time.time() < deadline:
+        for record in consume_batch(consumer, 5000, 0.1):
+            if record.error() is not None or record.value() is None:
+                continue
+            now = time.time()
+            data = orjson.loads(record.value() or b"{}")
+            if data.get("messageType", "DeliveryMessage") != "DeliveryMessage":
+                continue
+            value = data.get("value", data)
+            mid = data.get("messageID") or value.get("id")
+            if mid not in remaining:
+                continue
+            sent = value["t"] / 1e6
+            sent_at[mid] = sent
+            first_send = sent if first_send is None else min(first_send, sent)
+            remaining[mid] -= 1
+            if remaining[mid] == 0:
+                del remaining[mid]
+                latencies.append(((now - sent) * 1000, bool(value.get("m"))))
+                last_delivery = max(last_delivery, now)
+    consumer.close()
+    results.put(
+        {
+            "latencies": latencies,
+            "first_send": first_send or 0.0,
+            "last_delivery": last_delivery,
+            "missing": len(remaining),
+        }
+    )
+
+
+def _payload(mid: str, multicast: bool, size: int) -> dict[str, Any]:
+    body: dict[str, Any] = {"id": mid, "t": time.time_ns() // 1000, "m": multicast}
+    pad = size - len(orjson.dumps(body)) - 10
+    body["pad"] = "x" * max(0, pad)
+    return body
+
+
+def _watermark_total(bootstrap: str, names: Sequence[str]) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermarks"})
+    try:
+        total = 0
+        for name in set(names):
+            low, high = consumer.get_watermark_offsets(TopicPartition(name, 0), timeout=10)
+            total += high - low
+        return total
+    finally:
+        consumer.close()
+
+
+def _run_measured(
+    name: str,
+    bootstrap: str,
+    read_topics: list[str],
+    expected: dict[str, int],
+    send: Any,
+    written_topics: list[str],
+    timeout_s: float,
+) -> BenchResult:
+    ctx = mp.get_context("spawn")
+    ready = ctx.Event()
+    results = ctx.Queue()
+    reader = ctx.Process(
+        target=_measure, args=(bootstrap, read_topics, expected, timeout_s, ready, results)
+    )
+    reader.start()
+    ready.wait(60)
+    time.sleep(0.5)  # let the reader's first fetch settle
+    send()
+    outcome = results.get(timeout=timeout_s + 30)
+    reader.join(30)
+    lat = sorted(ms for ms, _ in outcome["latencies"])
+    multicast = sorted(ms for ms, m in outcome["latencies"] if m)
+    seconds = max(outcome["last_delivery"] - outcome["first_send"], 1e-6)
+    delivered = len(outcome["latencies"])
+    records = _watermark_total(bootstrap, written_topics)
+    return BenchResult(
+        name=name,
+        messages=delivered,
+        seconds=round(seconds, 3),
+        messages_per_s=round(delivered / seconds, 1),
+        records_per_s=round(records / seconds, 1),
+        p50_ms=round(_percentile(lat, 0.50), 2),
+        p99_ms=round(_percentile(lat, 0.99), 2),
+        multicast_p99_ms=round(_percentile(multicast, 0.99), 2) if multicast else None,
+        delivered_ok=outcome["missing"] == 0,
+    )
+
+
+def _bare_kafka(bootstrap: str, messages: int, size: int, timeout_s: float) -> BenchResult:
+    topic = f"bench-kafka-{uuid.uuid4().hex[:8]}"
+    ensure_topics(AdminClient({"bootstrap.servers": bootstrap}), [topic])
+    expected = {f"k-{i}": 1 for i in range(messages)}
+
+    def send() -> None:
+        producer = Producer(producer_config(bootstrap))
+        for i in range(messages):
+            value = orjson.dumps(_payload(f"k-{i}", False, size))
+            while True:
+                try:
+                    producer.produce(topic, value)
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+            producer.poll(0)
+        producer.flush(60)
+
+    return _run_measured("kafka", bootstrap, [topic], expected, send, [topic], timeout_s)
+
+
+def _amcast(
+    bootstrap: str,
+    topics: list[str],
+    layout: Layout,
+    messages: int,
+    share: float,
+    size: int,
+    rate: float | None,
+    timeout_s: float,
+) -> BenchResult:
+    stride = round(1 / share) if share > 0 else 0
+    plan: list[tuple[str, tuple[str, ...]]] = []
+    client = AtomicKafkaClient(bootstrap, layout=layout)
+    prefix = client.client_id
+    for i in range(messages):
+        multicast = stride > 0 and i % stride == 0
+        dests = tuple(topics) if multicast else (topics[i % len(topics)],)
+        plan.append((f"{prefix}-{i}", dests))
+    expected = {mid: len(dests) for mid, dests in plan}
+
+    def send() -> None:
+        start = time.monotonic()
+        for i, (mid, dests) in enumerate(plan):
+            if rate:
+                delay = start + i / rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+            sent_id = client.send(_payload(mid, len(dests) > 1, size), dests)
+            assert sent_id == mid
+        client.flush(60)
+
+    name = f"amcast-{round(share * 100)}%" + ("@half" if rate else "")
+    written = [input_topic(t, layout) for t in topics] + [delivery_topic(t, layout) for t in topics]
+    read = [delivery_topic(t, layout) for t in topics]
+    return _run_measured(name, bootstrap, read, expected, send, written, timeout_s)
+
+
+def run_bench(
+    bootstrap: str,
+    *,
+    messages: int = 20_000,
+    record_size: int = 200,
+    shares: Sequence[float] = (0.0, 0.1, 0.5),
+    algorithm: str = "optimized",
+    layout: Layout = Layout.SPLIT,
+    timeout_s: float = 300.0,
+    on_result: Any = None,
+) -> list[BenchResult]:
+    """Run every scenario; return their figures (also passed to ``on_result`` as they come)."""
+    results: list[BenchResult] = []
+
+    def record(result: BenchResult) -> None:
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+
+    record(_bare_kafka(bootstrap, messages, record_size, timeout_s))
+    run_id = uuid.uuid4().hex[:6]
+    for share in shares:
+        topics = [f"bench-{run_id}-{round(share * 100)}-t{i}" for i in range(1, 6)]
+        with _nodes(bootstrap, topics, algorithm, layout):
+            record(
+                _amcast(bootstrap, topics, layout, messages, share, record_size, None, timeout_s)
+            )
+    worst = max(shares)
+    saturated = next(r for r in results if r.name == f"amcast-{round(worst * 100)}%")
+    topics = [f"bench-{run_id}-half-t{i}" for i in range(1, 6)]
+    with _nodes(bootstrap, topics, algorithm, layout):
+        half = saturated.messages_per_s / 2
+        count = max(1000, min(messages, int(half * 10)))
+        record(_amcast(bootstrap, topics, layout, count, worst, record_size, half, timeout_s))
+    return results
+
+
+class _nodes:  # noqa: N801  (used as a context manager, reads like one)
+    """Five node processes under ``atomickafka cluster``, ready before the run starts."""
+
+    def __init__(self, bootstrap: str, topics: list[str], algorithm: str, layout: Layout) -> None:
+        self.bootstrap, self.topics, self.algorithm, self.layout = (
+            bootstrap,
+            topics,
+            algorithm,
+            layout,
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> None:
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        for topic in self.topics:
+            ensure_topics(admin, node_topics(topic, self.layout))
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "atomickafka",
+                "cluster",
+                "--bootstrap-server",
+                self.bootstrap,
+                "--topics",
+                ",".join(self.topics),
+                "--algorithm",
+                self.algorithm,
+                "--layout",
+                self.layout.value,
+                "--log-level",
+                "warning",
+            ],
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        wait_for_nodes(self.bootstrap, self.topics, timeout_s=60)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)

@@ -1,0 +1,83 @@
+"""``atomickafka bench``: AtomicKafka vs a bare Kafka pipe on the same broker."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import asdict
+from typing import Any
+
+import orjson
+
+from atomickafka.bench import BenchResult, run_bench
+from atomickafka.topics import Layout
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``bench`` sub-command."""
+    parser = subparsers.add_parser(
+        "bench", help="measure AtomicKafka against a bare Kafka produce-to-consume pipe"
+    )
+    parser.add_argument(
+        "--bootstrap-server",
+        dest="bootstrap_server",
+        default=None,
+        help="Kafka to use (default: start or reuse the local broker)",
+    )
+    parser.add_argument("--messages", type=int, default=20_000, help="messages per scenario")
+    parser.add_argument("--record-size", type=int, default=200, help="bytes of payload")
+    parser.add_argument(
+        "--shares", default="0,10,50", help="multicast percentages to run, e.g. 0,10,50"
+    )
+    parser.add_argument("--algorithm", choices=["optimized", "poc"], default="optimized")
+    parser.add_argument("--layout", choices=[x.value for x in Layout], default=Layout.SPLIT.value)
+    parser.add_argument("--json", dest="json_out", default=None, help="also write results here")
+    parser.set_defaults(func=_run)
+
+
+def _row(r: BenchResult, baseline: BenchResult | None) -> str:
+    ratio = f"{r.messages_per_s / baseline.messages_per_s:6.3f}" if baseline else "     -"
+    mp99 = "-" if r.multicast_p99_ms is None else f"{r.multicast_p99_ms:.1f}"
+    flag = "" if r.delivered_ok else "  INCOMPLETE"
+    return (
+        f"{r.name:<16} {r.messages:>7} {r.seconds:>8.2f} {r.messages_per_s:>10.1f} "
+        f"{r.records_per_s:>10.1f} {r.p50_ms:>8.1f} {r.p99_ms:>8.1f} {mp99:>9} {ratio}{flag}"
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    bootstrap = args.bootstrap_server
+    if bootstrap is None:
+        from atomickafka.broker import ensure_broker  # noqa: PLC0415  (starts Java only here)
+
+        bootstrap = ensure_broker()
+    shares = [int(x) / 100 for x in args.shares.split(",") if x.strip()]
+    print(
+        f"{'scenario':<16} {'msgs':>7} {'seconds':>8} {'msg/s':>10} {'records/s':>10} "
+        f"{'p50 ms':>8} {'p99 ms':>8} {'mc p99':>9} {'vs kafka':>6}"
+    )
+    baseline: list[BenchResult] = []
+
+    def show(result: BenchResult) -> None:
+        if not baseline:
+            baseline.append(result)
+            print(_row(result, None), flush=True)
+        else:
+            print(_row(result, baseline[0]), flush=True)
+
+    results = run_bench(
+        bootstrap,
+        messages=args.messages,
+        record_size=args.record_size,
+        shares=shares,
+        algorithm=args.algorithm,
+        layout=Layout(args.layout),
+        on_result=show,
+    )
+    if args.json_out:
+        with open(args.json_out, "wb") as fh:
+            fh.write(orjson.dumps([asdict(r) for r in results], option=orjson.OPT_INDENT_2))
+    ok = all(r.delivered_ok for r in results)
+    if not ok:
+        print("some scenario did not deliver every message in time", file=sys.stderr)
+    return 0 if ok else 1
