@@ -1,0 +1,167 @@
+"""End-to-end harness: run a cluster of nodes, drive clients, collect deliveries."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from atomickafka.checker import check
+from client import AtomicKafkaClient, Delivery
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """What a client sent: the checker's ground truth."""
+
+    messageID: str
+    destinations: tuple[str, ...]
+    value: Any
+    via: str
+
+
+@dataclass(slots=True)
+class Workload:
+    """Random overlapping destination sets, relays and single-destination messages."""
+
+    topics: Sequence[str]
+    messages: int
+    clients: int = 4
+    relay_share: float = 0.1
+    single_share: float = 0.3
+    seed: int = 0
+    sent: list[Sent] = field(default_factory=list)
+
+    def plan(self, client_index: int) -> list[tuple[tuple[str, ...], str | None, Any]]:
+        """This client's messages: (destinations, via, value)."""
+        rng = random.Random(f"{self.seed}-{client_index}")
+        share = self.messages // self.clients + (client_index < self.messages % self.clients)
+        out: list[tuple[tuple[str, ...], str | None, Any]] = []
+        for i in range(share):
+            if rng.random() < self.single_share:
+                dests = (rng.choice(self.topics),)
+            else:
+                k = rng.randint(1, len(self.topics))
+                dests = tuple(sorted(rng.sample(list(self.topics), k)))
+            others = [t for t in self.topics if t not in dests]
+            via = rng.choice(others) if others and rng.random() < self.relay_share else None
+            out.append(
+                (dests, via, {"client": client_index, "i": i, "pad": "x" * rng.randint(0, 64)})
+            )
+        return out
+
+
+def send_concurrently(bootstrap: str, workload: Workload, layout: str) -> list[Sent]:
+    """Run ``workload.clients`` clients in parallel threads; return everything sent."""
+    results: list[list[Sent]] = [[] for _ in range(workload.clients)]
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
+        try:
+            with AtomicKafkaClient(bootstrap, layout=layout) as client:
+                for dests, via, value in workload.plan(index):
+                    mid = client.send(value, dests, via=via)
+                    results[index].append(Sent(mid, dests, value, via or ""))
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(workload.clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    if errors:
+        raise errors[0]
+    sent = [s for per_client in results for s in per_client]
+    workload.sent = sent
+    return sent
+
+
+def collect_deliveries(
+    bootstrap: str,
+    topics: Sequence[str],
+    expected: dict[str, int],
+    layout: str,
+    *,
+    timeout_s: float = 180.0,
+) -> dict[str, list[Delivery]]:
+    """Each topic's deliveries as :meth:`AtomicKafkaClient.deliveries` returns them.
+
+    Re-reads a topic from the beginning until it holds the expected count (or time runs
+    out); the final read goes on until the topic has been idle for a few seconds, so a
+    stray extra delivery would be seen too.
+    """
+    out: dict[str, list[Delivery]] = {}
+    deadline = time.monotonic() + timeout_s
+    reader = AtomicKafkaClient(bootstrap, layout=layout)
+    for topic in topics:
+        want = expected.get(topic, 0)
+        while True:
+            got = list(reader.deliveries(topic, from_beginning=True, timeout_s=3.0))
+            if len(got) >= want or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+        out[topic] = got
+    return out
+
+
+@contextmanager
+def running_cluster(
+    bootstrap: str,
+    topics: Sequence[str],
+    *,
+    algorithm: str = "optimized",
+    layout: str = "split",
+    log_dir: Path,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``atomickafka cluster`` for ``topics`` in a subprocess; stop it on exit."""
+    log_path = log_dir / f"cluster-{algorithm}-{layout}.log"
+    with log_path.open("wb") as log_file:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "atomickafka",
+                "cluster",
+                "--bootstrap-server",
+                bootstrap,
+                "--topics",
+                ",".join(topics),
+                "--algorithm",
+                algorithm,
+                "--layout",
+                layout,
+                "--log-level",
+                "warning",
+            ],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        try:
+            yield proc
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+def assert_order_checked(sent: Sequence[Sent], deliveries: dict[str, list[Delivery]]) -> None:
+    """Run the independent checker; fail with its first violation."""
+    report = check(
+        sent={s.messageID: (s.destinations, s.value) for s in sent},
+        deliveries=deliveries,
+    )
+    assert report.ok, report
