@@ -132,14 +132,16 @@ def test_malformed_records_are_set_aside(
     consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "dlq-test"})
     try:
         consumer.assign([TopicPartition(dead_letter_topic(a), 0, OFFSET_BEGINNING)])
-        reasons = []
+        reasons: list[tuple[str, bytes | None]] = []
         deadline = time.monotonic() + 20
         while len(reasons) < len(bad) and time.monotonic() < deadline:
             record = consumer.poll(0.5)
             if record is None or record.error():
                 continue
             headers = dict(record.headers() or [])
-            reasons.append(((headers["atomickafka-error"] or b"").decode(), record.value()))
+            reason = headers["atomickafka-error"] or b""
+            text = reason.decode() if isinstance(reason, bytes) else reason
+            reasons.append((text, record.value()))
     finally:
         consumer.close()
     assert [value for _, value in reasons] == bad, "every bad record is kept verbatim"
