@@ -398,12 +398,18 @@ class Engine:
             return []
         if entry.local is not None:
             # Already proposed. Only a second coordinator (the same id sent as a
-            # ClientMessage to two destinations) needs an answer, once.
+            # ClientMessage to two destinations) needs an answer, once. Its Notify
+            # may also be the last proposal this node was waiting for: the Ack it
+            # sends later is then a duplicate, so decide now or never.
+            out: list[Output] = []
             if self.algorithm is Algorithm.OPTIMIZED and sender not in entry.acked_to:
                 entry.acked_to.add(sender)
-                return [self._ack_to(sender, mid, entry, record)]
-            self.stats.duplicates += 1
-            return []
+                out.append(self._ack_to(sender, mid, entry, record))
+            if (self.algorithm is Algorithm.POC or entry.coordinator) and self._complete(entry):
+                out.extend(self._decide(mid, entry))
+            if not out:
+                self.stats.duplicates += 1
+            return out
         proposal = self._propose()
         entry.local = proposal
         entry.proposals[self.topic] = proposal
