@@ -1,0 +1,147 @@
+"""``atomickafka broker``: run a local Apache Kafka without Docker.
+
+    atomickafka broker start [--brokers 1|3] [--data-dir DIR] [--port BASEPORT]
+    atomickafka broker stop [--data-dir DIR] [--purge]
+    atomickafka broker status [--data-dir DIR]
+    atomickafka broker fetch [--spark [VERSION]]
+
+``start`` prints the bootstrap servers as the last line of stdout, so
+``export KAFKA_BOOTSTRAP_SERVERS=$(atomickafka broker start | tail -n1)`` works; progress
+goes to stderr. Errors print one message and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from atomickafka import broker
+from atomickafka.kafka_runtime import BrokerError, fetch_kafka, fetch_spark_kafka, log_stderr
+
+EXIT_ERROR = 2
+
+
+def _start(args: argparse.Namespace) -> int:
+    bootstrap = broker.ensure_broker(
+        brokers=args.brokers, data_dir=args.data_dir, port=args.port, timeout=args.timeout
+    )
+    print(bootstrap, flush=True)
+    return 0
+
+
+def _stop(args: argparse.Namespace) -> int:
+    data_dir = args.data_dir or broker.default_data_dir()
+    stopped = broker.stop_broker(data_dir, timeout=args.timeout)
+    if stopped:
+        log_stderr(f"stopped {stopped} broker process(es) from {data_dir}")
+    else:
+        log_stderr(f"no broker running from {data_dir}")
+    if args.purge:
+        broker.purge_data_dir(data_dir)
+        log_stderr(f"deleted the cluster data in {data_dir}")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    data_dir = args.data_dir or broker.default_data_dir()
+    statuses = broker.broker_status(data_dir)
+    if not statuses:
+        print(f"no broker was started from {data_dir}")
+        return 1
+    for s in statuses:
+        state = "alive" if s.alive else "stopped"
+        if s.alive and not s.listening:
+            state = "alive, not listening yet"
+        pid = s.pid if s.pid is not None else "-"
+        print(
+            f"broker {s.node_id}  pid {pid}  port {s.port}  controller {s.controller_port}"
+            f"  {state}  log {s.log_file}"
+        )
+    running = [s for s in statuses if s.alive]
+    if len(running) != len(statuses):
+        print(f"{len(running)} of {len(statuses)} brokers running (data dir {data_dir})")
+        return 1
+    print(",".join(f"127.0.0.1:{s.port}" for s in statuses))
+    return 0
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    lib = fetch_kafka()
+    print(lib)
+    if args.spark is not None:
+        version = args.spark
+        if not version:
+            try:
+                version = metadata.version("pyspark")
+            except metadata.PackageNotFoundError:
+                raise BrokerError(
+                    "pyspark is not installed; install the eval extra "
+                    "(deploy/bootstrap.sh eval) or name a version: --spark 4.0.1"
+                ) from None
+        print(fetch_spark_kafka(version))
+    return 0
+
+
+def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except BrokerError as exc:
+            print(f"atomickafka broker: error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+
+    return run
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``broker`` sub-command (start/stop/status/fetch) to ``subparsers``."""
+    parser = subparsers.add_parser(
+        "broker",
+        help="run a local Apache Kafka (KRaft) from Maven jars, no Docker",
+        description="Start, stop and inspect a local Apache Kafka on 127.0.0.1.",
+    )
+    actions = parser.add_subparsers(dest="broker_action", metavar="ACTION")
+    actions.required = True
+
+    data_dir_help = "cluster folder (default: $ATOMICKAFKA_HOME/run or ~/.cache/atomickafka/run)"
+    start = actions.add_parser("start", help="start brokers unless running; print bootstrap")
+    start.add_argument(
+        "--brokers",
+        type=int,
+        choices=broker.SUPPORTED_SIZES,
+        default=1,
+        help="1 (RF 1, default) or 3 (RF 3, min.insync.replicas 2)",
+    )
+    start.add_argument("--data-dir", type=Path, help=data_dir_help)
+    start.add_argument(
+        "--port",
+        type=int,
+        help=f"client port of broker 1 (default {broker.DEFAULT_PORT}); broker i uses "
+        "PORT+2(i-1), its controller the port after that",
+    )
+    start.add_argument("--timeout", type=float, default=90.0, help="seconds to wait (90)")
+    start.set_defaults(func=_guarded(_start))
+
+    stop = actions.add_parser("stop", help="stop the brokers started from the data dir")
+    stop.add_argument("--data-dir", type=Path, help=data_dir_help)
+    stop.add_argument("--purge", action="store_true", help="also delete the cluster's data")
+    stop.add_argument("--timeout", type=float, default=30.0, help="seconds before SIGKILL (30)")
+    stop.set_defaults(func=_guarded(_stop))
+
+    status = actions.add_parser("status", help="show brokers; exit 1 unless all run")
+    status.add_argument("--data-dir", type=Path, help=data_dir_help)
+    status.set_defaults(func=_guarded(_status))
+
+    fetch = actions.add_parser("fetch", help="only download the Kafka jars (Maven)")
+    fetch.add_argument(
+        "--spark",
+        nargs="?",
+        const="",
+        metavar="VERSION",
+        help="also fetch spark-sql-kafka-0-10_2.13 (default: installed pyspark version)",
+    )
+    fetch.set_defaults(func=_guarded(_fetch))

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The project's one test command (README, CI): set up, lint, check formatting and types,
+# then run every test, unit and integration. Integration tests need a Kafka: the session
+# fixture uses $KAFKA_BOOTSTRAP_SERVERS, a Docker daemon, or starts a local broker from
+# Maven jars; if none can be had the tests fail (never skip). Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+./deploy/bootstrap.sh
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/mypy
+.venv/bin/pytest "$@"
