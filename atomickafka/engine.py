@@ -436,6 +436,9 @@ class Engine:
         entry = self._pending.get(mid)
         if entry is None:  # poc: an ack may overtake the Notify that starts us off
             entry = self._pending[mid] = _Pending(record.topic, record.value)
+        elif sender not in entry.destinations:  # names topics the message does not
+            self.stats.ignored += 1
+            return []
         if sender in entry.proposals:
             self.stats.duplicates += 1
             return []
@@ -471,7 +474,8 @@ class Engine:
     # ------------------------------------------------------------------ helpers
 
     def _decide(self, mid: str, entry: _Pending) -> list[Output]:
-        final = max(entry.proposals.values())
+        destinations = entry.destinations  # proposals of other topics never count
+        final = max(ts for t, ts in entry.proposals.items() if t in destinations)
         self._observe(final)
         self._set_final(mid, entry, final)
         if self.algorithm is Algorithm.POC or not entry.coordinator:

@@ -10,4 +10,6 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+# thousands of generated runs in the property tests (tests/unit/conftest.py)
+export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
 .venv/bin/pytest "$@"

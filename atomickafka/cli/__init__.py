@@ -34,13 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for name in _COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"atomickafka.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"atomickafka.cli.{name}":
-                continue  # sub-command not built yet
-            raise
-        module.register(subparsers)
+        importlib.import_module(f"atomickafka.cli.{name}").register(subparsers)
     return parser
 
 
