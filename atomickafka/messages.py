@@ -104,10 +104,15 @@ def validate(message: Message) -> Message:
     Constructing a :class:`Message` does not validate it (the engine builds very many
     from values it already checked); use this for messages built from user input.
     """
-    _check_id("messageID", message.messageID)
     _check_destinations(message.topic)
     if message.topic != tuple(sorted(set(message.topic))):
         raise MessageError("topic", "must be sorted and without repeats", list(message.topic))
+    return _check_fields(message)
+
+
+def _check_fields(message: Message) -> Message:
+    """The checks of :func:`validate` other than the destination list's."""
+    _check_id("messageID", message.messageID)
     if message.messageType in _TIMESTAMPED and message.timeStamp is None:
         raise MessageError("timeStamp", f"required on {message.messageType.value}")
     if message.messageType in CONTROL_TYPES and message.sentFromTopic is None:
@@ -143,15 +148,31 @@ def _check_destinations(topics: tuple[str, ...]) -> None:
             raise MessageError("topic", "destination is not a valid Kafka topic name", name)
 
 
+#: Destination lists already validated and normalised; a node sees the same few sets
+#: over and over, so this spares a regex match per topic per record.
+_KNOWN_DESTINATIONS: dict[tuple[object, ...], tuple[str, ...]] = {}
+_KNOWN_DESTINATIONS_MAX = 4096
+
+
 def _destinations(raw: object) -> tuple[str, ...]:
     if isinstance(raw, str):
         raw = [raw]
     if not isinstance(raw, list):
         raise MessageError("topic", "must be a list of topic names", raw)
+    key = tuple(raw)
+    known = _KNOWN_DESTINATIONS.get(key)
+    if known is not None:
+        return known
+    if not raw:
+        raise MessageError("topic", "must name at least one destination topic", raw)
     for name in raw:
         if not is_valid_topic_name(name):
             raise MessageError("topic", "destination is not a valid Kafka topic name", name)
-    return tuple(sorted(set(raw)))
+    normalised = tuple(sorted(set(raw)))
+    if len(_KNOWN_DESTINATIONS) >= _KNOWN_DESTINATIONS_MAX:
+        _KNOWN_DESTINATIONS.clear()
+    _KNOWN_DESTINATIONS[key] = normalised
+    return normalised
 
 
 def _optional_int(obj: dict[str, Any], field: str) -> int | None:
@@ -196,7 +217,7 @@ def decode(data: bytes | str) -> Message:
         sender = str(sender)  # the thesis examples use numeric sender ids
     if not isinstance(sender, str):
         raise MessageError("senderID", "must be a string", sender)
-    return validate(
+    return _check_fields(
         Message(
             messageID=obj["messageID"],
             messageType=message_type,
