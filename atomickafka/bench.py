@@ -206,7 +206,7 @@ def _amcast(
     stride = round(1 / share) if share > 0 else 0
     plan: list[tuple[str, tuple[str, ...]]] = []
     client = AtomicKafkaClient(bootstrap, layout=layout)
-    prefix = client.client_id
+    prefix = client.id_prefix
     for i in range(messages):
         multicast = stride > 0 and i % stride == 0
         dests = tuple(topics) if multicast else (topics[i % len(topics)],)

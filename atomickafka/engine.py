@@ -333,7 +333,9 @@ class Engine:
         if self.topic not in destinations:
             return self._relay(record)
         entry = self._pending.get(mid)
-        if self._already_seen(mid) or (entry is not None and entry.local is not None):
+        if self._already_seen(mid) or (
+            entry is not None and (entry.local is not None or entry.final is not None)
+        ):
             self.stats.duplicates += 1
             return []
         if entry is None:

@@ -150,7 +150,7 @@ def _check_destinations(topics: tuple[str, ...]) -> None:
 
 #: Destination lists already validated and normalised; a node sees the same few sets
 #: over and over, so this spares a regex match per topic per record.
-_KNOWN_DESTINATIONS: dict[tuple[object, ...], tuple[str, ...]] = {}
+_KNOWN_DESTINATIONS: dict[tuple[str, ...], tuple[str, ...]] = {}
 _KNOWN_DESTINATIONS_MAX = 4096
 
 
@@ -159,6 +159,9 @@ def _destinations(raw: object) -> tuple[str, ...]:
         raw = [raw]
     if not isinstance(raw, list):
         raise MessageError("topic", "must be a list of topic names", raw)
+    for name in raw:
+        if not isinstance(name, str):
+            raise MessageError("topic", "destination is not a valid Kafka topic name", name)
     key = tuple(raw)
     known = _KNOWN_DESTINATIONS.get(key)
     if known is not None:

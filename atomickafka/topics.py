@@ -26,6 +26,8 @@ from typing import Final
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
 
 __all__ = [
@@ -107,6 +109,27 @@ def _replication_factor(admin: AdminClient) -> int:
     return max(1, min(3, brokers))
 
 
+def _enforce_configs(admin: AdminClient, specs: Mapping[str, Mapping[str, str]]) -> None:
+    """Set ``specs``' configs on topics that exist already (e.g. auto-created by a client
+    that wrote before the node started: an input log must not keep the 7-day default)."""
+    if not specs:
+        return
+    resources = [
+        ConfigResource(
+            ResourceType.TOPIC,
+            name,
+            incremental_configs=[
+                ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+                for key, value in configs.items()
+            ],
+        )
+        for name, configs in specs.items()
+    ]
+    for resource, future in admin.incremental_alter_configs(resources).items():
+        future.result(timeout=60)
+        log.debug("configs of %s enforced", resource.name)
+
+
 def ensure_topics(
     admin: AdminClient, wanted: Mapping[str, Mapping[str, str]] | Iterable[str]
 ) -> list[str]:
@@ -117,6 +140,7 @@ def ensure_topics(
     """
     specs = dict(wanted) if isinstance(wanted, Mapping) else {name: {} for name in wanted}
     existing = set(admin.list_topics(timeout=10).topics)
+    _enforce_configs(admin, {n: c for n, c in specs.items() if n in existing and c})
     missing = [name for name in specs if name not in existing]
     if not missing:
         return []
@@ -130,7 +154,7 @@ def ensure_topics(
     created = []
     for name, future in admin.create_topics(new, operation_timeout=30).items():
         try:
-            future.result()
+            future.result(timeout=60)
             created.append(name)
             log.info("created topic %s", name)
         except KafkaException as exc:

@@ -71,6 +71,11 @@ class AtomicKafkaClient:
         self.client_id = client_id or f"c{uuid.uuid4().hex[:12]}"
         if not client_id_is_valid(self.client_id):
             raise ValueError(f"client_id must be 1-64 characters of [A-Za-z0-9._-]: {client_id!r}")
+        # messageIDs are "<id_prefix>-<n>"; a random part per instance keeps them unique
+        # even when a restarted program reuses its client_id (2019 ids collided so).
+        self.id_prefix = (
+            self.client_id if client_id is None else f"{client_id}-{uuid.uuid4().hex[:8]}"
+        )
         self._config = dict(config or {})
         self._seq = itertools.count()
         self._producer: Producer | None = None
@@ -87,7 +92,7 @@ class AtomicKafkaClient:
         ``value`` is any JSON-serialisable value.
         """
         topics = _check_destinations(destinations)
-        message_id = f"{self.client_id}-{next(self._seq)}"
+        message_id = f"{self.id_prefix}-{next(self._seq)}"
         if via is None:
             via = topics[zlib.crc32(message_id.encode()) % len(topics)]
         elif not is_valid_topic_name(via):
@@ -172,18 +177,22 @@ class AtomicKafkaClient:
         consumer.assign([TopicPartition(source, 0, start)])
         seen: set[str] = set()
         count = 0
+        idle_deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
             if max_messages is not None and max_messages <= 0:
                 return
-            for record in _records(consumer, timeout_s):
-                delivery = _to_delivery(record, topic)
-                if delivery is None or delivery.messageID in seen:
-                    continue
-                seen.add(delivery.messageID)
-                yield delivery
-                count += 1
-                if max_messages is not None and count >= max_messages:
-                    return
+            while idle_deadline is None or time.monotonic() < idle_deadline:
+                for record in _records(consumer):
+                    delivery = _to_delivery(record, topic)
+                    if delivery is None or delivery.messageID in seen:
+                        continue
+                    seen.add(delivery.messageID)
+                    yield delivery
+                    count += 1
+                    if max_messages is not None and count >= max_messages:
+                        return
+                    if timeout_s is not None:
+                        idle_deadline = time.monotonic() + timeout_s
         finally:
             consumer.close()
 
@@ -224,22 +233,15 @@ def _check_destinations(destinations: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(set(topics)))
 
 
-def _records(consumer: Consumer, timeout_s: float | None) -> Iterator[KafkaMessage]:
-    idle_deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    while True:
-        batch = consume_batch(consumer, 1000, 0.1)
-        if batch:
-            if idle_deadline is not None and timeout_s is not None:
-                idle_deadline = time.monotonic() + timeout_s
-            for record in batch:
-                err = record.error()
-                if err is not None:
-                    if err.code() in (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART):
-                        continue
-                    raise KafkaException(err)
-                yield record
-        elif idle_deadline is not None and time.monotonic() >= idle_deadline:
-            return
+def _records(consumer: Consumer) -> Iterator[KafkaMessage]:
+    """One poll's worth of records (waiting up to 0.1 s); transient errors are skipped."""
+    for record in consume_batch(consumer, 1000, 0.1):
+        err = record.error()
+        if err is None:
+            yield record
+        elif err.fatal():
+            raise KafkaException(err)
+        # else: end of partition, topic not there yet, a broker blip: librdkafka retries
 
 
 def _to_delivery(record: KafkaMessage, topic: str) -> Delivery | None:
@@ -258,6 +260,8 @@ def _to_delivery(record: KafkaMessage, topic: str) -> Delivery | None:
         return None  # not ours; the node sets malformed input aside
     if message.messageType is not MessageType.DELIVERY or message.timeStamp is None:
         return None
+    if message.sentFromTopic != topic:
+        return None  # only the topic's own node delivers into it
     ts_type, ts = record.timestamp()
     return Delivery(
         messageID=message.messageID,

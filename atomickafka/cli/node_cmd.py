@@ -9,7 +9,7 @@ from typing import Any
 from atomickafka.engine import Algorithm
 from atomickafka.kafka_config import add_kafka_arguments, parse_overrides
 from atomickafka.logs import configure_logging
-from atomickafka.node.runtime import NodeConfig, NodeRuntime
+from atomickafka.node.runtime import NodeConfig, NodeRuntime, NodeStartError
 from atomickafka.node.supervisor import Supervisor
 from atomickafka.topics import Layout
 
@@ -67,7 +67,11 @@ def _run_node(args: argparse.Namespace) -> int:
         )
     )
     runtime.install_signal_handlers()
-    return runtime.run(max_seconds=args.max_seconds)
+    try:
+        return runtime.run(max_seconds=args.max_seconds)
+    except NodeStartError as exc:
+        print(f"atomickafka node: {exc}", file=sys.stderr)
+        return 2
 
 
 def _run_cluster(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ crash came between produce and commit; receivers drop such duplicates by message
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
@@ -22,6 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
+from typing import Any
 
 import orjson
 from confluent_kafka import (
@@ -53,7 +55,7 @@ from atomickafka.topics import (
     node_topics,
 )
 
-__all__ = ["NodeConfig", "NodeRuntime"]
+__all__ = ["NodeConfig", "NodeRuntime", "NodeStartError"]
 
 log = logging.getLogger("atomickafka.node")
 
@@ -76,11 +78,29 @@ class NodeConfig:
     status_interval_s: float = 1.0
     commit_interval_s: float = 0.1
     create_topics: bool = True
+    max_input_bytes: int = 900_000  # leaves room under Kafka's 1 MB default for our fields
 
     @property
     def node_id(self) -> str:
         """Stable across restarts, so that replayed outputs equal the originals."""
         return f"node-{self.topic}"
+
+
+_DEAD_LETTER_KEEP = 512 * 1024
+
+
+class NodeStartError(RuntimeError):
+    """The node cannot start safely; the message says why and what to do."""
+
+
+def _produce_retrying(producer: Producer, topic: str, value: bytes | None, **kwargs: Any) -> None:
+    """``produce``, waiting while the local queue is full."""
+    while True:
+        try:
+            producer.produce(topic, value, **kwargs)
+            return
+        except BufferError:
+            producer.poll(0.05)  # let delivery reports drain the queue
 
 
 class _Batch:
@@ -120,6 +140,8 @@ class NodeRuntime:
         self._consumer: Consumer | None = None
         self._routes: dict[tuple[str, bool], str] = {}
         self._status_count = 0
+        self._failed = False
+        self._dead_letters: list[tuple[KafkaMessage, str]] = []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -149,15 +171,28 @@ class NodeRuntime:
         )
         try:
             self._start_position()
-            return self._loop(max_seconds)
+            status = self._loop(max_seconds)
         finally:
             self._shutdown()
+        return 1 if self._failed else status
 
     def _start_position(self) -> None:
         assert self._consumer is not None
         part = TopicPartition(self._input, 0)
         committed = self._consumer.committed([part], timeout=30)[0].offset
+        low, high = self._consumer.get_watermark_offsets(part, timeout=30)
         self._committed = committed if committed >= 0 else 0
+        if low > 0:
+            raise NodeStartError(
+                f"input log {self._input} starts at offset {low}, not 0: records were "
+                "deleted (retention?), so the node's state cannot be rebuilt by replay"
+            )
+        if self._committed > high:
+            raise NodeStartError(
+                f"committed offset {self._committed} of group {node_group(self.config.topic)} "
+                f"is past the end ({high}) of {self._input}: was the topic re-created? "
+                "Delete the group's offsets (kafka-consumer-groups --reset-offsets) to start over"
+            )
         self._replay_until = self._committed
         self._consumer.assign([TopicPartition(self._input, 0, OFFSET_BEGINNING)])
         log.info(
@@ -196,6 +231,7 @@ class NodeRuntime:
             remaining = producer.flush(30)
             if remaining:
                 log.error("%d outputs not acknowledged at shutdown", remaining)
+                self._failed = True
             else:
                 self._settle(time.monotonic(), force=True)
         if consumer is not None:
@@ -212,12 +248,14 @@ class NodeRuntime:
         for record in records:
             err = record.error()
             if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise KafkaException(err)
+                if err.fatal():
+                    raise KafkaException(err)
+                if err.code() != KafkaError._PARTITION_EOF:
+                    log.warning("consumer: %s (librdkafka retries)", err)
+                continue
             offset = record.offset()
             assert offset is not None
-            if offset == self._replay_until and decoded and last_offset < self._replay_until:
+            if offset >= self._replay_until > last_offset >= 0 and decoded:
                 # this batch straddles the end of the replay: split it there
                 self._apply(decoded, last_offset)
                 decoded = []
@@ -237,10 +275,16 @@ class NodeRuntime:
         try:
             if raw is None:
                 raise MessageError(None, "record has no value")
+            if len(raw) > self.config.max_input_bytes:
+                raise MessageError(
+                    None,
+                    f"record of {len(raw)} bytes is over the {self.config.max_input_bytes}-byte "
+                    "limit (its Notify and Delivery copies must fit in a Kafka record)",
+                )
             message = decode(raw)
         except MessageError as exc:
             if offset >= self._replay_until:
-                self._dead_letter(record, str(exc))
+                self._dead_letters.append((record, str(exc)))
             return None
         if message.messageType is MessageType.DELIVERY:
             return None
@@ -253,6 +297,10 @@ class NodeRuntime:
             return  # replay: these outputs were written before the restart
         batch = _Batch(last_offset + 1)
         self._batches.append(batch)
+        if self._dead_letters:
+            for record, reason in self._dead_letters:
+                self._dead_letter(record, reason, batch)
+            self._dead_letters.clear()
         if outputs:
             self._produce(outputs, batch)
 
@@ -266,17 +314,13 @@ class NodeRuntime:
             value = encode(message)
             topic = route(output.topic, message.messageType is MessageType.DELIVERY)
             batch.outstanding += 1
-            while True:
-                try:
-                    producer.produce(
-                        topic,
-                        value,
-                        on_delivery=callback,
-                        headers=_TYPE_HEADERS[message.messageType],
-                    )
-                    break
-                except BufferError:
-                    producer.poll(0.05)  # local queue full: let deliveries drain
+            _produce_retrying(
+                producer,
+                topic,
+                value,
+                on_delivery=callback,
+                headers=_TYPE_HEADERS[message.messageType],
+            )
 
     def _route(self, topic: str, is_delivery: bool) -> str:
         key = (topic, is_delivery)
@@ -287,8 +331,12 @@ class NodeRuntime:
             self._routes[key] = name
         return name
 
-    def _dead_letter(self, record: KafkaMessage, reason: str) -> None:
-        """Set a malformed record aside, with why and where it came from."""
+    def _dead_letter(self, record: KafkaMessage, reason: str, batch: _Batch) -> None:
+        """Set a malformed record aside, with why and where it came from.
+
+        Its write is part of ``batch``: the input offset is committed only once the
+        dead letter is safely written too.
+        """
         assert self._producer is not None
         self.metrics.dead_letters += 1
         log.warning(
@@ -298,27 +346,46 @@ class NodeRuntime:
             record.offset(),
             reason,
         )
-        headers: HeadersType = [
+        headers: list[tuple[str, str | bytes | None]] = [
             ("atomickafka-error", reason.encode()),
             ("atomickafka-source", f"{record.topic()}/{record.partition()}".encode()),
             ("atomickafka-offset", str(record.offset()).encode()),
         ]
-        self._producer.produce(
-            dead_letter_topic(self.config.topic), record.value(), key=record.key(), headers=headers
+        value = record.value()
+        if value is not None and len(value) > _DEAD_LETTER_KEEP:
+            headers.append(("atomickafka-truncated-from", str(len(value)).encode()))
+            value = value[:_DEAD_LETTER_KEEP]
+        batch.outstanding += 1
+        _produce_retrying(
+            self._producer,
+            dead_letter_topic(self.config.topic),
+            value,
+            key=record.key(),
+            headers=headers,
+            on_delivery=batch.on_delivery,
         )
 
     # ------------------------------------------------------------------ commits
 
     def _settle(self, now: float, *, force: bool = False) -> int:
         """Commit past every fully acknowledged batch; non-zero if an output failed."""
+        if self._failed:
+            return 1
         batches = self._batches
         target = self._committed
         while batches and batches[0].outstanding <= 0:
-            batch = batches.popleft()
-            if batch.error is not None:
-                log.error("output of batch ending at %d failed: %s", batch.next_offset, batch.error)
-                return 1
-            target = batch.next_offset
+            if batches[0].error is not None:
+                # never commit at or past it: a restart replays and writes it again
+                log.error(
+                    "an output of the batch ending at offset %d failed: %s",
+                    batches[0].next_offset - 1,
+                    batches[0].error,
+                )
+                self._failed = True
+                break
+            target = batches.popleft().next_offset
+        if self._failed and target <= self._committed:
+            return 1
         if target > self._committed and (
             force or now - self._last_commit >= self.config.commit_interval_s
         ):
@@ -330,7 +397,7 @@ class NodeRuntime:
                 self._consumer.commit(offsets=offsets, asynchronous=True)
             self._committed = target
             self._last_commit = now
-        return 0
+        return 1 if self._failed else 0
 
     # ------------------------------------------------------------------ status
 
@@ -348,4 +415,5 @@ class NodeRuntime:
         self._status_count += 1
         level = logging.INFO if self._status_count % 10 == 1 else logging.DEBUG
         log.log(level, "status", extra={"fields": status.to_dict()})
-        self._producer.produce(STATUS_TOPIC, payload, key=self.config.topic.encode())
+        with contextlib.suppress(BufferError):  # queue full: the next status will do
+            self._producer.produce(STATUS_TOPIC, payload, key=self.config.topic.encode())

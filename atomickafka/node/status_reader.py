@@ -35,13 +35,18 @@ def read_statuses(
         deadline = time.monotonic() + timeout_s
         while len(done) < len(parts) and time.monotonic() < deadline:
             for record in consumer.consume(num_messages=1000, timeout=0.2):
-                if record.error() is not None or record.value() is None:
+                if record.error() is not None:
                     continue
                 part, offset = record.partition(), record.offset()
                 assert part is not None and offset is not None
                 if offset + 1 >= ends[part]:
                     done.add(part)
-                status = NodeStatus.from_dict(orjson.loads(record.value() or b"{}"))
+                if record.value() is None:
+                    continue
+                try:
+                    status = NodeStatus.from_dict(orjson.loads(record.value() or b"{}"))
+                except (orjson.JSONDecodeError, TypeError):
+                    continue  # a tombstone or a record that is not a status
                 latest[status.topic] = status
         return latest
     finally:

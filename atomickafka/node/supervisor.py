@@ -81,9 +81,9 @@ class Supervisor:
             if code is None:
                 return
             ran = now - child.started_at
-            backoff = (
-                0.5 if ran > 30 else min(self.max_backoff_s, 0.5 * 2 ** min(child.restarts, 6))
-            )
+            if ran > 30:
+                child.restarts = 0  # it was healthy: a new failure starts a new back-off
+            backoff = min(self.max_backoff_s, 0.5 * 2 ** min(child.restarts, 6))
             log.warning(
                 "node %s (pid %d) exited with %d after %.1fs; restarting in %.1fs",
                 child.topic,

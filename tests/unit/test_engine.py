@@ -472,3 +472,19 @@ def test_introspection() -> None:
     assert stats.records_out == 2 + 2 + 2  # two Notify, two Decided, two deliveries
     snap = node.snapshot()
     assert snap["clock"] == 4 and snap["node_id"] == "n-A" and snap["algorithm"] == "optimized"
+
+
+# ---------------------------------------------------------------------------- odd input
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_client_message_after_its_decision_is_a_duplicate(algorithm: Algorithm) -> None:
+    """A Decided that overtook its ClientMessage (ids reused, logs replayed out of
+    step) must not give one message two places in the queue."""
+    node = Engine("A", algorithm=algorithm)
+    out = node.handle_batch([decided("m", ["A"], "B", 4), client("m", "A")])
+    assert delivered(out) == [("m", 4)]
+    out = node.handle_batch([decided("n", ["A", "B"], "B", 9)])
+    out += node.handle_batch([client("n", "A", "B")])
+    assert delivered(out) == [("n", 9)]
+    assert node.pending_count == 0

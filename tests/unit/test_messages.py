@@ -216,6 +216,8 @@ def test_destinations_become_a_sorted_set(topics: list[str]) -> None:
         (record(topic=[".."]), "topic"),
         (record(topic=["x" * 250]), "topic"),
         (record(topic=[5]), "topic"),
+        (record(topic=[{}]), "topic"),  # unhashable: must not escape as TypeError
+        (record(topic=[["T1"]]), "topic"),
         (record(topic=5), "topic"),
         (record(topic={"T1": 1}), "topic"),
         (record(messageType="AckMessage", sentFromTopic="T1", timeStamp=-1), "timeStamp"),
