@@ -6,8 +6,9 @@ Every scenario uses the same broker, record size and measuring process:
   (the baseline: what Kafka alone moves on this machine).
 - ``amcast-P``: N messages through five AtomicKafka nodes, P % multicast to all five
   topics, the rest single-topic (round-robin over the topics).
-- ``amcast-P@half``: the 50 % multicast scenario again, paced at half the rate the
-  unpaced run reached, to show latency below saturation.
+- ``kafka@half`` and ``amcast-P@half``: the bare pipe and the 50 % multicast scenario
+  again, both paced at half the rate the unpaced multicast run reached, to show latency
+  below saturation (an unpaced run's latency is mostly queueing in the burst).
 
 A message's latency is the time from its send to its delivery at the last of its
 destinations, read by a separate consumer process; throughput counts messages fully
@@ -172,14 +173,19 @@ def _run_measured(
     )
 
 
-def _bare_kafka(bootstrap: str, messages: int, size: int, timeout_s: float) -> BenchResult:
+def _bare_kafka(
+    bootstrap: str, messages: int, size: int, timeout_s: float, rate: float | None = None
+) -> BenchResult:
     topic = f"bench-kafka-{uuid.uuid4().hex[:8]}"
     ensure_topics(AdminClient({"bootstrap.servers": bootstrap}), [topic])
     expected = {f"k-{i}": 1 for i in range(messages)}
 
     def send() -> None:
         producer = Producer(producer_config(bootstrap))
+        start = time.monotonic()
         for i in range(messages):
+            if rate:
+                _pace(start, i, rate)
             value = orjson.dumps(_payload(f"k-{i}", False, size))
             while True:
                 try:
@@ -190,7 +196,15 @@ def _bare_kafka(bootstrap: str, messages: int, size: int, timeout_s: float) -> B
             producer.poll(0)
         producer.flush(60)
 
-    return _run_measured("kafka", bootstrap, [topic], expected, send, [topic], timeout_s)
+    name = "kafka@half" if rate else "kafka"
+    return _run_measured(name, bootstrap, [topic], expected, send, [topic], timeout_s)
+
+
+def _pace(start: float, index: int, rate: float) -> None:
+    """Sleep until message ``index`` is due at ``rate`` messages/s."""
+    delay = start + index / rate - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
 
 
 def _amcast(
@@ -217,9 +231,7 @@ def _amcast(
         start = time.monotonic()
         for i, (mid, dests) in enumerate(plan):
             if rate:
-                delay = start + i / rate - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
+                _pace(start, i, rate)
             sent_id = client.send(_payload(mid, len(dests) > 1, size), dests)
             assert sent_id == mid
         client.flush(60)
@@ -239,6 +251,7 @@ def run_bench(
     algorithm: str = "optimized",
     layout: Layout = Layout.SPLIT,
     timeout_s: float = 300.0,
+    warmup: bool = True,
     on_result: Any = None,
 ) -> list[BenchResult]:
     """Run every scenario; return their figures (also passed to ``on_result`` as they come)."""
@@ -249,8 +262,15 @@ def run_bench(
         if on_result is not None:
             on_result(result)
 
-    record(_bare_kafka(bootstrap, messages, record_size, timeout_s))
     run_id = uuid.uuid4().hex[:6]
+    if warmup:
+        # A fresh broker JIT-compiles its hot paths for a while; measured runs start
+        # after one unmeasured pass through both kinds of traffic.
+        _bare_kafka(bootstrap, 5000, record_size, timeout_s)
+        topics = [f"bench-{run_id}-warm-t{i}" for i in range(1, 6)]
+        with _nodes(bootstrap, topics, algorithm, layout):
+            _amcast(bootstrap, topics, layout, 5000, 0.1, record_size, None, timeout_s)
+    record(_bare_kafka(bootstrap, messages, record_size, timeout_s))
     for share in shares:
         topics = [f"bench-{run_id}-{round(share * 100)}-t{i}" for i in range(1, 6)]
         with _nodes(bootstrap, topics, algorithm, layout):
@@ -260,9 +280,10 @@ def run_bench(
     worst = max(shares)
     saturated = next(r for r in results if r.name == f"amcast-{round(worst * 100)}%")
     topics = [f"bench-{run_id}-half-t{i}" for i in range(1, 6)]
+    half = saturated.messages_per_s / 2
+    count = max(1000, min(messages, int(half * 10)))
+    record(_bare_kafka(bootstrap, count, record_size, timeout_s, rate=half))
     with _nodes(bootstrap, topics, algorithm, layout):
-        half = saturated.messages_per_s / 2
-        count = max(1000, min(messages, int(half * 10)))
         record(_amcast(bootstrap, topics, layout, count, worst, record_size, half, timeout_s))
     return results
 
