@@ -32,7 +32,7 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from atomickafka.kafka_config import consume_batch, consumer_config, producer_config
+from atomickafka.kafka_config import consume_batch, consumer_config, producer_config, watermarks
 from atomickafka.node.status_reader import wait_for_nodes
 from atomickafka.topics import Layout, delivery_topic, ensure_topics, input_topic, node_topics
 from client import AtomicKafkaClient
@@ -127,7 +127,7 @@ def _watermark_total(bootstrap: str, names: Sequence[str]) -> int:
     try:
         total = 0
         for name in set(names):
-            low, high = consumer.get_watermark_offsets(TopicPartition(name, 0), timeout=10)
+            low, high = watermarks(consumer, TopicPartition(name, 0))
             total += high - low
         return total
     finally:

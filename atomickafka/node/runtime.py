@@ -39,7 +39,13 @@ from confluent_kafka._types import HeadersType
 from confluent_kafka.admin import AdminClient
 
 from atomickafka.engine import Algorithm, Engine, Output
-from atomickafka.kafka_config import consume_batch, consumer_config, producer_config
+from atomickafka.kafka_config import (
+    consume_batch,
+    consumer_config,
+    producer_config,
+    retry_transient,
+    watermarks,
+)
 from atomickafka.messages import Message, MessageError, MessageType, decode, encode
 from atomickafka.node.metrics import NodeMetrics, NodeStatus
 from atomickafka.topics import (
@@ -179,8 +185,11 @@ class NodeRuntime:
     def _start_position(self) -> None:
         assert self._consumer is not None
         part = TopicPartition(self._input, 0)
-        committed = self._consumer.committed([part], timeout=30)[0].offset
-        low, high = self._consumer.get_watermark_offsets(part, timeout=30)
+        consumer = self._consumer
+        committed = retry_transient(
+            lambda: consumer.committed([part], timeout=10)[0].offset, "committed offset"
+        )
+        low, high = watermarks(consumer, part)
         self._committed = committed if committed >= 0 else 0
         if low > 0:
             raise NodeStartError(

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Iterable
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
-from atomickafka.kafka_config import consumer_config
+from atomickafka.kafka_config import consumer_config, watermarks
 from atomickafka.node.metrics import NodeStatus
 from atomickafka.topics import STATUS_TOPIC
 
 __all__ = ["read_statuses", "wait_for_nodes"]
+
+log = logging.getLogger(__name__)
 
 
 def read_statuses(
@@ -28,7 +31,7 @@ def read_statuses(
         if meta is None or meta.error is not None:
             return {}
         parts = [TopicPartition(STATUS_TOPIC, p, OFFSET_BEGINNING) for p in meta.partitions]
-        ends = {p.partition: consumer.get_watermark_offsets(p, timeout=timeout_s)[1] for p in parts}
+        ends = {p.partition: watermarks(consumer, p, timeout_s)[1] for p in parts}
         consumer.assign(parts)
         latest: dict[str, NodeStatus] = {}
         done: set[int] = {p for p, end in ends.items() if end == 0}
@@ -61,7 +64,11 @@ def wait_for_nodes(
     since = time.time() if since is None else since
     deadline = time.monotonic() + timeout_s
     while True:
-        statuses = read_statuses(bootstrap, timeout_s=5.0)
+        try:
+            statuses = read_statuses(bootstrap, timeout_s=5.0)
+        except KafkaException as exc:  # e.g. the status topic's leader not elected yet
+            log.debug("status topic not readable yet: %s", exc)
+            statuses = {}
         live = {
             t: s for t, s in statuses.items() if t in wanted and s.time >= since and not s.replaying
         }
