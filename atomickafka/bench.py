@@ -18,10 +18,6 @@ delivered over the time from the first send to the last delivery.
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Sequence
@@ -33,8 +29,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from atomickafka.kafka_config import consume_batch, consumer_config, producer_config, watermarks
-from atomickafka.node.status_reader import wait_for_nodes
-from atomickafka.topics import Layout, delivery_topic, ensure_topics, input_topic, node_topics
+from atomickafka.node.launch import running_cluster
+from atomickafka.topics import Layout, delivery_topic, ensure_topics, input_topic
 from client import AtomicKafkaClient
 
 __all__ = ["BenchResult", "run_bench"]
@@ -284,14 +280,14 @@ def run_bench(
         # after one unmeasured pass through both kinds of traffic.
         _bare_kafka(bootstrap, 5000, record_size, timeout_s)
         topics = [f"bench-{run_id}-warm-t{i}" for i in range(1, 6)]
-        with _nodes(bootstrap, topics, algorithm, layout):
+        with running_cluster(bootstrap, topics, algorithm=algorithm, layout=layout.value):
             _amcast(bootstrap, topics, layout, 5000, 0.1, record_size, None, timeout_s)
     # Bare Kafka moves a burst of N records in a fraction of a second; five times as
     # many make its rate less a matter of scheduling luck.
     record(_bare_kafka(bootstrap, 5 * messages, record_size, timeout_s))
     for share in shares:
         topics = [f"bench-{run_id}-{round(share * 100)}-t{i}" for i in range(1, 6)]
-        with _nodes(bootstrap, topics, algorithm, layout):
+        with running_cluster(bootstrap, topics, algorithm=algorithm, layout=layout.value):
             record(
                 _amcast(bootstrap, topics, layout, messages, share, record_size, None, timeout_s)
             )
@@ -301,53 +297,6 @@ def run_bench(
     half = saturated.messages_per_s / 2
     count = max(1000, min(messages, int(half * 10)))
     record(_bare_kafka(bootstrap, count, record_size, timeout_s, rate=half))
-    with _nodes(bootstrap, topics, algorithm, layout):
+    with running_cluster(bootstrap, topics, algorithm=algorithm, layout=layout.value):
         record(_amcast(bootstrap, topics, layout, count, worst, record_size, half, timeout_s))
     return results
-
-
-class _nodes:  # noqa: N801  (used as a context manager, reads like one)
-    """Five node processes under ``atomickafka cluster``, ready before the run starts."""
-
-    def __init__(self, bootstrap: str, topics: list[str], algorithm: str, layout: Layout) -> None:
-        self.bootstrap, self.topics, self.algorithm, self.layout = (
-            bootstrap,
-            topics,
-            algorithm,
-            layout,
-        )
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> None:
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        for topic in self.topics:
-            ensure_topics(admin, node_topics(topic, self.layout))
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "atomickafka",
-                "cluster",
-                "--bootstrap-server",
-                self.bootstrap,
-                "--topics",
-                ",".join(self.topics),
-                "--algorithm",
-                self.algorithm,
-                "--layout",
-                self.layout.value,
-                "--log-level",
-                "warning",
-            ],
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        wait_for_nodes(self.bootstrap, self.topics, timeout_s=60)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc is not None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)

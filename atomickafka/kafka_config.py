@@ -16,10 +16,12 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "add_kafka_arguments",
+    "add_local_bootstrap_argument",
     "consume_batch",
     "consumer_config",
     "parse_overrides",
     "producer_config",
+    "resolve_bootstrap",
     "retry_transient",
     "watermarks",
 ]
@@ -103,6 +105,25 @@ def add_kafka_arguments(parser: argparse.ArgumentParser, *, topic: bool = False)
         metavar="KEY=VALUE",
         help="librdkafka setting passed through to every client (repeatable)",
     )
+
+
+def add_local_bootstrap_argument(parser: argparse.ArgumentParser) -> None:
+    """``--bootstrap-server``, optional: without it the embedded local broker is used."""
+    parser.add_argument(
+        "--bootstrap-server",
+        dest="bootstrap_server",
+        default=None,
+        help="Kafka to use (default: start or reuse the local broker)",
+    )
+
+
+def resolve_bootstrap(bootstrap: str | None) -> str:
+    """``bootstrap``, or that of the local broker, started if it is not running."""
+    if bootstrap is not None:
+        return bootstrap
+    from atomickafka.broker import ensure_broker  # noqa: PLC0415  (starts Java only here)
+
+    return ensure_broker()
 
 
 def consume_batch(consumer: Consumer, max_records: int, timeout_s: float) -> list[KafkaMessage]:

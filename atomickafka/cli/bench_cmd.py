@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from atomickafka.bench import BenchResult, run_bench
+from atomickafka.kafka_config import add_local_bootstrap_argument, resolve_bootstrap
 from atomickafka.topics import Layout
 
 
@@ -18,12 +19,7 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "bench", help="measure AtomicKafka against a bare Kafka produce-to-consume pipe"
     )
-    parser.add_argument(
-        "--bootstrap-server",
-        dest="bootstrap_server",
-        default=None,
-        help="Kafka to use (default: start or reuse the local broker)",
-    )
+    add_local_bootstrap_argument(parser)
     parser.add_argument("--messages", type=int, default=20_000, help="messages per scenario")
     parser.add_argument("--record-size", type=int, default=200, help="bytes of payload")
     parser.add_argument(
@@ -47,11 +43,7 @@ def _row(r: BenchResult, baseline: BenchResult | None) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    bootstrap = args.bootstrap_server
-    if bootstrap is None:
-        from atomickafka.broker import ensure_broker  # noqa: PLC0415  (starts Java only here)
-
-        bootstrap = ensure_broker()
+    bootstrap = resolve_bootstrap(args.bootstrap_server)
     shares = [int(x) / 100 for x in args.shares.split(",") if x.strip()]
     print(
         f"{'scenario':<16} {'msgs':>7} {'seconds':>8} {'msg/s':>10} {'records/s':>10} "

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import subprocess
-import sys
 import uuid
 from typing import Any
 
 from atomickafka.checker import check
-from atomickafka.node.status_reader import wait_for_nodes
+from atomickafka.kafka_config import add_local_bootstrap_argument, resolve_bootstrap
+from atomickafka.node.launch import running_cluster
 from client import AtomicKafkaClient, Delivery
 
 
@@ -20,12 +17,7 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "demo", help="start three nodes, multicast a few messages, print and check the order"
     )
-    parser.add_argument(
-        "--bootstrap-server",
-        dest="bootstrap_server",
-        default=None,
-        help="Kafka to use (default: start or reuse the local broker)",
-    )
+    add_local_bootstrap_argument(parser)
     parser.set_defaults(func=_run)
 
 
@@ -40,31 +32,11 @@ _SCRIPT: list[tuple[str, tuple[str, ...], str | None]] = [
 
 
 def _run(args: argparse.Namespace) -> int:
-    bootstrap = args.bootstrap_server
-    if bootstrap is None:
-        from atomickafka.broker import ensure_broker  # noqa: PLC0415  (starts Java only here)
-
-        bootstrap = ensure_broker()
+    bootstrap = resolve_bootstrap(args.bootstrap_server)
     run = uuid.uuid4().hex[:6]
     names = {base: f"demo-{run}-{base}" for base in ("orders", "payments", "audit")}
     print(f"bootstrap {bootstrap}; topics {', '.join(names.values())}")
-    cluster = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "atomickafka",
-            "cluster",
-            "--bootstrap-server",
-            bootstrap,
-            "--topics",
-            ",".join(names.values()),
-            "--log-level",
-            "warning",
-        ],
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        wait_for_nodes(bootstrap, names.values(), timeout_s=90)
+    with running_cluster(bootstrap, list(names.values())):
         sent: dict[str, tuple[tuple[str, ...], str]] = {}
         with AtomicKafkaClient(bootstrap) as client:
             for value, bases, via in _SCRIPT:
@@ -84,9 +56,3 @@ def _run(args: argparse.Namespace) -> int:
         report = check(sent=sent, deliveries=deliveries)
         print(f"\norder check: {report.summary()}")
         return 0 if report.ok else 1
-    finally:
-        cluster.send_signal(signal.SIGTERM)
-        try:
-            cluster.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            cluster.kill()

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import random
-import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -16,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from atomickafka.checker import check
+from atomickafka.node import launch
 from client import AtomicKafkaClient, Delivery
 
 
@@ -124,39 +122,12 @@ def running_cluster(
     layout: str = "split",
     log_dir: Path,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Run ``atomickafka cluster`` for ``topics`` in a subprocess; stop it on exit."""
+    """``atomickafka cluster`` for ``topics``, its log kept in ``log_dir``."""
     log_path = log_dir / f"cluster-{algorithm}-{layout}.log"
-    with log_path.open("wb") as log_file:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "atomickafka",
-                "cluster",
-                "--bootstrap-server",
-                bootstrap,
-                "--topics",
-                ",".join(topics),
-                "--algorithm",
-                algorithm,
-                "--layout",
-                layout,
-                "--log-level",
-                "warning",
-            ],
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        try:
-            yield proc
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+    with launch.running_cluster(
+        bootstrap, topics, algorithm=algorithm, layout=layout, log_path=log_path
+    ) as proc:
+        yield proc
 
 
 def assert_order_checked(sent: Sequence[Sent], deliveries: Mapping[str, Sequence[Any]]) -> None:
