@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import Any
 
 import orjson
+from tqdm import tqdm
 
 from atomickafka.bench import BenchResult, run_bench
 from atomickafka.kafka_config import add_local_bootstrap_argument, resolve_bootstrap
@@ -50,13 +51,14 @@ def _run(args: argparse.Namespace) -> int:
         f"{'p50 ms':>8} {'p99 ms':>8} {'mc p99':>9} {'vs kafka':>6}"
     )
     baseline: list[BenchResult] = []
+    # a bar on a terminal only (disable=None): the rows themselves are the record
+    progress = tqdm(total=3 + len(shares), unit="scenario", leave=False, disable=None)
 
     def show(result: BenchResult) -> None:
         if not baseline:
             baseline.append(result)
-            print(_row(result, None), flush=True)
-        else:
-            print(_row(result, baseline[0]), flush=True)
+        progress.write(_row(result, baseline[0] if result is not baseline[0] else None))
+        progress.update()
 
     results = run_bench(
         bootstrap,
@@ -68,6 +70,7 @@ def _run(args: argparse.Namespace) -> int:
         warmup=not args.no_warmup,
         on_result=show,
     )
+    progress.close()
     if args.json_out:
         with open(args.json_out, "wb") as fh:
             fh.write(orjson.dumps([asdict(r) for r in results], option=orjson.OPT_INDENT_2))

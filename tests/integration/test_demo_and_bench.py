@@ -1,0 +1,45 @@
+"""The quickstart's main job, small: the demo and the bench run and say what they found."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "atomickafka", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_demo_delivers_in_one_order_and_says_so(kafka_bootstrap: str) -> None:
+    out = _cli("demo", "--bootstrap-server", kafka_bootstrap)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "OK: integrity, validity and total order hold" in out.stdout
+    assert out.stdout.count(" delivered, in order:") == 3
+
+
+def test_bench_prints_every_scenario_with_a_ratio(kafka_bootstrap: str) -> None:
+    out = _cli(
+        "bench",
+        "--bootstrap-server",
+        kafka_bootstrap,
+        "--messages",
+        "400",
+        "--shares",
+        "10",
+        "--no-warmup",
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines() if line.strip()}
+    assert {"kafka", "amcast-10%", "kafka@half", "amcast-10%@half"} <= rows.keys()
+    assert float(rows["amcast-10%"][3]) > 0  # msg/s
+    assert float(rows["amcast-10%"][-1]) > 0  # ratio to bare Kafka
