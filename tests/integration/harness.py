@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -128,6 +129,20 @@ def running_cluster(
         bootstrap, topics, algorithm=algorithm, layout=layout, log_path=log_path
     ) as proc:
         yield proc
+
+
+def run_cli(
+    *args: str, stdin: str | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """``atomickafka ARGS…`` in a child process, output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "atomickafka", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def assert_order_checked(sent: Sequence[Sent], deliveries: Mapping[str, Sequence[Any]]) -> None:

@@ -2,33 +2,22 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
+
+from tests.integration.harness import run_cli
 
 pytestmark = pytest.mark.integration
 
 
-def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "atomickafka", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
 def test_demo_delivers_in_one_order_and_says_so(kafka_bootstrap: str) -> None:
-    out = _cli("demo", "--bootstrap-server", kafka_bootstrap)
+    out = run_cli("demo", "--bootstrap-server", kafka_bootstrap)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "OK: integrity, validity and total order hold" in out.stdout
     assert out.stdout.count(" delivered, in order:") == 3
 
 
 def test_bench_prints_every_scenario_with_a_ratio(kafka_bootstrap: str) -> None:
-    out = _cli(
+    out = run_cli(
         "bench",
         "--bootstrap-server",
         kafka_bootstrap,

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -23,24 +21,12 @@ from tests.integration.harness import (
     Workload,
     assert_order_checked,
     collect_deliveries,
+    run_cli,
     running_cluster,
     send_concurrently,
 )
 
 pytestmark = pytest.mark.integration
-
-
-def _cli(
-    *args: str, stdin: str | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "atomickafka", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def test_cli_send_tail_status(
@@ -49,12 +35,14 @@ def test_cli_send_tail_status(
     a, b, c = (topic_factory() for _ in range(3))
     with running_cluster(kafka_bootstrap, [a, b, c], log_dir=tmp_path):
         wait_for_nodes(kafka_bootstrap, [a, b, c], timeout_s=60)
-        one = _cli("send", "--bootstrap-server", kafka_bootstrap, "--to", f"{a},{b},{c}", "all")
+        one = run_cli("send", "--bootstrap-server", kafka_bootstrap, "--to", f"{a},{b},{c}", "all")
         assert one.returncode == 0, one.stderr
         lines = "\n".join(f"line {i}" for i in range(20)) + "\n"
-        many = _cli("send", "--bootstrap-server", kafka_bootstrap, "--to", f"{a},{c}", stdin=lines)
+        many = run_cli(
+            "send", "--bootstrap-server", kafka_bootstrap, "--to", f"{a},{c}", stdin=lines
+        )
         assert many.returncode == 0, many.stderr
-        relayed = _cli(
+        relayed = run_cli(
             "send", "--bootstrap-server", kafka_bootstrap, "--to", a, "--via", b, "relayed"
         )
         assert relayed.returncode == 0, relayed.stderr
@@ -63,7 +51,7 @@ def test_cli_send_tail_status(
 
         tails = {}
         for topic in (a, b, c):
-            out = _cli(
+            out = run_cli(
                 "tail",
                 "--bootstrap-server",
                 kafka_bootstrap,
@@ -78,7 +66,7 @@ def test_cli_send_tail_status(
             )
             assert out.returncode == 0, out.stderr
             tails[topic] = [orjson.loads(line) for line in out.stdout.splitlines()]
-        status = _cli("status", "--bootstrap-server", kafka_bootstrap)
+        status = run_cli("status", "--bootstrap-server", kafka_bootstrap)
         assert status.returncode == 0, status.stderr
         for topic in (a, b, c):
             assert topic in status.stdout
@@ -98,10 +86,12 @@ def _as_delivery(record: dict[str, object], topic: str) -> dict[str, object]:
 
 
 def test_cli_rejects_bad_arguments(kafka_bootstrap: str) -> None:
-    bad_topic = _cli("send", "--bootstrap-server", kafka_bootstrap, "--to", "no spaces!", "x")
+    bad_topic = run_cli("send", "--bootstrap-server", kafka_bootstrap, "--to", "no spaces!", "x")
     assert bad_topic.returncode == 2
     assert "not a valid topic name" in bad_topic.stderr
-    bad_x = _cli("send", "--bootstrap-server", kafka_bootstrap, "--to", "t", "-X", "novalue", "x")
+    bad_x = run_cli(
+        "send", "--bootstrap-server", kafka_bootstrap, "--to", "t", "-X", "novalue", "x"
+    )
     assert bad_x.returncode == 2
     assert "key=value" in bad_x.stderr
 
