@@ -276,6 +276,24 @@ SentInput = Mapping[str, Any] | Iterable[Any]
 DeliveriesInput = Mapping[str, Iterable[Any]]
 
 
+def _read_fields(item: Any) -> tuple[Any, Any, Any, Any]:
+    """``(messageID, destinations, timeStamp, value)`` as a mapping or an object holds
+    them, by wire name (``topic``) or by ``destinations``; absent ones are ``None``
+    (``UNSET`` for the value). Types are checked by the callers."""
+    if isinstance(item, Mapping):
+        raw = item.get("destinations", item.get("topic"))
+        return item.get("messageID"), raw, item.get("timeStamp"), item.get("value", UNSET)
+    raw = getattr(item, "destinations", None)
+    if raw is None:
+        raw = getattr(item, "topic", None)
+    return (
+        item.messageID,
+        raw,
+        getattr(item, "timeStamp", None),
+        getattr(item, "value", UNSET),
+    )
+
+
 def _as_sent(item: Any, key: str | None = None) -> SentMessage:
     """Normalise one sent entry (``SentMessage``, mapping, ``Message``-like or set)."""
     if isinstance(item, SentMessage):
@@ -289,16 +307,10 @@ def _as_sent(item: Any, key: str | None = None) -> SentMessage:
         ):  # (destinations, value)
             return SentMessage(key, frozenset(item[0]), item[1])
         return SentMessage(key, frozenset(item))
-    if isinstance(item, Mapping):
-        mid = item.get("messageID", key)
-        raw = item.get("destinations", item.get("topic"))
-        value = item.get("value", UNSET)
-    elif hasattr(item, "messageID"):
-        mid = item.messageID
-        raw = getattr(item, "destinations", None)
-        if raw is None:
-            raw = getattr(item, "topic", None)
-        value = getattr(item, "value", UNSET)
+    if isinstance(item, Mapping) or hasattr(item, "messageID"):
+        mid, raw, _, value = _read_fields(item)
+        if isinstance(item, Mapping) and "messageID" not in item:
+            mid = key
     else:  # a bare destination set, keyed by id
         mid, raw, value = key, item, UNSET
     if not isinstance(mid, str):
@@ -355,20 +367,9 @@ def _delivery_fields(item: Any, topic: str) -> _Fields:
         return item, None, None, UNSET
     if isinstance(item, DeliveryRecord):
         return item.messageID, item.destinations, item.timeStamp, item.value
-    if isinstance(item, Mapping):
-        mid = item.get("messageID")
-        raw = item.get("destinations", item.get("topic"))
-        ts = item.get("timeStamp")
-        value = item.get("value", UNSET)
-    elif hasattr(item, "messageID"):
-        mid = item.messageID
-        raw = getattr(item, "destinations", None)
-        if raw is None:
-            raw = getattr(item, "topic", None)
-        ts = getattr(item, "timeStamp", None)
-        value = getattr(item, "value", UNSET)
-    else:
+    if not (isinstance(item, Mapping) or hasattr(item, "messageID")):
         raise CheckInputError(f"delivery at {topic!r} is not a record: {item!r}")
+    mid, raw, ts, value = _read_fields(item)
     if not isinstance(mid, str):
         raise CheckInputError(f"delivery at {topic!r} has no string messageID: {item!r}")
     if isinstance(raw, str):
