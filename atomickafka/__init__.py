@@ -10,6 +10,8 @@ Subpackages and modules:
 - :mod:`atomickafka.checker` -- an independent checker of delivery logs.
 - :mod:`atomickafka.simulator` -- N engines joined by in-memory logs, any interleaving.
 - :mod:`atomickafka.broker` -- start/stop a local Apache Kafka from Maven Central jars.
+- :mod:`atomickafka.kafka_config` -- librdkafka settings and ``-X`` pass-through.
+- :mod:`atomickafka.kafka_io` -- small Kafka I/O helpers (batched consume, retries).
 - :mod:`atomickafka.cli` -- the ``atomickafka`` command.
 """
 

@@ -30,7 +30,8 @@ from confluent_kafka import (
 from confluent_kafka import Message as KafkaMessage
 from confluent_kafka._types import HeadersType
 
-from atomickafka.kafka_config import consume_batch, consumer_config, producer_config
+from atomickafka.kafka_config import consumer_config, producer_config
+from atomickafka.kafka_io import consume_batch
 from atomickafka.messages import (
     Message,
     MessageError,

@@ -39,13 +39,8 @@ from confluent_kafka._types import HeadersType
 from confluent_kafka.admin import AdminClient
 
 from atomickafka.engine import Algorithm, Engine, Output
-from atomickafka.kafka_config import (
-    consume_batch,
-    consumer_config,
-    producer_config,
-    retry_transient,
-    watermarks,
-)
+from atomickafka.kafka_config import consumer_config, producer_config
+from atomickafka.kafka_io import consume_batch, retry_transient, watermarks
 from atomickafka.messages import Message, MessageError, MessageType, decode, encode
 from atomickafka.node.metrics import NodeMetrics, NodeStatus
 from atomickafka.topics import (

@@ -10,7 +10,8 @@ from collections.abc import Iterable
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
-from atomickafka.kafka_config import consumer_config, watermarks
+from atomickafka.kafka_config import consumer_config
+from atomickafka.kafka_io import watermarks
 from atomickafka.node.metrics import NodeStatus
 from atomickafka.topics import STATUS_TOPIC
 
