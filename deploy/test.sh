@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-./deploy/bootstrap.sh
+./deploy/bootstrap.sh eval
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
