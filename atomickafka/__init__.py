@@ -5,13 +5,13 @@ exactly once, and all destinations deliver their common messages in the same ord
 
 Subpackages and modules:
 
-- :mod:`atomickafka.messages` -- the wire format (thesis Listing 4.3/4.4) and its codec.
-- :mod:`atomickafka.engine` -- the ordering core: a pure, deterministic state machine.
-- :mod:`atomickafka.checker` -- an independent checker of delivery logs.
-- :mod:`atomickafka.simulator` -- N engines joined by in-memory logs, any interleaving.
+- :mod:`atomickafka.core.wire` -- the wire format (thesis Listing 4.3/4.4) and its codec.
+- :mod:`atomickafka.core.engine` -- the ordering core: a pure, deterministic state machine.
+- :mod:`atomickafka.verify.checker` -- an independent checker of delivery logs.
+- :mod:`atomickafka.verify.simulator` -- N engines joined by in-memory logs, any interleaving.
 - :mod:`atomickafka.broker` -- start/stop a local Apache Kafka from Maven Central jars.
-- :mod:`atomickafka.kafka_config` -- librdkafka settings and ``-X`` pass-through.
-- :mod:`atomickafka.kafka_io` -- small Kafka I/O helpers (batched consume, retries).
+- :mod:`atomickafka.kafka.settings` -- librdkafka settings and ``-X`` pass-through.
+- :mod:`atomickafka.kafka.consumer` -- small Kafka I/O helpers (batched consume, retries).
 - :mod:`atomickafka.cli` -- the ``atomickafka`` command.
 """
 

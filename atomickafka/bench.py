@@ -28,10 +28,10 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from atomickafka.kafka_config import consumer_config, producer_config
-from atomickafka.kafka_io import consume_batch, watermarks
+from atomickafka.kafka.settings import consumer_config, producer_config
+from atomickafka.kafka.consumer import consume_batch, watermarks
 from atomickafka.node.launch import running_cluster
-from atomickafka.topics import Layout, delivery_topic, ensure_topics, input_topic
+from atomickafka.kafka.topics import Layout, delivery_topic, ensure_topics, input_topic
 from client import AtomicKafkaClient
 
 __all__ = ["BenchResult", "run_bench"]

@@ -30,9 +30,9 @@ from confluent_kafka import (
 from confluent_kafka import Message as KafkaMessage
 from confluent_kafka._types import HeadersType
 
-from atomickafka.kafka_config import consumer_config, producer_config
-from atomickafka.kafka_io import consume_batch
-from atomickafka.messages import (
+from atomickafka.kafka.settings import consumer_config, producer_config
+from atomickafka.kafka.consumer import consume_batch
+from atomickafka.core.wire import (
     Message,
     MessageError,
     MessageType,
@@ -40,7 +40,7 @@ from atomickafka.messages import (
     encode,
     is_valid_topic_name,
 )
-from atomickafka.topics import TYPE_HEADER, Layout, delivery_topic, input_topic
+from atomickafka.kafka.topics import TYPE_HEADER, Layout, delivery_topic, input_topic
 from client.delivery import Delivery
 
 __all__ = ["AtomicKafkaClient", "DeliveryError"]

@@ -35,9 +35,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from atomickafka.engine import Algorithm, Engine
-from atomickafka.messages import Message, decode, encode
-from atomickafka.simulator import Chaos, RandomChooser, Simulator, random_workload
+from atomickafka.core.engine import Algorithm, Engine
+from atomickafka.core.wire import Message, decode, encode
+from atomickafka.verify.simulator import Chaos, RandomChooser, Simulator, random_workload
 
 TARGET = 100_000  # records per second
 

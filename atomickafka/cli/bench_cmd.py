@@ -11,8 +11,8 @@ import orjson
 from tqdm import tqdm
 
 from atomickafka.bench import BenchResult, run_bench
-from atomickafka.kafka_config import add_local_bootstrap_argument, resolve_bootstrap
-from atomickafka.topics import Layout
+from atomickafka.cli.options import add_bootstrap, resolve_bootstrap
+from atomickafka.kafka.topics import Layout
 
 
 def register(subparsers: Any) -> None:
@@ -20,7 +20,7 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "bench", help="measure AtomicKafka against a bare Kafka produce-to-consume pipe"
     )
-    add_local_bootstrap_argument(parser)
+    add_bootstrap(parser, local_fallback=True)
     parser.add_argument("--messages", type=int, default=20_000, help="messages per scenario")
     parser.add_argument("--record-size", type=int, default=200, help="bytes of payload")
     parser.add_argument(

@@ -14,7 +14,7 @@ import sys
 
 import orjson
 
-from atomickafka.checker import CheckInputError, check_files
+from atomickafka.verify.checker import CheckInputError, check_files
 
 __all__ = ["register", "run"]
 

@@ -6,8 +6,8 @@ import argparse
 import uuid
 from typing import Any
 
-from atomickafka.checker import check
-from atomickafka.kafka_config import add_local_bootstrap_argument, resolve_bootstrap
+from atomickafka.verify.checker import check
+from atomickafka.cli.options import add_bootstrap, resolve_bootstrap
 from atomickafka.node.launch import running_cluster
 from client import AtomicKafkaClient, Delivery
 
@@ -17,7 +17,7 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "demo", help="start three nodes, multicast a few messages, print and check the order"
     )
-    add_local_bootstrap_argument(parser)
+    add_bootstrap(parser, local_fallback=True)
     parser.set_defaults(func=_run)
 
 

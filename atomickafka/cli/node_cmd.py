@@ -6,12 +6,12 @@ import argparse
 import sys
 from typing import Any
 
-from atomickafka.engine import Algorithm
-from atomickafka.kafka_config import add_kafka_arguments, parse_overrides
+from atomickafka.core.engine import Algorithm
+from atomickafka.kafka.settings import add_kafka_arguments, parse_overrides
 from atomickafka.logs import configure_logging
 from atomickafka.node.runtime import NodeConfig, NodeRuntime, NodeStartError
 from atomickafka.node.supervisor import Supervisor
-from atomickafka.topics import Layout
+from atomickafka.kafka.topics import Layout
 
 
 def register(subparsers: Any) -> None:

@@ -8,8 +8,8 @@ from typing import Any
 
 import orjson
 
-from atomickafka.kafka_config import add_kafka_arguments, parse_overrides
-from atomickafka.topics import Layout
+from atomickafka.cli.options import add_bootstrap, add_destinations, add_overrides
+from atomickafka.kafka.topics import Layout
 from client import AtomicKafkaClient, DeliveryError
 
 
@@ -19,8 +19,9 @@ def register(subparsers: Any) -> None:
         "send",
         help="multicast VALUE (or each stdin line) to several topics; print each messageID",
     )
-    add_kafka_arguments(parser)
-    parser.add_argument("--to", required=True, help="destination topics, e.g. T1,T3")
+    add_bootstrap(parser)
+    add_overrides(parser)
+    add_destinations(parser)
     parser.add_argument(
         "--via", default=None, help="topic to write to (relays if not a destination)"
     )
@@ -33,14 +34,14 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    destinations = [t.strip() for t in args.to.split(",") if t.strip()]
     try:
-        overrides = parse_overrides(args.overrides)
-        client = AtomicKafkaClient(args.bootstrap_server, layout=args.layout, config=overrides)
+        client = AtomicKafkaClient(
+            args.bootstrap_server, layout=args.layout, config=args.overrides
+        )
         values = [args.value] if args.value is not None else (ln.rstrip("\n") for ln in sys.stdin)
         for raw in values:
             value = orjson.loads(raw) if args.json_value else raw
-            print(client.send(value, destinations, via=args.via), flush=True)
+            print(client.send(value, args.to, via=args.via), flush=True)
         client.flush()
     except (ValueError, orjson.JSONDecodeError) as exc:
         print(f"atomickafka send: {exc}", file=sys.stderr)

@@ -9,25 +9,21 @@ from typing import Any
 
 import orjson
 
-from atomickafka.kafka_config import add_kafka_arguments, parse_overrides
+from atomickafka.cli.options import add_bootstrap, add_overrides
 from atomickafka.node.status_reader import read_statuses
 
 
 def register(subparsers: Any) -> None:
     """Add the ``status`` sub-command."""
     parser = subparsers.add_parser("status", help="show every node's pending work and rates")
-    add_kafka_arguments(parser)
+    add_bootstrap(parser)
+    add_overrides(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object per node")
     parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        overrides = parse_overrides(args.overrides)
-    except ValueError as exc:
-        print(f"atomickafka status: {exc}", file=sys.stderr)
-        return 2
-    statuses = read_statuses(args.bootstrap_server, overrides)
+    statuses = read_statuses(args.bootstrap_server, args.overrides)
     if not statuses:
         print("no node has published a status yet", file=sys.stderr)
         return 1

@@ -8,15 +8,17 @@ from typing import Any
 
 import orjson
 
-from atomickafka.kafka_config import add_kafka_arguments, parse_overrides
-from atomickafka.topics import Layout
+from atomickafka.cli.options import add_bootstrap, add_overrides
+from atomickafka.kafka.topics import Layout
 from client import AtomicKafkaClient
 
 
 def register(subparsers: Any) -> None:
     """Add the ``tail`` sub-command."""
     parser = subparsers.add_parser("tail", help="print a topic's deliveries in order")
-    add_kafka_arguments(parser, topic=True)
+    add_bootstrap(parser)
+    parser.add_argument("--topic", required=True, help="AtomicKafka topic to read")
+    add_overrides(parser)
     parser.add_argument("--from-beginning", action="store_true", help="start at the first delivery")
     parser.add_argument("--max-messages", type=int, default=None, help="exit after N deliveries")
     parser.add_argument(
@@ -29,8 +31,9 @@ def register(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        overrides = parse_overrides(args.overrides)
-        client = AtomicKafkaClient(args.bootstrap_server, layout=args.layout, config=overrides)
+        client = AtomicKafkaClient(
+            args.bootstrap_server, layout=args.layout, config=args.overrides
+        )
         timeout_s = None if args.timeout_ms is None else args.timeout_ms / 1000
         stream = client.deliveries(
             args.topic,

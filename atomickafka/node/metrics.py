@@ -7,7 +7,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from atomickafka.engine import Engine
+from atomickafka.core.engine import Engine
 
 __all__ = ["NodeMetrics", "NodeStatus"]
 

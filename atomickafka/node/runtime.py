@@ -1,4 +1,4 @@
-"""The Kafka shell around one node's :class:`~atomickafka.engine.Engine`.
+"""The Kafka shell around one node's :class:`~atomickafka.core.engine.Engine`.
 
 The loop, per batch: consume up to ``batch_size`` records of the input log, decode them
 (setting malformed ones aside in the dead-letter topic with the reason), feed them to the
@@ -38,12 +38,12 @@ from confluent_kafka import Message as KafkaMessage
 from confluent_kafka._types import HeadersType
 from confluent_kafka.admin import AdminClient
 
-from atomickafka.engine import Algorithm, Engine, Output
-from atomickafka.kafka_config import consumer_config, producer_config
-from atomickafka.kafka_io import consume_batch, retry_transient, watermarks
-from atomickafka.messages import Message, MessageError, MessageType, decode, encode
+from atomickafka.core.engine import Algorithm, Engine, Output
+from atomickafka.kafka.settings import consumer_config, producer_config
+from atomickafka.kafka.consumer import consume_batch, retry_transient, watermarks
+from atomickafka.core.wire import Message, MessageError, MessageType, decode, encode
 from atomickafka.node.metrics import NodeMetrics, NodeStatus
-from atomickafka.topics import (
+from atomickafka.kafka.topics import (
     STATUS_TOPIC,
     TYPE_HEADER,
     Layout,

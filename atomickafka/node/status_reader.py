@@ -10,10 +10,10 @@ from collections.abc import Iterable
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
-from atomickafka.kafka_config import consumer_config
-from atomickafka.kafka_io import watermarks
+from atomickafka.kafka.settings import consumer_config
+from atomickafka.kafka.consumer import watermarks
 from atomickafka.node.metrics import NodeStatus
-from atomickafka.topics import STATUS_TOPIC
+from atomickafka.kafka.topics import STATUS_TOPIC
 
 __all__ = ["read_statuses", "wait_for_nodes"]
 

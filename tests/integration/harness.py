@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from atomickafka.checker import check
+from atomickafka.verify.checker import check
 from atomickafka.node import launch
 from client import AtomicKafkaClient, Delivery
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from atomickafka.topics import delivery_topic
+from atomickafka.kafka.topics import delivery_topic
 from tests.integration.harness import (
     Workload,
     assert_order_checked,

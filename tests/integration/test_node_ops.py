@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from atomickafka.node.status_reader import read_statuses, wait_for_nodes
-from atomickafka.topics import dead_letter_topic, input_topic
+from atomickafka.kafka.topics import dead_letter_topic, input_topic
 from client import AtomicKafkaClient
 from tests.integration.harness import (
     Sent,

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from atomickafka.checker import (
+from atomickafka.verify.checker import (
     UNSET,
     CheckInputError,
     DeliveryRecord,
@@ -23,7 +23,7 @@ from atomickafka.checker import (
     load_sent,
 )
 from atomickafka.cli import check_cmd, main
-from atomickafka.messages import Message, MessageType
+from atomickafka.core.wire import Message, MessageType
 
 K = ViolationKind
 

@@ -20,9 +20,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from atomickafka.engine import Algorithm, Engine
-from atomickafka.messages import MessageType
-from atomickafka.simulator import (
+from atomickafka.core.engine import Algorithm, Engine
+from atomickafka.core.wire import MessageType
+from atomickafka.verify.simulator import (
     Chaos,
     DataChooser,
     RandomChooser,
@@ -33,7 +33,7 @@ from atomickafka.simulator import (
     random_workload,
 )
 
-ALGORITHMS = [Algorithm.POC, Algorithm.OPTIMIZED]
+ALGORITHMS = list(Algorithm)
 BASE = settings().max_examples  # 60 with the dev profile, 500 with ci
 
 
@@ -52,6 +52,7 @@ def assert_correct(result: SimulationResult) -> None:
     assert report.ok, f"{report.summary()}\n{result.describe()}"
     assert result.stuck() == {}, result.describe()
     assert result.determinism_errors == [], result.determinism_errors
+    assert result.rejected_reasons() == {}, result.rejected_reasons()  # honest input
     for topic in result.topics:
         fresh = Engine(topic, algorithm=result.algorithm).handle_batch(result.logs[topic])
         replayed = [
@@ -71,6 +72,7 @@ chaos_settings = st.builds(
     replay=st.sampled_from([0.0, 0.05, 0.15]),
     delay=st.sampled_from([0.0, 0.05, 0.1]),
     crash=st.sampled_from([0.0, 0.0, 0.02, 0.05]),
+    partial_write=st.sampled_from([0.0, 0.1, 0.5]),  # direct: a client dies mid-write
     checkpoint=st.sampled_from([0.05, 0.2]),
     max_delay=st.integers(1, 40),
 )
@@ -188,7 +190,7 @@ def workloads(draw: st.DrawFn, topics: list[str]) -> Workload:
         client = draw(st.sampled_from(sorted(clients)))
         destinations = tuple(sorted(draw(st.sets(st.sampled_from(topics), min_size=1))))
         via = draw(st.sampled_from(topics))  # a destination, or any other topic: relay
-        value: Any = draw(st.none() | st.integers() | st.text(max_size=5))
+        value: Any = draw(st.none() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=5))
         send = Send(client, f"{client}-{k}", destinations, value, via)
         clients[client].append(send)
         if draw(st.integers(0, 9)) == 9:  # a client retry, via some topic
@@ -210,6 +212,14 @@ def test_drawn_schedules_keep_atomic_multicast(
     schedule: fewest duplicates, replays, delays and crashes, smallest batches."""
     topics = topic_names(n_topics)
     workload = data.draw(workloads(topics))
-    chaos = Chaos(max_batch=3, duplicate=0.1, replay=0.05, delay=0.05, crash=0.02, checkpoint=0.1)
+    chaos = Chaos(
+        max_batch=3,
+        duplicate=0.1,
+        replay=0.05,
+        delay=0.05,
+        crash=0.02,
+        checkpoint=0.1,
+        partial_write=0.2,
+    )
     sim = Simulator(topics, algorithm=algorithm, chooser=DataChooser(data), chaos=chaos)
     assert_correct(sim.run(workload))

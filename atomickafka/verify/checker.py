@@ -51,7 +51,7 @@ from typing import Any, Final
 
 import orjson
 
-from atomickafka.messages import is_valid_topic_name
+from atomickafka.core.wire import is_valid_topic_name
 
 __all__ = [
     "UNSET",
@@ -282,7 +282,8 @@ def _read_fields(item: Any) -> tuple[Any, Any, Any, Any]:
     (``UNSET`` for the value). Types are checked by the callers."""
     if isinstance(item, Mapping):
         raw = item.get("destinations", item.get("topic"))
-        return item.get("messageID"), raw, item.get("timeStamp"), item.get("value", UNSET)
+        value = item.get("value", UNSET)
+        return item.get("messageID"), raw, item.get("timeStamp"), _json_value(value)
     raw = getattr(item, "destinations", None)
     if raw is None:
         raw = getattr(item, "topic", None)
@@ -290,8 +291,20 @@ def _read_fields(item: Any) -> tuple[Any, Any, Any, Any]:
         item.messageID,
         raw,
         getattr(item, "timeStamp", None),
-        getattr(item, "value", UNSET),
+        _json_value(getattr(item, "value", UNSET)),
     )
+
+
+def _json_value(value: Any) -> Any:
+    """A value as the wire's core carries it (``bytes``: JSON text) becomes the JSON
+    value it spells; a core message that does not carry its value (``None`` bytes) has
+    an unknown value."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        try:
+            return orjson.loads(value)
+        except orjson.JSONDecodeError as exc:
+            raise CheckInputError(f"a value is not JSON text: {exc}") from None
+    return value
 
 
 def _as_sent(item: Any, key: str | None = None) -> SentMessage:

@@ -1,7 +1,7 @@
 """An in-memory simulator: N engines joined by per-topic input logs, any interleaving.
 
 Each topic has an input log (a list of records standing in for the Kafka topic) and
-one node, an :class:`~atomickafka.engine.Engine`, that reads it in order. Clients
+one node, an :class:`~atomickafka.core.engine.Engine`, that reads it in order. Clients
 append ClientMessages to any topic -- a destination, or another topic, which then
 relays. A node's outputs go where the real shell would put them: a Delivery to the
 topic's delivery stream, anything else to the end of the named topic's input log.
@@ -14,6 +14,8 @@ It can also misbehave the way Kafka and crashes do:
 - DUPLICATE: a record already in a log is appended again, later (a producer retry);
 - REPLAY: a node re-reads part of its log from an earlier position and re-feeds
   records it already processed (a restart with uncommitted offsets, state kept);
+- PARTIAL WRITE (``direct``): a client that writes a message to every destination
+  dies after writing it to only some of them;
 - CRASH: a node loses its state and restarts from its last checkpoint (an engine
   snapshot plus the log position it was taken at) and re-reads from there. Control
   records it produces again are appended again (at-least-once); deliveries it
@@ -44,9 +46,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from atomickafka.checker import CheckReport, SentMessage, check
-from atomickafka.engine import Algorithm, Engine, Output
-from atomickafka.messages import Message, MessageType, decode, encode
+from atomickafka.core.engine import Algorithm, Engine, Output, Rejection
+from atomickafka.core.wire import (
+    Message,
+    MessageType,
+    client_message,
+    decode_record,
+    encode_client,
+    encode_delivery,
+    pack_bundles,
+)
+from atomickafka.verify.checker import CheckReport, SentMessage, check
 
 __all__ = [
     "CALM",
@@ -131,7 +141,11 @@ class DataChooser:
 
 @dataclass(frozen=True, slots=True)
 class Send:
-    """One ClientMessage a client appends to topic ``via`` (a destination, or a relay)."""
+    """One ClientMessage a client appends to topic ``via`` (a destination, or a relay).
+
+    With the ``direct`` protocol a client writes a message to every destination; the
+    simulator does so for a send whose ``via`` is a destination.
+    """
 
     client: str
     messageID: str
@@ -141,13 +155,7 @@ class Send:
 
     def to_message(self) -> Message:
         """The ClientMessage record."""
-        return Message(
-            messageID=self.messageID,
-            messageType=MessageType.CLIENT,
-            topic=self.destinations,
-            value=self.value,
-            senderID=self.client,
-        )
+        return client_message(self.messageID, self.destinations, self.value, self.client)
 
 
 @dataclass(slots=True)
@@ -254,6 +262,7 @@ class Chaos:
     """
 
     max_batch: int = 4
+    partial_write: float = 0.0
     duplicate: float = 0.05
     replay: float = 0.03
     delay: float = 0.03
@@ -266,7 +275,7 @@ class Chaos:
 
 
 #: No misbehaviour at all, just interleavings.
-CALM = Chaos(duplicate=0.0, replay=0.0, delay=0.0, crash=0.0, checkpoint=0.0)
+CALM = Chaos(duplicate=0.0, replay=0.0, delay=0.0, crash=0.0, checkpoint=0.0, partial_write=0.0)
 
 EngineFactory = Callable[[str, Algorithm], Engine]
 
@@ -284,6 +293,8 @@ class SimulationResult:
     deliveries: dict[str, list[Message]]
     logs: dict[str, list[Message]]
     engines: dict[str, Engine]
+    rejected: dict[str, list[Rejection]]
+    aborted: dict[str, list[str]]
     steps: int
     quiescent: bool
     events: Counter[str]
@@ -295,6 +306,10 @@ class SimulationResult:
         if complete is None:
             complete = self.quiescent
         return check(self.sent, self.deliveries, complete=complete, **options)
+
+    def rejected_reasons(self) -> dict[str, list[str]]:
+        """Per topic, the reasons its node gave for setting input aside (when any)."""
+        return {t: [r.reason for r in rs] for t, rs in self.rejected.items() if rs}
 
     def stuck(self) -> dict[str, int]:
         """Per topic, messages its node heard of but has not delivered (when > 0)."""
@@ -338,6 +353,7 @@ class Simulator:
         chaos: Chaos = CALM,
         engine_factory: EngineFactory | None = None,
         through_codec: bool = False,
+        bundle_bytes: int = 1_000_000,
         record_trace: bool = False,
     ) -> None:
         if len(set(topics)) != len(topics) or not topics:
@@ -350,10 +366,13 @@ class Simulator:
             lambda topic, algorithm: Engine(topic, f"node-{topic}", algorithm)
         )
         self.through_codec = through_codec
+        self.bundle_bytes = bundle_bytes
         self.engines: dict[str, Engine] = {t: self._factory(t, self.algorithm) for t in topics}
         self.logs: dict[str, list[Message]] = {t: [] for t in topics}
         self.positions: dict[str, int] = dict.fromkeys(topics, 0)
         self.deliveries: dict[str, list[Message]] = {t: [] for t in topics}
+        self.rejected: dict[str, list[Rejection]] = {t: [] for t in topics}
+        self.aborted: dict[str, list[str]] = {t: [] for t in topics}
         self.sent: list[SentMessage] = []
         self.paused_until: dict[str, int] = dict.fromkeys(topics, 0)
         self.checkpoints: dict[str, tuple[dict[str, Any], int, int]] = {}
@@ -365,12 +384,23 @@ class Simulator:
 
     # ------------------------------------------------------------------ actions
 
-    def send(self, send: Send) -> None:
-        """A client appends a ClientMessage to ``send.via``'s log."""
+    def send(self, send: Send, *, partial: bool = False) -> None:
+        """A client appends a ClientMessage to ``send.via``'s log (``direct``: to every
+        destination's, or with ``partial`` to a non-empty subset chosen by the chooser)."""
         self.sent.append(SentMessage(send.messageID, frozenset(send.destinations), send.value))
-        self._append(send.via, send.to_message())
+        message = send.to_message()
+        targets = [send.via]
+        if self.algorithm is Algorithm.DIRECT and send.via in send.destinations:
+            targets = list(send.destinations)
+            if partial and len(targets) > 1:
+                keep = self.chooser.integer(1, len(targets) - 1)
+                for _ in range(len(targets) - keep):
+                    targets.pop(self.chooser.integer(0, len(targets) - 1))
+                self.events["partial_write"] += 1
+        for topic in targets:
+            self._append(topic, message)
         self.events["send"] += 1
-        self._note(f"{send.client} sends {send.messageID} to {send.destinations} via {send.via}")
+        self._note(f"{send.client} sends {send.messageID} to {send.destinations} via {targets}")
 
     def append(self, topic: str, record: Message) -> None:
         """Append any record to ``topic``'s log (for handcrafted scenarios)."""
@@ -385,12 +415,16 @@ class Simulator:
             return 0
         self.positions[topic] = start + len(records)
         self.events["batch"] += 1
-        outputs = self.engines[topic].handle_batch(records)
+        step = self.engines[topic].step(records)
         self._note(
             f"{topic} reads [{start}:{start + len(records)}] "
             + " ".join(f"{r.messageType.value[:3]}:{r.messageID}" for r in records)
         )
-        self._route(topic, outputs)
+        self.rejected[topic].extend(step.rejected)
+        self.aborted[topic].extend(a.messageID for a in step.aborted)
+        for rejection in step.rejected:
+            self._note(f"{topic} REFUSES {rejection.message.messageID}: {rejection.reason}")
+        self._route(topic, step.outputs)
         return len(records)
 
     def duplicate(self, topic: str, index: int) -> None:
@@ -473,7 +507,8 @@ class Simulator:
                 continue  # every node with work is paused: time passes
             pick = chooser.integer(0, n_choices - 1)
             if pick < len(senders):
-                self.send(queues[senders[pick]].popleft())
+                partial = chaos_until is None and chooser.chance(chaos.partial_write)
+                self.send(queues[senders[pick]].popleft(), partial=partial)
             else:
                 topic = runnable[pick - len(senders)]
                 self.step_node(topic, chooser.integer(1, chaos.max_batch))
@@ -496,6 +531,8 @@ class Simulator:
             deliveries={t: list(d) for t, d in self.deliveries.items()},
             logs=self.logs,
             engines=self.engines,
+            rejected={t: list(r) for t, r in self.rejected.items()},
+            aborted={t: list(a) for t, a in self.aborted.items()},
             steps=self.step_count,
             quiescent=self.unread() == 0,
             events=Counter(self.events),
@@ -534,16 +571,36 @@ class Simulator:
     def _append(self, topic: str, record: Message) -> None:
         if topic not in self.logs:
             raise KeyError(f"no topic {topic!r} in this simulation")
-        if self.through_codec:
-            record = decode(encode(record))
+        if self.through_codec and record.messageType is MessageType.CLIENT:
+            (record,) = decode_record(encode_client(record))
         self.logs[topic].append(record)
 
     def _route(self, source: str, outputs: Iterable[Output]) -> None:
+        """Deliveries to the delivery stream; the control messages of one batch to one
+        topic in order (with ``through_codec`` packed into bundles and decoded again)."""
+        control: dict[str, list[Message]] = {}
         for topic, message in outputs:
             if message.messageType is MessageType.DELIVERY:
+                if self.through_codec:
+                    (message,) = decode_record(encode_delivery(message))
                 self._deliver(source, topic, message)
             else:
-                self._append(topic, message)
+                control.setdefault(topic, []).append(message)
+        for topic, messages in control.items():
+            if topic not in self.logs:
+                raise KeyError(f"no topic {topic!r} in this simulation")
+            if self.through_codec:
+                engine = self.engines[source]
+                for record in pack_bundles(
+                    messages,
+                    sender_id=engine.node_id,
+                    sent_from=source,
+                    protocol=engine.algorithm.value,
+                    max_bytes=self.bundle_bytes,
+                ):
+                    self.logs[topic].extend(decode_record(record))
+            else:
+                self.logs[topic].extend(messages)
 
     def _deliver(self, source: str, topic: str, message: Message) -> None:
         if topic != source:
@@ -555,7 +612,11 @@ class Simulator:
         self._cursor[topic] = cursor + 1
         if cursor < len(stream):  # re-produced after a crash: must be what was written
             before = stream[cursor]
-            if (before.messageID, before.timeStamp) != (message.messageID, message.timeStamp):
+            if (before.messageID, before.timeStamp, before.value) != (
+                message.messageID,
+                message.timeStamp,
+                message.value,
+            ):
                 self.determinism_errors.append(
                     f"{topic} re-delivered {message.messageID}@{message.timeStamp} at "
                     f"position {cursor} after a restart, where {before.messageID}@"

@@ -1,0 +1,164 @@
+"""The options every command shares, spelled as the Kafka tools spell them.
+
+- ``--bootstrap-server HOST:PORT[,...]`` (required, or optional where the embedded
+  local broker is the fallback);
+- ``-X key=value`` (repeatable): librdkafka settings passed through to every client the
+  command creates, parsed and checked here so that a malformed pair is one clear line
+  and exit status 2, whichever command it was given to;
+- ``--topic`` and ``--to`` (destination lists), checked with the wire format's rules;
+- ``--log-level``.
+
+:func:`guarded` turns the errors a user can cause (a bad value, an unknown librdkafka
+property, a broker that cannot be started) into ``atomickafka CMD: reason`` and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from confluent_kafka import KafkaException
+
+from atomickafka.core.wire import MessageError, parse_destinations
+
+__all__ = [
+    "EXIT_USAGE",
+    "LOG_LEVELS",
+    "OverridesAction",
+    "add_bootstrap",
+    "add_destinations",
+    "add_log_level",
+    "add_overrides",
+    "fail",
+    "guarded",
+    "resolve_bootstrap",
+]
+
+#: Exit status for bad input (argparse uses it too).
+EXIT_USAGE: Final = 2
+LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+
+
+class OverridesAction(argparse.Action):
+    """``-X key=value``: collect the pairs into a dict, rejecting malformed ones."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        pair = str(values)
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            parser.error(f"-X expects key=value, got {pair!r}")
+        current = dict(getattr(namespace, self.dest, None) or {})
+        current[key.strip()] = value
+        setattr(namespace, self.dest, current)
+
+
+def add_bootstrap(parser: argparse.ArgumentParser, *, local_fallback: bool = False) -> None:
+    """``--bootstrap-server``; with ``local_fallback`` it is optional and
+    :func:`resolve_bootstrap` starts (or reuses) the embedded local broker without it."""
+    if local_fallback:
+        parser.add_argument(
+            "--bootstrap-server",
+            "--bootstrap-servers",
+            dest="bootstrap_server",
+            default=None,
+            metavar="HOST:PORT[,...]",
+            help="Kafka to use (default: start or reuse the embedded local broker)",
+        )
+    else:
+        parser.add_argument(
+            "--bootstrap-server",
+            "--bootstrap-servers",
+            dest="bootstrap_server",
+            required=True,
+            metavar="HOST:PORT[,...]",
+            help="Kafka brokers to connect to",
+        )
+
+
+def add_overrides(parser: argparse.ArgumentParser) -> None:
+    """``-X key=value`` (repeatable) into ``args.overrides`` (a dict, empty by default)."""
+    parser.add_argument(
+        "-X",
+        dest="overrides",
+        action=OverridesAction,
+        default={},
+        metavar="KEY=VALUE",
+        help="librdkafka setting passed through to every Kafka client (repeatable)",
+    )
+
+
+def add_destinations(parser: argparse.ArgumentParser, *flags: str, required: bool = True) -> None:
+    """A comma-separated destination list (``--to T1,T3``), checked as topic names."""
+
+    def destinations(text: str) -> tuple[str, ...]:
+        try:
+            return parse_destinations([t.strip() for t in text.split(",") if t.strip()])
+        except MessageError as exc:
+            raise argparse.ArgumentTypeError(exc.reason + _shown(exc)) from None
+
+    parser.add_argument(
+        *(flags or ("--to",)),
+        type=destinations,
+        required=required,
+        metavar="T1,T2,...",
+        help="destination topics, comma-separated",
+    )
+
+
+def _shown(exc: MessageError) -> str:
+    text = str(exc)
+    start = text.find(" (got ")
+    return text[start:] if start >= 0 else ""
+
+
+def add_log_level(parser: argparse.ArgumentParser, default: str = "info") -> None:
+    """``--log-level``."""
+    parser.add_argument(
+        "--log-level", choices=LOG_LEVELS, default=default, help=f"log level ({default})"
+    )
+
+
+def resolve_bootstrap(bootstrap: str | None) -> str:
+    """``bootstrap``, or that of the embedded local broker, started if it is not running."""
+    if bootstrap is not None:
+        return bootstrap
+    from atomickafka.localkafka import ensure_broker  # noqa: PLC0415 (starts Java only here)
+
+    return ensure_broker()
+
+
+def fail(command: str, reason: object, status: int = EXIT_USAGE) -> int:
+    """Print ``atomickafka COMMAND: reason`` on stderr; return ``status``."""
+    print(f"atomickafka {command}: {reason}", file=sys.stderr)
+    return status
+
+
+def guarded(
+    command: str, run: Callable[[argparse.Namespace], int]
+) -> Callable[[argparse.Namespace], int]:
+    """Wrap a command so that the errors a user causes are one line and exit status 2.
+
+    ``ValueError`` (bad values, including :class:`~atomickafka.core.wire.MessageError`)
+    and librdkafka's configuration errors (an unknown ``-X`` property, a bad value for
+    one) are reported; anything else is a bug and keeps its traceback.
+    """
+
+    def wrapped(args: argparse.Namespace) -> int:
+        try:
+            return run(args)
+        except ValueError as exc:
+            return fail(command, exc)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else exc
+            text = getattr(err, "str", lambda: str(err))()
+            return fail(command, f"Kafka: {text}")
+
+    return wrapped

@@ -1,0 +1,596 @@
+"""The AtomicKafka wire format (``docs/DESIGN.md`` §3) and its codec.
+
+Three kinds of Kafka record carry AtomicKafka messages; the field names are the
+thesis's (Listings 4.3 and 4.4):
+
+ClientMessage
+    One JSON object, written by a client (or copied by a relaying node) into a
+    topic's input log: ``messageID``, ``senderID``, ``messageType``, ``value`` (any
+    JSON value), ``topic`` (the destination list), ``formatVersion`` and, for copies,
+    ``sentFromTopic``.
+DeliveryMessage
+    One JSON object per delivered message, in final order, with ``timeStamp`` (the
+    final timestamp), ``sentFromTopic`` (the delivering topic) and ``protocol``; any
+    plain Kafka consumer can read it.
+Bundle
+    The control messages (``NotifyMessage``, ``AckMessage``, ``DecidedMessage``,
+    ``AbortMessage``, relayed ``ClientMessage`` copies) that one batch of one node
+    addresses to one topic, in one record: a first line holding a JSON header
+    ``{"messageType": "Bundle", "senderID", "sentFromTopic", "protocol",
+    "formatVersion", "messages": [...]}`` and, after the newline, the raw JSON values
+    of the messages that carry one, back to back; each such message gives its
+    ``valueBytes``. Values travel as opaque bytes: no hop parses or re-encodes them.
+
+A ``TickMessage`` (one JSON object with ``timeStamp``) moves a partition layer's
+clock; the merger writes it (§8).
+
+Inside the core a value is ``bytes``: the JSON text of the payload (``b"null"`` is
+JSON null); ``None`` means "not carried here". A node turns a ClientMessage's value
+into bytes once, on first hearing, with orjson: numbers then read as orjson reads them
+(integers beyond 64 bits become floats). The ``digest`` of a value names the message
+version: records about one ``messageID`` with another digest or destination list are
+about a different message that reuses the id (§4.4).
+
+:func:`decode_record` validates strictly and names the offending field; unknown fields
+are tolerated, so newer writers do not break older readers, but a ``formatVersion``
+newer than :data:`FORMAT_VERSION` is refused. Destination lists are sets, normalised to
+a sorted tuple without repeats, which is also what makes every node iterate them in the
+same order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from enum import StrEnum
+from typing import Any, Final, NamedTuple
+
+import orjson
+
+__all__ = [
+    "CONTROL_TYPES",
+    "FORMAT_VERSION",
+    "MAX_ID_LENGTH",
+    "MAX_RECORD_BYTES",
+    "MAX_TIMESTAMP",
+    "MAX_VALUE_BYTES",
+    "Message",
+    "MessageError",
+    "MessageType",
+    "client_message",
+    "decode_record",
+    "encode_bundle",
+    "encode_client",
+    "encode_delivery",
+    "encode_tick",
+    "envelope_bytes",
+    "is_valid_topic_name",
+    "pack_bundles",
+    "parse_destinations",
+    "value_bytes",
+    "value_digest",
+]
+
+
+class MessageType(StrEnum):
+    """The ``messageType`` field: what a message is for."""
+
+    CLIENT = "ClientMessage"
+    NOTIFY = "NotifyMessage"
+    ACK = "AckMessage"
+    DECIDED = "DecidedMessage"
+    ABORT = "AbortMessage"
+    DELIVERY = "DeliveryMessage"
+    PARTITION_DELIVERY = "PartitionDeliveryMessage"
+    TICK = "TickMessage"
+    BUNDLE = "Bundle"
+
+
+#: Messages exchanged between nodes only; a filtering client never shows them.
+CONTROL_TYPES: Final = frozenset(
+    {MessageType.NOTIFY, MessageType.ACK, MessageType.DECIDED, MessageType.ABORT}
+)
+#: What a bundle may hold.
+BUNDLED_TYPES: Final = CONTROL_TYPES | {MessageType.CLIENT}
+#: Types whose ``timeStamp`` is mandatory.
+_TIMESTAMPED: Final = frozenset(
+    {
+        MessageType.NOTIFY,
+        MessageType.ACK,
+        MessageType.DECIDED,
+        MessageType.DELIVERY,
+        MessageType.PARTITION_DELIVERY,
+        MessageType.TICK,
+    }
+)
+
+#: The format this code writes. Version 1 is the thesis's (no ``formatVersion`` field,
+#: one record per control message); its ClientMessages are still read.
+FORMAT_VERSION: Final = 2
+#: Largest timestamp on the wire: the largest integer every JSON reader holds exactly.
+MAX_TIMESTAMP: Final = 2**53 - 1
+MAX_ID_LENGTH: Final = 512
+#: Default limit on a value's JSON text. Its Notify, bundle and Delivery copies then fit
+#: the producer's default ``message.max.bytes`` (1,000,000) with room for the fields.
+MAX_VALUE_BYTES: Final = 900_000
+#: Largest record a node produces: librdkafka's default ``message.max.bytes``.
+MAX_RECORD_BYTES: Final = 1_000_000
+_TOPIC_NAME: Final = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_SHOWN: Final = 60
+_BUNDLE_PREFIX: Final = b'{"messageType":"Bundle"'
+
+
+class MessageError(ValueError):
+    """A record that is not a valid AtomicKafka message.
+
+    ``field`` names the offending field (``None`` when the record is not a JSON object at
+    all) and ``reason`` says what was wrong; ``str(error)`` shows both and the offending
+    value, shortened.
+    """
+
+    def __init__(self, field: str | None, reason: str, value: object = None) -> None:
+        self.field = field
+        self.reason = reason
+        shown = repr(value)
+        if len(shown) > _SHOWN:
+            shown = shown[: _SHOWN - 3] + "..."
+        where = f"field {field!r}" if field else "record"
+        text = f"{where}: {reason}"
+        if value is not None:
+            text += f" (got {shown})"
+        super().__init__(text)
+
+
+class Message(NamedTuple):
+    """One AtomicKafka message, as the core sees it.
+
+    ``topic`` is the destination set (sorted, no repeats). ``value`` is the payload's
+    JSON text, or ``None`` when this message does not carry it. ``timeStamp`` is a
+    Lamport timestamp: a proposal on Notify/Ack, the final one on Decided/Delivery.
+    ``digest`` names the message version (:func:`value_digest` of the value).
+    ``protocol`` is the ordering protocol of the node that wrote a control message.
+    A message's place in the final order is ``(timeStamp, messageID)``.
+    """
+
+    messageID: str
+    messageType: MessageType
+    topic: tuple[str, ...]
+    value: bytes | None = None
+    senderID: str = ""
+    sentFromTopic: str | None = None
+    timeStamp: int | None = None
+    partitionID: int | None = None
+    digest: str | None = None
+    protocol: str | None = None
+
+
+# ---------------------------------------------------------------------------- values
+
+
+def value_bytes(value: Any) -> bytes:
+    """The JSON text of a Python value, as a node carries it; raises :class:`MessageError`
+    for what JSON cannot hold (e.g. integers beyond 64 bits, non-string keys)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError as exc:
+        raise MessageError("value", f"not a JSON value: {exc}", value) from None
+
+
+def value_digest(value: bytes) -> str:
+    """A short, stable name for a value: 16 hex digits of BLAKE2b."""
+    return hashlib.blake2b(value, digest_size=8).hexdigest()
+
+
+def client_message(
+    message_id: str,
+    destinations: Iterable[str],
+    value: Any,
+    sender_id: str = "",
+    partition: int | None = None,
+) -> Message:
+    """A validated ClientMessage for ``value`` (a Python value) to ``destinations``."""
+    _check_id("messageID", message_id)
+    data = value_bytes(value)
+    return Message(
+        messageID=message_id,
+        messageType=MessageType.CLIENT,
+        topic=parse_destinations(destinations),
+        value=data,
+        senderID=sender_id,
+        partitionID=partition,
+        digest=value_digest(data),
+    )
+
+
+# ---------------------------------------------------------------------------- names
+
+
+def is_valid_topic_name(name: object) -> bool:
+    """True when ``name`` is a legal Kafka topic name."""
+    return isinstance(name, str) and _TOPIC_NAME.fullmatch(name) is not None and name not in {
+        ".",
+        "..",
+    }
+
+
+def parse_destinations(raw: object) -> tuple[str, ...]:
+    """A destination list as the sorted tuple every node uses; :class:`MessageError` if
+    it is empty or names something that is not a legal topic name. A lone string is a
+    list of one."""
+    if isinstance(raw, str):
+        raw = [raw]
+    if isinstance(raw, Mapping | bytes | bytearray):
+        raise MessageError("topic", "must be a list of topic names", raw)
+    if not isinstance(raw, list | tuple):
+        try:
+            raw = list(raw)  # type: ignore[call-overload]
+        except TypeError:
+            raise MessageError("topic", "must be a list of topic names", raw) from None
+    for name in raw:
+        if not isinstance(name, str):
+            raise MessageError("topic", "destination is not a valid Kafka topic name", name)
+    key = tuple(raw)
+    known = _KNOWN_DESTINATIONS.get(key)
+    if known is not None:
+        return known
+    if not key:
+        raise MessageError("topic", "must name at least one destination topic", list(key))
+    for name in key:
+        if not is_valid_topic_name(name):
+            raise MessageError("topic", "destination is not a valid Kafka topic name", name)
+    normalised = tuple(sorted(set(key)))
+    if len(_KNOWN_DESTINATIONS) >= _KNOWN_DESTINATIONS_MAX:
+        _KNOWN_DESTINATIONS.clear()
+    _KNOWN_DESTINATIONS[key] = normalised
+    return normalised
+
+
+#: Destination lists already validated and normalised; a node sees the same few sets
+#: over and over, so this spares a regex match per topic per message.
+_KNOWN_DESTINATIONS: dict[tuple[str, ...], tuple[str, ...]] = {}
+_KNOWN_DESTINATIONS_MAX = 4096
+
+
+def _check_id(field: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise MessageError(field, "must be a string", value)
+    if not value or len(value) > MAX_ID_LENGTH:
+        raise MessageError(field, f"must have 1 to {MAX_ID_LENGTH} characters", value)
+    return value
+
+
+def _timestamp(obj: dict[str, Any], required: bool, what: str) -> int | None:
+    value = obj.get("timeStamp")
+    if value is None:
+        if required:
+            raise MessageError("timeStamp", f"required on {what}")
+        return None
+    if type(value) is not int or not 0 <= value <= MAX_TIMESTAMP:
+        raise MessageError("timeStamp", f"must be an integer from 0 to {MAX_TIMESTAMP}", value)
+    return value
+
+
+def _optional_partition(obj: dict[str, Any]) -> int | None:
+    value = obj.get("partitionID")
+    if value is None:
+        return None
+    if type(value) is not int or not 0 <= value < 1 << 31:
+        raise MessageError("partitionID", "must be a non-negative 32-bit integer", value)
+    return value
+
+
+def _optional_str(obj: dict[str, Any], field: str) -> str | None:
+    value = obj.get(field)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise MessageError(field, "must be a string", value)
+    return value
+
+
+def _sender(obj: dict[str, Any]) -> str:
+    sender = obj.get("senderID", "")
+    if isinstance(sender, int) and not isinstance(sender, bool):
+        return str(sender)  # the thesis examples use numeric sender ids
+    if not isinstance(sender, str):
+        raise MessageError("senderID", "must be a string", sender)
+    return sender
+
+
+def _format_version(obj: dict[str, Any]) -> int:
+    version = obj.get("formatVersion", 1)
+    if type(version) is not int or version < 1:
+        raise MessageError("formatVersion", "must be a positive integer", version)
+    if version > FORMAT_VERSION:
+        raise MessageError(
+            "formatVersion",
+            f"format {version} is newer than this node reads ({FORMAT_VERSION}); upgrade it",
+            version,
+        )
+    return version
+
+
+def _message_type(obj: dict[str, Any], allowed: frozenset[MessageType]) -> MessageType:
+    raw = obj.get("messageType")
+    try:
+        kind = MessageType(raw) if isinstance(raw, str) else None
+    except ValueError:
+        kind = None
+    if kind is None or kind not in allowed:
+        names = ", ".join(sorted(t.value for t in allowed))
+        raise MessageError("messageType", f"must be one of {names}", raw)
+    return kind
+
+
+# ---------------------------------------------------------------------------- decoding
+
+_RECORD_TYPES: Final = frozenset(
+    {
+        MessageType.CLIENT,
+        MessageType.DELIVERY,
+        MessageType.PARTITION_DELIVERY,
+        MessageType.TICK,
+        MessageType.NOTIFY,
+        MessageType.ACK,
+        MessageType.DECIDED,
+        MessageType.BUNDLE,
+    }
+)
+
+
+def decode_record(data: bytes | str) -> list[Message]:
+    """The messages one Kafka record value holds; :class:`MessageError` if it is invalid.
+
+    A ClientMessage, Delivery or Tick record holds one message, a Bundle several. A
+    format-1 (thesis) control record holds one message without a protocol; the engine
+    sets such messages aside.
+    """
+    raw = data.encode() if isinstance(data, str) else data
+    if raw.startswith(_BUNDLE_PREFIX):
+        return _decode_bundle(raw)
+    obj = _json_object(raw)
+    kind = _message_type(obj, _RECORD_TYPES)
+    if kind is MessageType.BUNDLE:
+        raise MessageError(None, "a Bundle must start with its header line")
+    _format_version(obj)
+    if kind is MessageType.TICK:
+        return [
+            Message(
+                messageID=_check_id("messageID", obj.get("messageID", "tick")),
+                messageType=kind,
+                topic=(),
+                senderID=_sender(obj),
+                timeStamp=_timestamp(obj, True, kind.value),
+                partitionID=_optional_partition(obj),
+            )
+        ]
+    if "messageID" not in obj:
+        raise MessageError("messageID", "is missing")
+    if "topic" not in obj:
+        raise MessageError("topic", "is missing")
+    value = value_bytes(obj["value"]) if "value" in obj else None
+    if kind is MessageType.CLIENT and value is None:
+        raise MessageError("value", "is missing (use null for no value)")
+    sent_from = _optional_str(obj, "sentFromTopic")
+    if kind in CONTROL_TYPES and sent_from is None:
+        raise MessageError("sentFromTopic", f"required on {kind.value}")
+    return [
+        Message(
+            messageID=_check_id("messageID", obj["messageID"]),
+            messageType=kind,
+            topic=parse_destinations(obj["topic"]),
+            value=value,
+            senderID=_sender(obj),
+            sentFromTopic=sent_from,
+            timeStamp=_timestamp(obj, kind in _TIMESTAMPED, kind.value),
+            partitionID=_optional_partition(obj),
+            digest=value_digest(value) if value is not None else _optional_str(obj, "digest"),
+            protocol=_optional_str(obj, "protocol"),
+        )
+    ]
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise MessageError(None, f"not valid JSON: {exc}", raw) from None
+    if not isinstance(obj, dict):
+        raise MessageError(None, "must be a JSON object", obj)
+    return obj
+
+
+def _decode_bundle(raw: bytes) -> list[Message]:
+    end = raw.find(b"\n")
+    header = _json_object(raw if end < 0 else raw[:end])
+    _format_version(header)
+    sender = _sender(header)
+    sent_from = _optional_str(header, "sentFromTopic")
+    if sent_from is None:
+        raise MessageError("sentFromTopic", "required on a Bundle")
+    protocol = _optional_str(header, "protocol")
+    partition = _optional_partition(header)
+    entries = header.get("messages")
+    if not isinstance(entries, list) or not entries:
+        raise MessageError("messages", "must be a non-empty list", entries)
+    body = memoryview(raw)[end + 1 :] if end >= 0 else memoryview(b"")
+    position = 0
+    out: list[Message] = []
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise MessageError(f"messages[{index}]", "must be a JSON object", entry)
+        kind = _message_type(entry, BUNDLED_TYPES)
+        size = entry.get("valueBytes")
+        value: bytes | None = None
+        if size is not None:
+            if type(size) is not int or size < 0 or position + size > len(body):
+                raise MessageError(
+                    f"messages[{index}].valueBytes", "does not fit the bundle's body", size
+                )
+            value = bytes(body[position : position + size])
+            position += size
+        elif kind is MessageType.CLIENT:
+            raise MessageError(f"messages[{index}].valueBytes", "required on a ClientMessage")
+        digest = _optional_str(entry, "digest")
+        if digest is None:
+            if value is None:
+                raise MessageError(f"messages[{index}].digest", f"required on {kind.value}")
+            digest = value_digest(value)
+        if "topic" not in entry:
+            raise MessageError(f"messages[{index}].topic", "is missing")
+        out.append(
+            Message(
+                messageID=_check_id(f"messages[{index}].messageID", entry.get("messageID")),
+                messageType=kind,
+                topic=parse_destinations(entry["topic"]),
+                value=value,
+                senderID=sender,
+                sentFromTopic=sent_from,
+                timeStamp=_timestamp(entry, kind in _TIMESTAMPED, kind.value),
+                partitionID=partition,
+                digest=digest,
+                protocol=protocol,
+            )
+        )
+    if position != len(body):
+        raise MessageError("messages", f"{len(body) - position} bytes of the body are unclaimed")
+    return out
+
+
+# ---------------------------------------------------------------------------- encoding
+
+
+def encode_client(message: Message) -> bytes:
+    """A ClientMessage record (a client's, or a relay's copy when ``sentFromTopic``)."""
+    out: dict[str, Any] = {
+        "messageID": message.messageID,
+        "senderID": message.senderID,
+        "messageType": MessageType.CLIENT.value,
+        "value": orjson.Fragment(message.value if message.value is not None else b"null"),
+        "topic": list(message.topic),
+        "formatVersion": FORMAT_VERSION,
+    }
+    if message.sentFromTopic is not None:
+        out["sentFromTopic"] = message.sentFromTopic
+    if message.partitionID is not None:
+        out["partitionID"] = message.partitionID
+    return orjson.dumps(out)
+
+
+def encode_delivery(message: Message) -> bytes:
+    """A DeliveryMessage (or PartitionDeliveryMessage) record, thesis fields first."""
+    assert message.value is not None and message.timeStamp is not None
+    out: dict[str, Any] = {
+        "messageID": message.messageID,
+        "senderID": message.senderID,
+        "messageType": message.messageType.value,
+        "value": orjson.Fragment(message.value),
+        "topic": list(message.topic),
+        "sentFromTopic": message.sentFromTopic,
+        "timeStamp": message.timeStamp,
+        "formatVersion": FORMAT_VERSION,
+        "digest": message.digest,
+    }
+    if message.protocol is not None:
+        out["protocol"] = message.protocol
+    if message.partitionID is not None:
+        out["partitionID"] = message.partitionID
+    return orjson.dumps(out)
+
+
+def encode_tick(sender_id: str, timestamp: int, partition: int | None = None) -> bytes:
+    """A TickMessage record: moves a layer's clock to at least ``timestamp``."""
+    out: dict[str, Any] = {
+        "messageID": f"tick-{timestamp}",
+        "senderID": sender_id,
+        "messageType": MessageType.TICK.value,
+        "timeStamp": timestamp,
+        "formatVersion": FORMAT_VERSION,
+    }
+    if partition is not None:
+        out["partitionID"] = partition
+    return orjson.dumps(out)
+
+
+def _bundle_entry(message: Message) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "messageID": message.messageID,
+        "messageType": message.messageType.value,
+        "topic": list(message.topic),
+        "digest": message.digest,
+    }
+    if message.timeStamp is not None:
+        entry["timeStamp"] = message.timeStamp
+    if message.value is not None:
+        entry["valueBytes"] = len(message.value)
+    return entry
+
+
+def encode_bundle(
+    messages: Sequence[Message],
+    *,
+    sender_id: str,
+    sent_from: str,
+    protocol: str,
+    partition: int | None = None,
+) -> bytes:
+    """One Bundle record holding ``messages`` (header line, then the values)."""
+    header: dict[str, Any] = {
+        "messageType": MessageType.BUNDLE.value,
+        "senderID": sender_id,
+        "sentFromTopic": sent_from,
+        "protocol": protocol,
+        "formatVersion": FORMAT_VERSION,
+    }
+    if partition is not None:
+        header["partitionID"] = partition
+    header["messages"] = [_bundle_entry(m) for m in messages]
+    values = [m.value for m in messages if m.value is not None]
+    return b"\n".join((orjson.dumps(header), b"".join(values)))
+
+
+def envelope_bytes(message_id: str, destinations: Sequence[str]) -> int:
+    """An upper bound of what a record adds to a message's value: its fields, ids and
+    names (escaped JSON can be six times the text), and the Kafka record's overhead."""
+    return 1000 + 6 * len(message_id) + sum(len(t) + 3 for t in destinations)
+
+
+def pack_bundles(
+    messages: Sequence[Message],
+    *,
+    sender_id: str,
+    sent_from: str,
+    protocol: str,
+    partition: int | None = None,
+    max_bytes: int = MAX_RECORD_BYTES,
+) -> Iterator[bytes]:
+    """``messages`` as few Bundle records as fit ``max_bytes`` each, in order.
+
+    A message too large for a record of its own still gets one (the engine refuses
+    values that could not fit, so this only happens with a too small ``max_bytes``);
+    the producer then reports it and the node sets it aside.
+    """
+    start = 0
+    size = 200 + len(sender_id) + len(sent_from)
+    for index, message in enumerate(messages):
+        cost = envelope_bytes(message.messageID, message.topic) + len(message.value or b"")
+        if index > start and size + cost > max_bytes:
+            yield encode_bundle(
+                messages[start:index],
+                sender_id=sender_id,
+                sent_from=sent_from,
+                protocol=protocol,
+                partition=partition,
+            )
+            start = index
+            size = 200 + len(sender_id) + len(sent_from)
+        size += cost
+    if start < len(messages):
+        yield encode_bundle(
+            messages[start:],
+            sender_id=sender_id,
+            sent_from=sent_from,
+            protocol=protocol,
+            partition=partition,
+        )

@@ -1,0 +1,72 @@
+"""librdkafka settings: the defaults of each role, merged with the user's ``-X`` overrides.
+
+Every Kafka client AtomicKafka creates takes its configuration from here, so a default
+lives in one place. The overrides (``-X key=value`` on the command line) always win.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+__all__ = [
+    "CONSUMER_DEFAULTS",
+    "PRODUCER_DEFAULTS",
+    "admin_config",
+    "consumer_config",
+    "producer_config",
+]
+
+#: Producer defaults: durable (idempotent, acks=all) and batched. On a small machine the
+#: broker's CPU per request is what limits latency under load, so a 5 ms linger (fewer,
+#: fuller produce requests) beat 0-2 ms there; measured with ``atomickafka bench``.
+PRODUCER_DEFAULTS: Final[Mapping[str, str | int | bool]] = {
+    "enable.idempotence": True,
+    "acks": "all",
+    "linger.ms": 5,
+    "batch.num.messages": 10000,
+    "queue.buffering.max.messages": 500000,
+    "retry.backoff.ms": 20,
+    "socket.nagle.disable": True,
+}
+
+#: Consumer defaults: manual commits, start from the beginning. ``fetch.min.bytes=1``
+#: answers a fetch as soon as anything is there; the wait only bounds idle polling.
+CONSUMER_DEFAULTS: Final[Mapping[str, str | int | bool]] = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "auto.offset.reset": "earliest",
+    "fetch.wait.max.ms": 100,
+    "fetch.min.bytes": 1,
+    "socket.nagle.disable": True,
+}
+
+
+def producer_config(
+    bootstrap: str, overrides: Mapping[str, str] | None = None, **extra: str | int | bool
+) -> dict[str, str | int | bool]:
+    """A producer configuration: defaults, then ``extra``, then the user's ``-X`` overrides."""
+    return {"bootstrap.servers": bootstrap, **PRODUCER_DEFAULTS, **extra, **(overrides or {})}
+
+
+def consumer_config(
+    bootstrap: str,
+    group_id: str,
+    overrides: Mapping[str, str] | None = None,
+    **extra: str | int | bool,
+) -> dict[str, str | int | bool]:
+    """A consumer configuration: defaults, then ``extra``, then the user's ``-X`` overrides."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "group.id": group_id,
+        **CONSUMER_DEFAULTS,
+        **extra,
+        **(overrides or {}),
+    }
+
+
+def admin_config(
+    bootstrap: str, overrides: Mapping[str, str] | None = None
+) -> dict[str, str | int | bool]:
+    """An AdminClient configuration: the bootstrap and the user's ``-X`` overrides."""
+    return {"bootstrap.servers": bootstrap, **(overrides or {})}

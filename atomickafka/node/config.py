@@ -1,0 +1,92 @@
+"""The configuration of a node and of a cluster of nodes: every default in one place.
+
+A :class:`NodeConfig` is everything one node process needs. The ``cluster`` command
+builds one :class:`ClusterConfig` and hands each child process its own
+:class:`NodeConfig` (:meth:`ClusterConfig.node_configs`), as an object: no command line
+is rebuilt on the way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Final
+
+from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
+from atomickafka.core.wire import MAX_VALUE_BYTES
+from atomickafka.kafka.topics import Layout
+
+__all__ = ["DEFAULT_BATCH_SIZE", "ClusterConfig", "NodeConfig"]
+
+#: Input records a node takes per batch (one engine step, one commit unit).
+DEFAULT_BATCH_SIZE: Final = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """Everything one node needs to run (see ``docs/DESIGN.md`` §5 for the topics)."""
+
+    bootstrap: str
+    topic: str
+    algorithm: Algorithm = DEFAULT_ALGORITHM
+    layout: Layout = Layout.SPLIT
+    overrides: Mapping[str, str] = field(default_factory=dict)
+    batch_size: int = DEFAULT_BATCH_SIZE
+    poll_timeout_s: float = 0.05
+    status_interval_s: float = 1.0
+    commit_interval_s: float = 0.1
+    create_topics: bool = True
+    max_value_bytes: int = MAX_VALUE_BYTES
+    #: A queue head older than this is logged as stuck, naming what it waits for.
+    stuck_after_s: float = 10.0
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "algorithm", Algorithm(self.algorithm))
+        object.__setattr__(self, "layout", Layout(self.layout))
+        object.__setattr__(self, "overrides", dict(self.overrides))
+        if self.batch_size < 1:
+            raise ValueError(f"batch size must be at least 1, not {self.batch_size}")
+
+    @property
+    def node_id(self) -> str:
+        """Stable across restarts, so that replayed outputs equal the originals."""
+        return f"node-{self.topic}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (for logs and for handing the configuration on)."""
+        data = asdict(self)
+        data["algorithm"] = self.algorithm.value
+        data["layout"] = self.layout.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> NodeConfig:
+        """Inverse of :meth:`to_dict`; unknown keys are an error."""
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown node settings: {', '.join(sorted(unknown))}")
+        return cls(**data)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """One node per topic, all sharing ``node`` but for the topic."""
+
+    topics: tuple[str, ...]
+    node: NodeConfig
+    #: Seconds a stopping child gets after SIGTERM before it is killed.
+    grace_s: float = 20.0
+    #: Longest wait before restarting a child that keeps failing.
+    max_backoff_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not self.topics:
+            raise ValueError("a cluster needs at least one topic")
+        if len(set(self.topics)) != len(self.topics):
+            raise ValueError("the cluster's topics must be distinct")
+
+    def node_configs(self) -> list[NodeConfig]:
+        """The configuration of each topic's node."""
+        return [replace(self.node, topic=topic) for topic in self.topics]

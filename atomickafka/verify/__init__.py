@@ -1,0 +1,1 @@
+"""Verification: the independent order checker and the in-memory simulator."""

@@ -1,0 +1,319 @@
+"""Bad input never stops or stalls a topic (docs/DESIGN.md §4.9).
+
+Each test is one way a single record, or one reused id, used to take a topic down:
+a value lost to an early Ack (§4.9.1), a timestamp that exhausts the clock (§4.9.3), a
+reused messageID (§4.9.4), another protocol (§4.9.6), a value too big to copy (§4.9.2).
+A refused message changes nothing: no state, no clock, no output but the Aborts that
+free other destinations.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from atomickafka.core.engine import MAX_CLOCK_STEP, Algorithm, Engine, Output
+from atomickafka.core.wire import MAX_TIMESTAMP, MessageType, value_digest
+from atomickafka.verify.checker import ViolationKind, check
+from atomickafka.verify.simulator import (
+    CALM,
+    Chaos,
+    RandomChooser,
+    Send,
+    Simulator,
+    integer_ids,
+    random_workload,
+)
+from tests.unit.records import abort, ack, client, decided, notify, tick, v
+
+ALGORITHMS = list(Algorithm)
+BASE = settings().max_examples
+
+
+def types(outputs: list[Output]) -> list[tuple[str, str, str]]:
+    return [(o.topic, o.message.messageType.value, o.message.messageID) for o in outputs]
+
+
+def state(engine: Engine) -> dict[str, Any]:
+    snap = engine.snapshot()
+    del snap["stats"]
+    return snap
+
+
+# ---------------------------------------------------------------------------- §4.9.1
+
+
+def test_an_early_ack_never_costs_the_value() -> None:
+    """poc: C's Ack reaches B before anything else; then the client's own copy (a retry
+    via B) arrives. B's Notify must carry the value, not the Ack's absence of one."""
+    node = Engine("B", algorithm=Algorithm.POC)
+    node.step([ack("m", "ABC", "C", 3, alg="poc", value={"pay": 1})])  # digest only
+    step = node.step([client("m", "A", "B", "C", value={"pay": 1})])
+    notifies = [o.message for o in step.outputs if o.message.messageType is MessageType.NOTIFY]
+    assert notifies and all(n.value == v({"pay": 1}) for n in notifies)
+
+
+def test_an_unknown_value_never_replaces_a_known_one() -> None:
+    node = Engine("B", algorithm=Algorithm.POC)
+    node.step([notify("m", "ABC", "A", 1, alg="poc", value="real")])
+    node.step([ack("m", "ABC", "A", 1, alg="poc", digest=value_digest(v("real")))])
+    out = node.step([ack("m", "ABC", "C", 1, alg="poc", digest=value_digest(v("real")))])
+    assert [(o.message.messageID, o.message.value) for o in out.outputs] == [("m", v("real"))]
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("seed", range(6))
+def test_outputs_do_not_depend_on_batch_boundaries(algorithm: Algorithm, seed: int) -> None:
+    """Rule 8: one batch, one record at a time, or random batches: the same outputs."""
+    topics = ["T1", "T2", "T3", "T4", "T5"]
+    rng = random.Random(seed)
+    workload = random_workload(rng, topics, clients=3, messages=40, relay=0.2, retry=0.2, skew=5)
+    chaos = Chaos(duplicate=0.2, replay=0.1, delay=0.05, partial_write=0.3)
+    logs = (
+        Simulator(topics, algorithm=algorithm, chooser=RandomChooser(seed), chaos=chaos)
+        .run(workload)
+        .logs
+    )
+    for topic, log in logs.items():
+        whole = Engine(topic, algorithm=algorithm).step(log).outputs
+        single: list[Output] = []
+        engine = Engine(topic, algorithm=algorithm)
+        for record in log:
+            single.extend(engine.step([record]).outputs)
+        chunked: list[Output] = []
+        engine = Engine(topic, algorithm=algorithm)
+        position = 0
+        while position < len(log):
+            size = rng.randint(1, 9)
+            chunked.extend(engine.step(log[position : position + size]).outputs)
+            position += size
+
+        def deliveries(out: list[Output]) -> list[tuple[str, int | None, bytes | None]]:
+            return [
+                (o.message.messageID, o.message.timeStamp, o.message.value)
+                for o in out
+                if o.message.messageType is MessageType.DELIVERY
+            ]
+
+        def control(out: list[Output]) -> list[Output]:
+            return [o for o in out if o.message.messageType is not MessageType.DELIVERY]
+
+        assert deliveries(single) == deliveries(whole) == deliveries(chunked), topic
+        assert control(single) == control(whole) == control(chunked), topic
+
+
+# ---------------------------------------------------------------------------- §4.9.3
+
+
+@pytest.mark.parametrize("algorithm", [Algorithm.POC, Algorithm.OPTIMIZED])
+def test_a_timestamp_far_ahead_is_refused_and_moves_nothing(algorithm: Algorithm) -> None:
+    node = Engine("A", algorithm=algorithm)
+    node.step([client("m", "A", "B")])
+    before = state(node)
+    far = node.clock + MAX_CLOCK_STEP + 1
+    step = node.step([ack("m", "AB", "B", far, alg=algorithm)])
+    assert [r.reason for r in step.rejected] and "ahead of this node's clock" in step.rejected[
+        0
+    ].reason
+    assert state(node) == before and node.clock == 1
+    # The largest plausible jump is taken (and the next proposal is still encodable).
+    node.step([ack("m", "AB", "B", 1 + MAX_CLOCK_STEP, alg=algorithm)])
+    assert node.clock == 1 + MAX_CLOCK_STEP
+    out = node.step([client("n", "A", "B")]).outputs
+    assert out[0].message.timeStamp == 2 + MAX_CLOCK_STEP <= MAX_TIMESTAMP
+
+
+def test_an_exhausted_clock_refuses_instead_of_crashing() -> None:
+    node = Engine("A")
+    node.clock = MAX_TIMESTAMP
+    step = node.step([client("m", "A", "B"), notify("n", "AB", "B", 5)])
+    assert [r.message.messageID for r in step.rejected] == ["m", "n"]
+    assert all("exhausted" in r.reason for r in step.rejected)
+    assert step.outputs == [] and node.pending_count == 0
+
+
+def test_ticks_move_the_clock_within_the_same_bound() -> None:
+    node = Engine("A", partition=1)
+    node.step([tick(40, partition=1)])
+    assert node.clock == 40 and node.watermark() == 41
+    assert node.step([tick(40 + MAX_CLOCK_STEP + 1, partition=1)]).rejected
+    assert node.step([tick(50, partition=2)]).rejected  # another layer's tick
+    assert node.clock == 40
+
+
+# ---------------------------------------------------------------------------- §4.9.4
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_an_id_reused_for_other_destinations_stalls_nobody(algorithm: Algorithm) -> None:
+    """id m for {A, B}, then again for {B, C}: B refuses the second and tells C, so C
+    does not wait for B's proposal forever and keeps delivering."""
+    sim = Simulator(["A", "B", "C"], algorithm=algorithm)
+    sim.send(Send("c1", "m", ("A", "B"), "first", via="A"))
+    sim.drain()
+    sim.send(Send("c2", "m", ("B", "C"), "second", via="C"))
+    sim.send(Send("c2", "after", ("B", "C"), "later", via="C"))
+    result = sim.drain()
+    assert result.stuck() == {}
+    assert result.delivered_ids("A") == ["m"] and result.delivered_ids("B") == ["m", "after"]
+    assert result.delivered_ids("C") == ["after"]
+    assert result.aborted["C"] == ["m"]
+    assert any("reused" in reason for reason in result.rejected_reasons()["B"])
+    report = result.check()
+    assert report.kinds() == {ViolationKind.ID_REUSE}, report.summary()
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_an_id_reused_for_another_value_is_delivered_nowhere(algorithm: Algorithm) -> None:
+    """Two clients send different values under one id to the same topics, each via
+    another destination. The destinations refuse whichever version they did not see
+    first; a version is delivered only where every destination took it, so the id is
+    delivered everywhere with one value, or nowhere, and nothing waits on it."""
+    sim = Simulator(["A", "B"], algorithm=algorithm)
+    sim.send(Send("c1", "m", ("A", "B"), "one", via="A"))
+    sim.send(Send("c2", "m", ("A", "B"), "two", via="B"))
+    sim.send(Send("c3", "after", ("A", "B"), "later", via="A"))
+    result = sim.drain()
+    assert result.stuck() == {}
+    got = {t: [(m.messageID, m.value) for m in result.deliveries[t]] for t in "AB"}
+    assert got["A"] == got["B"], got
+    if algorithm is Algorithm.DIRECT:  # both destinations got both copies, "one" first
+        assert got["A"] == [("m", v("one")), ("after", v("later"))]
+    else:  # A took "one", B "two": each refused the other's
+        assert got["A"] == [("after", v("later"))]
+        assert result.aborted["A"] == ["m"] and result.aborted["B"] == ["m"]
+    assert result.check(complete=False).kinds() <= {ViolationKind.ID_REUSE}
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@settings(max_examples=max(10, BASE // 3))
+@given(seed=st.integers(0, 2**32 - 1), messages=st.integers(5, 40))
+def test_colliding_ids_never_stall_and_never_split(
+    algorithm: Algorithm, seed: int, messages: int
+) -> None:
+    """Per-client integer ids collide all the time. Whatever the schedule: the run
+    ends with nothing stuck, every id is delivered at most once per topic and, where it
+    is delivered, as one message everywhere (one value, one destination list); every
+    message whose id is not reused passes the checker."""
+    topics = ["T1", "T2", "T3", "T4", "T5"]
+    rng = random.Random(seed)
+    workload = random_workload(
+        rng, topics, clients=3, messages=messages, relay=0.2, retry=0.1, ids=integer_ids
+    )
+    chaos = Chaos(duplicate=0.1, replay=0.05, delay=0.05, crash=0.02, partial_write=0.2)
+    result = Simulator(topics, algorithm=algorithm, chooser=RandomChooser(rng), chaos=chaos).run(
+        workload
+    )
+    assert result.quiescent and result.stuck() == {}, result.describe()
+    assert result.determinism_errors == []
+    versions: dict[str, dict[str, tuple[tuple[str, ...], bytes | None]]] = {}
+    for topic in topics:
+        ids = result.delivered_ids(topic)
+        assert len(ids) == len(set(ids)), topic
+        for m in result.deliveries[topic]:
+            assert topic in m.topic
+            versions.setdefault(m.messageID, {})[topic] = (m.topic, m.value)
+    for mid, at in versions.items():  # no destination of a delivered version got another
+        for version in at.values():
+            assert all(at.get(t, version) == version for t in version[0]), (mid, at)
+    by_id: dict[str, set[Any]] = {}
+    for s in workload.sends:
+        by_id.setdefault(s.messageID, set()).add((s.destinations, repr(s.value)))
+    clean = {mid for mid, vs in by_id.items() if len(vs) == 1}
+    sent = [s for s in result.sent if s.messageID in clean]
+    deliveries = {t: [m for m in result.deliveries[t] if m.messageID in clean] for t in topics}
+    report = check(sent, deliveries)
+    assert report.ok, report.summary()
+
+
+def test_an_abort_frees_the_queue_head() -> None:
+    node = Engine("C")
+    node.step([client("m", "B", "C")])  # C coordinates m, waits for B
+    node.step([client("s", "C")])  # s queues behind m
+    assert node.oldest_pending() is not None and node.oldest_pending().messageID == "m"  # type: ignore[union-attr]
+    step = node.step([abort("m", "BC", "B")])
+    assert [a.messageID for a in step.aborted] == ["m"]
+    assert [o.message.messageID for o in step.outputs] == ["s"]  # s is delivered now
+    # Late records of the aborted version change nothing.
+    assert node.step([ack("m", "BC", "B", 4)]).outputs == []
+    assert node.pending_count == 0 and node.stats.aborted == 1
+
+
+def test_an_abort_of_another_version_is_ignored_and_one_for_an_unknown_id_is_kept() -> None:
+    node = Engine("C")
+    node.step([client("m", "B", "C", value="mine")])
+    node.step([abort("m", "BC", "B", value="theirs")])
+    assert node.is_pending("m")
+    node.step([abort("x", "BC", "B")])  # before C hears of x
+    assert node.step([client("x", "B", "C")]).outputs == []  # never taken up
+    assert not node.is_pending("x")
+
+
+# ---------------------------------------------------------------------------- §4.9.6
+
+
+@pytest.mark.parametrize("ours", ALGORITHMS)
+def test_another_protocol_is_refused_with_a_clear_reason(ours: Algorithm) -> None:
+    node = Engine("A", algorithm=ours)
+    node.step([client("m", "A", "B")])
+    before = state(node)
+    for theirs in ALGORITHMS:
+        if theirs is ours:
+            continue
+        step = node.step(
+            [notify("n", "AB", "B", 4, alg=theirs), decided("m", "AB", "B", 9, alg=theirs)]
+        )
+        assert len(step.rejected) == 2
+        assert all(
+            f"runs {theirs.value}, this node runs {ours.value}" in r.reason for r in step.rejected
+        )
+    assert state(node) == before
+    assert node.stats.protocol_mismatches == 2 * (len(ALGORITHMS) - 1)
+
+
+def test_format_one_control_records_are_refused() -> None:
+    node = Engine("A")
+    step = node.step([notify("n", "AB", "B", 4, alg=None)])  # type: ignore[arg-type]
+    assert "no stated protocol" in step.rejected[0].reason
+
+
+# ---------------------------------------------------------------------------- §4.9.2
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_values_that_could_not_be_copied_are_refused_up_front(algorithm: Algorithm) -> None:
+    node = Engine("A", algorithm=algorithm, max_value_bytes=100)
+    step = node.step([client("big", "A", "B", value="x" * 200), client("ok", "A", "B", value="x")])
+    assert [r.message.messageID for r in step.rejected] == ["big"]
+    assert "100" in step.rejected[0].reason and "limit" in step.rejected[0].reason
+    relay = Engine("R", algorithm=algorithm, max_value_bytes=100)
+    assert relay.step([client("big", "A", "B", value="x" * 200)]).rejected
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        notify("m", "BC", "B", 5),  # not addressed to A
+        notify("m", "AB", "A", 5),  # our own, echoed
+        notify("m", "AB", "C", 5),  # from a topic that is not a destination
+        ack("m", "AB", "B", 5, partition=3),  # another layer's (A is layer 1)
+    ],
+)
+def test_stray_control_records_are_refused_and_change_nothing(record: Any) -> None:
+    node = Engine("A", partition=1)
+    node.step([client("m", "A", "B", partition=1)])
+    before = state(node)
+    step = node.step([record])
+    assert step.rejected, record
+    assert state(node) == before
+    assert node.clock == 1
+
+
+def test_a_quiet_run_refuses_nothing() -> None:
+    topics = ["T1", "T2", "T3"]
+    result = Simulator(topics, chaos=CALM).run(random_workload(random.Random(1), topics))
+    assert result.rejected_reasons() == {}
