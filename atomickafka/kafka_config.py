@@ -110,6 +110,6 @@ def resolve_bootstrap(bootstrap: str | None) -> str:
     """``bootstrap``, or that of the local broker, started if it is not running."""
     if bootstrap is not None:
         return bootstrap
-    from atomickafka.broker import ensure_broker  # noqa: PLC0415  (starts Java only here)
+    from atomickafka.localkafka import ensure_broker  # noqa: PLC0415  (starts Java only here)
 
     return ensure_broker()
