@@ -9,7 +9,7 @@ Subpackages and modules:
 - :mod:`atomickafka.core.engine` -- the ordering core: a pure, deterministic state machine.
 - :mod:`atomickafka.verify.checker` -- an independent checker of delivery logs.
 - :mod:`atomickafka.verify.simulator` -- N engines joined by in-memory logs, any interleaving.
-- :mod:`atomickafka.broker` -- start/stop a local Apache Kafka from Maven Central jars.
+- :mod:`atomickafka.localkafka` -- the embedded local Apache Kafka (Maven jars, no Docker).
 - :mod:`atomickafka.kafka.settings` -- librdkafka settings and ``-X`` pass-through.
 - :mod:`atomickafka.kafka.consumer` -- small Kafka I/O helpers (batched consume, retries).
 - :mod:`atomickafka.cli` -- the ``atomickafka`` command.

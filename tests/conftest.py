@@ -7,7 +7,7 @@ Where the Kafka comes from (first match wins):
    broker across test runs.
 2. A Docker daemon answers: testcontainers' Kafka module (``ATOMICKAFKA_TEST_KAFKA_IMAGE``
    overrides the image).
-3. Otherwise a local broker from :mod:`atomickafka.broker`, started on free ports in this
+3. Otherwise a local broker from :mod:`atomickafka.localkafka`, started on free ports in this
    session's temp dir and stopped at the end of the session.
 
 ``ATOMICKAFKA_TEST_BROKER=local|docker`` forces 2 or 3. When no Kafka can be had the fixture
@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from atomickafka.broker import (
+from atomickafka.localkafka import (
     BrokerError,
     broker_status,
     ensure_broker,

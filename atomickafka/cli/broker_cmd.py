@@ -19,14 +19,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from atomickafka import broker
-from atomickafka.kafka_runtime import BrokerError, fetch_kafka, fetch_spark_kafka, log_stderr
+from atomickafka import localkafka
+from atomickafka.localkafka import BrokerError, fetch_kafka, fetch_spark_kafka, log_stderr
 
 EXIT_ERROR = 2
 
 
 def _start(args: argparse.Namespace) -> int:
-    bootstrap = broker.ensure_broker(
+    bootstrap = localkafka.ensure_broker(
         brokers=args.brokers, data_dir=args.data_dir, port=args.port, timeout=args.timeout
     )
     print(bootstrap, flush=True)
@@ -34,21 +34,21 @@ def _start(args: argparse.Namespace) -> int:
 
 
 def _stop(args: argparse.Namespace) -> int:
-    data_dir = args.data_dir or broker.default_data_dir()
-    stopped = broker.stop_broker(data_dir, timeout=args.timeout)
+    data_dir = args.data_dir or localkafka.default_data_dir()
+    stopped = localkafka.stop_broker(data_dir, timeout=args.timeout)
     if stopped:
         log_stderr(f"stopped {stopped} broker process(es) from {data_dir}")
     else:
         log_stderr(f"no broker running from {data_dir}")
     if args.purge:
-        broker.purge_data_dir(data_dir)
+        localkafka.purge_data_dir(data_dir)
         log_stderr(f"deleted the cluster data in {data_dir}")
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
-    data_dir = args.data_dir or broker.default_data_dir()
-    statuses = broker.broker_status(data_dir)
+    data_dir = args.data_dir or localkafka.default_data_dir()
+    statuses = localkafka.broker_status(data_dir)
     if not statuses:
         print(f"no broker was started from {data_dir}")
         return 1
@@ -80,7 +80,8 @@ def _fetch(args: argparse.Namespace) -> int:
             except metadata.PackageNotFoundError:
                 raise BrokerError(
                     "pyspark is not installed; install the eval extra "
-                    "(deploy/bootstrap.sh eval) or name a version: --spark 4.0.1"
+                    "(deploy/bootstrap.sh eval) or name a version: "
+                    f"--spark {localkafka.default_spark_version()}"
                 ) from None
         print(fetch_spark_kafka(version))
     return 0
@@ -112,7 +113,7 @@ def register(subparsers: Any) -> None:
     start.add_argument(
         "--brokers",
         type=int,
-        choices=broker.SUPPORTED_SIZES,
+        choices=localkafka.SUPPORTED_SIZES,
         default=1,
         help="1 (RF 1, default) or 3 (RF 3, min.insync.replicas 2)",
     )
@@ -120,7 +121,7 @@ def register(subparsers: Any) -> None:
     start.add_argument(
         "--port",
         type=int,
-        help=f"client port of broker 1 (default {broker.DEFAULT_PORT}); broker i uses "
+        help=f"client port of broker 1 (default {localkafka.DEFAULT_PORT}); broker i uses "
         "PORT+2(i-1), its controller the port after that",
     )
     start.add_argument("--timeout", type=float, default=90.0, help="seconds to wait (90)")

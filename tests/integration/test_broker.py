@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from atomickafka.broker import broker_status, free_port_block
+from atomickafka.localkafka import broker_status, free_port_block
 
 from ..conftest import KafkaService
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from atomickafka.broker import broker_status, ensure_broker, free_port_block, stop_broker
+from atomickafka.localkafka import broker_status, ensure_broker, free_port_block, stop_broker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(400)]
 
