@@ -1,0 +1,1 @@
+"""AtomicKafka's pure cores: state machines with no Kafka, clock, randomness or threads."""
