@@ -25,16 +25,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from atomickafka.kafka.settings import consumer_config, producer_config
-from atomickafka.kafka.consumer import consume_batch, watermarks
+from atomickafka.core.engine import DEFAULT_ALGORITHM
+from atomickafka.kafka.admin import ensure_topics, partition_count
+from atomickafka.kafka.consumer import consume_batch, make_consumer, watermarks
+from atomickafka.kafka.producer import RecordProducer
+from atomickafka.kafka.settings import admin_config
+from atomickafka.kafka.topics import Layout, delivery_topic, input_topic, layers_topic
 from atomickafka.node.launch import running_cluster
-from atomickafka.kafka.topics import Layout, delivery_topic, ensure_topics, input_topic
 from client import AtomicKafkaClient
 
-__all__ = ["BenchResult", "run_bench"]
+__all__ = ["BenchResult", "BenchSetup", "run_bench"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,11 +71,7 @@ def _measure(
     results: Any,
 ) -> None:
     """Child process: read ``topics`` until ``expected`` deliveries per message arrived."""
-    consumer = Consumer(
-        consumer_config(
-            bootstrap, f"bench-{uuid.uuid4().hex[:8]}", None, **{"fetch.wait.max.ms": 5}
-        )
-    )
+    consumer = make_consumer(bootstrap, None, None, **{"fetch.wait.max.ms": 5})
     consumer.assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in topics])
     ready.set()
     remaining = dict(expected)  # messageID -> deliveries still to come
@@ -120,12 +119,15 @@ def _payload(mid: str, multicast: bool, size: int) -> dict[str, Any]:
 
 
 def _watermark_total(bootstrap: str, names: Sequence[str]) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermarks"})
+    """Records in every partition of ``names`` (that exist)."""
+    admin = AdminClient(admin_config(bootstrap))
+    consumer: Consumer = make_consumer(bootstrap)
     try:
         total = 0
         for name in set(names):
-            low, high = watermarks(consumer, TopicPartition(name, 0))
-            total += high - low
+            for partition in range(partition_count(admin, name) or 0):
+                low, high = watermarks(consumer, TopicPartition(name, partition))
+                total += high - low
         return total
     finally:
         consumer.close()
@@ -175,23 +177,17 @@ def _bare_kafka(
     bootstrap: str, messages: int, size: int, timeout_s: float, rate: float | None = None
 ) -> BenchResult:
     topic = f"bench-kafka-{uuid.uuid4().hex[:8]}"
-    ensure_topics(AdminClient({"bootstrap.servers": bootstrap}), [topic])
+    ensure_topics(AdminClient(admin_config(bootstrap)), [topic])
     expected = {f"k-{i}": 1 for i in range(messages)}
 
     def send() -> None:
-        producer = Producer(producer_config(bootstrap))
-        producer.list_topics(topic, timeout=10)  # metadata first: not part of a latency
+        producer = RecordProducer(bootstrap)
+        producer.warm_up([topic])  # metadata first: not part of a latency
         start = time.monotonic()
         for i in range(messages):
             if rate:
                 _pace(start, i, rate)
-            value = orjson.dumps(_payload(f"k-{i}", False, size))
-            while True:
-                try:
-                    producer.produce(topic, value)
-                    break
-                except BufferError:
-                    producer.poll(0.01)
+            producer.send(topic, orjson.dumps(_payload(f"k-{i}", False, size)))
             producer.poll(0)
         producer.flush(60)
 
@@ -206,20 +202,47 @@ def _pace(start: float, index: int, rate: float) -> None:
         time.sleep(delay)
 
 
+@dataclass(frozen=True, slots=True)
+class BenchSetup:
+    """How the nodes run: protocol, topic layout and partition layers."""
+
+    algorithm: str = DEFAULT_ALGORITHM.value
+    layout: Layout = Layout.SPLIT
+    partitions: int = 1
+
+    def cluster(self, bootstrap: str, topics: list[str]) -> Any:
+        """The nodes of ``topics`` for a block of code."""
+        return running_cluster(
+            bootstrap,
+            topics,
+            algorithm=self.algorithm,
+            layout=self.layout.value,
+            partitions=self.partitions,
+        )
+
+    def written(self, topics: list[str]) -> list[str]:
+        """Every Kafka topic the nodes write."""
+        out = [input_topic(t, self.layout) for t in topics]
+        out += [delivery_topic(t, self.layout) for t in topics]
+        if self.partitions > 1:
+            out += [layers_topic(t) for t in topics]
+        return out
+
+
 def _amcast(
     bootstrap: str,
     topics: list[str],
-    layout: Layout,
+    setup: BenchSetup,
     messages: int,
     share: float,
     size: int,
     rate: float | None,
     timeout_s: float,
 ) -> BenchResult:
-    _warm_up_path(bootstrap, topics, layout)
+    _warm_up_path(bootstrap, topics, setup.layout)
     stride = round(1 / share) if share > 0 else 0
     plan: list[tuple[str, tuple[str, ...]]] = []
-    client = AtomicKafkaClient(bootstrap, layout=layout)
+    client = AtomicKafkaClient(bootstrap, layout=setup.layout)
     client.warm_up(topics)
     prefix = client.id_prefix
     for i in range(messages):
@@ -238,9 +261,8 @@ def _amcast(
         client.flush(60)
 
     name = f"amcast-{round(share * 100)}%" + ("@half" if rate else "")
-    written = [input_topic(t, layout) for t in topics] + [delivery_topic(t, layout) for t in topics]
-    read = [delivery_topic(t, layout) for t in topics]
-    return _run_measured(name, bootstrap, read, expected, send, written, timeout_s)
+    read = [delivery_topic(t, setup.layout) for t in topics]
+    return _run_measured(name, bootstrap, read, expected, send, setup.written(topics), timeout_s)
 
 
 def _warm_up_path(bootstrap: str, topics: list[str], layout: Layout) -> None:
@@ -261,13 +283,13 @@ def run_bench(
     messages: int = 20_000,
     record_size: int = 200,
     shares: Sequence[float] = (0.0, 0.1, 0.5),
-    algorithm: str = "optimized",
-    layout: Layout = Layout.SPLIT,
+    setup: BenchSetup | None = None,
     timeout_s: float = 300.0,
     warmup: bool = True,
     on_result: Any = None,
 ) -> list[BenchResult]:
     """Run every scenario; return their figures (also passed to ``on_result`` as they come)."""
+    setup = setup or BenchSetup()
     results: list[BenchResult] = []
 
     def record(result: BenchResult) -> None:
@@ -281,23 +303,21 @@ def run_bench(
         # after one unmeasured pass through both kinds of traffic.
         _bare_kafka(bootstrap, 5000, record_size, timeout_s)
         topics = [f"bench-{run_id}-warm-t{i}" for i in range(1, 6)]
-        with running_cluster(bootstrap, topics, algorithm=algorithm, layout=layout.value):
-            _amcast(bootstrap, topics, layout, 5000, 0.1, record_size, None, timeout_s)
+        with setup.cluster(bootstrap, topics):
+            _amcast(bootstrap, topics, setup, 5000, 0.1, record_size, None, timeout_s)
     # Bare Kafka moves a burst of N records in a fraction of a second; five times as
     # many make its rate less a matter of scheduling luck.
     record(_bare_kafka(bootstrap, 5 * messages, record_size, timeout_s))
     for share in shares:
         topics = [f"bench-{run_id}-{round(share * 100)}-t{i}" for i in range(1, 6)]
-        with running_cluster(bootstrap, topics, algorithm=algorithm, layout=layout.value):
-            record(
-                _amcast(bootstrap, topics, layout, messages, share, record_size, None, timeout_s)
-            )
+        with setup.cluster(bootstrap, topics):
+            record(_amcast(bootstrap, topics, setup, messages, share, record_size, None, timeout_s))
     worst = max(shares)
     saturated = next(r for r in results if r.name == f"amcast-{round(worst * 100)}%")
     topics = [f"bench-{run_id}-half-t{i}" for i in range(1, 6)]
     half = saturated.messages_per_s / 2
     count = max(1000, min(messages, int(half * 10)))
     record(_bare_kafka(bootstrap, count, record_size, timeout_s, rate=half))
-    with running_cluster(bootstrap, topics, algorithm=algorithm, layout=layout.value):
-        record(_amcast(bootstrap, topics, layout, count, worst, record_size, half, timeout_s))
+    with setup.cluster(bootstrap, topics):
+        record(_amcast(bootstrap, topics, setup, count, worst, record_size, half, timeout_s))
     return results

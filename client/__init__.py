@@ -3,7 +3,7 @@
 See :class:`AtomicKafkaClient` and :class:`Delivery`.
 """
 
-from client.client import AtomicKafkaClient, DeliveryError
+from client.client import AtomicKafkaClient, DeliveryError, OfflineDestinationError
 from client.delivery import Delivery
 
-__all__ = ["AtomicKafkaClient", "Delivery", "DeliveryError"]
+__all__ = ["AtomicKafkaClient", "Delivery", "DeliveryError", "OfflineDestinationError"]

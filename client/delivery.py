@@ -14,8 +14,7 @@ class Delivery:
 
     ``timeStamp`` is the final Lamport timestamp; ``(timeStamp, messageID)`` is the
     message's place in the total order. ``partition``/``offset`` locate the Delivery
-    record in Kafka. ``latency_ms`` is the wall time between the client's send (the
-    ClientMessage's Kafka timestamp, when known) and the Delivery record's timestamp.
+    record in Kafka; ``kafka_timestamp_ms`` is its Kafka timestamp (when it was written).
     """
 
     messageID: str
@@ -26,6 +25,7 @@ class Delivery:
     partition: int
     offset: int
     kafka_timestamp_ms: int | None = None
+    layer: int | None = None  # the partition layer that ordered it (partitioned topics)
 
     def to_json_dict(self) -> dict[str, Any]:
         """The ``--json`` form: the wire names plus where the record sits."""

@@ -10,8 +10,9 @@ from typing import Any
 import orjson
 from tqdm import tqdm
 
-from atomickafka.bench import BenchResult, run_bench
+from atomickafka.bench import BenchResult, BenchSetup, run_bench
 from atomickafka.cli.options import add_bootstrap, resolve_bootstrap
+from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.kafka.topics import Layout
 
 
@@ -26,7 +27,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--shares", default="0,10,50", help="multicast percentages to run, e.g. 0,10,50"
     )
-    parser.add_argument("--algorithm", choices=["optimized", "poc"], default="optimized")
+    parser.add_argument(
+        "--algorithm", choices=[a.value for a in Algorithm], default=DEFAULT_ALGORITHM.value
+    )
+    parser.add_argument("--partitions", type=int, default=1, help="partition layers per topic")
     parser.add_argument("--layout", choices=[x.value for x in Layout], default=Layout.SPLIT.value)
     parser.add_argument("--json", dest="json_out", default=None, help="also write results here")
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up pass")
@@ -65,8 +69,7 @@ def _run(args: argparse.Namespace) -> int:
         messages=args.messages,
         record_size=args.record_size,
         shares=shares,
-        algorithm=args.algorithm,
-        layout=Layout(args.layout),
+        setup=BenchSetup(args.algorithm, Layout(args.layout), args.partitions),
         warmup=not args.no_warmup,
         on_result=show,
     )

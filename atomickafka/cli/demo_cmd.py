@@ -6,9 +6,9 @@ import argparse
 import uuid
 from typing import Any
 
-from atomickafka.verify.checker import check
 from atomickafka.cli.options import add_bootstrap, resolve_bootstrap
 from atomickafka.node.launch import running_cluster
+from atomickafka.verify.checker import check
 from client import AtomicKafkaClient, Delivery
 
 

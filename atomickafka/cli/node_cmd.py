@@ -1,39 +1,50 @@
-"""``atomickafka node`` (one node) and ``atomickafka cluster`` (one node per topic)."""
+"""``atomickafka node`` (one node, or one topic's merger) and ``atomickafka cluster``
+(one process per node, and per merger when the topics are partitioned)."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from atomickafka.core.engine import Algorithm
-from atomickafka.kafka.settings import add_kafka_arguments, parse_overrides
-from atomickafka.logs import configure_logging
-from atomickafka.node.runtime import NodeConfig, NodeRuntime, NodeStartError
-from atomickafka.node.supervisor import Supervisor
+from atomickafka.cli.options import add_bootstrap, add_log_level, add_overrides, fail, guarded
+from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.kafka.topics import Layout
+from atomickafka.logs import configure_logging
+from atomickafka.node.config import DEFAULT_BATCH_SIZE, ClusterConfig, NodeConfig
+
+__all__ = ["register"]
 
 
 def register(subparsers: Any) -> None:
     """Add the ``node`` and ``cluster`` sub-commands."""
-    node = subparsers.add_parser("node", help="run the ordering node of one topic")
-    add_kafka_arguments(node, topic=True)
+    node = subparsers.add_parser("node", help="run the ordering node of one topic (or layer)")
+    add_bootstrap(node)
+    node.add_argument("--topic", required=True, help="the AtomicKafka topic this node serves")
+    node.add_argument(
+        "--layer", type=int, default=None, help="with --partitions N: the layer (0..N-1)"
+    )
+    node.add_argument(
+        "--merger", action="store_true", help="with --partitions N: run the topic's merger"
+    )
     _add_node_options(node)
-    node.set_defaults(func=_run_node)
+    node.set_defaults(func=guarded("node", _run_node))
 
     cluster = subparsers.add_parser("cluster", help="run and supervise one node per topic")
-    add_kafka_arguments(cluster)
+    add_bootstrap(cluster)
     cluster.add_argument("--topics", required=True, help="comma-separated topics, e.g. T1,T2,T3")
     _add_node_options(cluster)
-    cluster.set_defaults(func=_run_cluster)
+    cluster.set_defaults(func=guarded("cluster", _run_cluster))
 
 
 def _add_node_options(parser: argparse.ArgumentParser) -> None:
+    add_overrides(parser)
     parser.add_argument(
         "--algorithm",
         choices=[a.value for a in Algorithm],
-        default=Algorithm.OPTIMIZED.value,
-        help="optimized: coordinator decides (thesis Alg. 3/4); poc: all decide (Alg. 1/2)",
+        default=DEFAULT_ALGORITHM.value,
+        help="direct: every destination proposes to every other (3 hops); optimized: the "
+        "coordinator decides (thesis Alg. 3/4); poc: all decide (Alg. 1/2). "
+        f"Default {DEFAULT_ALGORITHM.value}",
     )
     parser.add_argument(
         "--layout",
@@ -42,58 +53,68 @@ def _add_node_options(parser: argparse.ArgumentParser) -> None:
         help="split: input log in atomickafka-in.<topic>, only deliveries in <topic>; "
         "shared: everything in <topic> (the thesis layout)",
     )
-    parser.add_argument("--batch-size", type=int, default=2000, help="records per batch")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=1,
+        help="partition layers per topic; each runs the protocol alone and a merger per "
+        "topic merges them (split layout)",
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="records per batch"
+    )
     parser.add_argument(
         "--max-seconds", type=float, default=None, help="stop after this long (for scripts)"
     )
-    parser.add_argument("--log-level", default="info", help="debug, info, warning, error")
+    add_log_level(parser)
+
+
+def _node_config(args: argparse.Namespace, topic: str, layer: int | None) -> NodeConfig:
+    return NodeConfig(
+        bootstrap=args.bootstrap_server,
+        topic=topic,
+        algorithm=Algorithm(args.algorithm),
+        layout=Layout(args.layout),
+        partitions=args.partitions,
+        layer=layer,
+        overrides=args.overrides,
+        batch_size=args.batch_size,
+        log_level=args.log_level,
+    )
 
 
 def _run_node(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
-    try:
-        overrides = parse_overrides(args.overrides)
-    except ValueError as exc:
-        print(f"atomickafka node: {exc}", file=sys.stderr)
-        return 2
-    runtime = NodeRuntime(
-        NodeConfig(
-            bootstrap=args.bootstrap_server,
-            topic=args.topic,
-            algorithm=Algorithm(args.algorithm),
-            layout=Layout(args.layout),
-            overrides=overrides,
-            batch_size=args.batch_size,
-        )
-    )
+    if args.partitions > 1 and (args.layer is None) == (not args.merger):
+        return fail("node", "with --partitions N > 1 give either --layer L or --merger")
+    if args.partitions <= 1 and (args.layer is not None or args.merger):
+        return fail("node", "--layer and --merger need --partitions N > 1")
+    config = _node_config(args, args.topic, args.layer)
+    if args.merger:
+        from atomickafka.node.merger_runtime import MergerRuntime  # noqa: PLC0415
+
+        merger = MergerRuntime(config)
+        merger.install_signal_handlers()
+        return merger.run(max_seconds=args.max_seconds)
+    from atomickafka.node.runtime import NodeRuntime, NodeStartError  # noqa: PLC0415
+
+    runtime = NodeRuntime(config)
     runtime.install_signal_handlers()
     try:
         return runtime.run(max_seconds=args.max_seconds)
     except NodeStartError as exc:
-        print(f"atomickafka node: {exc}", file=sys.stderr)
-        return 2
+        return fail("node", exc)
 
 
 def _run_cluster(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
-    topics = [t.strip() for t in args.topics.split(",") if t.strip()]
+    topics = tuple(dict.fromkeys(t.strip() for t in args.topics.split(",") if t.strip()))
     if not topics:
-        print("atomickafka cluster: --topics names no topic", file=sys.stderr)
-        return 2
-    node_args = [
-        "--bootstrap-server",
-        args.bootstrap_server,
-        "--algorithm",
-        args.algorithm,
-        "--layout",
-        args.layout,
-        "--batch-size",
-        str(args.batch_size),
-        "--log-level",
-        args.log_level,
-    ]
-    for pair in args.overrides:
-        node_args += ["-X", pair]
-    supervisor = Supervisor(topics, node_args)
+        return fail("cluster", "--topics names no topic")
+    from atomickafka.core.wire import parse_destinations  # noqa: PLC0415
+    from atomickafka.node.supervisor import Supervisor  # noqa: PLC0415
+
+    parse_destinations(list(topics))  # the same name rules as destinations
+    supervisor = Supervisor(ClusterConfig(topics, _node_config(args, topics[0], None)))
     supervisor.install_signal_handlers()
     return supervisor.run(max_seconds=args.max_seconds)

@@ -1,16 +1,31 @@
-"""``atomickafka send``: publish one message (or one per stdin line) to several topics."""
+"""``atomickafka send``: publish one message (or one per stdin line) to several topics.
+
+Each messageID is printed once the broker has acknowledged the message (in input
+order), never for a message that was not written. A line that cannot be sent (not
+UTF-8, not JSON with ``--json-value``, a value over the size limit) is reported on
+stderr with its line number and skipped; what was queued before it is still sent.
+Exit status: 0 all sent, 1 some lines skipped or failed, 2 bad usage or a destination
+without a live node (nothing sent).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from confluent_kafka import KafkaError
 
-from atomickafka.cli.options import add_bootstrap, add_destinations, add_overrides
+from atomickafka.cli.options import add_bootstrap, add_destinations, add_overrides, fail, guarded
+from atomickafka.core.wire import MAX_VALUE_BYTES
 from atomickafka.kafka.topics import Layout
-from client import AtomicKafkaClient, DeliveryError
+from client import AtomicKafkaClient, DeliveryError, OfflineDestinationError
+
+__all__ = ["register"]
 
 
 def register(subparsers: Any) -> None:
@@ -18,6 +33,7 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "send",
         help="multicast VALUE (or each stdin line) to several topics; print each messageID",
+        description=f"Values are at most {MAX_VALUE_BYTES} bytes as JSON.",
     )
     add_bootstrap(parser)
     add_overrides(parser)
@@ -29,24 +45,102 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--json-value", action="store_true", help="parse VALUE / each line as JSON, not a string"
     )
+    parser.add_argument(
+        "--key", default=None, help="partitioned topics: keep messages with one key in one layer"
+    )
+    parser.add_argument(
+        "--allow-offline",
+        action="store_true",
+        help="send even to topics no live node serves (their other destinations wait)",
+    )
     parser.add_argument("value", nargs="?", default=None, metavar="VALUE")
-    parser.set_defaults(func=_run)
+    parser.set_defaults(func=guarded("send", _run))
+
+
+@dataclass(slots=True)
+class _Line:
+    number: int
+    message_id: str = ""
+    done: bool = False
+    error: KafkaError | None = None
+
+
+class _Printer:
+    """Prints acknowledged ids in input order, and failures with their line numbers."""
+
+    def __init__(self) -> None:
+        self.lines: list[_Line] = []
+        self.printed = 0
+        self.failed = 0
+
+    def on_sent(self, line: _Line) -> Any:
+        def callback(_message_id: str, error: KafkaError | None) -> None:
+            line.done, line.error = True, error
+
+        return callback
+
+    def drain(self) -> None:
+        while self.printed < len(self.lines) and self.lines[self.printed].done:
+            line = self.lines[self.printed]
+            self.printed += 1
+            if line.error is None:
+                print(line.message_id, flush=True)
+            else:
+                self.failed += 1
+                print(
+                    f"atomickafka send: line {line.number}: not written: {line.error}",
+                    file=sys.stderr,
+                )
+
+
+def _values(args: argparse.Namespace) -> Iterator[tuple[int, bytes | str]]:
+    if args.value is not None:
+        yield 1, args.value
+        return
+    for number, raw in enumerate(sys.stdin.buffer, start=1):
+        yield number, raw.rstrip(b"\r\n")
 
 
 def _run(args: argparse.Namespace) -> int:
+    client = AtomicKafkaClient(
+        args.bootstrap_server,
+        layout=args.layout,
+        config=args.overrides,
+        allow_offline=args.allow_offline,
+    )
+    printer = _Printer()
+    skipped = 0
     try:
-        client = AtomicKafkaClient(
-            args.bootstrap_server, layout=args.layout, config=args.overrides
-        )
-        values = [args.value] if args.value is not None else (ln.rstrip("\n") for ln in sys.stdin)
-        for raw in values:
-            value = orjson.loads(raw) if args.json_value else raw
-            print(client.send(value, args.to, via=args.via), flush=True)
-        client.flush()
-    except (ValueError, orjson.JSONDecodeError) as exc:
-        print(f"atomickafka send: {exc}", file=sys.stderr)
-        return 2
-    except DeliveryError as exc:
-        print(f"atomickafka send: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        for number, raw in _values(args):
+            try:
+                text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+                value = orjson.loads(text) if args.json_value else text
+                line = _Line(number)
+                line.message_id = client.send(
+                    value, args.to, via=args.via, key=args.key, on_sent=printer.on_sent(line)
+                )
+            except OfflineDestinationError as exc:
+                return fail("send", exc)
+            except UnicodeDecodeError as exc:
+                skipped += 1
+                where = f"{exc.reason} at byte {exc.start}"
+                print(
+                    f"atomickafka send: line {number}: not valid UTF-8 ({where}); skipped",
+                    file=sys.stderr,
+                )
+                continue
+            except (ValueError, orjson.JSONDecodeError) as exc:
+                skipped += 1
+                print(f"atomickafka send: line {number}: {exc}; skipped", file=sys.stderr)
+                continue
+            printer.lines.append(line)
+            printer.drain()
+    finally:
+        with contextlib.suppress(DeliveryError):  # each failure is reported with its line
+            client.close()  # flushes what was queued, whatever happened above
+        printer.drain()
+        for line in printer.lines[printer.printed :]:
+            print(
+                f"atomickafka send: line {line.number}: not acknowledged in time", file=sys.stderr
+            )
+    return 1 if skipped or printer.failed or printer.printed < len(printer.lines) else 0

@@ -1,49 +1,83 @@
-"""``atomickafka status``: each node's pending count and oldest pending age."""
+"""``atomickafka status``: every node's and merger's pending work, rates and liveness,
+and the messages that hold a queue's head with what they wait for."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from typing import Any
 
 import orjson
 
-from atomickafka.cli.options import add_bootstrap, add_overrides
-from atomickafka.node.status_reader import read_statuses
+from atomickafka.cli.options import add_bootstrap, add_overrides, fail, guarded
+from atomickafka.kafka.status import Status, read_statuses
+
+__all__ = ["register"]
 
 
 def register(subparsers: Any) -> None:
     """Add the ``status`` sub-command."""
-    parser = subparsers.add_parser("status", help="show every node's pending work and rates")
+    parser = subparsers.add_parser(
+        "status", help="show every node's pending work, rates and stuck messages"
+    )
     add_bootstrap(parser)
     add_overrides(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object per node")
-    parser.set_defaults(func=_run)
+    parser.add_argument(
+        "--stuck-after", type=float, default=5.0, help="list heads waiting longer (seconds)"
+    )
+    parser.set_defaults(func=guarded("status", _run))
+
+
+def _state(status: Status, now: float) -> str:
+    if not status.live(now):
+        return "stale"
+    return "replaying" if status.replaying else "live"
 
 
 def _run(args: argparse.Namespace) -> int:
     statuses = read_statuses(args.bootstrap_server, args.overrides)
     if not statuses:
-        print("no node has published a status yet", file=sys.stderr)
-        return 1
+        return fail("status", "no node has published a status yet", 1)
     now = time.time()
     if args.json:
-        for topic in sorted(statuses):
-            entry = statuses[topic].to_dict() | {
-                "status_age_s": round(now - statuses[topic].time, 1)
+        for key in sorted(statuses):
+            entry = statuses[key].to_dict() | {
+                "status_age_s": round(statuses[key].age_s(now), 1),
+                "state": _state(statuses[key], now),
             }
             print(orjson.dumps(entry).decode())
         return 0
-    header = f"{'TOPIC':<20} {'PENDING':>8} {'OLDEST AGE':>11} {'DELIV/S':>9} {'IN/S':>9} "
-    print(header + f"{'DLQ':>5}  SEEN")
-    for topic in sorted(statuses):
-        s = statuses[topic]
-        age = "-" if s.oldest_pending_age_s is None else f"{s.oldest_pending_age_s:.2f}s"
-        seen = now - s.time
-        state = "replaying" if s.replaying else ("stale" if seen > 10 else "live")
+    print(
+        f"{'NODE':<28} {'PROTOCOL':<9} {'PENDING':>8} {'HEAD AGE':>9} {'DELIV/S':>9} "
+        f"{'IN/S':>9} {'DLQ':>5} {'WATERMARK':>10}  SEEN"
+    )
+    stuck: list[str] = []
+    for key in sorted(statuses):
+        s = statuses[key]
+        age = "-" if s.oldest_pending_age_s is None else f"{s.oldest_pending_age_s:.1f}s"
+        mark = "-" if s.watermark is None else str(s.watermark)
+        if s.role == "merger" and s.layer_watermarks:
+            mark = f"{min(s.layer_watermarks)}..{max(s.layer_watermarks)}"
         print(
-            f"{topic:<20} {s.pending:>8} {age:>11} {s.deliveries_per_s:>9.1f} "
-            f"{s.records_in_per_s:>9.1f} {s.dead_letters:>5}  {seen:.0f}s ago ({state})"
+            f"{key:<28} {s.algorithm:<9} {s.pending:>8} {age:>9} {s.deliveries_per_s:>9.1f} "
+            f"{s.records_in_per_s:>9.1f} {s.dead_letters:>5} {mark:>10}  "
+            f"{s.age_s(now):.0f}s ago ({_state(s, now)})"
         )
+        if s.protocol_mismatches:
+            stuck.append(
+                f"{key}: {s.protocol_mismatches} records of another protocol set aside "
+                f"(see atomickafka-dlq.{s.topic})"
+            )
+        head_age = s.oldest_pending_age_s or 0.0
+        if s.waiting and (head_age >= args.stuck_after or (s.role == "merger" and s.blocked_by)):
+            head = s.waiting[0]
+            what = ", ".join(head.get("waiting_for", [])) or "its decision"
+            stuck.append(
+                f"{key}: {head['messageID']} holds the head for {head_age:.0f}s, waiting for {what}"
+            )
+    if stuck:
+        print("\nwaiting:")
+        for line in stuck:
+            print(f"  {line}")
     return 0

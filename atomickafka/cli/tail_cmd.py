@@ -31,9 +31,7 @@ def register(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        client = AtomicKafkaClient(
-            args.bootstrap_server, layout=args.layout, config=args.overrides
-        )
+        client = AtomicKafkaClient(args.bootstrap_server, layout=args.layout, config=args.overrides)
         timeout_s = None if args.timeout_ms is None else args.timeout_ms / 1000
         stream = client.deliveries(
             args.topic,

@@ -27,7 +27,7 @@ The protocol is Skeen's, in three forms (``Algorithm``):
     Three hops: client, Notify, Delivery. A client that wrote to only some destinations
     stalls nobody: one copy is enough for the Notifies to reach every destination.
 
-Rules (§4.1–4.8):
+Rules (§4.1 to §4.8):
 
 1. Proposals are strictly fresh: ``clock += 1``, on first hearing of a message.
 2. Every accepted timestamp moves the clock: ``clock = max(clock, ts)``. With rule 1,
@@ -126,9 +126,9 @@ class Output(NamedTuple):
 
 
 class Rejection(NamedTuple):
-    """Input message ``index`` of the batch, refused: it changed nothing."""
+    """Input message ``position`` of the batch, refused: it changed nothing."""
 
-    index: int
+    position: int
     message: Message
     reason: str
 
@@ -360,7 +360,8 @@ class Engine:
         """No later delivery of this node has a timestamp below this (§8): the queue
         head's key (a final is never below the proposal) or, later messages, clock + 1."""
         if self._queue:
-            return min(self._queue[0][0], self.clock + 1)
+            head: int = self._queue[0][0]
+            return min(head, self.clock + 1)
         return self.clock + 1
 
     def is_pending(self, message_id: str) -> bool:
@@ -676,7 +677,9 @@ class Engine:
             entry.acked_to.add(sender)
             return [self._ack_to(sender, mid, entry, record)]
         else:
-            out = [self._ack_to(t, mid, entry, record) for t in entry.destinations if t != self.topic]
+            out = [
+                self._ack_to(t, mid, entry, record) for t in entry.destinations if t != self.topic
+            ]
         if self._complete(entry):
             out.extend(self._decide(mid, entry))
         return out

@@ -22,7 +22,8 @@ Bundle
     ``valueBytes``. Values travel as opaque bytes: no hop parses or re-encodes them.
 
 A ``TickMessage`` (one JSON object with ``timeStamp``) moves a partition layer's
-clock; the merger writes it (§8).
+clock; the merger writes it. A ``WatermarkMessage`` is a layer's promise to its merger
+that it delivers nothing below its ``timeStamp`` any more (§8).
 
 Inside the core a value is ``bytes``: the JSON text of the payload (``b"null"`` is
 JSON null); ``None`` means "not carried here". A node turns a ClientMessage's value
@@ -64,6 +65,7 @@ __all__ = [
     "encode_client",
     "encode_delivery",
     "encode_tick",
+    "encode_watermark",
     "envelope_bytes",
     "is_valid_topic_name",
     "pack_bundles",
@@ -84,6 +86,7 @@ class MessageType(StrEnum):
     DELIVERY = "DeliveryMessage"
     PARTITION_DELIVERY = "PartitionDeliveryMessage"
     TICK = "TickMessage"
+    WATERMARK = "WatermarkMessage"
     BUNDLE = "Bundle"
 
 
@@ -102,6 +105,7 @@ _TIMESTAMPED: Final = frozenset(
         MessageType.DELIVERY,
         MessageType.PARTITION_DELIVERY,
         MessageType.TICK,
+        MessageType.WATERMARK,
     }
 )
 
@@ -208,10 +212,15 @@ def client_message(
 
 def is_valid_topic_name(name: object) -> bool:
     """True when ``name`` is a legal Kafka topic name."""
-    return isinstance(name, str) and _TOPIC_NAME.fullmatch(name) is not None and name not in {
-        ".",
-        "..",
-    }
+    return (
+        isinstance(name, str)
+        and _TOPIC_NAME.fullmatch(name) is not None
+        and name
+        not in {
+            ".",
+            "..",
+        }
+    )
 
 
 def parse_destinations(raw: object) -> tuple[str, ...]:
@@ -220,17 +229,14 @@ def parse_destinations(raw: object) -> tuple[str, ...]:
     list of one."""
     if isinstance(raw, str):
         raw = [raw]
-    if isinstance(raw, Mapping | bytes | bytearray):
+    if isinstance(raw, Mapping | bytes | bytearray) or not isinstance(raw, Iterable):
         raise MessageError("topic", "must be a list of topic names", raw)
-    if not isinstance(raw, list | tuple):
-        try:
-            raw = list(raw)  # type: ignore[call-overload]
-        except TypeError:
-            raise MessageError("topic", "must be a list of topic names", raw) from None
+    names: list[str] = []
     for name in raw:
         if not isinstance(name, str):
             raise MessageError("topic", "destination is not a valid Kafka topic name", name)
-    key = tuple(raw)
+        names.append(name)
+    key = tuple(names)
     known = _KNOWN_DESTINATIONS.get(key)
     if known is not None:
         return known
@@ -331,6 +337,7 @@ _RECORD_TYPES: Final = frozenset(
         MessageType.DELIVERY,
         MessageType.PARTITION_DELIVERY,
         MessageType.TICK,
+        MessageType.WATERMARK,
         MessageType.NOTIFY,
         MessageType.ACK,
         MessageType.DECIDED,
@@ -354,10 +361,10 @@ def decode_record(data: bytes | str) -> list[Message]:
     if kind is MessageType.BUNDLE:
         raise MessageError(None, "a Bundle must start with its header line")
     _format_version(obj)
-    if kind is MessageType.TICK:
+    if kind in (MessageType.TICK, MessageType.WATERMARK):
         return [
             Message(
-                messageID=_check_id("messageID", obj.get("messageID", "tick")),
+                messageID=_check_id("messageID", obj.get("messageID", kind.value)),
                 messageType=kind,
                 topic=(),
                 senderID=_sender(obj),
@@ -367,8 +374,10 @@ def decode_record(data: bytes | str) -> list[Message]:
         ]
     if "messageID" not in obj:
         raise MessageError("messageID", "is missing")
+    message_id = _check_id("messageID", obj["messageID"])
     if "topic" not in obj:
         raise MessageError("topic", "is missing")
+    destinations = parse_destinations(obj["topic"])
     value = value_bytes(obj["value"]) if "value" in obj else None
     if kind is MessageType.CLIENT and value is None:
         raise MessageError("value", "is missing (use null for no value)")
@@ -377,9 +386,9 @@ def decode_record(data: bytes | str) -> list[Message]:
         raise MessageError("sentFromTopic", f"required on {kind.value}")
     return [
         Message(
-            messageID=_check_id("messageID", obj["messageID"]),
+            messageID=message_id,
             messageType=kind,
-            topic=parse_destinations(obj["topic"]),
+            topic=destinations,
             value=value,
             senderID=_sender(obj),
             sentFromTopic=sent_from,
@@ -511,6 +520,21 @@ def encode_tick(sender_id: str, timestamp: int, partition: int | None = None) ->
     if partition is not None:
         out["partitionID"] = partition
     return orjson.dumps(out)
+
+
+def encode_watermark(sender_id: str, timestamp: int, partition: int) -> bytes:
+    """A WatermarkMessage record: layer ``partition`` delivers nothing below
+    ``timestamp`` from now on (§8)."""
+    return orjson.dumps(
+        {
+            "messageID": f"watermark-{timestamp}",
+            "senderID": sender_id,
+            "messageType": MessageType.WATERMARK.value,
+            "timeStamp": timestamp,
+            "partitionID": partition,
+            "formatVersion": FORMAT_VERSION,
+        }
+    )
 
 
 def _bundle_entry(message: Message) -> dict[str, Any]:

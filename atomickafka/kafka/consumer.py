@@ -1,16 +1,27 @@
-"""Small Kafka I/O helpers shared by the node, the client and the tools."""
+"""Consumer helpers shared by the node, the merger, the client and the tools."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final, TypeVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 
-__all__ = ["consume_batch", "retry_transient", "watermarks"]
+from atomickafka.kafka.settings import consumer_config
+
+__all__ = [
+    "consume_batch",
+    "last_record",
+    "make_consumer",
+    "read_partitions",
+    "retry_transient",
+    "usable",
+    "watermarks",
+]
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -75,3 +86,73 @@ def watermarks(
         f"watermarks of {part.topic}",
         timeout_s,
     )
+
+
+def make_consumer(
+    bootstrap: str,
+    group: str | None = None,
+    overrides: Mapping[str, str] | None = None,
+    **extra: str | int | bool,
+) -> Consumer:
+    """A consumer with the defaults of :mod:`atomickafka.kafka.settings` (a throwaway
+    group when ``group`` is ``None``: nothing it commits is ever read again)."""
+    name = group or f"atomickafka-reader-{uuid.uuid4().hex[:12]}"
+    return Consumer(consumer_config(bootstrap, name, overrides, **extra))
+
+
+def usable(records: Iterable[KafkaMessage]) -> list[KafkaMessage]:
+    """The records of a batch that carry data; a fatal error is raised, end-of-partition
+    events are dropped and transient errors are logged (librdkafka retries them)."""
+    out = []
+    for record in records:
+        err = record.error()
+        if err is None:
+            out.append(record)
+        elif err.fatal():
+            raise KafkaException(err)
+        elif err.code() not in (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART):
+            log.warning("consumer: %s (librdkafka retries)", err)
+    return out
+
+
+def last_record(consumer: Consumer, topic: str, partition: int = 0) -> KafkaMessage | None:
+    """The last record of ``topic``'s ``partition``, or ``None`` when it is empty."""
+    part = TopicPartition(topic, partition)
+    low, high = watermarks(consumer, part)
+    if high <= low:
+        return None
+    consumer.assign([TopicPartition(topic, partition, high - 1)])
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            for record in usable(consume_batch(consumer, 10, 0.5)):
+                if record.offset() == high - 1:
+                    return record
+        raise TimeoutError(f"could not read the last record of {topic}[{partition}]")
+    finally:
+        consumer.unassign()
+
+
+def read_partitions(
+    consumer: Consumer, topic: str, partitions: Iterable[int], timeout_s: float = 30.0
+) -> list[KafkaMessage]:
+    """Every record of ``topic``'s ``partitions`` up to their current end, in order per
+    partition (for tools and tests; a long log is read into memory)."""
+    parts = list(partitions)
+    ends = {p: watermarks(consumer, TopicPartition(topic, p))[1] for p in parts}
+    todo = {p for p, end in ends.items() if end > 0}
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+    out: list[KafkaMessage] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while todo and time.monotonic() < deadline:
+            for record in usable(consume_batch(consumer, 5000, 0.2)):
+                out.append(record)
+                part, offset = record.partition(), record.offset()
+                if part in todo and offset is not None and offset + 1 >= ends[part]:
+                    todo.discard(part)
+    finally:
+        consumer.unassign()
+    if todo:
+        raise TimeoutError(f"could not read {topic} partitions {sorted(todo)} to their end")
+    return out

@@ -67,6 +67,6 @@ def consumer_config(
 
 def admin_config(
     bootstrap: str, overrides: Mapping[str, str] | None = None
-) -> dict[str, str | int | bool]:
+) -> dict[str, str | int | float | bool]:
     """An AdminClient configuration: the bootstrap and the user's ``-X`` overrides."""
     return {"bootstrap.servers": bootstrap, **(overrides or {})}

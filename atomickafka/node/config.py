@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.core.wire import MAX_VALUE_BYTES
-from atomickafka.kafka.topics import Layout
+from atomickafka.kafka.topics import Layout, node_key
 
 __all__ = ["DEFAULT_BATCH_SIZE", "ClusterConfig", "NodeConfig"]
 
@@ -30,6 +30,10 @@ class NodeConfig:
     topic: str
     algorithm: Algorithm = DEFAULT_ALGORITHM
     layout: Layout = Layout.SPLIT
+    #: Partition layers of the topic (§8); with more than one, ``layer`` says which
+    #: layer this node runs, and its deliveries go to the topic's merger.
+    partitions: int = 1
+    layer: int | None = None
     overrides: Mapping[str, str] = field(default_factory=dict)
     batch_size: int = DEFAULT_BATCH_SIZE
     poll_timeout_s: float = 0.05
@@ -47,11 +51,32 @@ class NodeConfig:
         object.__setattr__(self, "overrides", dict(self.overrides))
         if self.batch_size < 1:
             raise ValueError(f"batch size must be at least 1, not {self.batch_size}")
+        if self.partitions < 1:
+            raise ValueError(f"partitions must be at least 1, not {self.partitions}")
+        if self.partitions > 1 and self.layout is Layout.SHARED:
+            raise ValueError("partitioned topics need the split layout (--layout split)")
+        if self.layer is not None and not 0 <= self.layer < self.partitions:
+            raise ValueError(f"layer {self.layer} is not one of 0..{self.partitions - 1}")
+
+    @property
+    def layered(self) -> bool:
+        """True when the topic is partitioned: the node is one layer's."""
+        return self.partitions > 1
+
+    @property
+    def partition(self) -> int:
+        """The partition of the input log this node reads (its layer, or 0)."""
+        return self.layer or 0
+
+    @property
+    def key(self) -> str:
+        """The node's status key and identity: ``T`` or ``T/p``."""
+        return node_key(self.topic, self.layer if self.layered else None)
 
     @property
     def node_id(self) -> str:
         """Stable across restarts, so that replayed outputs equal the originals."""
-        return f"node-{self.topic}"
+        return f"node-{self.key}"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (for logs and for handing the configuration on)."""
@@ -88,5 +113,17 @@ class ClusterConfig:
             raise ValueError("the cluster's topics must be distinct")
 
     def node_configs(self) -> list[NodeConfig]:
-        """The configuration of each topic's node."""
-        return [replace(self.node, topic=topic) for topic in self.topics]
+        """The configuration of each topic's node (of each layer's, when partitioned)."""
+        if not self.node.layered:
+            return [replace(self.node, topic=topic, layer=None) for topic in self.topics]
+        return [
+            replace(self.node, topic=topic, layer=layer)
+            for topic in self.topics
+            for layer in range(self.node.partitions)
+        ]
+
+    def merger_configs(self) -> list[NodeConfig]:
+        """One merger per topic when the topics are partitioned, else none."""
+        if not self.node.layered:
+            return []
+        return [replace(self.node, topic=topic, layer=None) for topic in self.topics]

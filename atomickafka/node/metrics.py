@@ -1,105 +1,67 @@
-"""Per-node counters and the status record a node publishes about itself."""
+"""What a node measures about itself: rates over the last status interval, and how long
+the head of its queue has been waiting (the stuck-message warning)."""
 
 from __future__ import annotations
 
-import os
-import time
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
-from atomickafka.core.engine import Engine
+from atomickafka.core.engine import EngineStats
 
-__all__ = ["NodeMetrics", "NodeStatus"]
+__all__ = ["HeadWatch", "Rates"]
 
 
 @dataclass(slots=True)
-class NodeStatus:
-    """One node's published status (the value of its record in the status topic)."""
+class Rates:
+    """Records in (Kafka records read), messages out and deliveries per second, over
+    the interval since the last :meth:`take`."""
 
-    topic: str
-    node_id: str
-    algorithm: str
-    layout: str
-    pid: int
-    time: float  # wall-clock seconds when the status was taken
-    clock: int
-    pending: int
-    oldest_pending_id: str | None
-    oldest_pending_age_s: float | None
-    records_in: int
-    records_out: int
-    deliveries: int
-    dead_letters: int
-    records_in_per_s: float
-    records_out_per_s: float
-    deliveries_per_s: float
-    replaying: bool
+    records: int = 0
+    _last_time: float | None = None
+    _last: tuple[int, int, int] = (0, 0, 0)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data for JSON."""
-        return asdict(self)
+    def count(self, records: int) -> None:
+        """One processed batch of ``records`` Kafka records."""
+        self.records += records
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> NodeStatus:
-        """Inverse of :meth:`to_dict`, ignoring unknown fields."""
-        known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
-        return cls(**known)
+    def take(self, stats: EngineStats, now: float) -> tuple[float, float, float]:
+        """``(records in/s, outputs/s, deliveries/s)``; starts a new interval."""
+        current = (self.records, stats.records_out, stats.deliveries)
+        if self._last_time is None:
+            self._last_time, self._last = now, current
+            return (0.0, 0.0, 0.0)
+        elapsed = max(now - self._last_time, 1e-9)
+        rates = tuple(round((c - p) / elapsed, 1) for c, p in zip(current, self._last, strict=True))
+        self._last_time, self._last = now, current
+        return rates[0], rates[1], rates[2]
 
 
 @dataclass(slots=True)
-class NodeMetrics:
-    """Counters kept by the Kafka shell of one node, with rates over the last interval.
+class HeadWatch:
+    """Since when the queue head has been the head, and when to warn that it is stuck.
 
-    ``first_seen`` remembers when the node first read a record of each message it still
-    holds, so that the age of the oldest pending message can be reported.
+    Only the head is watched (O(1) per status tick, no scan of pending messages): it is
+    what every later message waits for.
     """
 
-    dead_letters: int = 0
-    first_seen: dict[str, float] = field(default_factory=dict)
-    _last_time: float = field(default_factory=time.monotonic)
-    _last_in: int = 0
-    _last_out: int = 0
-    _last_deliveries: int = 0
+    stuck_after_s: float
+    _head: str | None = None
+    _since: float = 0.0
+    _warned_at: dict[str, float] = field(default_factory=dict)
 
-    def snapshot(
-        self, engine: Engine, *, layout: str, replaying: bool, now: float | None = None
-    ) -> NodeStatus:
-        """Take a status and start a new rate interval."""
-        mono = time.monotonic() if now is None else now
-        stats = engine.stats
-        elapsed = max(mono - self._last_time, 1e-9)
-        head = engine.oldest_pending()
-        age = None
-        if head is not None and head.messageID in self.first_seen:
-            age = round(mono - self.first_seen[head.messageID], 3)
-        status = NodeStatus(
-            topic=engine.topic,
-            node_id=engine.node_id,
-            algorithm=engine.algorithm.value,
-            layout=layout,
-            pid=os.getpid(),
-            time=time.time(),
-            clock=engine.clock,
-            pending=engine.pending_count,
-            oldest_pending_id=head.messageID if head else None,
-            oldest_pending_age_s=age,
-            records_in=stats.records_in,
-            records_out=stats.records_out,
-            deliveries=stats.deliveries,
-            dead_letters=self.dead_letters,
-            records_in_per_s=round((stats.records_in - self._last_in) / elapsed, 1),
-            records_out_per_s=round((stats.records_out - self._last_out) / elapsed, 1),
-            deliveries_per_s=round((stats.deliveries - self._last_deliveries) / elapsed, 1),
-            replaying=replaying,
-        )
-        self._last_time = mono
-        self._last_in = stats.records_in
-        self._last_out = stats.records_out
-        self._last_deliveries = stats.deliveries
-        self._forget_settled(engine)
-        return status
+    def age(self, head: str | None, now: float) -> float | None:
+        """Seconds ``head`` has been at the head of the queue (``None``: empty queue)."""
+        if head != self._head:
+            self._head, self._since = head, now
+            self._warned_at.clear()
+        return None if head is None else round(now - self._since, 3)
 
-    def _forget_settled(self, engine: Engine) -> None:
-        settled = [mid for mid in self.first_seen if not engine.is_pending(mid)]
-        for mid in settled:
-            del self.first_seen[mid]
+    def stuck(self, head: str | None, now: float) -> float | None:
+        """The head's age when it is time to warn about it (once per ``stuck_after_s``)."""
+        if head is None or head != self._head:
+            return None
+        age = now - self._since
+        last = self._warned_at.get(head, self._since)
+        if age >= self.stuck_after_s and now - last >= self.stuck_after_s:
+            self._warned_at[head] = now
+            return age
+        return None

@@ -1,123 +1,92 @@
-"""The Kafka shell around one node's :class:`~atomickafka.core.engine.Engine`.
+"""The Kafka shell around one node's :class:`~atomickafka.core.engine.Engine` (§6).
 
 The loop, per batch: consume up to ``batch_size`` records of the input log, decode them
-(setting malformed ones aside in the dead-letter topic with the reason), feed them to the
-engine, produce its outputs asynchronously, and move on. The input offset of a batch is
-committed only once the broker has acknowledged every output of that batch and of every
-batch before it, so a crash never loses an output whose input was committed.
+(a record that is not AtomicKafka's goes to the dead-letter topic with the reason),
+feed the messages to the engine, and produce what it returns: the control messages
+bundled per destination, each delivery as one record, a dead letter for each message
+it refused or dropped. The input offset of a batch is committed only once the broker
+has acknowledged every output of that batch and of every batch before it
+(:class:`~atomickafka.node.offsets.OffsetsTracker`), so a crash never loses an output
+whose input was committed.
 
 Recovery rests on determinism: at start the node re-reads its input log from the
-beginning, rebuilding the engine's state; outputs of records below the committed offset
-were already written and are dropped, outputs from there on are produced (again, if the
-crash came between produce and commit; receivers drop such duplicates by messageID).
+beginning, rebuilding the engine's state; outputs of records below the committed
+offset were already written and are dropped, outputs from there on are produced (again,
+if the crash came between produce and commit; receivers drop repeated messageIDs).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import threading
 import time
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from types import FrameType
-from typing import Any
+from typing import Final
 
 import orjson
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Producer,
-    TopicPartition,
-)
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
-from confluent_kafka._types import HeadersType
 from confluent_kafka.admin import AdminClient
 
-from atomickafka.core.engine import Algorithm, Engine, Output
-from atomickafka.kafka.settings import consumer_config, producer_config
-from atomickafka.kafka.consumer import consume_batch, retry_transient, watermarks
-from atomickafka.core.wire import Message, MessageError, MessageType, decode, encode
-from atomickafka.node.metrics import NodeMetrics, NodeStatus
+from atomickafka.core.engine import Engine, Output, Step
+from atomickafka.core.wire import (
+    Message,
+    MessageError,
+    MessageType,
+    decode_record,
+    encode_delivery,
+    encode_watermark,
+    pack_bundles,
+)
+from atomickafka.kafka.admin import KEEP_FOREVER, TopicSpec, ensure_topics
+from atomickafka.kafka.consumer import consume_batch, make_consumer, retry_transient, usable
+from atomickafka.kafka.producer import RecordProducer, type_headers
+from atomickafka.kafka.settings import admin_config
+from atomickafka.kafka.status import Status
 from atomickafka.kafka.topics import (
     STATUS_TOPIC,
-    TYPE_HEADER,
     Layout,
     dead_letter_topic,
     delivery_topic,
-    ensure_topics,
+    header_type,
     input_topic,
-    is_delivery_record,
+    layers_topic,
     node_group,
-    node_topics,
 )
+from atomickafka.node.config import NodeConfig
+from atomickafka.node.metrics import HeadWatch, Rates
+from atomickafka.node.offsets import OffsetsTracker, Ticket
 
-__all__ = ["NodeConfig", "NodeRuntime", "NodeStartError"]
+__all__ = ["NodeRuntime", "NodeStartError", "node_topic_specs"]
 
 log = logging.getLogger("atomickafka.node")
 
-_TYPE_HEADERS: dict[MessageType, HeadersType] = {
-    t: [(TYPE_HEADER, t.value.encode())] for t in MessageType
-}
-
-
-@dataclass(frozen=True, slots=True)
-class NodeConfig:
-    """Everything one node needs to run."""
-
-    bootstrap: str
-    topic: str
-    algorithm: Algorithm = Algorithm.OPTIMIZED
-    layout: Layout = Layout.SPLIT
-    overrides: dict[str, str] = field(default_factory=dict)
-    batch_size: int = 2000
-    poll_timeout_s: float = 0.05
-    status_interval_s: float = 1.0
-    commit_interval_s: float = 0.1
-    create_topics: bool = True
-    max_input_bytes: int = 900_000  # leaves room under Kafka's 1 MB default for our fields
-
-    @property
-    def node_id(self) -> str:
-        """Stable across restarts, so that replayed outputs equal the originals."""
-        return f"node-{self.topic}"
-
-
-_DEAD_LETTER_KEEP = 512 * 1024
+#: How much of a set-aside record the dead-letter topic keeps (all of any record a
+#: producer with the default limits can write; more only when the broker allows more).
+_DEAD_LETTER_KEEP: Final = 990_000
+_DELIVERY_HEADER: Final = b"DeliveryMessage"
 
 
 class NodeStartError(RuntimeError):
     """The node cannot start safely; the message says why and what to do."""
 
 
-def _produce_retrying(producer: Producer, topic: str, value: bytes | None, **kwargs: Any) -> None:
-    """``produce``, waiting while the local queue is full."""
-    while True:
-        try:
-            producer.produce(topic, value, **kwargs)
-            return
-        except BufferError:
-            producer.poll(0.05)  # let delivery reports drain the queue
-
-
-class _Batch:
-    """Outputs of one input batch still awaiting the broker's acknowledgement."""
-
-    __slots__ = ("error", "next_offset", "outstanding")
-
-    def __init__(self, next_offset: int) -> None:
-        self.next_offset = next_offset
-        self.outstanding = 0
-        self.error: KafkaError | None = None
-
-    def on_delivery(self, err: KafkaError | None, _msg: KafkaMessage) -> None:
-        self.outstanding -= 1
-        if err is not None and self.error is None:
-            self.error = err
+def node_topic_specs(config: NodeConfig) -> dict[str, TopicSpec]:
+    """Every Kafka topic the node of ``config`` needs, with partitions and configs."""
+    topic, layout = config.topic, config.layout
+    specs = {
+        delivery_topic(topic, layout): TopicSpec(),
+        dead_letter_topic(topic): TopicSpec(),
+        STATUS_TOPIC: TopicSpec(configs={"cleanup.policy": "compact"}),
+    }
+    specs[input_topic(topic, layout)] = TopicSpec(config.partitions, KEEP_FOREVER)
+    if config.layered:
+        specs[layers_topic(topic)] = TopicSpec(config.partitions, KEEP_FOREVER)
+    return specs
 
 
 class NodeRuntime:
@@ -128,21 +97,29 @@ class NodeRuntime:
 
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
-        self.engine = Engine(config.topic, config.node_id, config.algorithm)
-        self.metrics = NodeMetrics()
+        self.engine = Engine(
+            config.topic,
+            config.node_id,
+            config.algorithm,
+            partition=config.layer if config.layered else None,
+            max_value_bytes=config.max_value_bytes,
+        )
+        self.rates = Rates()
+        self.head = HeadWatch(config.stuck_after_s)
+        self.dead_letters = 0
         self._input = input_topic(config.topic, config.layout)
+        self._partition = config.partition
+        self._shared = config.layout is Layout.SHARED
         self._stop = threading.Event()
-        self._batches: deque[_Batch] = deque()
-        self._committed = -1
+        self._tracker = OffsetsTracker(0)
         self._last_commit = 0.0
-        self._replay_until = 0
-        self._position = 0
-        self._producer: Producer | None = None
+        self._producer: RecordProducer | None = None
         self._consumer: Consumer | None = None
-        self._routes: dict[tuple[str, bool], str] = {}
+        self._routes: dict[str, str] = {}
+        self._watermark_sent = -1
         self._status_count = 0
         self._failed = False
-        self._dead_letters: list[tuple[KafkaMessage, str]] = []
+        self._mismatch_logged: set[str] = set()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -164,11 +141,12 @@ class NodeRuntime:
         """Run the node; return an exit status (0 after a clean stop)."""
         cfg = self.config
         if cfg.create_topics:
-            admin = AdminClient({"bootstrap.servers": cfg.bootstrap, **cfg.overrides})
-            ensure_topics(admin, node_topics(cfg.topic, cfg.layout))
-        self._producer = Producer(producer_config(cfg.bootstrap, cfg.overrides))
-        self._consumer = Consumer(
-            consumer_config(cfg.bootstrap, node_group(cfg.topic), cfg.overrides)
+            ensure_topics(
+                AdminClient(admin_config(cfg.bootstrap, cfg.overrides)), node_topic_specs(cfg)
+            )
+        self._producer = RecordProducer(cfg.bootstrap, cfg.overrides)
+        self._consumer = make_consumer(
+            cfg.bootstrap, node_group(cfg.topic, cfg.layer), cfg.overrides
         )
         try:
             self._start_position()
@@ -179,31 +157,35 @@ class NodeRuntime:
 
     def _start_position(self) -> None:
         assert self._consumer is not None
-        part = TopicPartition(self._input, 0)
         consumer = self._consumer
+        part = TopicPartition(self._input, self._partition)
         committed = retry_transient(
             lambda: consumer.committed([part], timeout=10)[0].offset, "committed offset"
         )
-        low, high = watermarks(consumer, part)
-        self._committed = committed if committed >= 0 else 0
+        low, high = retry_transient(
+            lambda: consumer.get_watermark_offsets(part, timeout=10), "watermarks"
+        )
+        start = committed if committed >= 0 else 0
         if low > 0:
             raise NodeStartError(
-                f"input log {self._input} starts at offset {low}, not 0: records were "
-                "deleted (retention?), so the node's state cannot be rebuilt by replay"
+                f"input log {self._input}[{self._partition}] starts at offset {low}, not 0: "
+                "records were deleted (retention?), so the node's state cannot be rebuilt"
             )
-        if self._committed > high:
+        if start > high:
+            group = node_group(self.config.topic, self.config.layer)
             raise NodeStartError(
-                f"committed offset {self._committed} of group {node_group(self.config.topic)} "
-                f"is past the end ({high}) of {self._input}: was the topic re-created? "
+                f"committed offset {start} of group {group} is past the end ({high}) of "
+                f"{self._input}: was the topic re-created? "
                 "Delete the group's offsets (kafka-consumer-groups --reset-offsets) to start over"
             )
-        self._replay_until = self._committed
-        self._consumer.assign([TopicPartition(self._input, 0, OFFSET_BEGINNING)])
+        self._tracker = OffsetsTracker(start)
+        consumer.assign([TopicPartition(self._input, self._partition, OFFSET_BEGINNING)])
         log.info(
-            "node %s starting: input %s, replaying %d records, algorithm %s, layout %s",
-            self.config.topic,
+            "node %s starting: input %s[%d], replaying %d records, algorithm %s, layout %s",
+            self.config.key,
             self._input,
-            self._replay_until,
+            self._partition,
+            start,
             self.config.algorithm.value,
             self.config.layout.value,
         )
@@ -215,7 +197,7 @@ class NodeRuntime:
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
         next_status = 0.0
         while not self._stop.is_set():
-            records = consume_batch(consumer, cfg.batch_size, cfg.poll_timeout_s)
+            records = usable(consume_batch(consumer, cfg.batch_size, cfg.poll_timeout_s))
             if records:
                 self._process(records)
             producer.poll(0)
@@ -240,184 +222,285 @@ class NodeRuntime:
                 self._settle(time.monotonic(), force=True)
         if consumer is not None:
             consumer.close()
-        log.info("node %s stopped", self.config.topic)
+        log.info("node %s stopped", self.config.key)
 
     # ------------------------------------------------------------------ the batch
 
     def _process(self, records: list[KafkaMessage]) -> None:
-        decoded: list[Message] = []
-        first_seen = self.metrics.first_seen
-        now = time.monotonic()
-        last_offset = -1
+        offsets = [r.offset() or 0 for r in records]
+        cut = self._tracker.split(offsets)
+        if 0 < cut < len(records):  # straddles the end of the replay: split it there
+            self._apply(records[:cut])
+            self._apply(records[cut:])
+        else:
+            self._apply(records)
+
+    def _apply(self, records: Sequence[KafkaMessage]) -> None:
+        messages: list[Message] = []
+        sources: list[KafkaMessage] = []
+        unreadable: list[tuple[KafkaMessage, str]] = []
+        shared = self._shared
         for record in records:
-            err = record.error()
-            if err is not None:
-                if err.fatal():
-                    raise KafkaException(err)
-                if err.code() != KafkaError._PARTITION_EOF:
-                    log.warning("consumer: %s (librdkafka retries)", err)
+            if shared and header_type(record) == _DELIVERY_HEADER:
+                continue  # our own output, in the shared layout
+            raw = record.value()
+            try:
+                if raw is None:
+                    raise MessageError(None, "record has no value")
+                decoded = decode_record(raw)
+            except MessageError as exc:
+                unreadable.append((record, str(exc)))
                 continue
-            offset = record.offset()
-            assert offset is not None
-            if offset >= self._replay_until > last_offset >= 0 and decoded:
-                # this batch straddles the end of the replay: split it there
-                self._apply(decoded, last_offset)
-                decoded = []
-            last_offset = offset
-            message = self._decode(record, offset)
-            if message is not None:
-                decoded.append(message)
-                if message.messageID not in first_seen:
-                    first_seen[message.messageID] = now
-        if last_offset >= 0:
-            self._apply(decoded, last_offset)
-
-    def _decode(self, record: KafkaMessage, offset: int) -> Message | None:
-        if self.config.layout is Layout.SHARED and is_delivery_record(record):
-            return None  # our own output in the shared layout
-        raw = record.value()
-        try:
-            if raw is None:
-                raise MessageError(None, "record has no value")
-            if len(raw) > self.config.max_input_bytes:
-                raise MessageError(
-                    None,
-                    f"record of {len(raw)} bytes is over the {self.config.max_input_bytes}-byte "
-                    "limit (its Notify and Delivery copies must fit in a Kafka record)",
-                )
-            message = decode(raw)
-        except MessageError as exc:
-            if offset >= self._replay_until:
-                self._dead_letters.append((record, str(exc)))
-            return None
-        if message.messageType is MessageType.DELIVERY:
-            return None
-        return message
-
-    def _apply(self, decoded: list[Message], last_offset: int) -> None:
-        outputs = self.engine.handle_batch(decoded)
-        self._position = last_offset + 1
-        if last_offset < self._replay_until:
+            messages.extend(decoded)
+            sources.extend([record] * len(decoded))
+        step = self.engine.step(messages)
+        ticket = self._tracker.processed(records[-1].offset() or 0)
+        if ticket is None:
             return  # replay: these outputs were written before the restart
-        batch = _Batch(last_offset + 1)
-        self._batches.append(batch)
-        if self._dead_letters:
-            for record, reason in self._dead_letters:
-                self._dead_letter(record, reason, batch)
-            self._dead_letters.clear()
-        if outputs:
-            self._produce(outputs, batch)
+        self.rates.count(len(records))
+        for record, reason in unreadable:
+            self._dead_letter(ticket, record.value(), reason, record)
+        groups: dict[int, tuple[KafkaMessage, list[tuple[Message, str]]]] = {}
+        for rejection in step.rejected:  # one dead letter per input record
+            source = sources[rejection.position]
+            refused = groups.setdefault(id(source), (source, []))[1]
+            refused.append((rejection.message, rejection.reason))
+        for source, refused in groups.values():
+            self._refused(ticket, refused, source)
+        for aborted in step.aborted:
+            note = {"messageID": aborted.messageID, "topic": list(aborted.destinations)}
+            self._dead_letter(ticket, orjson.dumps(note), f"aborted: {aborted.reason}", None)
+            log.warning("message %s dropped: %s", aborted.messageID, aborted.reason)
+        self._produce(step, ticket)
 
-    def _produce(self, outputs: list[Output], batch: _Batch) -> None:
+    def _produce(self, step: Step, ticket: Ticket) -> None:
         assert self._producer is not None
-        producer = self._producer
-        route = self._route
-        callback: Callable[[KafkaError | None, KafkaMessage], None] = batch.on_delivery
-        for output in outputs:
-            message = output.message
-            value = encode(message)
-            topic = route(output.topic, message.messageType is MessageType.DELIVERY)
-            batch.outstanding += 1
-            _produce_retrying(
-                producer,
-                topic,
-                value,
-                on_delivery=callback,
-                headers=_TYPE_HEADERS[message.messageType],
+        send = self._producer.send
+        callback = ticket.on_delivery
+        cfg = self.config
+        control: dict[str, list[Message]] = {}
+        deliveries: list[Output] = []
+        for output in step.outputs:
+            kind = output.message.messageType
+            if kind is MessageType.DELIVERY or kind is MessageType.PARTITION_DELIVERY:
+                deliveries.append(output)
+            else:
+                control.setdefault(output.topic, []).append(output.message)
+        bundle_headers = type_headers(MessageType.BUNDLE) if self._shared else None
+        for target, messages in control.items():
+            for record in pack_bundles(
+                messages,
+                sender_id=cfg.node_id,
+                sent_from=cfg.topic,
+                protocol=cfg.algorithm.value,
+                partition=self.engine.partition,
+            ):
+                ticket.sent()
+                send(
+                    self._route(target),
+                    record,
+                    partition=self._partition,
+                    headers=bundle_headers,
+                    on_delivery=callback,
+                )
+        if deliveries:
+            where = (
+                layers_topic(cfg.topic) if cfg.layered else delivery_topic(cfg.topic, cfg.layout)
             )
+            headers = type_headers(MessageType.DELIVERY) if self._shared else None
+            for output in deliveries:
+                ticket.sent()
+                send(
+                    where,
+                    encode_delivery(output.message),
+                    partition=self._partition,
+                    headers=headers,
+                    on_delivery=callback,
+                )
+        if cfg.layered:
+            watermark = self.engine.watermark()
+            if watermark != self._watermark_sent:
+                ticket.sent()
+                send(
+                    layers_topic(cfg.topic),
+                    encode_watermark(cfg.node_id, watermark, self._partition),
+                    partition=self._partition,
+                    on_delivery=callback,
+                )
+                self._watermark_sent = watermark
 
-    def _route(self, topic: str, is_delivery: bool) -> str:
-        key = (topic, is_delivery)
-        name = self._routes.get(key)
+    def _route(self, topic: str) -> str:
+        name = self._routes.get(topic)
         if name is None:
-            layout = self.config.layout
-            name = delivery_topic(topic, layout) if is_delivery else input_topic(topic, layout)
-            self._routes[key] = name
+            name = self._routes[topic] = input_topic(topic, self.config.layout)
         return name
 
-    def _dead_letter(self, record: KafkaMessage, reason: str, batch: _Batch) -> None:
-        """Set a malformed record aside, with why and where it came from.
+    # ------------------------------------------------------------------ set aside
 
-        Its write is part of ``batch``: the input offset is committed only once the
+    def _refused(
+        self, ticket: Ticket, refused: list[tuple[Message, str]], source: KafkaMessage
+    ) -> None:
+        """Messages of one input record the engine refused: the record, verbatim, in the
+        dead-letter topic, with the first reason and the ids of the refused messages."""
+        first, reason = refused[0]
+        if "protocol mismatch" in reason and first.senderID not in self._mismatch_logged:
+            self._mismatch_logged.add(first.senderID)
+            log.warning(
+                "records from %s run another protocol and are set aside in %s: %s",
+                first.senderID or "another node",
+                dead_letter_topic(self.config.topic),
+                reason,
+            )
+        if len(refused) > 1:
+            reason += f" (and {len(refused) - 1} more messages of this record)"
+        ids = ",".join(m.messageID for m, _ in refused)[:2000]
+        self._dead_letter(ticket, source.value(), reason, source, [("atomickafka-messages", ids)])
+
+    def _dead_letter(
+        self,
+        ticket: Ticket,
+        value: bytes | None,
+        reason: str,
+        source: KafkaMessage | None,
+        extra: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        """Set something aside in the dead-letter topic, with why and where it came from.
+
+        Its write is part of ``ticket``: the input offset is committed only once the
         dead letter is safely written too.
         """
         assert self._producer is not None
-        self.metrics.dead_letters += 1
-        log.warning(
-            "malformed record at %s[%s]@%s set aside: %s",
-            record.topic(),
-            record.partition(),
-            record.offset(),
-            reason,
-        )
-        headers: list[tuple[str, str | bytes | None]] = [
-            ("atomickafka-error", reason.encode()),
-            ("atomickafka-source", f"{record.topic()}/{record.partition()}".encode()),
-            ("atomickafka-offset", str(record.offset()).encode()),
-        ]
-        value = record.value()
+        self.dead_letters += 1
+        headers: list[tuple[str, str | bytes | None]] = [("atomickafka-error", reason.encode())]
+        headers += [(key, text.encode()) for key, text in extra]
+        if source is not None:
+            log.warning(
+                "record at %s[%s]@%s set aside: %s",
+                source.topic(),
+                source.partition(),
+                source.offset(),
+                reason,
+            )
+            headers += [
+                ("atomickafka-source", f"{source.topic()}/{source.partition()}".encode()),
+                ("atomickafka-offset", str(source.offset()).encode()),
+            ]
         if value is not None and len(value) > _DEAD_LETTER_KEEP:
             headers.append(("atomickafka-truncated-from", str(len(value)).encode()))
             value = value[:_DEAD_LETTER_KEEP]
-        batch.outstanding += 1
-        _produce_retrying(
-            self._producer,
+        ticket.sent()
+        self._producer.send(
             dead_letter_topic(self.config.topic),
             value,
-            key=record.key(),
+            key=None if source is None else source.key(),
             headers=headers,
-            on_delivery=batch.on_delivery,
+            on_delivery=ticket.on_delivery,
         )
 
     # ------------------------------------------------------------------ commits
 
     def _settle(self, now: float, *, force: bool = False) -> int:
-        """Commit past every fully acknowledged batch; non-zero if an output failed."""
-        if self._failed:
+        """Set aside what the broker refused for good, commit past every acknowledged
+        batch; non-zero once an output failed (the node then exits, and replays)."""
+        tracker = self._tracker
+        for ticket, msg, reason in tracker.unwritable():
+            log.error("an output to %s could not be written: %s", msg.topic(), reason)
+            self._dead_letter(
+                ticket, msg.value(), f"output to {msg.topic()} refused: {reason}", None
+            )
+        target = tracker.target()
+        if tracker.failed is not None:
+            if not self._failed:
+                log.error("%s; exiting so that a restart replays it", tracker.failed)
+            self._failed = True
             return 1
-        batches = self._batches
-        target = self._committed
-        while batches and batches[0].outstanding <= 0:
-            if batches[0].error is not None:
-                # never commit at or past it: a restart replays and writes it again
-                log.error(
-                    "an output of the batch ending at offset %d failed: %s",
-                    batches[0].next_offset - 1,
-                    batches[0].error,
-                )
-                self._failed = True
-                break
-            target = batches.popleft().next_offset
-        if self._failed and target <= self._committed:
-            return 1
-        if target > self._committed and (
+        if target is not None and (
             force or now - self._last_commit >= self.config.commit_interval_s
         ):
             assert self._consumer is not None
-            offsets = [TopicPartition(self._input, 0, target)]
-            if force:
-                self._consumer.commit(offsets=offsets, asynchronous=False)
-            else:
-                self._consumer.commit(offsets=offsets, asynchronous=True)
-            self._committed = target
+            offsets = [TopicPartition(self._input, self._partition, target)]
+            try:
+                if force:
+                    self._consumer.commit(offsets=offsets, asynchronous=False)
+                else:
+                    self._consumer.commit(offsets=offsets, asynchronous=True)
+            except KafkaException as exc:  # a commit is retried with the next batch
+                log.warning("commit of offset %d failed: %s", target, exc)
+                return 0
+            tracker.committed_at(target)
             self._last_commit = now
-        return 1 if self._failed else 0
+        return 0
 
     # ------------------------------------------------------------------ status
 
-    def status(self, now: float | None = None) -> NodeStatus:
-        """The node's current status (counters, pending, oldest pending age)."""
-        replaying = self._position < self._replay_until
-        return self.metrics.snapshot(
-            self.engine, layout=self.config.layout.value, replaying=replaying, now=now
+    def status(self, now: float | None = None) -> Status:
+        """The node's current status (counters, rates, the queue head, stuck messages)."""
+        mono = time.monotonic() if now is None else now
+        engine, cfg = self.engine, self.config
+        waiting = engine.waiting(10)
+        head_age = self.head.age(waiting[0].messageID if waiting else None, mono)
+        rates = self.rates.take(engine.stats, mono)
+        return Status(
+            key=cfg.key,
+            topic=cfg.topic,
+            role="node",
+            node_id=cfg.node_id,
+            algorithm=cfg.algorithm.value,
+            layout=cfg.layout.value,
+            time=time.time(),
+            pid=os.getpid(),
+            layer=cfg.layer if cfg.layered else None,
+            partitions=cfg.partitions,
+            clock=engine.clock,
+            watermark=engine.watermark() if cfg.layered else None,
+            pending=engine.pending_count,
+            oldest_pending_id=waiting[0].messageID if waiting else None,
+            oldest_pending_age_s=head_age,
+            waiting=[
+                {
+                    "messageID": w.messageID,
+                    "timeStamp": w.timeStamp,
+                    "decided": w.decided,
+                    "waiting_for": list(w.missing),
+                }
+                for w in waiting
+            ],
+            records_in=engine.stats.records_in,
+            records_out=engine.stats.records_out,
+            deliveries=engine.stats.deliveries,
+            dead_letters=self.dead_letters,
+            rejected=engine.stats.rejected,
+            protocol_mismatches=engine.stats.protocol_mismatches,
+            aborted=engine.stats.aborted,
+            records_in_per_s=rates[0],
+            records_out_per_s=rates[1],
+            deliveries_per_s=rates[2],
+            replaying=self._tracker.replaying(),
         )
 
     def _publish_status(self, now: float) -> None:
         assert self._producer is not None
         status = self.status(now)
-        payload = orjson.dumps(status.to_dict())
+        fields = status.to_dict()
         self._status_count += 1
         level = logging.INFO if self._status_count % 10 == 1 else logging.DEBUG
-        log.log(level, "status", extra={"fields": status.to_dict()})
+        log.log(level, "status", extra={"fields": fields})
+        stuck = self.head.stuck(status.oldest_pending_id, now)
+        if stuck is not None and status.waiting:
+            head = status.waiting[0]
+            missing = head["waiting_for"]
+            log.warning(
+                "message %s has held the queue head for %.0f s, waiting for %s",
+                head["messageID"],
+                stuck,
+                (
+                    "the proposals of " + ", ".join(missing) + " (is a node running there?)"
+                    if missing
+                    else "its decision"
+                ),
+                extra={"fields": {"stuck": head}},
+            )
         with contextlib.suppress(BufferError):  # queue full: the next status will do
-            self._producer.produce(STATUS_TOPIC, payload, key=self.config.topic.encode())
+            self._producer.producer.produce(
+                STATUS_TOPIC, orjson.dumps(fields), key=self.config.key.encode()
+            )

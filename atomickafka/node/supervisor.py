@@ -1,59 +1,93 @@
-"""``atomickafka cluster``: one node process per topic, restarted when it dies."""
+"""``atomickafka cluster``: one process per node (and per merger), restarted when it dies.
+
+The supervisor hands each child its :class:`~atomickafka.node.config.NodeConfig` as an
+object (multiprocessing's ``spawn`` start method: a fresh interpreter, no Kafka client
+crosses a fork) and restarts a child that exits, after a back-off that doubles while it
+keeps failing fast.
+"""
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
+from multiprocessing.process import BaseProcess
 from types import FrameType
+from typing import Any
 
-__all__ = ["Supervisor"]
+from atomickafka.logs import configure_logging
+from atomickafka.node.config import ClusterConfig, NodeConfig
+
+__all__ = ["Supervisor", "run_merger", "run_node"]
 
 log = logging.getLogger("atomickafka.cluster")
 
 
+def run_node(config: NodeConfig) -> int:
+    """Run one node in this process until a signal stops it; return its exit status."""
+    from atomickafka.node.runtime import NodeRuntime, NodeStartError  # noqa: PLC0415
+
+    runtime = NodeRuntime(config)
+    runtime.install_signal_handlers()
+    try:
+        return runtime.run()
+    except NodeStartError as exc:
+        log.error("node %s cannot start: %s", config.key, exc)
+        return 2
+
+
+def run_merger(config: NodeConfig) -> int:
+    """Run one topic's merger in this process until a signal stops it."""
+    from atomickafka.node.merger_runtime import MergerRuntime  # noqa: PLC0415
+
+    runtime = MergerRuntime(config)
+    runtime.install_signal_handlers()
+    return runtime.run()
+
+
+def _child(role: str, data: dict[str, Any]) -> None:
+    """A child process's entry point (module level: ``spawn`` imports it by name)."""
+    config = NodeConfig.from_dict(data)
+    configure_logging(config.log_level)
+    status = run_merger(config) if role == "merger" else run_node(config)
+    raise SystemExit(status)
+
+
 @dataclass(slots=True)
 class _Child:
-    topic: str
-    argv: list[str]
-    process: subprocess.Popen[bytes] | None = None
+    role: str
+    config: NodeConfig
+    process: BaseProcess | None = None
     restarts: int = 0
     next_start: float = 0.0
     started_at: float = 0.0
     history: list[float] = field(default_factory=list)
 
+    @property
+    def name(self) -> str:
+        return self.config.key if self.role == "node" else f"{self.config.topic}/merger"
+
 
 class Supervisor:
-    """Keeps one ``atomickafka node`` process per topic alive.
+    """Keeps one process per node (and per merger) of a cluster alive.
 
-    A child that exits is restarted after a back-off that doubles (up to
-    ``max_backoff_s``) while it keeps failing fast. SIGINT/SIGTERM stop every child
-    (SIGTERM, then SIGKILL after ``grace_s``) and return.
+    SIGINT/SIGTERM stop every child (SIGTERM, then SIGKILL after ``grace_s``).
     """
 
-    def __init__(
-        self,
-        topics: Sequence[str],
-        node_args: Sequence[str],
-        *,
-        grace_s: float = 20.0,
-        max_backoff_s: float = 10.0,
-    ) -> None:
-        base = [sys.executable, "-m", "atomickafka", "node", *node_args]
-        self.children = [_Child(t, [*base, "--topic", t]) for t in topics]
-        self.grace_s = grace_s
-        self.max_backoff_s = max_backoff_s
+    def __init__(self, config: ClusterConfig) -> None:
+        self.config = config
+        self.children = [_Child("node", c) for c in config.node_configs()]
+        self.children += [_Child("merger", c) for c in config.merger_configs()]
+        self._context = multiprocessing.get_context("spawn")
         self._stopping = False
 
     def install_signal_handlers(self) -> None:
         """Stop on SIGINT and SIGTERM."""
 
         def _handler(signum: int, _frame: FrameType | None) -> None:
-            log.info("signal %s: stopping %d nodes", signum, len(self.children))
+            log.info("signal %s: stopping %d processes", signum, len(self.children))
             self._stopping = True
 
         signal.signal(signal.SIGINT, _handler)
@@ -77,16 +111,17 @@ class Supervisor:
     def _tend(self, child: _Child, now: float) -> None:
         proc = child.process
         if proc is not None:
-            code = proc.poll()
-            if code is None:
+            if proc.is_alive():
                 return
+            code = proc.exitcode
             ran = now - child.started_at
             if ran > 30:
                 child.restarts = 0  # it was healthy: a new failure starts a new back-off
-            backoff = min(self.max_backoff_s, 0.5 * 2 ** min(child.restarts, 6))
+            backoff = min(self.config.max_backoff_s, 0.5 * 2 ** min(child.restarts, 6))
             log.warning(
-                "node %s (pid %d) exited with %d after %.1fs; restarting in %.1fs",
-                child.topic,
+                "%s %s (pid %s) exited with %s after %.1fs; restarting in %.1fs",
+                child.role,
+                child.name,
                 proc.pid,
                 code,
                 ran,
@@ -96,20 +131,25 @@ class Supervisor:
             child.restarts += 1
             child.next_start = now + backoff
         if now >= child.next_start:
-            child.process = subprocess.Popen(child.argv)
+            proc = self._context.Process(
+                target=_child,
+                args=(child.role, child.config.to_dict()),
+                name=f"atomickafka-{child.role}-{child.name}",
+            )
+            proc.start()
+            child.process = proc
             child.started_at = now
-            log.info("node %s started (pid %d)", child.topic, child.process.pid)
+            log.info("%s %s started (pid %s)", child.role, child.name, proc.pid)
 
     def _stop_all(self) -> None:
-        running = [c.process for c in self.children if c.process and c.process.poll() is None]
+        running = [c.process for c in self.children if c.process and c.process.is_alive()]
         for proc in running:
             proc.terminate()
-        deadline = time.monotonic() + self.grace_s
+        deadline = time.monotonic() + self.config.grace_s
         for proc in running:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                log.error("node pid %d did not stop in %.0fs; killing it", proc.pid, self.grace_s)
+            proc.join(timeout=max(0.1, deadline - time.monotonic()))
+            if proc.is_alive():
+                log.error("pid %s did not stop in %.0fs; killing it", proc.pid, self.config.grace_s)
                 proc.kill()
-                proc.wait(timeout=10)
-        log.info("all nodes stopped")
+                proc.join(timeout=10)
+        log.info("all processes stopped")

@@ -582,8 +582,10 @@ class Simulator:
         for topic, message in outputs:
             if message.messageType is MessageType.DELIVERY:
                 if self.through_codec:
-                    (message,) = decode_record(encode_delivery(message))
-                self._deliver(source, topic, message)
+                    (delivered,) = decode_record(encode_delivery(message))
+                    self._deliver(source, topic, delivered)
+                else:
+                    self._deliver(source, topic, message)
             else:
                 control.setdefault(topic, []).append(message)
         for topic, messages in control.items():

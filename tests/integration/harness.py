@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from atomickafka.verify.checker import check
+from atomickafka.core.engine import DEFAULT_ALGORITHM
 from atomickafka.node import launch
+from atomickafka.verify.checker import check
 from client import AtomicKafkaClient, Delivery
 
 
@@ -119,14 +120,22 @@ def running_cluster(
     bootstrap: str,
     topics: Sequence[str],
     *,
-    algorithm: str = "optimized",
+    algorithm: str = DEFAULT_ALGORITHM.value,
     layout: str = "split",
+    partitions: int = 1,
     log_dir: Path,
+    log_level: str = "warning",
 ) -> Iterator[subprocess.Popen[bytes]]:
     """``atomickafka cluster`` for ``topics``, its log kept in ``log_dir``."""
-    log_path = log_dir / f"cluster-{algorithm}-{layout}.log"
+    log_path = log_dir / f"cluster-{algorithm}-{layout}-{partitions}.log"
     with launch.running_cluster(
-        bootstrap, topics, algorithm=algorithm, layout=layout, log_path=log_path
+        bootstrap,
+        topics,
+        algorithm=algorithm,
+        layout=layout,
+        partitions=partitions,
+        log_path=log_path,
+        log_level=log_level,
     ) as proc:
         yield proc
 

@@ -31,7 +31,7 @@ TOPICS = 5
 
 
 @pytest.mark.parametrize("layout", ["split", "shared"])
-@pytest.mark.parametrize("algorithm", ["optimized", "poc"])
+@pytest.mark.parametrize("algorithm", ["direct", "optimized", "poc"])
 def test_total_order_on_real_broker(
     kafka_bootstrap: str,
     topic_factory: Callable[[], str],

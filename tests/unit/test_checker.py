@@ -11,6 +11,8 @@ from typing import Any
 import orjson
 import pytest
 
+from atomickafka.cli import check_cmd, main
+from atomickafka.core.wire import Message, MessageType
 from atomickafka.verify.checker import (
     UNSET,
     CheckInputError,
@@ -22,8 +24,6 @@ from atomickafka.verify.checker import (
     load_deliveries,
     load_sent,
 )
-from atomickafka.cli import check_cmd, main
-from atomickafka.core.wire import Message, MessageType
 
 K = ViolationKind
 
@@ -215,7 +215,7 @@ def test_first_violation_is_named_and_violations_are_capped() -> None:
 
 def test_accepts_wire_records_and_client_deliveries() -> None:
     def wire(mid: str, ts: int) -> Message:
-        return Message(mid, MessageType.DELIVERY, ("A", "B"), "v", "node", "A", ts)
+        return Message(mid, MessageType.DELIVERY, ("A", "B"), b'"v"', "node", "A", ts)
 
     sent = {"a": (("A", "B"), "v"), "b": (("A", "B"), "v")}
     assert check(sent, {"A": [wire("a", 1), wire("b", 2)], "B": [wire("a", 1), wire("b", 2)]}).ok

@@ -185,7 +185,9 @@ def test_rule2_every_timestamp_moves_the_clock(algorithm: Algorithm) -> None:
     assert node.clock == 1
     node.handle_batch([ack("m", ["A", "B"], "B", 40, alg=algorithm)])  # Ack
     assert node.clock >= 40
-    node.handle_batch([notify("n", ["A", "B"], "B", 70, alg=algorithm)])  # Notify: 70, then propose 71
+    node.handle_batch(
+        [notify("n", ["A", "B"], "B", 70, alg=algorithm)]
+    )  # Notify: 70, then propose 71
     assert node.clock == 71
     node.handle_batch([decided("n", ["A", "B"], "B", 90, alg=algorithm)])  # Decided
     assert node.clock == 90
@@ -239,7 +241,9 @@ def test_rule3_poc_every_destination_decides_alone_on_the_max() -> None:
     out = node.handle_batch([notify("m", dests, "A", 2, alg=Algorithm.POC)])
     # B proposes 3 and tells every other destination.
     assert kinds(out) == [("A", "AckMessage", "m", 3), ("C", "AckMessage", "m", 3)]
-    assert node.handle_batch([ack("m", dests, "A", 2, alg=Algorithm.POC)]) == []  # a stray ack from A: no-op
+    assert (
+        node.handle_batch([ack("m", dests, "A", 2, alg=Algorithm.POC)]) == []
+    )  # a stray ack from A: no-op
     out = node.handle_batch([ack("m", dests, "C", 9, alg=Algorithm.POC)])
     assert kinds(out) == [("B", "DeliveryMessage", "m", 9)]  # no Decided in poc
 
@@ -417,7 +421,7 @@ def test_records_not_for_this_node_are_ignored(algorithm: Algorithm) -> None:
     assert node.handle_batch([notify("m", "BC", "B", 5)]) == []  # not addressed to A
     assert node.handle_batch([notify("m", "AB", "C", 5)]) == []  # sender not a destination
     assert node.handle_batch([decided("m", "BC", "B", 5)]) == []
-    delivery = Message("m", MessageType.DELIVERY, ("A",), "v", "node-A", "A", 3)
+    delivery = Message("m", MessageType.DELIVERY, ("A",), b'"v"', "node-A", "A", 3)
     assert node.handle_batch([delivery]) == []  # a node never re-reads deliveries
     assert node.pending_count == 0
     assert node.stats.rejected == 4 and node.stats.ignored == 1

@@ -32,9 +32,9 @@ from typing import Any
 import orjson
 import pytest
 
-from atomickafka.verify.checker import ORDER_KINDS, CheckReport, ViolationKind
 from atomickafka.core.engine import Algorithm, Engine, Output, _Pending
 from atomickafka.core.wire import Message, MessageType
+from atomickafka.verify.checker import ORDER_KINDS, CheckReport, ViolationKind
 from atomickafka.verify.simulator import (
     Chaos,
     RandomChooser,
@@ -343,7 +343,9 @@ def unique_values(workload: Workload) -> Workload:
 
 
 def lost_sends(workload: Workload, result: SimulationResult) -> list[Send]:
-    values = {t: {orjson.loads(m.value or b"") for m in result.deliveries[t]} for t in result.topics}
+    values = {
+        t: {orjson.loads(m.value or b"") for m in result.deliveries[t]} for t in result.topics
+    }
     return [s for s in workload.sends if any(s.value not in values[t] for t in s.destinations)]
 
 

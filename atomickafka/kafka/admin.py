@@ -1,0 +1,105 @@
+"""Creating the topics AtomicKafka needs, with the configs it relies on."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.admin._resource import ResourceType
+from confluent_kafka.cimpl import NewTopic
+
+from atomickafka.kafka.consumer import retry_transient
+
+__all__ = ["TopicSpec", "ensure_topics", "partition_count"]
+
+log = logging.getLogger(__name__)
+
+#: The input log is what recovery replays: it must not expire under the node.
+KEEP_FOREVER = {"retention.ms": "-1", "retention.bytes": "-1"}
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    """A topic AtomicKafka needs: how many partitions, and configs it must have."""
+
+    partitions: int = 1
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+def _replication_factor(admin: AdminClient) -> int:
+    brokers = len(admin.list_topics(timeout=10).brokers)
+    return max(1, min(3, brokers))
+
+
+def _enforce_configs(admin: AdminClient, specs: Mapping[str, TopicSpec]) -> None:
+    """Set ``specs``' configs on topics that exist already (e.g. auto-created by a client
+    that wrote before the node started: an input log must not keep the 7-day default)."""
+    resources = [
+        ConfigResource(
+            ResourceType.TOPIC,
+            name,
+            incremental_configs=[
+                ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+                for key, value in spec.configs.items()
+            ],
+        )
+        for name, spec in specs.items()
+        if spec.configs
+    ]
+    if not resources:
+        return
+    for resource, future in admin.incremental_alter_configs(resources).items():
+        future.result(timeout=60)
+        log.debug("configs of %s enforced", resource.name)
+
+
+def partition_count(admin: AdminClient, topic: str) -> int | None:
+    """How many partitions ``topic`` has, or ``None`` if it does not exist."""
+    meta = admin.list_topics(topic, timeout=10).topics.get(topic)
+    if meta is None or meta.error is not None:
+        return None
+    return len(meta.partitions)
+
+
+def ensure_topics(admin: AdminClient, wanted: Mapping[str, TopicSpec] | Iterable[str]) -> list[str]:
+    """Create the missing topics of ``wanted``; return the names created.
+
+    Topics get a replication factor of ``min(3, brokers)``; with three or more brokers
+    ``min.insync.replicas`` is 2, so acks=all writes survive one loss. An existing topic
+    gets the configs it must have; one with fewer partitions than wanted is an error
+    (raised as ``ValueError``: a layer without its partition would stall).
+    """
+    specs = dict(wanted) if isinstance(wanted, Mapping) else {n: TopicSpec() for n in wanted}
+    existing = retry_transient(lambda: admin.list_topics(timeout=10).topics, "topic metadata")
+    for name, spec in specs.items():
+        meta = existing.get(name)
+        if meta is not None and meta.error is None and len(meta.partitions) < spec.partitions:
+            raise ValueError(
+                f"topic {name} has {len(meta.partitions)} partitions, {spec.partitions} are "
+                "needed (one per layer); add partitions with kafka-topics --alter"
+            )
+    _enforce_configs(admin, {n: s for n, s in specs.items() if n in existing})
+    missing = [name for name in specs if name not in existing]
+    if not missing:
+        return []
+    rf = _replication_factor(admin)
+    new = []
+    for name in missing:
+        config = dict(specs[name].configs)
+        if rf >= 3:
+            config.setdefault("min.insync.replicas", "2")
+        new.append(NewTopic(name, specs[name].partitions, rf, config=config))
+    created = []
+    for name, future in admin.create_topics(new, operation_timeout=30).items():
+        try:
+            future.result(timeout=60)
+            created.append(name)
+            log.info("created topic %s", name)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+    return created
