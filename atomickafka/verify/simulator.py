@@ -77,6 +77,9 @@ __all__ = [
 ]
 
 
+#: What a node writes to a delivery stream (a layer's node: partition deliveries).
+_DELIVERIES = frozenset({MessageType.DELIVERY, MessageType.PARTITION_DELIVERY})
+
 # ---------------------------------------------------------------------------- choices
 
 
@@ -580,7 +583,7 @@ class Simulator:
         topic in order (with ``through_codec`` packed into bundles and decoded again)."""
         control: dict[str, list[Message]] = {}
         for topic, message in outputs:
-            if message.messageType is MessageType.DELIVERY:
+            if message.messageType in _DELIVERIES:
                 if self.through_codec:
                     (delivered,) = decode_record(encode_delivery(message))
                     self._deliver(source, topic, delivered)
