@@ -3,7 +3,18 @@
 See :class:`AtomicKafkaClient` and :class:`Delivery`.
 """
 
-from client.client import AtomicKafkaClient, DeliveryError, OfflineDestinationError
+from client.client import (
+    AtomicKafkaClient,
+    DeliveryError,
+    DestinationError,
+    OfflineDestinationError,
+)
 from client.delivery import Delivery
 
-__all__ = ["AtomicKafkaClient", "Delivery", "DeliveryError", "OfflineDestinationError"]
+__all__ = [
+    "AtomicKafkaClient",
+    "Delivery",
+    "DeliveryError",
+    "DestinationError",
+    "OfflineDestinationError",
+]

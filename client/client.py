@@ -39,7 +39,13 @@ from atomickafka.kafka.status import Status, StatusWatch
 from atomickafka.kafka.topics import Layout, delivery_topic, header_type, input_topic
 from client.delivery import Delivery
 
-__all__ = ["AtomicKafkaClient", "DeliveryError", "OfflineDestinationError", "SentCallback"]
+__all__ = [
+    "AtomicKafkaClient",
+    "DeliveryError",
+    "DestinationError",
+    "OfflineDestinationError",
+    "SentCallback",
+]
 
 #: Called once every record of a sent message is acknowledged (``None``) or failed.
 SentCallback = Callable[[str, KafkaError | None], None]
@@ -51,7 +57,11 @@ class DeliveryError(RuntimeError):
     """The broker did not accept one or more sent messages."""
 
 
-class OfflineDestinationError(ValueError):
+class DestinationError(ValueError):
+    """The destinations cannot take the message as they are served now."""
+
+
+class OfflineDestinationError(DestinationError):
     """A destination has no live AtomicKafka node: its other destinations would stall."""
 
 
@@ -202,7 +212,7 @@ class AtomicKafkaClient:
                 "(atomickafka node/cluster), or send with allow_offline / --allow-offline"
             )
         if len(algorithms) > 1:
-            raise ValueError(
+            raise DestinationError(
                 f"the destinations' nodes run different protocols ({', '.join(sorted(algorithms))})"
             )
         algorithm = (

@@ -10,7 +10,12 @@ from atomickafka.cli.options import add_bootstrap, add_log_level, add_overrides,
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.kafka.topics import Layout
 from atomickafka.logs import configure_logging
-from atomickafka.node.config import DEFAULT_BATCH_SIZE, ClusterConfig, NodeConfig
+from atomickafka.node.config import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_STUCK_AFTER_S,
+    ClusterConfig,
+    NodeConfig,
+)
 
 __all__ = ["register"]
 
@@ -64,6 +69,12 @@ def _add_node_options(parser: argparse.ArgumentParser) -> None:
         "--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="records per batch"
     )
     parser.add_argument(
+        "--stuck-after",
+        type=float,
+        default=DEFAULT_STUCK_AFTER_S,
+        help="warn when a message has held the queue head this long (seconds)",
+    )
+    parser.add_argument(
         "--max-seconds", type=float, default=None, help="stop after this long (for scripts)"
     )
     add_log_level(parser)
@@ -79,6 +90,7 @@ def _node_config(args: argparse.Namespace, topic: str, layer: int | None) -> Nod
         layer=layer,
         overrides=args.overrides,
         batch_size=args.batch_size,
+        stuck_after_s=args.stuck_after,
         log_level=args.log_level,
     )
 

@@ -23,7 +23,7 @@ from confluent_kafka import KafkaError
 from atomickafka.cli.options import add_bootstrap, add_destinations, add_overrides, fail, guarded
 from atomickafka.core.wire import MAX_VALUE_BYTES
 from atomickafka.kafka.topics import Layout
-from client import AtomicKafkaClient, DeliveryError, OfflineDestinationError
+from client import AtomicKafkaClient, DeliveryError, DestinationError
 
 __all__ = ["register"]
 
@@ -119,7 +119,7 @@ def _run(args: argparse.Namespace) -> int:
                 line.message_id = client.send(
                     value, args.to, via=args.via, key=args.key, on_sent=printer.on_sent(line)
                 )
-            except OfflineDestinationError as exc:
+            except DestinationError as exc:  # nothing sent: a usage problem
                 return fail("send", exc)
             except UnicodeDecodeError as exc:
                 skipped += 1

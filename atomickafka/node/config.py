@@ -16,10 +16,12 @@ from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.core.wire import MAX_VALUE_BYTES
 from atomickafka.kafka.topics import Layout, node_key
 
-__all__ = ["DEFAULT_BATCH_SIZE", "ClusterConfig", "NodeConfig"]
+__all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_STUCK_AFTER_S", "ClusterConfig", "NodeConfig"]
 
 #: Input records a node takes per batch (one engine step, one commit unit).
 DEFAULT_BATCH_SIZE: Final = 2000
+#: A queue head older than this (seconds) is logged as stuck, naming what it waits for.
+DEFAULT_STUCK_AFTER_S: Final = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +43,7 @@ class NodeConfig:
     commit_interval_s: float = 0.1
     create_topics: bool = True
     max_value_bytes: int = MAX_VALUE_BYTES
-    #: A queue head older than this is logged as stuck, naming what it waits for.
-    stuck_after_s: float = 10.0
+    stuck_after_s: float = DEFAULT_STUCK_AFTER_S
     log_level: str = "info"
 
     def __post_init__(self) -> None:

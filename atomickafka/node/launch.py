@@ -37,6 +37,7 @@ def running_cluster(
     overrides: Mapping[str, str] | None = None,
     log_path: Path | None = None,
     log_level: str = "warning",
+    extra_args: Sequence[str] = (),
     wait_s: float | None = 90.0,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """One node per topic (per layer, plus a merger per topic, when partitioned) under
@@ -63,6 +64,7 @@ def running_cluster(
         str(partitions),
         "--log-level",
         log_level,
+        *extra_args,
     ]
     for key, value in (overrides or {}).items():
         argv += ["-X", f"{key}={value}"]

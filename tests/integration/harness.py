@@ -125,6 +125,7 @@ def running_cluster(
     partitions: int = 1,
     log_dir: Path,
     log_level: str = "warning",
+    extra_args: Sequence[str] = (),
 ) -> Iterator[subprocess.Popen[bytes]]:
     """``atomickafka cluster`` for ``topics``, its log kept in ``log_dir``."""
     log_path = log_dir / f"cluster-{algorithm}-{layout}-{partitions}.log"
@@ -136,6 +137,7 @@ def running_cluster(
         partitions=partitions,
         log_path=log_path,
         log_level=log_level,
+        extra_args=extra_args,
     ) as proc:
         yield proc
 
@@ -149,6 +151,19 @@ def run_cli(
         input=stdin,
         capture_output=True,
         text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def run_cli_raw(
+    *args: str, stdin: bytes, timeout: float = 300
+) -> subprocess.CompletedProcess[bytes]:
+    """``atomickafka ARGS…`` fed raw bytes on stdin (not necessarily UTF-8)."""
+    return subprocess.run(
+        [sys.executable, "-m", "atomickafka", *args],
+        input=stdin,
+        capture_output=True,
         timeout=timeout,
         check=False,
     )

@@ -1,0 +1,58 @@
+"""The layout keeps the architecture (docs/DESIGN.md §2): the core is pure, and each
+layer imports only the layers below it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "atomickafka"
+#: What the core must never import: no Kafka, no clock, no randomness, no OS, no threads.
+FORBIDDEN_IN_CORE = {"confluent_kafka", "time", "random", "os", "socket", "threading"}
+#: Which subpackages each layer may import (besides itself and the standard library).
+ALLOWED = {
+    "core": set(),
+    "verify": {"core"},
+    "kafka": {"core"},
+    "node": {"core", "kafka", "logs"},
+    "localkafka": set(),
+}
+
+
+def imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def modules(layer: str) -> list[Path]:
+    return sorted((PACKAGE / layer).glob("**/*.py"))
+
+
+@pytest.mark.parametrize("path", modules("core"), ids=lambda p: p.name)
+def test_core_modules_do_no_io(path: Path) -> None:
+    used = {name.split(".")[0] for name in imports(path)}
+    assert not used & FORBIDDEN_IN_CORE, f"{path.name} imports {used & FORBIDDEN_IN_CORE}"
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_layers_import_only_what_is_below_them(layer: str) -> None:
+    for path in modules(layer):
+        for name in imports(path):
+            parts = name.split(".")
+            if parts[0] != "atomickafka" or len(parts) < 2:
+                continue
+            assert parts[1] in ALLOWED[layer] | {layer}, f"{path.name} imports {name}"
+
+
+def test_the_forbidden_list_catches_a_real_import(tmp_path: Path) -> None:
+    sample = tmp_path / "x.py"
+    sample.write_text("import os\nfrom time import monotonic\n")
+    assert {"os", "time"} <= imports(sample)
