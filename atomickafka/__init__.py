@@ -3,15 +3,14 @@
 A client publishes one message to several topics; every destination topic receives it
 exactly once, and all destinations deliver their common messages in the same order.
 
-Subpackages and modules:
+Subpackages (docs/DESIGN.md §2 has the layout and its rules):
 
-- :mod:`atomickafka.core.wire` -- the wire format (thesis Listing 4.3/4.4) and its codec.
-- :mod:`atomickafka.core.engine` -- the ordering core: a pure, deterministic state machine.
-- :mod:`atomickafka.verify.checker` -- an independent checker of delivery logs.
-- :mod:`atomickafka.verify.simulator` -- N engines joined by in-memory logs, any interleaving.
+- :mod:`atomickafka.core` -- pure: the wire format, the ordering engine, the merger.
+- :mod:`atomickafka.verify` -- the independent order checker and the simulators.
+- :mod:`atomickafka.kafka` -- Kafka I/O shared by every role (settings, producer,
+  consumer helpers, topics, admin, the status topic).
+- :mod:`atomickafka.node` -- the node and merger shells, configuration, the supervisor.
 - :mod:`atomickafka.localkafka` -- the embedded local Apache Kafka (Maven jars, no Docker).
-- :mod:`atomickafka.kafka.settings` -- librdkafka settings and ``-X`` pass-through.
-- :mod:`atomickafka.kafka.consumer` -- small Kafka I/O helpers (batched consume, retries).
 - :mod:`atomickafka.cli` -- the ``atomickafka`` command.
 """
 

@@ -6,7 +6,7 @@ A partitioned AtomicKafka topic has one partition per *layer*: partitions with t
 number across topics form a layer, and each layer runs the ordering protocol on its own
 (its own engines, its own Lamport clocks). At a topic ``T`` every layer yields the
 messages it decided in increasing ``(timeStamp, messageID)`` order. ``T``'s merger
-merges those streams into ``T``'s one delivery stream (DESIGN.md §4; thesis 3.1.3,
+merges those streams into ``T``'s one delivery stream (docs/DESIGN.md §8; thesis 3.1.3,
 Alg. 5/6, which the thesis never implemented).
 
 The shell feeds :meth:`Merger.handle_batch` two kinds of records, each layer's in that

@@ -30,7 +30,7 @@ JSON null); ``None`` means "not carried here". A node turns a ClientMessage's va
 into bytes once, on first hearing, with orjson: numbers then read as orjson reads them
 (integers beyond 64 bits become floats). The ``digest`` of a value names the message
 version: records about one ``messageID`` with another digest or destination list are
-about a different message that reuses the id (§4.4).
+about a different message that reuses the id (§4.9.4).
 
 :func:`decode_record` validates strictly and names the offending field; unknown fields
 are tolerated, so newer writers do not break older readers, but a ``formatVersion``

@@ -152,7 +152,8 @@ class MergerRuntime:
                 ),
                 "watermarks",
             )
-            self._replay_ends[layer] = high
+            if high > 0:  # still to replay
+                self._replay_ends[layer] = high
         consumer.assign(
             [TopicPartition(source, p, OFFSET_BEGINNING) for p in range(cfg.partitions)]
         )

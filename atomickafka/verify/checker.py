@@ -27,7 +27,8 @@ Total order
 
 When deliveries carry final timestamps, two protocol diagnostics are added: a message
 has the same final timestamp at every topic (``timestamp-mismatch``) and each topic
-delivers in increasing ``(timeStamp, messageID)`` (``timestamp-order``).
+delivers in increasing ``(timeStamp, layer, messageID)`` (``timestamp-order``; the
+layer, for partitioned topics, is the delivery's ``layer`` or ``partitionID``, else 0).
 
 :func:`check` returns a :class:`CheckReport`; ``report.first`` is the first violation,
 in the order integrity, total order, validity, timestamps, and within a kind by
@@ -374,6 +375,18 @@ def _normalise_sent(sent: SentInput) -> tuple[dict[str, SentMessage], list[Viola
 _Fields = tuple[str, tuple[str, ...] | None, int | None, Any]
 
 
+def _layer_of(item: Any) -> int:
+    """The partition layer a delivery names (``layer``, or the wire's ``partitionID``),
+    0 when it names none: merged streams are ordered by (timeStamp, layer, messageID)."""
+    if isinstance(item, Mapping):
+        layer = item.get("layer", item.get("partitionID"))
+    else:
+        layer = getattr(item, "layer", None)
+        if layer is None:
+            layer = getattr(item, "partitionID", None)
+    return layer if isinstance(layer, int) else 0
+
+
 def _delivery_fields(item: Any, topic: str) -> _Fields:
     """``(messageID, destinations, timeStamp, value)`` of one delivery entry."""
     if isinstance(item, str):
@@ -465,7 +478,7 @@ def check(
     for topic in topics:
         seen: dict[str, int] = {}
         sequence: list[str] = []
-        last_key: tuple[int, str] | None = None
+        last_key: tuple[int, int, str] | None = None
         ts_order_reported = False
         count = 0
         for position, item in enumerate(deliveries[topic]):
@@ -550,15 +563,15 @@ def check(
                             (prior[0], topic),
                         )
                     )
-                key = (ts, mid)
+                key = (ts, _layer_of(item), mid)
                 if last_key is not None and key <= last_key and not ts_order_reported:
                     ts_order_reported = True  # one per topic: the rest would follow
                     per_kind[ViolationKind.TIMESTAMP_ORDER].append(
                         Violation(
                             ViolationKind.TIMESTAMP_ORDER,
-                            f"{topic} delivered {mid!r} at (timeStamp, messageID) {key} "
-                            f"after {last_key[1]!r} at {last_key} (position {position})",
-                            (last_key[1], mid),
+                            f"{topic} delivered {mid!r} at (timeStamp, layer, messageID) {key} "
+                            f"after {last_key[2]!r} at {last_key} (position {position})",
+                            (last_key[2], mid),
                             (topic,),
                         )
                     )

@@ -179,7 +179,7 @@ class Workload:
 
 
 def client_ids(client: str, seq: int) -> str:
-    """Globally unique ids, ``<clientId>-<seq>`` (DESIGN §2)."""
+    """Globally unique ids, ``<clientId>-<seq>`` (docs/DESIGN.md §3)."""
     return f"{client}-{seq}"
 
 

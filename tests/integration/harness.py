@@ -39,13 +39,15 @@ class Workload:
     relay_share: float = 0.1
     single_share: float = 0.3
     seed: int = 0
+    #: Partition keys to draw from (``None``: no key, round-robin over layers).
+    keys: Sequence[str] | None = None
     sent: list[Sent] = field(default_factory=list)
 
-    def plan(self, client_index: int) -> list[tuple[tuple[str, ...], str | None, Any]]:
-        """This client's messages: (destinations, via, value)."""
+    def plan(self, client_index: int) -> list[tuple[tuple[str, ...], str | None, Any, str | None]]:
+        """This client's messages: (destinations, via, value, key)."""
         rng = random.Random(f"{self.seed}-{client_index}")
         share = self.messages // self.clients + (client_index < self.messages % self.clients)
-        out: list[tuple[tuple[str, ...], str | None, Any]] = []
+        out: list[tuple[tuple[str, ...], str | None, Any, str | None]] = []
         for i in range(share):
             dests: tuple[str, ...]
             if rng.random() < self.single_share:
@@ -55,9 +57,8 @@ class Workload:
                 dests = tuple(sorted(rng.sample(list(self.topics), k)))
             others = [t for t in self.topics if t not in dests]
             via = rng.choice(others) if others and rng.random() < self.relay_share else None
-            out.append(
-                (dests, via, {"client": client_index, "i": i, "pad": "x" * rng.randint(0, 64)})
-            )
+            value = {"client": client_index, "i": i, "pad": "x" * rng.randint(0, 64)}
+            out.append((dests, via, value, rng.choice(self.keys) if self.keys else None))
         return out
 
 
@@ -69,8 +70,8 @@ def send_concurrently(bootstrap: str, workload: Workload, layout: str) -> list[S
     def run(index: int) -> None:
         try:
             with AtomicKafkaClient(bootstrap, layout=layout) as client:
-                for dests, via, value in workload.plan(index):
-                    mid = client.send(value, dests, via=via)
+                for dests, via, value, key in workload.plan(index):
+                    mid = client.send(value, dests, via=via, key=key)
                     results[index].append(Sent(mid, dests, value, via or ""))
         except BaseException as exc:  # surfaced below
             errors.append(exc)

@@ -6,7 +6,7 @@ counting acks). For each, a deterministic search over simulator seeds (or a scri
 scenario) must make the independent checker report a violation, and the real engine
 must pass the very same runs -- so these tests show the suite *can* fail.
 
-Defect (DESIGN §3) -> mutant -> how it is caught:
+Defect (docs/DESIGN.md §4.10) -> mutant -> how it is caught:
 
 - (a) Ack carries the coordinator's timestamp -> ``AckCarriesCoordinatorTimestamp``
   -> order violation (seed search with a skewed clock, and a scripted scenario); with
