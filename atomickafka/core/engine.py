@@ -229,6 +229,7 @@ class Engine:
         self.topic = topic
         self.node_id = node_id if node_id is not None else f"node-{topic}"
         self.algorithm = Algorithm(algorithm)
+        self._protocol = str(self.algorithm)  # what our control messages name
         self.partition = partition
         self.max_value_bytes = max_value_bytes
         self.max_record_bytes = max_record_bytes
@@ -322,7 +323,7 @@ class Engine:
                         timeStamp=ts,
                         partitionID=self.partition,
                         digest=entry.digest,
-                        protocol=self.algorithm.value,
+                        protocol=self._protocol,
                     ),
                 )
             )
@@ -507,7 +508,7 @@ class Engine:
                     sentFromTopic=self.topic,
                     partitionID=self.partition,
                     digest=record.digest,
-                    protocol=self.algorithm.value,
+                    protocol=self._protocol,
                 )
                 aborts = [Output(t, abort) for t in record.topic if t != self.topic]
         raise _Refused(
@@ -520,7 +521,7 @@ class Engine:
     def _check_peer(self, record: Message, *, versioned: bool = True) -> None:
         """The checks every control message from a peer node passes before it counts."""
         kind = record.messageType
-        if kind is not MessageType.ABORT and record.protocol != self.algorithm.value:
+        if record.protocol != self._protocol and kind is not MessageType.ABORT:
             self.stats.protocol_mismatches += 1
             raise _Refused(
                 f"protocol mismatch: {record.senderID or 'the sender'} runs "
@@ -639,7 +640,7 @@ class Engine:
             sentFromTopic=self.topic,
             partitionID=self.partition,
             digest=record.digest,
-            protocol=self.algorithm.value,
+            protocol=self._protocol,
         )
         if self.algorithm is Algorithm.DIRECT:
             return [Output(t, forwarded) for t in destinations]
@@ -828,7 +829,7 @@ class Engine:
             timeStamp=ts,
             partitionID=self.partition,
             digest=entry.digest,
-            protocol=self.algorithm.value,
+            protocol=self._protocol,
         )
 
 

@@ -41,6 +41,7 @@ same order.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -227,6 +228,13 @@ def parse_destinations(raw: object) -> tuple[str, ...]:
     """A destination list as the sorted tuple every node uses; :class:`MessageError` if
     it is empty or names something that is not a legal topic name. A lone string is a
     list of one."""
+    if type(raw) is list:  # the hot path: a list seen before
+        try:
+            known = _KNOWN_DESTINATIONS.get(tuple(raw))
+        except TypeError:  # an unhashable element: the checks below name it
+            known = None
+        if known is not None:
+            return known
     if isinstance(raw, str):
         raw = [raw]
     if isinstance(raw, Mapping | bytes | bytearray) or not isinstance(raw, Iterable):
@@ -259,6 +267,8 @@ _KNOWN_DESTINATIONS_MAX = 4096
 
 
 def _check_id(field: str, value: object) -> str:
+    if type(value) is str and 0 < len(value) <= MAX_ID_LENGTH:
+        return value
     if not isinstance(value, str):
         raise MessageError(field, "must be a string", value)
     if not value or len(value) > MAX_ID_LENGTH:
@@ -268,6 +278,8 @@ def _check_id(field: str, value: object) -> str:
 
 def _timestamp(obj: dict[str, Any], required: bool, what: str) -> int | None:
     value = obj.get("timeStamp")
+    if type(value) is int and 0 <= value <= MAX_TIMESTAMP:
+        return value
     if value is None:
         if required:
             raise MessageError("timeStamp", f"required on {what}")
@@ -317,14 +329,14 @@ def _format_version(obj: dict[str, Any]) -> int:
     return version
 
 
+_TYPE_BY_NAME: Final = {str(t): t for t in MessageType}
+
+
 def _message_type(obj: dict[str, Any], allowed: frozenset[MessageType]) -> MessageType:
     raw = obj.get("messageType")
-    try:
-        kind = MessageType(raw) if isinstance(raw, str) else None
-    except ValueError:
-        kind = None
+    kind = _TYPE_BY_NAME.get(raw) if type(raw) is str else None
     if kind is None or kind not in allowed:
-        names = ", ".join(sorted(t.value for t in allowed))
+        names = ", ".join(sorted(allowed))
         raise MessageError("messageType", f"must be one of {names}", raw)
     return kind
 
@@ -364,11 +376,11 @@ def decode_record(data: bytes | str) -> list[Message]:
     if kind in (MessageType.TICK, MessageType.WATERMARK):
         return [
             Message(
-                messageID=_check_id("messageID", obj.get("messageID", kind.value)),
+                messageID=_check_id("messageID", obj.get("messageID", str(kind))),
                 messageType=kind,
                 topic=(),
                 senderID=_sender(obj),
-                timeStamp=_timestamp(obj, True, kind.value),
+                timeStamp=_timestamp(obj, True, kind),
                 partitionID=_optional_partition(obj),
             )
         ]
@@ -383,7 +395,7 @@ def decode_record(data: bytes | str) -> list[Message]:
         raise MessageError("value", "is missing (use null for no value)")
     sent_from = _optional_str(obj, "sentFromTopic")
     if kind in CONTROL_TYPES and sent_from is None:
-        raise MessageError("sentFromTopic", f"required on {kind.value}")
+        raise MessageError("sentFromTopic", f"required on {kind}")
     return [
         Message(
             messageID=message_id,
@@ -392,7 +404,7 @@ def decode_record(data: bytes | str) -> list[Message]:
             value=value,
             senderID=_sender(obj),
             sentFromTopic=sent_from,
-            timeStamp=_timestamp(obj, kind in _TIMESTAMPED, kind.value),
+            timeStamp=_timestamp(obj, kind in _TIMESTAMPED, kind),
             partitionID=_optional_partition(obj),
             digest=value_digest(value) if value is not None else _optional_str(obj, "digest"),
             protocol=_optional_str(obj, "protocol"),
@@ -444,7 +456,7 @@ def _decode_bundle(raw: bytes) -> list[Message]:
         digest = _optional_str(entry, "digest")
         if digest is None:
             if value is None:
-                raise MessageError(f"messages[{index}].digest", f"required on {kind.value}")
+                raise MessageError(f"messages[{index}].digest", f"required on {kind}")
             digest = value_digest(value)
         if "topic" not in entry:
             raise MessageError(f"messages[{index}].topic", "is missing")
@@ -456,7 +468,7 @@ def _decode_bundle(raw: bytes) -> list[Message]:
                 value=value,
                 senderID=sender,
                 sentFromTopic=sent_from,
-                timeStamp=_timestamp(entry, kind in _TIMESTAMPED, kind.value),
+                timeStamp=_timestamp(entry, kind in _TIMESTAMPED, kind),
                 partitionID=partition,
                 digest=digest,
                 protocol=protocol,
@@ -475,7 +487,7 @@ def encode_client(message: Message) -> bytes:
     out: dict[str, Any] = {
         "messageID": message.messageID,
         "senderID": message.senderID,
-        "messageType": MessageType.CLIENT.value,
+        "messageType": MessageType.CLIENT,
         "value": orjson.Fragment(message.value if message.value is not None else b"null"),
         "topic": list(message.topic),
         "formatVersion": FORMAT_VERSION,
@@ -493,7 +505,7 @@ def encode_delivery(message: Message) -> bytes:
     out: dict[str, Any] = {
         "messageID": message.messageID,
         "senderID": message.senderID,
-        "messageType": message.messageType.value,
+        "messageType": message.messageType,
         "value": orjson.Fragment(message.value),
         "topic": list(message.topic),
         "sentFromTopic": message.sentFromTopic,
@@ -513,7 +525,7 @@ def encode_tick(sender_id: str, timestamp: int, partition: int | None = None) ->
     out: dict[str, Any] = {
         "messageID": f"tick-{timestamp}",
         "senderID": sender_id,
-        "messageType": MessageType.TICK.value,
+        "messageType": MessageType.TICK,
         "timeStamp": timestamp,
         "formatVersion": FORMAT_VERSION,
     }
@@ -529,7 +541,7 @@ def encode_watermark(sender_id: str, timestamp: int, partition: int) -> bytes:
         {
             "messageID": f"watermark-{timestamp}",
             "senderID": sender_id,
-            "messageType": MessageType.WATERMARK.value,
+            "messageType": MessageType.WATERMARK,
             "timeStamp": timestamp,
             "partitionID": partition,
             "formatVersion": FORMAT_VERSION,
@@ -540,8 +552,8 @@ def encode_watermark(sender_id: str, timestamp: int, partition: int) -> bytes:
 def _bundle_entry(message: Message) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "messageID": message.messageID,
-        "messageType": message.messageType.value,
-        "topic": list(message.topic),
+        "messageType": message.messageType,
+        "topic": message.topic,
         "digest": message.digest,
     }
     if message.timeStamp is not None:
@@ -561,7 +573,7 @@ def encode_bundle(
 ) -> bytes:
     """One Bundle record holding ``messages`` (header line, then the values)."""
     header: dict[str, Any] = {
-        "messageType": MessageType.BUNDLE.value,
+        "messageType": MessageType.BUNDLE,
         "senderID": sender_id,
         "sentFromTopic": sent_from,
         "protocol": protocol,
@@ -577,7 +589,12 @@ def encode_bundle(
 def envelope_bytes(message_id: str, destinations: Sequence[str]) -> int:
     """An upper bound of what a record adds to a message's value: its fields, ids and
     names (escaped JSON can be six times the text), and the Kafka record's overhead."""
-    return 1000 + 6 * len(message_id) + sum(len(t) + 3 for t in destinations)
+    return 1000 + 6 * len(message_id) + _names_bytes(tuple(destinations))
+
+
+@functools.lru_cache(maxsize=4096)
+def _names_bytes(destinations: tuple[str, ...]) -> int:
+    return sum(len(t) + 3 for t in destinations)
 
 
 def pack_bundles(
