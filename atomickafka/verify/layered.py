@@ -399,8 +399,13 @@ class LayeredSimulator:
 
     ``chaos`` applies to every layer (one drawn layer misbehaves per step), and
     ``merger_chaos`` to the mergers. ``write_ticks=False`` drops every TickRequest (to
-    show what ticks are for). Use :meth:`run`, or :meth:`load` and :meth:`advance` to
-    act between steps (e.g. :meth:`restart_merger`).
+    show what ticks are for). ``tick_ahead=True`` is an experiment: the shell writes
+    each tick at the highest timestamp its merger has taken in rather than at the
+    blocked head's (a tick only moves a clock, so any timestamp is safe), which lets
+    one round trip through an idle layer cover the whole buffer.
+
+    Use :meth:`run`, or :meth:`load` and :meth:`advance` to act between steps (e.g.
+    :meth:`restart_merger`).
     """
 
     def __init__(
@@ -414,6 +419,7 @@ class LayeredSimulator:
         merger_chaos: MergerChaos = MERGER_CALM,
         through_codec: bool = False,
         write_ticks: bool = True,
+        tick_ahead: bool = False,
         record_trace: bool = False,
     ) -> None:
         if layers < 1:
@@ -437,6 +443,7 @@ class LayeredSimulator:
         self.chaos = chaos
         self.merger_chaos = merger_chaos
         self.write_ticks = write_ticks
+        self.tick_ahead = tick_ahead
         topics = self.topics
         self.streams: dict[str, list[list[LayerRecord]]] = {
             t: [[] for _ in range(layers)] for t in topics
@@ -449,6 +456,7 @@ class LayeredSimulator:
         self.merger_paused_until: dict[str, int] = dict.fromkeys(topics, 0)
         self.merger_checkpoints: dict[str, tuple[dict[str, Any], list[int]]] = {}
         self.ticks: dict[str, int] = dict.fromkeys(topics, 0)
+        self._taken_max: dict[str, int] = dict.fromkeys(topics, 0)  # for tick_ahead
         self.lost_on_crash: dict[str, int] = dict.fromkeys(topics, 0)
         self.events: Counter[str] = Counter()
         self.trace: list[str] | None = [] if record_trace else None
@@ -508,6 +516,7 @@ class LayeredSimulator:
         for record in batch:
             if isinstance(record, LayerDelivery):
                 self._arrived.setdefault((topic, record.messageID), self.step_count)
+                self._taken_max[topic] = max(self._taken_max[topic], record.timeStamp)
         merger = self.mergers[topic]
         outputs = merger.handle_batch(batch)
         self.merger_rejected[topic].extend(merger.rejected)
@@ -690,7 +699,10 @@ class LayeredSimulator:
         self._note(f"merger {topic} RELEASES {mid}@{release.timeStamp}/{release.layer}")
 
     def _tick(self, topic: str, request: TickRequest) -> None:
-        (record,) = decode_record(encode_tick(f"merger-{topic}", request.timeStamp, request.layer))
+        ts = request.timeStamp
+        if self.tick_ahead:  # released items are below the buffered ones: the max is buffered
+            ts = max(ts, self._taken_max[topic])
+        (record,) = decode_record(encode_tick(f"merger-{topic}", ts, request.layer))
         self.sims[request.layer].append(topic, record)
 
     def _misbehave(self) -> None:
@@ -773,12 +785,14 @@ def measure_merge_delay(
     messages: int = 60,
     algorithm: Algorithm | str = Algorithm.OPTIMIZED,
     chaos: Chaos = CALM,
+    tick_ahead: bool = False,
 ) -> dict[str, tuple[DelayProfile, list[LayeredResult]]]:
     """How long items wait in the mergers, per scenario of :data:`DELAY_SCENARIOS`.
 
     Each scenario runs the same random workloads (one per seed, 3 clients, half
     multicast) assigned round-robin to ``layers`` layers, differing only in which
     layers are idle; returns the profile over all runs and the runs themselves.
+    ``tick_ahead``: see :class:`LayeredSimulator`.
     """
     out: dict[str, tuple[DelayProfile, list[LayeredResult]]] = {}
     for name, options in DELAY_SCENARIOS.items():
@@ -788,7 +802,12 @@ def measure_merge_delay(
             base = random_workload(rng, list(topics), clients=3, messages=messages)
             workload = assign_layers(base, layers, chooser=RandomChooser(rng), **options)
             sim = LayeredSimulator(
-                topics, layers, algorithm=algorithm, chooser=RandomChooser(rng), chaos=chaos
+                topics,
+                layers,
+                algorithm=algorithm,
+                chooser=RandomChooser(rng),
+                chaos=chaos,
+                tick_ahead=tick_ahead,
             )
             results.append(sim.run(workload))
         delays = [d for r in results for d in r.delays]
