@@ -507,3 +507,13 @@ def test_merger_stream_records_are_what_the_nodes_wrote() -> None:
 def test_module_doctests() -> None:
     failures, _ = doctest.testmod(layered_module)
     assert failures == 0
+
+
+def test_merge_delay_with_one_layer_is_zero() -> None:
+    """One layer: the merger releases what it reads (and no layer can be silent)."""
+    measured = measure_merge_delay(range(2), topics=topic_names(3), layers=1, messages=15)
+    assert set(measured) == set(DELAY_SCENARIOS) - {"silent layer"}
+    for profile, results in measured.values():
+        assert profile.max == 0 and profile.ticks == 0
+        for result in results:
+            assert_merged_correct(result)
