@@ -1,0 +1,519 @@
+"""Partitioned topics end to end: layers of engines, one merger per topic, under chaos.
+
+Runs :class:`~atomickafka.verify.layered.LayeredSimulator`: 1 to 4 layers over 3 to 6
+topics, every algorithm, random overlapping destination sets, relays, client retries,
+skewed clocks, idle stretches and silent layers, random interleavings and batch sizes,
+and (per layer) duplicated records, replays, delays, crashes and partial client writes,
+plus duplicated and redelivered layer records, paused mergers and merger restarts
+(fresh with ``resume_after`` and a replay from the start, or from a checkpoint).
+
+On the merged streams every run must pass :func:`assert_merged_correct`: the
+independent checker (integrity, validity, pairwise total order, acyclic union), each
+stream strictly increasing in ``(timeStamp, layer, messageID)`` with a message at the
+same key everywhere, quiescence with every engine and merger empty, each layer's own
+deliveries merged whole and in order, rule 8 for every layer's engines, and no more
+ticks than the merger rules allow. With one layer the merged stream is what a plain
+(unpartitioned) engine delivers from the same input log.
+
+Example counts scale with the Hypothesis profile (``tests/unit/conftest.py``): with
+``ci`` this module makes about 1,600 generated runs (900 seeded chaos runs, 180 drawn
+schedules, 225 one-layer runs, 225 prefixes, 40 twice for determinism), plus about 40
+scripted ones; with ``dev`` about 210.
+"""
+
+from __future__ import annotations
+
+import doctest
+import random
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from atomickafka.core.engine import Algorithm, Engine
+from atomickafka.core.merger import LayerDelivery, MergeKey
+from atomickafka.core.wire import MessageType
+from atomickafka.verify import layered as layered_module
+from atomickafka.verify.layered import (
+    DELAY_SCENARIOS,
+    MERGER_CALM,
+    LayeredResult,
+    LayeredSimulator,
+    LayerPolicy,
+    LayerSend,
+    MergerChaos,
+    assign_layers,
+    delay_profile,
+    measure_merge_delay,
+)
+from atomickafka.verify.simulator import (
+    Chaos,
+    DataChooser,
+    RandomChooser,
+    Send,
+    Workload,
+    random_workload,
+)
+from tests.unit.test_properties import ALGORITHMS, chaos_settings, examples, topic_names
+
+# ---------------------------------------------------------------------------- the judge
+
+
+def assert_merged_correct(result: LayeredResult, *, honest: bool = True) -> None:
+    """Everything a layered run must satisfy, on the merged streams and below them."""
+    where = result.describe()
+    assert result.quiescent, where
+    report = result.check()
+    assert report.ok, f"{report.summary()}\n{where}"
+    assert result.order_errors() == [], f"{result.order_errors()[:5]}\n{where}"
+    assert result.stuck() == {}, where
+    assert result.errors == [], result.errors
+    for topic in result.topics:  # rule 3: one tick per blocking layer per head item
+        assert result.ticks[topic] <= result.tick_budget[topic], (topic, where)
+    for layer, run in enumerate(result.layer_results):
+        if honest:
+            assert run.rejected_reasons() == {}, (layer, run.rejected_reasons())
+        for topic in result.topics:
+            own = [(m.messageID, m.timeStamp) for m in run.deliveries[topic]]
+            # the merger passes each layer's stream on whole and in its order
+            merged = [(k.messageID, k.timeStamp) for k in result.keys[topic] if k.layer == layer]
+            assert merged == own, (topic, layer, where)
+            # rule 8, per layer: a fresh engine replaying the final log delivers the same
+            fresh = Engine(topic, algorithm=result.algorithm, partition=layer)
+            replayed = [
+                (o.message.messageID, o.message.timeStamp)
+                for o in fresh.handle_batch(run.logs[topic])
+                if o.message.messageType is MessageType.PARTITION_DELIVERY
+            ]
+            assert replayed == own, (topic, layer)
+
+
+def brief_tick_bound(result: LayeredResult) -> bool:
+    """The coarse bound: ticks <= layers x merged deliveries + layers, per merger life."""
+    restarts = result.events["merger_restart"] + result.events["merger_restore"]
+    merged = sum(len(m) for m in result.merged.values())
+    ticks = sum(result.ticks.values())
+    return ticks <= (restarts + 1) * (result.layers * merged + result.layers)
+
+
+# ---------------------------------------------------------------------------- strategies
+
+layer_chaos = chaos_settings  # what the single-layer property tests draw, per layer
+
+merger_chaos = st.builds(
+    MergerChaos,
+    max_batch=st.integers(1, 8),
+    max_picks=st.integers(1, 4),
+    duplicate=st.sampled_from([0.0, 0.05, 0.2]),
+    redeliver=st.sampled_from([0.0, 0.05, 0.15]),
+    delay=st.sampled_from([0.0, 0.05, 0.1]),
+    crash=st.sampled_from([0.0, 0.02, 0.05]),
+    checkpoint=st.sampled_from([0.0, 0.1]),
+    duplicate_window=st.sampled_from([3, 10, 1000]),  # 1000: a node re-writing old records
+    max_delay=st.integers(1, 40),
+)
+
+
+@st.composite
+def layer_plans(draw: st.DrawFn, layers: int) -> tuple[LayerPolicy, tuple[int, ...], int]:
+    """How a workload is spread over the layers: a policy, silent layers (never a
+    message) and the number of stretches (each with some layers idle)."""
+    silent = draw(st.sets(st.integers(0, layers - 1), max_size=layers - 1))
+    policy = draw(st.sampled_from(list(LayerPolicy)))
+    return policy, tuple(sorted(silent)), draw(st.sampled_from([1, 1, 3, 8]))
+
+
+# ---------------------------------------------------------------------------- seeded runs
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@examples(0.6)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    layers=st.integers(1, 4),
+    n_topics=st.integers(3, 6),
+    clients=st.integers(1, 4),
+    messages=st.integers(1, 30),
+    multicast=st.sampled_from([0.1, 0.5, 0.9, 1.0]),
+    relay=st.sampled_from([0.0, 0.1, 0.3]),
+    retry=st.sampled_from([0.0, 0.0, 0.1]),
+    skew=st.sampled_from([0, 0, 10, 30]),
+    data=st.data(),
+    chaos=layer_chaos,
+    mchaos=merger_chaos,
+    through_codec=st.sampled_from([False] * 7 + [True]),  # encode/decode 1 in 8
+    tick_ahead=st.sampled_from([False, False, True]),
+)
+def test_random_layered_runs_keep_atomic_multicast(
+    algorithm: Algorithm,
+    seed: int,
+    layers: int,
+    n_topics: int,
+    clients: int,
+    messages: int,
+    multicast: float,
+    relay: float,
+    retry: float,
+    skew: int,
+    data: st.DataObject,
+    chaos: Chaos,
+    mchaos: MergerChaos,
+    through_codec: bool,
+    tick_ahead: bool,
+) -> None:
+    topics = topic_names(n_topics)
+    rng = random.Random(seed)
+    base = random_workload(
+        rng,
+        topics,
+        clients=clients,
+        messages=messages,
+        multicast=multicast,
+        relay=relay,
+        retry=retry,
+        skew=skew,
+    )
+    policy, silent, phases = data.draw(layer_plans(layers))
+    workload = assign_layers(
+        base, layers, policy=policy, chooser=RandomChooser(rng), silent=silent, phases=phases
+    )
+    sim = LayeredSimulator(
+        topics,
+        layers,
+        algorithm=algorithm,
+        chooser=RandomChooser(rng),
+        chaos=chaos,
+        merger_chaos=mchaos,
+        through_codec=through_codec,
+        tick_ahead=tick_ahead,
+    )
+    result = sim.run(workload)
+    assert_merged_correct(result)
+    assert brief_tick_bound(result), result.describe()
+
+
+@st.composite
+def layered_workloads(draw: st.DrawFn, topics: list[str], layers: int) -> Workload:
+    """Explicit workloads: destinations, entry topic, retries and layer all drawn."""
+    n_clients = draw(st.integers(1, 3))
+    clients: dict[str, list[Send]] = {f"c{i}": [] for i in range(n_clients)}
+    for k in range(draw(st.integers(1, 8))):
+        client = draw(st.sampled_from(sorted(clients)))
+        destinations = tuple(sorted(draw(st.sets(st.sampled_from(topics), min_size=1))))
+        via = draw(st.sampled_from(topics))  # a destination, or another topic: relay
+        layer = draw(st.integers(0, layers - 1))
+        send = LayerSend(client, f"{client}-{k}", destinations, k, via, layer)
+        clients[client].append(send)
+        if draw(st.integers(0, 9)) == 9:  # a retry via some topic, in the same layer
+            again = LayerSend(client, send.messageID, destinations, k, topics[0], layer)
+            clients[client].append(again)
+    return Workload(clients)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@examples(0.12)
+@given(data=st.data(), layers=st.integers(1, 4), n_topics=st.integers(3, 5))
+def test_drawn_layered_schedules_keep_atomic_multicast(
+    algorithm: Algorithm, data: st.DataObject, layers: int, n_topics: int
+) -> None:
+    """Every choice is a Hypothesis draw, so a failure shrinks to a minimal schedule."""
+    topics = topic_names(n_topics)
+    workload = data.draw(layered_workloads(topics, layers))
+    chaos = Chaos(
+        max_batch=3,
+        duplicate=0.05,
+        replay=0.03,
+        delay=0.03,
+        crash=0.02,
+        checkpoint=0.1,
+        partial_write=0.2,
+        tail_steps=20,
+    )
+    mchaos = MergerChaos(duplicate=0.05, redeliver=0.03, delay=0.03, crash=0.03, checkpoint=0.1)
+    sim = LayeredSimulator(
+        topics,
+        layers,
+        algorithm=algorithm,
+        chooser=DataChooser(data),
+        chaos=chaos,
+        merger_chaos=mchaos,
+    )
+    assert_merged_correct(sim.run(workload))
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@examples(0.15)
+@given(seed=st.integers(0, 2**32 - 1), n_topics=st.integers(3, 6), chaos=layer_chaos)
+def test_one_layer_merges_to_the_plain_run(
+    algorithm: Algorithm, seed: int, n_topics: int, chaos: Chaos
+) -> None:
+    """With one layer the merger adds nothing: no ticks, no waiting, and the merged
+    stream is what a plain, unpartitioned engine delivers from the same input log."""
+    topics = topic_names(n_topics)
+    rng = random.Random(seed)
+    base = random_workload(rng, topics, clients=3, messages=25, relay=0.2, retry=0.1, skew=5)
+    sim = LayeredSimulator(topics, 1, algorithm=algorithm, chooser=RandomChooser(rng), chaos=chaos)
+    result = sim.run(assign_layers(base, 1))
+    assert_merged_correct(result)
+    assert sum(result.ticks.values()) == 0
+    assert all(d.wait == 0 for d in result.delays)
+    (layer,) = result.layer_results
+    for topic in topics:
+        plain = Engine(topic, algorithm=algorithm).handle_batch(layer.logs[topic])
+        expected = [
+            (o.message.messageID, o.message.timeStamp)
+            for o in plain
+            if o.message.messageType is MessageType.DELIVERY
+        ]
+        assert [(m.messageID, m.timeStamp) for m in result.merged[topic]] == expected
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@examples(0.15)
+@given(seed=st.integers(0, 2**32 - 1), layers=st.integers(2, 4), cut=st.integers(1, 600))
+def test_every_prefix_is_consistent(algorithm: Algorithm, seed: int, layers: int, cut: int) -> None:
+    """Stopped at any step, the merged streams so far pass the prefix check."""
+    topics = topic_names(4)
+    rng = random.Random(seed)
+    base = random_workload(rng, topics, clients=3, messages=25, relay=0.2, skew=10)
+    workload = assign_layers(base, layers, chooser=RandomChooser(rng), phases=3)
+    sim = LayeredSimulator(
+        topics,
+        layers,
+        algorithm=algorithm,
+        chooser=RandomChooser(rng),
+        chaos=Chaos(crash=0.02),
+        merger_chaos=MergerChaos(crash=0.02, checkpoint=0.05),
+    )
+    result = sim.run(workload, max_steps=cut)
+    report = result.check(complete=False)
+    assert report.ok, f"{report.summary()}\n{result.describe()}"
+    assert result.order_errors() == []
+
+
+@examples(0.08)
+@given(seed=st.integers(0, 2**32 - 1), algorithm=st.sampled_from(ALGORITHMS))
+def test_runs_are_deterministic_given_the_chooser(seed: int, algorithm: Algorithm) -> None:
+    def once() -> LayeredResult:
+        topics = topic_names(4)
+        rng = random.Random(seed)
+        base = random_workload(rng, topics, messages=20, relay=0.2, retry=0.1)
+        workload = assign_layers(base, 3, policy="drawn", chooser=RandomChooser(rng), phases=3)
+        sim = LayeredSimulator(
+            topics,
+            3,
+            algorithm=algorithm,
+            chooser=RandomChooser(rng),
+            chaos=Chaos(crash=0.03),
+            merger_chaos=MergerChaos(crash=0.03, checkpoint=0.1),
+        )
+        return sim.run(workload)
+
+    first, second = once(), once()
+    assert first.keys == second.keys
+    assert first.events == second.events
+    assert first.delays == second.delays
+    assert [r.logs for r in first.layer_results] == [r.logs for r in second.layer_results]
+
+
+# ---------------------------------------------------------------------------- scripted
+
+
+def single(mid: str, topic: str, layer: int, client: str = "c0") -> LayerSend:
+    return LayerSend(client, mid, (topic,), mid, topic, layer)
+
+
+def multi(mid: str, topics: Sequence[str], layer: int, client: str = "c0") -> LayerSend:
+    return LayerSend(client, mid, tuple(topics), mid, topics[0], layer)
+
+
+def idle_layer_workload() -> Workload:
+    """Layer 1 carries everything; layer 0, which wins timestamp ties, gets nothing."""
+    topics = ["T1", "T2", "T3"]
+    sends: list[Send] = [multi(f"m{i}", topics[: 1 + i % 3], 1) for i in range(12)]
+    return Workload({"c0": sends[::2], "c1": sends[1::2]})
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_an_idle_layer_is_moved_by_ticks(seed: int) -> None:
+    topics = ["T1", "T2", "T3"]
+    result = LayeredSimulator(topics, 2, chooser=RandomChooser(seed)).run(idle_layer_workload())
+    assert_merged_correct(result)
+    assert result.tick_records() == sum(result.ticks.values())  # calm: no duplicates
+    idle = result.layer_results[0]
+    assert all(d == [] for d in idle.deliveries.values())
+    for topic in topics:
+        log = idle.logs[topic]
+        assert log and all(r.messageType is MessageType.TICK for r in log), topic
+        assert all(r.partitionID == 0 for r in log)
+        assert result.ticks[topic] >= 1
+        assert result.merged_ids(topic) == [k.messageID for k in result.keys[topic]]
+        # ticks move the idle layer's clock: its watermark passes the last merged item
+        assert result.mergers[topic].watermark(0) > result.keys[topic][-1].timeStamp
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_without_ticks_an_idle_layer_blocks_forever(seed: int) -> None:
+    """The negative control: drop the TickRequests and the mergers never release."""
+    sim = LayeredSimulator(["T1", "T2", "T3"], 2, chooser=RandomChooser(seed), write_ticks=False)
+    result = sim.run(idle_layer_workload())
+    assert result.quiescent  # nothing left to read: the system is stuck, not busy
+    assert all(result.merged_ids(t) == [] for t in result.topics)
+    assert sum(result.ticks.values()) > 0 and result.tick_records() == 0
+    assert set(result.stuck()) == {"merger T1", "merger T2", "merger T3"}
+    assert all(merger.blocked_by() == (0,) for merger in result.mergers.values())
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_timestamp_ties_across_layers_go_by_layer(seed: int) -> None:
+    """Fresh layers propose the same timestamps; the layer number decides, not the id,
+    whatever order and batches the merger reads the layer streams in."""
+    sim = LayeredSimulator(["T1", "T2"], 3, chooser=RandomChooser(seed))
+    for mid, layer in (("a", 2), ("b", 1), ("c", 0)):
+        sim.send(single(mid, "T1", layer))
+    for layer in (2, 1, 0):
+        assert sim.step_node(layer, "T1", 10) == 1  # proposes 1 = final: delivered
+    while sim.step_merger("T1"):
+        pass
+    assert sim.keys["T1"] == [MergeKey(1, 0, "c"), MergeKey(1, 1, "b"), MergeKey(1, 2, "a")]
+    assert sim.advance(10_000)
+    assert_merged_correct(sim.result())
+
+
+def restart_workload(seed: int) -> Workload:
+    topics = topic_names(4)
+    base = random_workload(random.Random(seed), topics, clients=3, messages=30, multicast=0.7)
+    return assign_layers(base, 3, chooser=RandomChooser(seed), phases=3)
+
+
+@pytest.mark.parametrize("from_checkpoint", [False, True])
+@pytest.mark.parametrize("seed", range(6))
+def test_a_merger_restart_mid_run_repeats_and_loses_nothing(
+    seed: int, from_checkpoint: bool
+) -> None:
+    topics = topic_names(4)
+    sim = LayeredSimulator(
+        topics, 3, chooser=RandomChooser(seed), merger_chaos=MergerChaos(duplicate=0.1)
+    )
+    sim.load(restart_workload(seed))
+    sim.advance(60)
+    for topic in topics:
+        sim.checkpoint_merger(topic)
+    sim.advance(150)
+    before = {t: list(sim.keys[t]) for t in topics}
+    assert any(before.values())
+    for topic in topics:
+        sim.restart_merger(topic, from_checkpoint=from_checkpoint)
+    assert sim.advance(100_000)
+    result = sim.result()
+    assert_merged_correct(result)
+    restarted = result.events["merger_restore" if from_checkpoint else "merger_restart"]
+    assert restarted == len(topics)
+    for topic in topics:
+        assert result.keys[topic][: len(before[topic])] == before[topic]
+        if not from_checkpoint:  # it read them all again and did not release them again
+            assert result.mergers[topic].stats.suppressed >= len(before[topic])
+
+
+def test_a_merger_restart_before_anything_is_merged_starts_clean() -> None:
+    sim = LayeredSimulator(topic_names(4), 3, chooser=RandomChooser(1))
+    sim.load(restart_workload(1))
+    sim.restart_merger("T1")
+    assert sim.advance(100_000)
+    assert_merged_correct(sim.result())
+
+
+# ---------------------------------------------------------------------------- workloads
+
+
+def test_assign_layers_keeps_a_message_in_one_layer() -> None:
+    topics = topic_names(4)
+    base = random_workload(random.Random(5), topics, clients=3, messages=80, retry=0.3)
+    for policy in LayerPolicy:
+        workload = assign_layers(base, 4, policy=policy, silent=(2,), phases=4)
+        layer_of: dict[str, set[int]] = {}
+        for send in workload.sends:
+            assert isinstance(send, LayerSend)
+            layer_of.setdefault(send.messageID, set()).add(send.layer)
+        assert all(len(layers) == 1 for layers in layer_of.values()), policy
+        used = set().union(*layer_of.values())
+        assert 2 not in used and used <= {0, 1, 3}, policy
+        assert [s.messageID for s in workload.sends] == [s.messageID for s in base.sends]
+
+
+def layers_of(sends: Sequence[Send]) -> list[int]:
+    out = []
+    for send in sends:
+        assert isinstance(send, LayerSend)
+        out.append(send.layer)
+    return out
+
+
+def test_assign_layers_policies() -> None:
+    sends = [Send("c0", f"m{i}", ("T1",), i, "T1") for i in range(6)]
+    sends += [Send("c1", f"n{i}", ("T1",), i, "T1") for i in range(3)]
+    base = Workload({"c0": sends[:6], "c1": sends[6:]})
+    assert layers_of(assign_layers(base, 3).clients["c0"]) == [0, 1, 2, 0, 1, 2]
+    keyed = assign_layers(base, 3, policy="key")
+    assert all(len(set(layers_of(keyed.clients[c]))) == 1 for c in ("c0", "c1"))
+    staged = assign_layers(base, 3, policy="drawn", phases=6, chooser=RandomChooser(2))
+    assert set(layers_of(staged.sends)) <= {0, 1, 2}
+    with pytest.raises(ValueError, match="silent"):
+        assign_layers(base, 2, silent=(0, 1))
+    with pytest.raises(TypeError, match="assign_layers"):
+        LayeredSimulator(["T1"], 2).run(base)
+
+
+# ---------------------------------------------------------------------------- merge delay
+
+
+@pytest.mark.parametrize("tick_ahead", [False, True])
+def test_merge_delay_is_measured_for_every_release(tick_ahead: bool) -> None:
+    """The measurement used in reports; this test asserts correctness only."""
+    measured = measure_merge_delay(
+        range(2), topics=topic_names(3), layers=3, messages=25, tick_ahead=tick_ahead
+    )
+    assert set(measured) == set(DELAY_SCENARIOS)
+    for name, (profile, results) in measured.items():
+        for result in results:
+            assert_merged_correct(result)
+            assert len(result.delays) == sum(len(m) for m in result.merged.values())
+            for d in result.delays:
+                assert d.written <= d.arrived <= d.released, (name, d)
+        assert profile.releases == sum(len(r.delays) for r in results)
+        assert 0 <= profile.median <= profile.p90 <= profile.p99 <= profile.max
+        assert profile.ticks == sum(sum(r.ticks.values()) for r in results)
+    silent = measured["silent layer"][1]
+    assert all(r.events["send"] for r in silent)
+    assert all(not any(r.layer_results[0].deliveries.values()) for r in silent)
+    assert delay_profile([]).releases == 0
+
+
+def test_merger_stream_records_are_what_the_nodes_wrote() -> None:
+    topics = topic_names(3)
+    base = random_workload(random.Random(9), topics, messages=20)
+    sim = LayeredSimulator(topics, 2, chooser=RandomChooser(9), merger_chaos=MERGER_CALM)
+    result = sim.run(assign_layers(base, 2))
+    assert_merged_correct(result)
+    for topic in topics:
+        for layer, stream in enumerate(result.streams[topic]):
+            items = [r.messageID for r in stream if isinstance(r, LayerDelivery)]
+            delivered = result.layer_results[layer].deliveries[topic]
+            assert items == [m.messageID for m in delivered]
+            assert all(m.partitionID == layer for m in delivered)
+
+
+def test_module_doctests() -> None:
+    failures, _ = doctest.testmod(layered_module)
+    assert failures == 0
+
+
+def test_merge_delay_with_one_layer_is_zero() -> None:
+    """One layer: the merger releases what it reads (and no layer can be silent)."""
+    measured = measure_merge_delay(range(2), topics=topic_names(3), layers=1, messages=15)
+    assert set(measured) == set(DELAY_SCENARIOS) - {"silent layer"}
+    for profile, results in measured.values():
+        assert profile.max == 0 and profile.ticks == 0
+        for result in results:
+            assert_merged_correct(result)
