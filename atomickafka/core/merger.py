@@ -35,11 +35,13 @@ Rules (the tests cite them by number):
    head is released exactly when the smallest entry belongs to a layer with a buffered
    item; layers are distinct, so entries never tie.
 3. Idle layers. While the head ``(t, l, id)`` is blocked, every blocking layer ``l'``
-   (empty buffer, ``(W_l', l') < (t, l)``) is sent ``TickRequest(l', t)``: "move your
-   clock to at least ``t``". The shell writes it into that layer's input log; the
-   layer's engine moves its clock and its watermark rises past ``t``: an idle layer
-   stops blocking, deterministically, through the log. A tick is never requested at or
-   below one already requested for that layer, so ticks do not flood.
+   (empty buffer, ``(W_l', l') < (t, l)``) is sent ``TickRequest(l', T)`` with ``T``
+   the highest buffered timestamp: "move your clock to at least ``T``". The shell
+   writes it into that layer's input log; the layer's engine moves its clock and its
+   watermark rises past ``T``: an idle layer stops blocking, deterministically, through
+   the log, and one round trip clears everything buffered so far rather than one head
+   (a tick only moves a clock, so any timestamp is safe). A tick is never requested at
+   or below one already requested for that layer, so ticks do not flood.
 4. Duplicates and violations. A delivery of a ``(layer, messageID)`` already taken in,
    at the same timestamp, and a watermark at or below the layer's, change nothing
    (Kafka redelivers; the shell replays the layers after a restart). A delivery that
@@ -295,6 +297,10 @@ class Merger:
         item, _ = self._head_and_blockers()
         return None if item is None else item.key
 
+    def buffered(self) -> list[LayerDelivery]:
+        """Every item waiting to be released, layer by layer (for tests and status)."""
+        return [item for buffer in self._buffers for item in buffer]
+
     def blocked_by(self) -> tuple[int, ...]:
         """The layers the head waits for (rule 2), in merged order; empty when it can go."""
         return self._head_and_blockers()[1]
@@ -420,11 +426,12 @@ class Merger:
         return out
 
     def _request_ticks(self) -> list[TickRequest]:
-        """Rule 3: one tick per blocking layer, above any requested before."""
+        """Rule 3: one tick per blocking layer, to the highest buffered timestamp, above
+        any requested before."""
         item, blockers = self._head_and_blockers()
         if item is None:
             return []
-        ts = item.timeStamp
+        ts = max(buffer[-1].timeStamp for buffer in self._buffers if buffer)
         out: list[TickRequest] = []
         for layer in blockers:
             if ts > self._ticked[layer]:

@@ -315,13 +315,11 @@ class LayeredResult:
     def check(self, *, complete: bool | None = None, **options: Any) -> CheckReport:
         """The independent checker on the merged streams (validity when quiescent).
 
-        The checker's ``(timeStamp, messageID)`` order diagnostic is for one layer:
-        merged streams are ordered by ``(timeStamp, layer, messageID)`` instead, which
-        :meth:`order_errors` checks; so timestamps are not passed to it by default.
+        Merged deliveries carry their layer (``partitionID``), so the checker's
+        timestamp diagnostics order them by ``(timeStamp, layer, messageID)`` too.
         """
         if complete is None:
             complete = self.quiescent
-        options.setdefault("check_timestamps", False)
         return check(self.sent, self.merged, complete=complete, **options)
 
     def order_errors(self) -> list[str]:
@@ -399,10 +397,7 @@ class LayeredSimulator:
 
     ``chaos`` applies to every layer (one drawn layer misbehaves per step), and
     ``merger_chaos`` to the mergers. ``write_ticks=False`` drops every TickRequest (to
-    show what ticks are for). ``tick_ahead=True`` is an experiment: the shell writes
-    each tick at the highest timestamp its merger has taken in rather than at the
-    blocked head's (a tick only moves a clock, so any timestamp is safe), which lets
-    one round trip through an idle layer cover the whole buffer.
+    show what ticks are for).
 
     Use :meth:`run`, or :meth:`load` and :meth:`advance` to act between steps (e.g.
     :meth:`restart_merger`).
@@ -419,7 +414,6 @@ class LayeredSimulator:
         merger_chaos: MergerChaos = MERGER_CALM,
         through_codec: bool = False,
         write_ticks: bool = True,
-        tick_ahead: bool = False,
         record_trace: bool = False,
     ) -> None:
         if layers < 1:
@@ -443,7 +437,6 @@ class LayeredSimulator:
         self.chaos = chaos
         self.merger_chaos = merger_chaos
         self.write_ticks = write_ticks
-        self.tick_ahead = tick_ahead
         topics = self.topics
         self.streams: dict[str, list[list[LayerRecord]]] = {
             t: [[] for _ in range(layers)] for t in topics
@@ -456,7 +449,6 @@ class LayeredSimulator:
         self.merger_paused_until: dict[str, int] = dict.fromkeys(topics, 0)
         self.merger_checkpoints: dict[str, tuple[dict[str, Any], list[int]]] = {}
         self.ticks: dict[str, int] = dict.fromkeys(topics, 0)
-        self._taken_max: dict[str, int] = dict.fromkeys(topics, 0)  # for tick_ahead
         self.lost_on_crash: dict[str, int] = dict.fromkeys(topics, 0)
         self.events: Counter[str] = Counter()
         self.trace: list[str] | None = [] if record_trace else None
@@ -516,7 +508,6 @@ class LayeredSimulator:
         for record in batch:
             if isinstance(record, LayerDelivery):
                 self._arrived.setdefault((topic, record.messageID), self.step_count)
-                self._taken_max[topic] = max(self._taken_max[topic], record.timeStamp)
         merger = self.mergers[topic]
         outputs = merger.handle_batch(batch)
         self.merger_rejected[topic].extend(merger.rejected)
@@ -699,10 +690,7 @@ class LayeredSimulator:
         self._note(f"merger {topic} RELEASES {mid}@{release.timeStamp}/{release.layer}")
 
     def _tick(self, topic: str, request: TickRequest) -> None:
-        ts = request.timeStamp
-        if self.tick_ahead:  # released items are below the buffered ones: the max is buffered
-            ts = max(ts, self._taken_max[topic])
-        (record,) = decode_record(encode_tick(f"merger-{topic}", ts, request.layer))
+        (record,) = decode_record(encode_tick(f"merger-{topic}", request.timeStamp, request.layer))
         self.sims[request.layer].append(topic, record)
 
     def _misbehave(self) -> None:
@@ -785,7 +773,6 @@ def measure_merge_delay(
     messages: int = 60,
     algorithm: Algorithm | str = Algorithm.OPTIMIZED,
     chaos: Chaos = CALM,
-    tick_ahead: bool = False,
 ) -> dict[str, tuple[DelayProfile, list[LayeredResult]]]:
     """How long items wait in the mergers, per scenario of :data:`DELAY_SCENARIOS`.
 
@@ -793,7 +780,6 @@ def measure_merge_delay(
     multicast) assigned round-robin to ``layers`` layers, differing only in which
     layers are idle (a scenario that would silence every layer is left out); returns
     the profile over all runs and the runs themselves.
-    ``tick_ahead``: see :class:`LayeredSimulator`.
     """
     out: dict[str, tuple[DelayProfile, list[LayeredResult]]] = {}
     for name, options in DELAY_SCENARIOS.items():
@@ -810,7 +796,6 @@ def measure_merge_delay(
                 algorithm=algorithm,
                 chooser=RandomChooser(rng),
                 chaos=chaos,
-                tick_ahead=tick_ahead,
             )
             results.append(sim.run(workload))
         delays = [d for r in results for d in r.delays]

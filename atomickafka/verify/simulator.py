@@ -601,6 +601,7 @@ class Simulator:
                     sender_id=engine.node_id,
                     sent_from=source,
                     protocol=engine.algorithm.value,
+                    partition=engine.partition,
                     max_bytes=self.bundle_bytes,
                 ):
                     self.logs[topic].extend(decode_record(record))

@@ -143,7 +143,6 @@ def layer_plans(draw: st.DrawFn, layers: int) -> tuple[LayerPolicy, tuple[int, .
     chaos=layer_chaos,
     mchaos=merger_chaos,
     through_codec=st.sampled_from([False] * 7 + [True]),  # encode/decode 1 in 8
-    tick_ahead=st.sampled_from([False, False, True]),
 )
 def test_random_layered_runs_keep_atomic_multicast(
     algorithm: Algorithm,
@@ -160,7 +159,6 @@ def test_random_layered_runs_keep_atomic_multicast(
     chaos: Chaos,
     mchaos: MergerChaos,
     through_codec: bool,
-    tick_ahead: bool,
 ) -> None:
     topics = topic_names(n_topics)
     rng = random.Random(seed)
@@ -186,7 +184,6 @@ def test_random_layered_runs_keep_atomic_multicast(
         chaos=chaos,
         merger_chaos=mchaos,
         through_codec=through_codec,
-        tick_ahead=tick_ahead,
     )
     result = sim.run(workload)
     assert_merged_correct(result)
@@ -468,12 +465,9 @@ def test_assign_layers_policies() -> None:
 # ---------------------------------------------------------------------------- merge delay
 
 
-@pytest.mark.parametrize("tick_ahead", [False, True])
-def test_merge_delay_is_measured_for_every_release(tick_ahead: bool) -> None:
+def test_merge_delay_is_measured_for_every_release() -> None:
     """The measurement used in reports; this test asserts correctness only."""
-    measured = measure_merge_delay(
-        range(2), topics=topic_names(3), layers=3, messages=25, tick_ahead=tick_ahead
-    )
+    measured = measure_merge_delay(range(2), topics=topic_names(3), layers=3, messages=25)
     assert set(measured) == set(DELAY_SCENARIOS)
     for name, (profile, results) in measured.items():
         for result in results:
