@@ -20,8 +20,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -209,6 +209,8 @@ class BenchSetup:
     algorithm: str = DEFAULT_ALGORITHM.value
     layout: Layout = Layout.SPLIT
     partitions: int = 1
+    #: librdkafka settings (``-X``) for the nodes and the sending client.
+    overrides: Mapping[str, str] = field(default_factory=dict)
 
     def cluster(self, bootstrap: str, topics: list[str]) -> Any:
         """The nodes of ``topics`` for a block of code."""
@@ -218,6 +220,7 @@ class BenchSetup:
             algorithm=self.algorithm,
             layout=self.layout.value,
             partitions=self.partitions,
+            overrides=self.overrides,
         )
 
     def written(self, topics: list[str]) -> list[str]:
@@ -242,7 +245,7 @@ def _amcast(
     _warm_up_path(bootstrap, topics, setup.layout)
     stride = round(1 / share) if share > 0 else 0
     plan: list[tuple[str, tuple[str, ...]]] = []
-    client = AtomicKafkaClient(bootstrap, layout=setup.layout)
+    client = AtomicKafkaClient(bootstrap, layout=setup.layout, config=setup.overrides)
     client.warm_up(topics)
     prefix = client.id_prefix
     for i in range(messages):
@@ -286,6 +289,7 @@ def run_bench(
     setup: BenchSetup | None = None,
     timeout_s: float = 300.0,
     warmup: bool = True,
+    paced_rate: float | None = None,
     on_result: Any = None,
 ) -> list[BenchResult]:
     """Run every scenario; return their figures (also passed to ``on_result`` as they come)."""
@@ -315,7 +319,7 @@ def run_bench(
     worst = max(shares)
     saturated = next(r for r in results if r.name == f"amcast-{round(worst * 100)}%")
     topics = [f"bench-{run_id}-half-t{i}" for i in range(1, 6)]
-    half = saturated.messages_per_s / 2
+    half = paced_rate or saturated.messages_per_s / 2
     count = max(1000, min(messages, int(half * 10)))
     record(_bare_kafka(bootstrap, count, record_size, timeout_s, rate=half))
     with setup.cluster(bootstrap, topics):

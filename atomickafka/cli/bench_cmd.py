@@ -11,7 +11,7 @@ import orjson
 from tqdm import tqdm
 
 from atomickafka.bench import BenchResult, BenchSetup, run_bench
-from atomickafka.cli.options import add_bootstrap, resolve_bootstrap
+from atomickafka.cli.options import add_bootstrap, add_overrides, resolve_bootstrap
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.kafka.topics import Layout
 
@@ -22,6 +22,7 @@ def register(subparsers: Any) -> None:
         "bench", help="measure AtomicKafka against a bare Kafka produce-to-consume pipe"
     )
     add_bootstrap(parser, local_fallback=True)
+    add_overrides(parser)
     parser.add_argument("--messages", type=int, default=20_000, help="messages per scenario")
     parser.add_argument("--record-size", type=int, default=200, help="bytes of payload")
     parser.add_argument(
@@ -34,6 +35,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--layout", choices=[x.value for x in Layout], default=Layout.SPLIT.value)
     parser.add_argument("--json", dest="json_out", default=None, help="also write results here")
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up pass")
+    parser.add_argument(
+        "--paced-rate",
+        type=float,
+        default=None,
+        help="msg/s of the paced (@half) runs (default: half the last multicast capacity)",
+    )
     parser.set_defaults(func=_run)
 
 
@@ -69,8 +76,9 @@ def _run(args: argparse.Namespace) -> int:
         messages=args.messages,
         record_size=args.record_size,
         shares=shares,
-        setup=BenchSetup(args.algorithm, Layout(args.layout), args.partitions),
+        setup=BenchSetup(args.algorithm, Layout(args.layout), args.partitions, args.overrides),
         warmup=not args.no_warmup,
+        paced_rate=args.paced_rate,
         on_result=show,
     )
     progress.close()

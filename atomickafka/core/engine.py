@@ -109,7 +109,7 @@ class Algorithm(StrEnum):
     DIRECT = "direct"
 
 
-DEFAULT_ALGORITHM: Final = Algorithm.OPTIMIZED
+DEFAULT_ALGORITHM: Final = Algorithm.DIRECT
 
 _Version = tuple[tuple[str, ...], str | None]  # (destinations, value digest)
 

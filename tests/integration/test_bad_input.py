@@ -16,6 +16,7 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
+from atomickafka.core.engine import DEFAULT_ALGORITHM
 from atomickafka.kafka.consumer import make_consumer, read_partitions
 from atomickafka.kafka.status import read_statuses
 from atomickafka.kafka.topics import dead_letter_topic, input_topic
@@ -91,7 +92,7 @@ def test_a_destination_without_a_node_is_refused_and_a_stuck_head_is_named(
         assert f"{stuck_id} holds the head" in status and ghost in status, status
         statuses = read_statuses(kafka_bootstrap)
         assert statuses[a].waiting[0]["waiting_for"] == [ghost]
-    log = (tmp_path / "cluster-optimized-split-1.log").read_text()
+    log = (tmp_path / f"cluster-{DEFAULT_ALGORITHM}-split-1.log").read_text()
     assert f"message {stuck_id} has held the queue head" in log
     assert f"the proposals of {ghost}" in log
 
@@ -153,7 +154,7 @@ def test_a_reused_id_and_a_wild_timestamp_stall_nothing(
         produce_raw(kafka_bootstrap, input_topic(c, "split"), [client_record("dup", [b, c], "two")])
         # A stray Ack with a timestamp near 2**64, and one in range but far ahead.
         stray = {"messageID": "dup", "messageType": "AckMessage", "topic": [a, b],
-                 "sentFromTopic": b, "protocol": "optimized", "digest": "0" * 16}  # fmt: skip
+                 "sentFromTopic": b, "protocol": str(DEFAULT_ALGORITHM), "digest": "0" * 16}  # fmt: skip
         produce_raw(
             kafka_bootstrap,
             input_topic(a, "split"),

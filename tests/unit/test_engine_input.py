@@ -128,7 +128,7 @@ def test_a_timestamp_far_ahead_is_refused_and_moves_nothing(algorithm: Algorithm
 
 
 def test_an_exhausted_clock_refuses_instead_of_crashing() -> None:
-    node = Engine("A")
+    node = Engine("A", algorithm=Algorithm.OPTIMIZED)
     node.clock = MAX_TIMESTAMP
     step = node.step([client("m", "A", "B"), notify("n", "AB", "B", 5)])
     assert [r.message.messageID for r in step.rejected] == ["m", "n"]
