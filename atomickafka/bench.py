@@ -17,6 +17,7 @@ delivered over the time from the first send to the last delivery.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import time
 import uuid
@@ -30,7 +31,7 @@ from confluent_kafka.admin import AdminClient
 
 from atomickafka.core.engine import DEFAULT_ALGORITHM
 from atomickafka.kafka.admin import ensure_topics, partition_count
-from atomickafka.kafka.consumer import consume_batch, make_consumer, watermarks
+from atomickafka.kafka.consumer import consume_batch, make_consumer, read_partitions, watermarks
 from atomickafka.kafka.producer import RecordProducer
 from atomickafka.kafka.settings import admin_config
 from atomickafka.kafka.topics import Layout, delivery_topic, input_topic, layers_topic
@@ -53,6 +54,9 @@ class BenchResult:
     p99_ms: float
     multicast_p99_ms: float | None
     delivered_ok: bool
+    #: Partitioned runs: time from a layer's decision to the merged delivery (p50, p99).
+    merge_p50_ms: float | None = None
+    merge_p99_ms: float | None = None
 
 
 def _percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -265,7 +269,40 @@ def _amcast(
 
     name = f"amcast-{round(share * 100)}%" + ("@half" if rate else "")
     read = [delivery_topic(t, setup.layout) for t in topics]
-    return _run_measured(name, bootstrap, read, expected, send, setup.written(topics), timeout_s)
+    result = _run_measured(name, bootstrap, read, expected, send, setup.written(topics), timeout_s)
+    if setup.partitions > 1:
+        delays = sorted(_merge_delays(bootstrap, topics, setup.partitions))
+        result = dataclasses.replace(
+            result,
+            merge_p50_ms=round(_percentile(delays, 0.50), 2),
+            merge_p99_ms=round(_percentile(delays, 0.99), 2),
+        )
+    return result
+
+
+def _merge_delays(bootstrap: str, topics: list[str], partitions: int) -> list[float]:
+    """Per delivered message and topic, ms from its layer's PartitionDelivery record to
+    the merger's Delivery record (both Kafka timestamps, written on this machine)."""
+    delays: list[float] = []
+    consumer = make_consumer(bootstrap)
+    try:
+        for topic in topics:
+            layers = read_partitions(consumer, layers_topic(topic), range(partitions))
+            decided = _timestamps(layers)
+            merged = _timestamps(read_partitions(consumer, topic, [0]))
+            delays += [float(ts - decided[mid]) for mid, ts in merged.items() if mid in decided]
+    finally:
+        consumer.close()
+    return delays
+
+
+def _timestamps(records: list[Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for record in records:
+        data = orjson.loads(record.value() or b"{}")
+        if data.get("messageType") in ("DeliveryMessage", "PartitionDeliveryMessage"):
+            out.setdefault(data["messageID"], record.timestamp()[1])
+    return out
 
 
 def _warm_up_path(bootstrap: str, topics: list[str], layout: Layout) -> None:

@@ -73,6 +73,8 @@ def _run(args: argparse.Namespace) -> int:
         if s.waiting and (head_age >= args.stuck_after or (s.role == "merger" and s.blocked_by)):
             head = s.waiting[0]
             what = ", ".join(head.get("waiting_for", [])) or "its decision"
+            if "watermark_lag" in head:
+                what += f" (watermark lag {head['watermark_lag']})"
             stuck.append(
                 f"{key}: {head['messageID']} holds the head for {head_age:.0f}s, waiting for {what}"
             )

@@ -69,7 +69,7 @@ import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, NoReturn
 
 from sortedcontainers import SortedList
 
@@ -490,16 +490,30 @@ class Engine:
 
     def _check_version(self, record: Message) -> None:
         """Refuse a record that contradicts what this node knows under its id."""
-        mid = record.messageID
-        known = self._known_version(mid)
-        version = (record.topic, record.digest)
-        if known is None or known == version:
+        known = self._known_version(record.messageID)
+        if known is None or known == (record.topic, record.digest):
             return
         self.stats.conflicts += 1
+        self._refuse_version(
+            record,
+            f"conflict: messageID {record.messageID!r} already names a message to "
+            f"{_names(known[0])} (value digest {known[1]}); this {record.messageType.value} "
+            f"names one to {_names(record.topic)} (value digest {record.digest}): "
+            "the id was reused",
+        )
+
+    def _refuse_version(self, record: Message, reason: str) -> NoReturn:
+        """Refuse ``record``'s message version for good (§4.9.4): this node never
+        proposes for it, so it is decided nowhere; the first time, tell its other
+        destinations (Abort) so that none of them waits for this node's proposal."""
+        mid = record.messageID
+        version = (record.topic, record.digest)
         aborts: list[Output] = []
         if (mid, version) not in self._refused_versions:
             self._refused_versions.add((mid, version))
-            if self.topic in record.topic:  # tell the version's other destinations
+            if self._known_version(mid) is None:  # never take this version up again
+                self._aborted[mid] = version
+            if self.topic in record.topic:
                 abort = Message(
                     messageID=mid,
                     messageType=MessageType.ABORT,
@@ -511,12 +525,7 @@ class Engine:
                     protocol=self._protocol,
                 )
                 aborts = [Output(t, abort) for t in record.topic if t != self.topic]
-        raise _Refused(
-            f"conflict: messageID {mid!r} already names a message to {_names(known[0])} "
-            f"(value digest {known[1]}); this {record.messageType.value} names one to "
-            f"{_names(record.topic)} (value digest {record.digest}): the id was reused",
-            aborts,
-        )
+        raise _Refused(reason, aborts)
 
     def _check_peer(self, record: Message, *, versioned: bool = True) -> None:
         """The checks every control message from a peer node passes before it counts."""
@@ -553,9 +562,9 @@ class Engine:
                 f"({self.clock}); refused so that one record cannot exhaust the clock"
             )
 
-    def _check_can_propose(self) -> None:
+    def _check_can_propose(self, record: Message) -> None:
         if self.clock >= MAX_TIMESTAMP:
-            raise _Refused(f"the clock is exhausted ({self.clock} = {MAX_TIMESTAMP})")
+            self._refuse_version(record, f"the clock is exhausted ({self.clock} = {MAX_TIMESTAMP})")
 
     def _check_value(self, record: Message) -> None:
         size = len(record.value or b"")
@@ -564,10 +573,11 @@ class Engine:
             self.max_record_bytes - envelope_bytes(record.messageID, record.topic),
         )
         if size > limit:
-            raise _Refused(
+            self._refuse_version(
+                record,
                 f"value of {size} bytes is over the {limit}-byte limit for this message "
                 f"(max value {self.max_value_bytes} bytes; its copies must fit a "
-                f"{self.max_record_bytes}-byte record)"
+                f"{self.max_record_bytes}-byte record)",
             )
 
     # ------------------------------------------------------------------ handlers
@@ -601,7 +611,7 @@ class Engine:
             self.stats.duplicates += 1
             return []
         self._check_value(record)
-        self._check_can_propose()
+        self._check_can_propose(record)
         entry = self._entry(record)
         proposal = self._propose()
         entry.local = proposal
@@ -657,7 +667,7 @@ class Engine:
             raise _Refused("NotifyMessage carries no value")
         entry = self._pending.get(mid)
         if entry is None or entry.local is None:
-            self._check_can_propose()
+            self._check_can_propose(record)
         self._observe(ts)
         if self._settled(mid):
             return []

@@ -14,12 +14,16 @@ from confluent_kafka.cimpl import NewTopic
 
 from atomickafka.kafka.consumer import retry_transient
 
-__all__ = ["TopicSpec", "ensure_topics", "partition_count"]
+__all__ = ["MIN_MESSAGE_BYTES", "TopicSpec", "ensure_topics", "partition_count", "too_small"]
 
 log = logging.getLogger(__name__)
 
 #: The input log is what recovery replays: it must not expire under the node.
 KEEP_FOREVER = {"retention.ms": "-1", "retention.bytes": "-1"}
+#: Topics AtomicKafka writes must take record batches of 1 MiB (Kafka's default
+#: ``max.message.bytes`` is 1,048,588): its records and producer batches go up to
+#: 1,000,000 bytes plus batch headers.
+MIN_MESSAGE_BYTES = 1_048_576
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,18 @@ def _enforce_configs(admin: AdminClient, specs: Mapping[str, TopicSpec]) -> None
     for resource, future in admin.incremental_alter_configs(resources).items():
         future.result(timeout=60)
         log.debug("configs of %s enforced", resource.name)
+
+
+def too_small(admin: AdminClient, topics: Iterable[str]) -> dict[str, int]:
+    """The topics of ``topics`` whose ``max.message.bytes`` is below
+    :data:`MIN_MESSAGE_BYTES`, with their value."""
+    resources = [ConfigResource(ResourceType.TOPIC, name) for name in dict.fromkeys(topics)]
+    out: dict[str, int] = {}
+    for resource, future in admin.describe_configs(resources).items():
+        entry = future.result(timeout=30).get("max.message.bytes")
+        if entry is not None and entry.value is not None and int(entry.value) < MIN_MESSAGE_BYTES:
+            out[resource.name] = int(entry.value)
+    return out
 
 
 def partition_count(admin: AdminClient, topic: str) -> int | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Final
 
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka import Message as KafkaMessage
 from confluent_kafka._types import HeadersType
 
@@ -32,6 +32,19 @@ _TYPE_HEADERS: Final[dict[MessageType, HeadersType]] = {
 def type_headers(kind: MessageType) -> HeadersType:
     """The shared header list naming a record's type (do not modify it)."""
     return _TYPE_HEADERS[kind]
+
+
+class _Unsent:
+    """Stands in for the record of a delivery report when ``produce`` itself refused it."""
+
+    def __init__(self, topic: str, value: bytes | None) -> None:
+        self._topic, self._value = topic, value
+
+    def topic(self) -> str:
+        return self._topic
+
+    def value(self) -> bytes | None:
+        return self._value
 
 
 class RecordProducer:
@@ -55,7 +68,11 @@ class RecordProducer:
         headers: HeadersType | None = None,
         on_delivery: DeliveryCallback | None = None,
     ) -> None:
-        """Queue one record; wait (serving delivery reports) while the queue is full."""
+        """Queue one record; wait (serving delivery reports) while the queue is full.
+
+        A record librdkafka refuses on the spot (too large for ``message.max.bytes``)
+        is reported to ``on_delivery`` like a failed delivery, when one is given.
+        """
         where = -1 if partition is None else partition  # -1: the partitioner picks
         produce = self.producer.produce
         while True:
@@ -71,6 +88,11 @@ class RecordProducer:
                 return
             except BufferError:
                 self.producer.poll(0.05)  # delivery reports free room in the queue
+            except KafkaException as exc:  # refused locally (e.g. over message.max.bytes)
+                if on_delivery is None:
+                    raise
+                on_delivery(exc.args[0], _Unsent(topic, value))  # type: ignore[arg-type]
+                return
 
     def poll(self, timeout_s: float = 0.0) -> int:
         """Serve delivery reports; return how many were served."""

@@ -306,6 +306,8 @@ class MergerRuntime:
                     "timeStamp": head.timeStamp,
                     "layer": head.layer,
                     "waiting_for": [f"layer {layer}" for layer in self.merger.blocked_by()],
+                    # how far the slowest layer's promise trails the head
+                    "watermark_lag": head.timeStamp - min(self.merger.watermarks),
                 }
             ],
         )

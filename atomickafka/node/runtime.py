@@ -42,7 +42,13 @@ from atomickafka.core.wire import (
     encode_watermark,
     pack_bundles,
 )
-from atomickafka.kafka.admin import KEEP_FOREVER, TopicSpec, ensure_topics
+from atomickafka.kafka.admin import (
+    KEEP_FOREVER,
+    MIN_MESSAGE_BYTES,
+    TopicSpec,
+    ensure_topics,
+    too_small,
+)
 from atomickafka.kafka.consumer import consume_batch, make_consumer, retry_transient, usable
 from atomickafka.kafka.producer import RecordProducer, type_headers
 from atomickafka.kafka.settings import admin_config
@@ -140,9 +146,17 @@ class NodeRuntime:
     def run(self, *, max_seconds: float | None = None) -> int:
         """Run the node; return an exit status (0 after a clean stop)."""
         cfg = self.config
+        admin = AdminClient(admin_config(cfg.bootstrap, cfg.overrides))
         if cfg.create_topics:
-            ensure_topics(
-                AdminClient(admin_config(cfg.bootstrap, cfg.overrides)), node_topic_specs(cfg)
+            ensure_topics(admin, node_topic_specs(cfg))
+        small = too_small(admin, [t for t in node_topic_specs(cfg) if t != STATUS_TOPIC])
+        if small:
+            names = ", ".join(f"{t} ({v})" for t, v in small.items())
+            raise NodeStartError(
+                f"topics take records of fewer than {MIN_MESSAGE_BYTES} bytes: {names}; "
+                "AtomicKafka writes records and batches of up to 1,000,000 bytes. Raise "
+                "max.message.bytes (kafka-configs --alter --entity-type topics "
+                f"--entity-name TOPIC --add-config max.message.bytes={MIN_MESSAGE_BYTES})"
             )
         self._producer = RecordProducer(cfg.bootstrap, cfg.overrides)
         self._consumer = make_consumer(

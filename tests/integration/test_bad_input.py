@@ -153,8 +153,9 @@ def test_a_reused_id_and_a_wild_timestamp_stall_nothing(
         # The same id for {b, c}: b refuses it and tells c, which must not wait for b.
         produce_raw(kafka_bootstrap, input_topic(c, "split"), [client_record("dup", [b, c], "two")])
         # A stray Ack with a timestamp near 2**64, and one in range but far ahead.
+        protocol = str(DEFAULT_ALGORITHM)
         stray = {"messageID": "dup", "messageType": "AckMessage", "topic": [a, b],
-                 "sentFromTopic": b, "protocol": str(DEFAULT_ALGORITHM), "digest": "0" * 16}  # fmt: skip
+                 "sentFromTopic": b, "protocol": protocol, "digest": "0" * 16}  # fmt: skip
         produce_raw(
             kafka_bootstrap,
             input_topic(a, "split"),
@@ -177,3 +178,18 @@ def test_a_reused_id_and_a_wild_timestamp_stall_nothing(
     assert any("ahead of this node's clock" in r or "conflict" in r for r in a_reasons)
     sent = [Sent(after, tuple(sorted((a, b, c))), "after", "")]
     assert_order_checked(sent, {t: [d for d in got[t] if d.messageID == after] for t in got})
+
+
+def test_a_topic_that_cannot_take_our_records_stops_the_node_with_the_fix(
+    kafka_bootstrap: str, topic_factory: Callable[[], str], create_topic: Callable[..., str]
+) -> None:
+    """A delivery topic limited to 2,000-byte records would reject whole batches of
+    deliveries (a batch is one "message" to the broker): the node refuses to start and
+    says which config to raise, rather than losing deliveries at run time."""
+    a = topic_factory()
+    create_topic(a, config={"max.message.bytes": "2000"})
+    out = run_cli(
+        "node", "--bootstrap-server", kafka_bootstrap, "--topic", a, "--max-seconds", "20"
+    )
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert f"{a} (2000)" in out.stderr and "max.message.bytes=1048576" in out.stderr

@@ -133,7 +133,9 @@ def test_an_exhausted_clock_refuses_instead_of_crashing() -> None:
     step = node.step([client("m", "A", "B"), notify("n", "AB", "B", 5)])
     assert [r.message.messageID for r in step.rejected] == ["m", "n"]
     assert all("exhausted" in r.reason for r in step.rejected)
-    assert step.outputs == [] and node.pending_count == 0
+    # no proposal, and the other destination is told not to wait for one
+    assert types(step.outputs) == [("B", "AbortMessage", "m"), ("B", "AbortMessage", "n")]
+    assert node.pending_count == 0
 
 
 def test_ticks_move_the_clock_within_the_same_bound() -> None:
@@ -317,3 +319,20 @@ def test_a_quiet_run_refuses_nothing() -> None:
     topics = ["T1", "T2", "T3"]
     result = Simulator(topics, chaos=CALM).run(random_workload(random.Random(1), topics))
     assert result.rejected_reasons() == {}
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_destination_with_a_smaller_limit_refuses_for_everyone(algorithm: Algorithm) -> None:
+    """Nodes configured with different value limits: the one that refuses a message
+    tells the others, so it is delivered nowhere and nothing waits on it."""
+
+    def factory(topic: str, alg: Algorithm) -> Engine:
+        return Engine(topic, f"node-{topic}", alg, max_value_bytes=50 if topic == "B" else 10_000)
+
+    sim = Simulator(["A", "B", "C"], algorithm=algorithm, engine_factory=factory)
+    sim.send(Send("c", "big", ("A", "B", "C"), "x" * 100, via="B"))
+    sim.send(Send("c", "after", ("A", "B", "C"), "small", via="A"))
+    result = sim.drain()
+    assert result.stuck() == {}
+    assert all(result.delivered_ids(t) == ["after"] for t in "ABC")
+    assert any("limit" in r for r in result.rejected_reasons()["B"])
