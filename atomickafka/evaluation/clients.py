@@ -14,12 +14,24 @@ import time
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from atomickafka.evaluation.scenarios import ClientPlan
 from atomickafka.evaluation.variants import System
 
-__all__ = ["ClientJob", "ClientResult", "Sender", "client_process", "make_sender", "payload"]
+__all__ = [
+    "WARMUP_VALUE",
+    "ClientJob",
+    "ClientResult",
+    "Sender",
+    "client_process",
+    "make_sender",
+    "payload",
+]
+
+
+#: The value of an unmeasured warm-up message.
+WARMUP_VALUE: Final = {"warmup": True}
 
 
 def payload(client_index: int, seq: int, multicast: bool, send_us: int) -> dict[str, Any]:
@@ -61,13 +73,16 @@ class ClientJob:
 
 @dataclass(frozen=True, slots=True)
 class ClientResult:
-    """What a client sent, in order: ids and send times (µs since the epoch)."""
+    """What a client sent, in order: ids and send times (µs since the epoch), and its
+    warm-up message (sent and acknowledged before the start signal)."""
 
     client_id: str
     index: int
     home_topic: str
     message_ids: list[str]
     send_us: list[int]
+    warmup_id: str = ""
+    warmup_us: int = 0
     error: str | None = None
 
 
@@ -116,14 +131,27 @@ def client_process(job: ClientJob, ready: Any, go: Any, results: Any) -> None:
         sender = make_sender(job)
         topics: Sequence[str] = sorted({t for dests in plan.destinations for t in dests})
         sender.warm_up([*topics, plan.home_topic])
+        # A new producer needs a few hundred ms (connections, an idempotent producer id)
+        # before it sends: one acknowledged message keeps that out of the measurement.
+        warmup_us = time.time_ns() // 1000
+        warmup_id = sender.send(WARMUP_VALUE, (plan.home_topic,), via=plan.home_topic)
+        sender.flush(job.flush_timeout_s)
         ready.set()
         if not go.wait(job.start_timeout_s):
             raise TimeoutError(f"no start signal within {job.start_timeout_s:.0f}s")
         ids, times = _send_plan(sender, job)
-        results.put(ClientResult(plan.client_id, plan.index, plan.home_topic, ids, times))
+        result = ClientResult(
+            plan.client_id, plan.index, plan.home_topic, ids, times, warmup_id, warmup_us
+        )
+        results.put(result)
     except Exception:
         results.put(
             ClientResult(
-                plan.client_id, plan.index, plan.home_topic, [], [], traceback.format_exc()
+                plan.client_id,
+                plan.index,
+                plan.home_topic,
+                [],
+                [],
+                error=traceback.format_exc(),
             )
         )

@@ -32,7 +32,13 @@ from confluent_kafka.admin import AdminClient
 from tqdm import tqdm
 
 from atomickafka.checker import check
-from atomickafka.evaluation.clients import ClientJob, ClientResult, client_process, make_sender
+from atomickafka.evaluation.clients import (
+    WARMUP_VALUE,
+    ClientJob,
+    ClientResult,
+    client_process,
+    make_sender,
+)
 from atomickafka.evaluation.clients import payload as measured_value
 from atomickafka.evaluation.recording import RecordedTopic, SentRow, record_run
 from atomickafka.evaluation.results import RunInfo
@@ -56,8 +62,6 @@ __all__ = ["RunError", "RunSpec", "run_one"]
 
 log = logging.getLogger("atomickafka.eval.runner")
 
-_WARMUP_VALUE = {"warmup": True}
-
 
 class RunError(RuntimeError):
     """A run could not go on (a client failed, the warm-up was not delivered, ...)."""
@@ -79,6 +83,7 @@ class RunSpec:
     stall_timeout_s: float = 120.0
     max_run_s: float = 3600.0
     progress: bool = True
+    record: bool = True
 
     @property
     def plans(self) -> list[ClientPlan]:
@@ -225,7 +230,7 @@ def _warm_up(
     sender = make_sender(_job(bootstrap, spec, ClientPlan(-1, "warmup", topics[0], ())))
     rows = []
     for via in topics:
-        mid = sender.send(_WARMUP_VALUE, topics, via=via)
+        mid = sender.send(WARMUP_VALUE, topics, via=via)
         rows.append(SentRow(mid, "warmup", via, topics, time.time_ns() // 1000, warmup=True))
     sender.flush(timeout_s)
     want = len(topics) * len(topics)
@@ -349,6 +354,18 @@ def _sent_rows(
                 f"{plan.client_id} sent {len(result.message_ids)} of "
                 f"{len(plan.destinations)} messages"
             )
+        home = (plan.home_topic,)
+        rows.append(
+            SentRow(
+                result.warmup_id,
+                plan.client_id,
+                plan.home_topic,
+                home,
+                result.warmup_us,
+                warmup=True,
+            )
+        )
+        values[result.warmup_id] = (home, WARMUP_VALUE)
         sends = zip(result.message_ids, plan.destinations, result.send_us, strict=True)
         for seq, (mid, dests, sent) in enumerate(sends):
             rows.append(SentRow(mid, plan.client_id, plan.home_topic, dests, sent))
@@ -392,21 +409,22 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
         finally:
             counter.close()
         rows, values = _sent_rows(plans, results)
-        sent = {row.message_id: (row.destinations, _WARMUP_VALUE) for row in warm}
+        sent = {row.message_id: (row.destinations, WARMUP_VALUE) for row in warm}
         sent.update(values)
         per_topic = {t: sum(t in dests for dests, _ in sent.values()) for t in spec.topics}
         report = check(sent=sent, deliveries=_read_deliveries(bootstrap, spec, per_topic))
         info.check_ok = report.ok
         info.check_summary = report.summary()
         info.check_counts = {k.value: n for k, n in report.counts.items()}
-        record_run(
-            bootstrap,
-            spec.run,
-            spec.recorded_topics(status_start),
-            [*warm, *rows],
-            spec.run_dir,
-            overrides=spec.overrides,
-        )
+        if spec.record:
+            record_run(
+                bootstrap,
+                spec.run,
+                spec.recorded_topics(status_start),
+                [*warm, *rows],
+                spec.run_dir,
+                overrides=spec.overrides,
+            )
     except Exception as exc:  # the run failed; the suite goes on and reports it
         log.exception("run failed", extra={"fields": fields})
         info.error = f"{type(exc).__name__}: {exc}"

@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
@@ -29,6 +31,7 @@ __all__ = [
     "load_job",
     "session",
     "spark_kafka_dir",
+    "spark_session",
 ]
 
 #: Local mode on two threads: the machines this targets have two cores.
@@ -89,6 +92,21 @@ def session(master: str = DEFAULT_MASTER, *, kafka_source: bool = False) -> Spar
     jars = kafka_source_jars() if kafka_source else []
     spark: SparkSession = load_job().build_session(master, jars, "atomickafka-eval")
     return spark
+
+
+@contextmanager
+def spark_session(master: str = DEFAULT_MASTER) -> Iterator[SparkSession]:
+    """The running SparkSession if there is one (left running), else a new one that is
+    stopped when the block ends."""
+    from pyspark.sql import SparkSession  # noqa: PLC0415  (the eval extra)
+
+    running = SparkSession.getActiveSession()
+    spark = running if running is not None else session(master)
+    try:
+        yield spark
+    finally:
+        if running is None:
+            spark.stop()
 
 
 def compute_metrics(
