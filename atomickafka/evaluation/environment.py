@@ -21,23 +21,18 @@ def _package(name: str) -> str:
         return "not installed"
 
 
-def _git_commit() -> str:
+def _git(*args: str) -> str:
     root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10, check=True
+    )
+    return done.stdout.strip()
+
+
+def _git_commit() -> str:
     try:
-        commit = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
+        commit = _git("rev-parse", "--short=12", "HEAD")
+        dirty = _git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return "unknown (not a git checkout)"
     return f"{commit}{' with uncommitted changes' if dirty else ''}"
