@@ -204,7 +204,8 @@ def load_kafka(
         F.when(F.col("json").startswith("{"), F.lit("<none>")).otherwise(F.lit("<undecodable>")),
     )
     bundle = (kind == "Bundle") & p["messages"].isNotNull()
-    parsed = parsed.withColumn("message_type", kind).withColumn("bundle", bundle)
+    # Records and messages both come from this: read Kafka once.
+    parsed = parsed.withColumn("message_type", kind).withColumn("bundle", bundle).cache()
     records = parsed.select(
         F.lit(run).alias("run"),
         "kafka_topic",
@@ -345,20 +346,24 @@ def _events(records: DataFrame, measured: DataFrame, windows: DataFrame) -> Data
     )
 
 
-def _latency(per_message: DataFrame, *group: str) -> dict[tuple[Any, ...], dict[str, Any]]:
+def _latency(complete: DataFrame) -> dict[tuple[str, str], dict[str, Any]]:
+    """Latency summaries per run of fully delivered messages: ``(run, "all" | "single" |
+    "multicast")`` -> n, p50, p90, p99, max, mean and 101 quantiles (one Spark job)."""
     rows = (
-        per_message.groupBy("run", *group)
+        complete.rollup("run", "multicast")
         .agg(
             F.count("*").alias("n"),
             F.avg("latency").alias("mean"),
             F.percentile("latency", QUANTILES).alias("q"),
         )
+        .where(F.col("run").isNotNull())
         .collect()
     )
     out = {}
     for row in rows:
+        name = "all" if row["multicast"] is None else "multicast" if row["multicast"] else "single"
         q = [round(float(v), 3) for v in row["q"]]
-        out[tuple(row[c] for c in ("run", *group))] = {
+        out[(row["run"], name)] = {
             "n": row["n"],
             "p50": q[50],
             "p90": q[90],
@@ -384,145 +389,157 @@ def _dense(
     return out
 
 
-def compute(
-    records: DataFrame, messages: DataFrame, window_s: float = WINDOW_S
-) -> list[dict[str, Any]]:
-    """Every run's metrics (see the module docstring), as plain JSON-ready data."""
-    spark = records.sparkSession
-    measured = messages.where(~F.col("warmup")).cache()
-    bounds = {
-        row["run"]: (int(row["start_ms"]), int(row["end_ms"] or row["start_ms"]))
-        for row in measured.groupBy("run")
+def _bounds(measured: DataFrame) -> dict[str, tuple[int, int]]:
+    """Each run's window: first measured send to last measured delivery (ms)."""
+    rows = (
+        measured.groupBy("run")
         .agg(
             F.floor(F.min("send_us") / 1000).alias("start_ms"),
             F.max("delivered_ms").alias("end_ms"),
         )
         .collect()
-    }
-    if not bounds:
-        measured.unpersist()
-        return []
-    window_ms = int(window_s * 1000)
-    windows = spark.createDataFrame(
-        [(run, s, e, bucket_ms(e - s)) for run, (s, e) in bounds.items()],
-        "run string, start_ms long, end_ms long, bucket_ms long",
     )
-    events = _events(records, measured, windows).join(F.broadcast(windows), "run").cache()
-    since = F.col("ts") - F.col("start_ms")
-    totals = events.groupBy("run", "kind", "node").agg(F.sum("n").alias("n"), F.sum("r").alias("r"))
-    fine = events.groupBy(
-        "run", "kind", "node", F.floor(since / F.col("bucket_ms")).alias("i")
-    ).agg(F.sum("n").alias("n"))
-    coarse = events.groupBy("run", "kind", "node", F.floor(since / window_ms).alias("i")).agg(
-        F.sum("n").alias("n")
-    )
-    ts = F.col("kafka_ts_ms")
-    in_window = (
-        records.where(F.col("role") != "status")
-        .join(F.broadcast(windows), "run")
-        .where((ts >= F.col("start_ms")) & (ts <= F.col("end_ms")))
-    )
-    types = (
-        in_window.select("run", F.explode("inner_types").alias("type"))
-        .groupBy("run", "type")
-        .count()
-    )
-    record_counts = in_window.groupBy("run").count()
-    per_message = measured.groupBy("run", "message_id", "multicast").agg(
-        F.count("*").alias("destinations"),
-        F.count("delivered_ms").alias("delivered"),
-        F.max("latency_ms").alias("latency"),
-    )
-    sizes = per_message.groupBy("run").agg(
-        F.count("*").alias("messages"),
-        F.sum(F.col("multicast").cast("int")).alias("multicast"),
-        F.sum((F.col("delivered") == F.col("destinations")).cast("int")).alias("complete"),
-        F.sum("delivered").alias("deliveries"),
-        F.sum(F.col("destinations") - F.col("delivered")).alias("missing"),
-    )
-    complete = per_message.where(F.col("delivered") == F.col("destinations"))
-    latency_all = _latency(complete)
-    latency_split = _latency(complete, "multicast")
+    return {r["run"]: (int(r["start_ms"]), int(r["end_ms"] or r["start_ms"])) for r in rows}
 
-    results: dict[str, dict[str, Any]] = {}
-    for row in sizes.collect():
-        run = row["run"]
-        start, end = bounds[run]
-        run_s = max((end - start) / 1000, 0.001)
-        results[run] = {
-            "run": run,
-            "start_ms": start,
-            "end_ms": end,
-            "run_time_s": round(run_s, 3),
-            "messages": row["messages"],
-            "multicast": row["multicast"],
-            "delivered_messages": row["complete"],
-            "deliveries": row["deliveries"],
-            "missing_deliveries": row["missing"],
-            "messages_per_s": round(row["messages"] / run_s, 2),
-            "deliveries_per_s": round(row["deliveries"] / run_s, 2),
-            "records": 0,
-            "nodes": {},
-            "by_type": {},
-            "latency_ms": {
-                "all": latency_all.get((run,)),
-                "single": latency_split.get((run, False)),
-                "multicast": latency_split.get((run, True)),
-            },
-        }
-    for row in record_counts.collect():
-        if row["run"] in results:
-            results[row["run"]]["records"] = row["count"]
-    for row in types.collect():
-        if row["run"] in results:
-            results[row["run"]]["by_type"][row["type"]] = row["count"]
-    for row in totals.collect():
-        if row["run"] not in results:
-            continue
-        result = results[row["run"]]
-        node = result["nodes"].setdefault(
-            row["node"],
-            {
-                "node": row["node"],
-                **{k: 0 for k in KINDS},
-                "incoming_records": 0,
-                "outgoing_records": 0,
-            },
+
+class _Cells:
+    """Event counts per run: totals per (kind, node), and per plot bucket and per
+    rate window, from one aggregation."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, dict[tuple[str, str], list[int]]] = {}
+        self.fine: dict[str, dict[tuple[str, str], dict[int, int]]] = {}
+        self.coarse: dict[str, dict[tuple[str, str], dict[int, int]]] = {}
+
+    def add(self, row: Any) -> None:
+        run, key = row["run"], (row["kind"], row["node"])
+        total = self.totals.setdefault(run, {}).setdefault(key, [0, 0])
+        total[0] += row["n"]
+        total[1] += row["r"]
+        fine = self.fine.setdefault(run, {}).setdefault(key, {})
+        fine[row["fi"]] = fine.get(row["fi"], 0) + row["n"]
+        coarse = self.coarse.setdefault(run, {}).setdefault(key, {})
+        coarse[row["ci"]] = coarse.get(row["ci"], 0) + row["n"]
+
+
+def _node_rows(
+    totals: dict[tuple[str, str], list[int]],
+    run_s: float,
+    windows: dict[str, dict[str, list[float]]],
+) -> list[dict[str, Any]]:
+    nodes: dict[str, dict[str, Any]] = {}
+    for (kind, name), (n, r) in totals.items():
+        node = nodes.setdefault(
+            name,
+            {"node": name, **dict.fromkeys(KINDS, 0), "incoming_records": 0, "outgoing_records": 0},
         )
-        node[row["kind"]] = row["n"]
-        if row["kind"] != "deliveries":
-            node[f"{row['kind']}_records"] = row["r"]
-    fine_cells: dict[str, dict[tuple[str, str], dict[int, int]]] = {}
-    for row in fine.collect():
-        fine_cells.setdefault(row["run"], {}).setdefault((row["kind"], row["node"]), {})[
-            row["i"]
-        ] = row["n"]
-    coarse_cells: dict[str, dict[tuple[str, str], dict[int, int]]] = {}
-    for row in coarse.collect():
-        coarse_cells.setdefault(row["run"], {}).setdefault((row["kind"], row["node"]), {})[
-            row["i"]
-        ] = row["n"]
-    events.unpersist()
-    measured.unpersist()
+        node[kind] = n
+        if kind != "deliveries":
+            node[f"{kind}_records"] = r
+    for name, node in nodes.items():
+        for kind in KINDS:
+            node[f"{kind}_per_s"] = round(node[kind] / run_s, 2)
+        node["window_max"] = {kind: max(windows[kind].get(name, [0.0])) for kind in KINDS}
+    return [nodes[name] for name in sorted(nodes)]
+
+
+def compute(
+    records: DataFrame, messages: DataFrame, window_s: float = WINDOW_S
+) -> list[dict[str, Any]]:
+    """Every run's metrics (see the module docstring), as plain JSON-ready data."""
+    spark = records.sparkSession
+    records = records.cache()
+    measured = messages.where(~F.col("warmup")).cache()
+    try:
+        bounds = _bounds(measured)
+        if not bounds:
+            return []
+        window_ms = int(window_s * 1000)
+        windows = F.broadcast(
+            spark.createDataFrame(
+                [(run, s, e, bucket_ms(e - s)) for run, (s, e) in bounds.items()],
+                "run string, start_ms long, end_ms long, bucket_ms long",
+            )
+        )
+        since = F.col("ts") - F.col("start_ms")
+        cells = _Cells()
+        for row in (
+            _events(records, measured, windows)
+            .join(windows, "run")
+            .groupBy(
+                "run",
+                "kind",
+                "node",
+                F.floor(since / F.col("bucket_ms")).alias("fi"),
+                F.floor(since / window_ms).alias("ci"),
+            )
+            .agg(F.sum("n").alias("n"), F.sum("r").alias("r"))
+            .collect()
+        ):
+            cells.add(row)
+        ts = F.col("kafka_ts_ms")
+        types = (
+            records.where(F.col("role") != "status")
+            .join(windows, "run")
+            .where((ts >= F.col("start_ms")) & (ts <= F.col("end_ms")))
+            .select("run", F.posexplode("inner_types").alias("pos", "type"))
+            .groupBy("run", "type")
+            .agg(F.count("*").alias("messages"), F.sum((F.col("pos") == 0).cast("int")).alias("r"))
+            .collect()
+        )
+        per_message = measured.groupBy("run", "message_id", "multicast").agg(
+            F.count("*").alias("destinations"),
+            F.count("delivered_ms").alias("delivered"),
+            F.max("latency_ms").alias("latency"),
+        )
+        sizes = (
+            per_message.groupBy("run")
+            .agg(
+                F.count("*").alias("messages"),
+                F.sum(F.col("multicast").cast("int")).alias("multicast"),
+                F.sum((F.col("delivered") == F.col("destinations")).cast("int")).alias("complete"),
+                F.sum("delivered").alias("deliveries"),
+                F.sum(F.col("destinations") - F.col("delivered")).alias("missing"),
+            )
+            .collect()
+        )
+        latency = _latency(per_message.where(F.col("delivered") == F.col("destinations")))
+    finally:
+        records.unpersist()
+        measured.unpersist()
 
     out = []
-    for run, result in sorted(results.items()):
+    for row in sorted(sizes, key=lambda r: r["run"]):
+        run = row["run"]
         start, end = bounds[run]
         run_ms = end - start
         run_s = max(run_ms / 1000, 0.001)
         width = bucket_ms(run_ms)
-        series = _dense(fine_cells.get(run, {}), width, run_ms)
-        per_window = _dense(coarse_cells.get(run, {}), window_ms, run_ms)
-        nodes = []
-        for name, node in sorted(result["nodes"].items()):
-            for kind in KINDS:
-                node[f"{kind}_per_s"] = round(node[kind] / run_s, 2)
-            node["window_max"] = {kind: max(per_window[kind].get(name, [0.0])) for kind in KINDS}
-            nodes.append(node)
-        result["nodes"] = nodes
-        result["series"] = {"bucket_s": width / 1000, **series}
-        result["windows"] = {"window_s": window_s, **per_window}
-        out.append(result)
+        per_window = _dense(cells.coarse.get(run, {}), window_ms, run_ms)
+        out.append(
+            {
+                "run": run,
+                "start_ms": start,
+                "end_ms": end,
+                "run_time_s": round(run_s, 3),
+                "messages": row["messages"],
+                "multicast": row["multicast"],
+                "delivered_messages": row["complete"],
+                "deliveries": row["deliveries"],
+                "missing_deliveries": row["missing"],
+                "messages_per_s": round(row["messages"] / run_s, 2),
+                "deliveries_per_s": round(row["deliveries"] / run_s, 2),
+                "records": sum(t["r"] for t in types if t["run"] == run),
+                "nodes": _node_rows(cells.totals.get(run, {}), run_s, per_window),
+                "by_type": {t["type"]: t["messages"] for t in types if t["run"] == run},
+                "latency_ms": {k: latency.get((run, k)) for k in ("all", "single", "multicast")},
+                "series": {
+                    "bucket_s": width / 1000,
+                    **_dense(cells.fine.get(run, {}), width, run_ms),
+                },
+                "windows": {"window_s": window_s, **per_window},
+            }
+        )
     return out
 
 
