@@ -95,7 +95,6 @@ def _row(info: Any) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level)
     from atomickafka.evaluation.scenarios import parse_scenarios  # noqa: PLC0415
     from atomickafka.evaluation.variants import parse_comparisons  # noqa: PLC0415
 
@@ -120,6 +119,7 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    configure_logging(args.log_level)
     out = args.out or Path("eval", "out", datetime.now(UTC).strftime("%Y%m%d-%H%M%S"))
     settings = SuiteSettings(
         scenarios=tuple(scenarios),

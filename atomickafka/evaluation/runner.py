@@ -321,7 +321,7 @@ def _drive_clients(
 
 
 def _read_deliveries(
-    bootstrap: str, spec: RunSpec, expected: Mapping[str, int], idle_s: float = 3.0
+    bootstrap: str, spec: RunSpec, expected: Mapping[str, int], idle_s: float = 1.5
 ) -> dict[str, list[Delivery]]:
     """Every topic's deliveries as ``AtomicKafkaClient.deliveries()`` returns them, read
     in parallel; a topic that shows fewer than expected is read again (a slow first
