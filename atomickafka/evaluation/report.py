@@ -225,7 +225,9 @@ def _node_rows(result: RunResult) -> tuple[list[str], list[list[str]]]:
                 f"{_num(node.outgoing_records / m.run_time_s)}"
             )
         peak = node.window_max
-        row.append(" / ".join(_num(peak.get(k), 0) for k in ("incoming", "outgoing", "deliveries")))
+        row.append(
+            " / ".join(_num(peak.get(k, 0.0), 0) for k in ("incoming", "outgoing", "deliveries"))
+        )
         if thesis is not None:
             theirs: ThesisNode | None = None
             if name in info.topics and info.topics.index(name) < len(thesis.nodes):
@@ -386,8 +388,9 @@ def _definitions(data: ReportInput) -> list[str]:
         "the node's own deliveries, as the thesis's counts did; in `split` it does not. "
         "Outgoing: records the node wrote, to any topic (status records not counted). "
         "Deliveries: first Delivery record of each message at each topic.",
-        "- Busiest 5 s: the highest rate over the thesis's 5-second windows. Plots use "
-        "finer buckets when a run is short.",
+        "- Busiest 5 s: the highest rate over the thesis's 5-second windows (a run shorter "
+        "than 5 s has one window, its whole length). Plots use finer buckets when a run is "
+        "short.",
         "- Latency: from the client's send to the Delivery record at the last of the "
         "message's destinations, for messages delivered everywhere. An unthrottled run "
         "sends a burst far faster than it is delivered, so its latency is mostly queueing.",
