@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from atomickafka.engine import Algorithm
+from atomickafka.evaluation.results import RunInfo
 from atomickafka.kafka_config import parse_overrides
 from atomickafka.logs import configure_logging
 from atomickafka.topics import Layout
@@ -86,12 +87,22 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=_run)
 
 
-def _row(info: Any) -> str:
+def _row(info: RunInfo) -> str:
     return (
         f"{info.scenario:<10} {info.variant:<18} {info.sent:>8,} msgs  "
         f"{info.counted_deliveries:>8,}/{info.expected_deliveries:<8,} deliveries  "
         f"{info.wall_s:>7.1f} s  {info.verdict}"
     )
+
+
+def _announce(info: RunInfo) -> None:
+    """A run's line as it ends; a failed run also gets its reasons on stderr, at once."""
+    print(_row(info), flush=True)
+    if not info.ok:
+        details = info.error or info.check_summary
+        print(f"RUN FAILED: {info.scenario} {info.variant}: {info.verdict}", file=sys.stderr)
+        if details:
+            print(details, file=sys.stderr, flush=True)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -145,9 +156,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         bootstrap = args.bootstrap_server
     print(f"eval: {len(scenarios)} scenarios on {bootstrap}; report in {out}", flush=True)
-    outcome = run_suite(
-        bootstrap, settings, embedded=embedded, on_run=lambda info: print(_row(info), flush=True)
-    )
+    outcome = run_suite(bootstrap, settings, embedded=embedded, on_run=_announce)
     for result in outcome.results:
         info, m = result.info, result.metrics
         if m is not None:
