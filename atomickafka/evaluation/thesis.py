@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Final
 
 __all__ = [
-    "THESIS_HEADLINE",
     "THESIS_MESSAGES",
     "THESIS_PACE_MS",
     "THESIS_RUNS",
@@ -128,9 +127,6 @@ THESIS_RUNS: Final[dict[str, ThesisRun]] = {
         1980,
     ),
 }
-
-#: The headline deliveries per second DESIGN.md §6 quotes from the thesis's text.
-THESIS_HEADLINE: Final[dict[str, float]] = {"baseline": 83.6, "90-10": 26.6, "50-50": 15.25}
 
 THESIS_SETUP: Final = (
     "2019 thesis: 5 node machines, Kafka of 3 brokers + ZooKeeper on 4 more, 12 shared "
