@@ -379,13 +379,22 @@ def _dense(
     cells: dict[tuple[str, str], dict[int, int]], width_ms: int, run_ms: int
 ) -> dict[str, dict[str, list[float]]]:
     """Counts per bucket index -> rates per second, every bucket from the first to the
-    run's last; the last one is as wide as what is left of the run."""
-    count = max(1, math.ceil(run_ms / width_ms)) if run_ms > 0 else 1
-    widths = [min(width_ms, run_ms - i * width_ms) / 1000 for i in range(count)]
-    widths = [w if w > 0 else width_ms / 1000 for w in widths]
+    run's last. A last bucket shorter than half a bucket joins the one before it (a
+    sliver of a bucket would make a rate out of a handful of records)."""
+    count = max(1, math.ceil(run_ms / width_ms))
+    widths = [float(width_ms)] * count
+    widths[-1] = max(run_ms - (count - 1) * width_ms, 1)
+    merge = count > 1 and widths[-1] < width_ms / 2
+    if merge:
+        sliver = widths.pop()
+        widths[-1] += sliver
     out: dict[str, dict[str, list[float]]] = {kind: {} for kind in KINDS}
     for (kind, node), per_index in sorted(cells.items()):
-        out[kind][node] = [round(per_index.get(i, 0) / widths[i], 3) for i in range(count)]
+        counts = [per_index.get(i, 0) for i in range(count)]
+        if merge:
+            last = counts.pop()
+            counts[-1] += last
+        out[kind][node] = [round(n / (w / 1000), 3) for n, w in zip(counts, widths, strict=True)]
     return out
 
 

@@ -73,3 +73,18 @@ def test_the_job_refuses_a_command_line_it_cannot_run(
         job.main(["--source", "kafka", "--out", "x"])
     assert exit_info.value.code == 2
     assert "--bootstrap-server and --topics are required" in capsys.readouterr().err
+
+
+def test_rates_per_bucket_fold_a_sliver_at_the_end_into_the_bucket_before(
+    job: ModuleType,
+) -> None:
+    cells = {("deliveries", "a"): {0: 10, 1: 10, 2: 3}, ("incoming", "b"): {1: 4}}
+    # 205 ms in 100 ms buckets: the last 5 ms join the second bucket (13 in 105 ms)
+    series = job._dense(cells, 100, 205)
+    assert series["deliveries"] == {"a": [100.0, 123.81]}
+    assert series["incoming"] == {"b": [0.0, 38.095]}
+    assert series["outgoing"] == {}
+    # 290 ms: the last bucket is 90 ms long and stays
+    assert job._dense(cells, 100, 290)["deliveries"] == {"a": [100.0, 100.0, 33.333]}
+    # a run shorter than one window is one window as long as the run
+    assert job._dense({("deliveries", "a"): {0: 5}}, 5000, 141)["deliveries"] == {"a": [35.461]}
