@@ -25,6 +25,7 @@ _KIND_TITLES = {
     "deliveries": "deliveries/s",
 }
 _DPI = 110
+_CLASS_COLORS = {"all": "C0", "single": "C1", "multicast": "C2"}
 _Dash = Literal["-", "--", "-.", ":"]
 _LINESTYLES: tuple[_Dash, ...] = ("-", "--", "-.", ":")
 
@@ -113,7 +114,9 @@ def plot_latency(result: RunResult, path: Path) -> Path | None:
     fig = Figure(figsize=(8, 4.8), layout="constrained")
     ax = fig.subplots()
     percent = list(range(101))
-    for name in ("all", "single", "multicast"):
+    # With one class only (the baseline has no multicast), "all" is that class again.
+    both = "single" in metrics.latency and "multicast" in metrics.latency
+    for name in ("all", "single", "multicast") if both else ("single", "multicast"):
         summary = metrics.latency.get(name)
         if summary is None or len(summary.quantiles) != len(percent):
             continue
@@ -123,6 +126,7 @@ def plot_latency(result: RunResult, path: Path) -> Path | None:
             label=f"{name} (n={summary.n:,}; p50 {summary.p50:,.0f} ms, p99 {summary.p99:,.0f} ms)",
             linewidth=1.6,
             linestyle="--" if name == "all" else "-",
+            color=_CLASS_COLORS[name],
         )
     ax.set_xlabel("send to delivery at the last destination (ms)")
     ax.set_ylabel("% of messages delivered within")
