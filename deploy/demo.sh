@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# Quickstart, the main job: set everything up, start (or reuse) the embedded local Kafka
-# broker, multicast a few messages through three nodes and check their order, then
-# benchmark AtomicKafka against a bare Kafka pipe on the same broker.
-# Extra arguments go to `atomickafka bench` (e.g. --messages 50000).
+# Quickstart, the main job: the 2019 thesis's evaluation on this machine.
+# Sets everything up (the eval extra: PySpark, pyarrow, matplotlib, and Spark's Kafka
+# connector jars, fetched now and never at run time), starts (or reuses) the embedded
+# local Kafka broker, and runs `atomickafka eval` at the thesis's size: 5 topics with one
+# node each, 2 clients x 20,000 messages, the scenarios baseline and 90-10 ... 50-50.
+# Every run's delivery order is checked; PySpark computes the metrics; a Markdown report
+# with plots, beside the thesis's figures, goes to eval/out/<UTC time>/report.md.
+# Extra arguments go to `atomickafka eval` (e.g. --compare sequencer,layouts).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-./deploy/bootstrap.sh
+./deploy/bootstrap.sh eval
 bootstrap=$(.venv/bin/atomickafka broker start | tail -n1)
-.venv/bin/atomickafka demo --bootstrap-server "$bootstrap"
-.venv/bin/atomickafka bench --bootstrap-server "$bootstrap" --messages 20000 "$@"
-echo "the broker keeps running at $bootstrap; stop it with: .venv/bin/atomickafka broker stop"
+echo "embedded Kafka at $bootstrap"
+# No --bootstrap-server: eval uses the embedded broker just started (and says so), and
+# ends by printing where the report is.
+exec .venv/bin/atomickafka eval --scenarios baseline,90-10,80-20,70-30,60-40,50-50 \
+  --clients 2 --messages-per-client 20000 --topics 5 "$@"

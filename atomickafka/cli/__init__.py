@@ -22,6 +22,7 @@ _COMMAND_MODULES = (
     "check_cmd",
     "bench_cmd",
     "demo_cmd",
+    "eval_cmd",
 )
 
 

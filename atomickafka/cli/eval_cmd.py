@@ -1,0 +1,181 @@
+"""``atomickafka eval``: the thesis's evaluation suite, with a report beside its figures."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from atomickafka.engine import Algorithm
+from atomickafka.evaluation.results import RunInfo
+from atomickafka.kafka_config import parse_overrides
+from atomickafka.logs import configure_logging
+from atomickafka.topics import Layout
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``eval`` sub-command."""
+    parser = subparsers.add_parser(
+        "eval",
+        help="run the thesis's evaluation (baseline, 90-10 ... 50-50) and write a report",
+        description=(
+            "Run the scenarios of the 2019 thesis's chapter 5 through AtomicKafka (and any "
+            "compared variant), check every run's delivery order, compute the metrics with "
+            "PySpark and write a Markdown report with plots beside the thesis's figures."
+        ),
+    )
+    parser.add_argument(
+        "--bootstrap-server",
+        dest="bootstrap_server",
+        default=None,
+        metavar="HOST:PORT[,...]",
+        help="Kafka to use (default: start or reuse the embedded local broker)",
+    )
+    parser.add_argument(
+        "-X",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="librdkafka setting passed through to every Kafka client (repeatable)",
+    )
+    parser.add_argument(
+        "--scenarios",
+        default="baseline,90-10,80-20,70-30,60-40,50-50",
+        help="comma-separated: baseline, or A-B with B %% multicast to every topic",
+    )
+    parser.add_argument("--messages-per-client", type=int, default=20_000)
+    parser.add_argument("--clients", type=int, default=2)
+    parser.add_argument("--topics", type=int, default=5, help="topics, one node each")
+    parser.add_argument(
+        "--pace-ms", type=float, default=0.0, help="ms between a client's sends (0: unthrottled)"
+    )
+    parser.add_argument(
+        "--algorithm",
+        choices=[a.value for a in Algorithm],
+        default=Algorithm.OPTIMIZED.value,
+        help="the protocol of the main variant",
+    )
+    parser.add_argument("--layout", choices=[x.value for x in Layout], default=Layout.SPLIT.value)
+    parser.add_argument(
+        "--compare",
+        default="",
+        metavar="algorithms|layouts|sequencer[,...]",
+        help="also run every protocol, both layouts, and/or the single-sequencer baseline",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="report folder (default: eval/out/<UTC time>)",
+    )
+    parser.add_argument("--spark-master", default="local[2]", help="Spark master for the job")
+    parser.add_argument("--window-s", type=float, default=5.0, help="rate window (thesis: 5)")
+    parser.add_argument(
+        "--stall-timeout-s",
+        type=float,
+        default=120.0,
+        help="a run fails when no delivery arrives for this long",
+    )
+    parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up run")
+    parser.add_argument("--log-level", default="warning", help="debug, info, warning, error")
+    parser.set_defaults(func=_run)
+
+
+def _row(info: RunInfo) -> str:
+    return (
+        f"{info.scenario:<10} {info.variant:<18} {info.sent:>8,} msgs  "
+        f"{info.counted_deliveries:>8,}/{info.expected_deliveries:<8,} deliveries  "
+        f"{info.wall_s:>7.1f} s  {info.verdict}"
+    )
+
+
+def _announce(info: RunInfo) -> None:
+    """A run's line as it ends; a failed run also gets its reasons on stderr, at once."""
+    print(_row(info), flush=True)
+    if not info.ok:
+        details = info.error or info.check_summary
+        print(f"RUN FAILED: {info.scenario} {info.variant}: {info.verdict}", file=sys.stderr)
+        if details:
+            print(details, file=sys.stderr, flush=True)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from atomickafka.evaluation.scenarios import parse_scenarios  # noqa: PLC0415
+    from atomickafka.evaluation.variants import parse_comparisons  # noqa: PLC0415
+
+    try:
+        overrides = parse_overrides(args.overrides)
+        scenarios = parse_scenarios(args.scenarios)
+        comparisons = parse_comparisons(args.compare)
+        for name in ("messages_per_client", "clients", "topics"):
+            if getattr(args, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+        if args.pace_ms < 0 or args.window_s <= 0 or args.stall_timeout_s <= 0:
+            raise ValueError("--pace-ms must be >= 0, --window-s and --stall-timeout-s > 0")
+    except ValueError as exc:
+        print(f"atomickafka eval: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        from atomickafka.evaluation.suite import SuiteSettings, run_suite  # noqa: PLC0415
+    except ImportError as exc:
+        print(
+            f"atomickafka eval: error: {exc.name or exc} is missing; install the eval extra "
+            "(deploy/bootstrap.sh eval)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    configure_logging(args.log_level)
+    out = args.out or Path("eval", "out", datetime.now(UTC).strftime("%Y%m%d-%H%M%S"))
+    settings = SuiteSettings(
+        scenarios=tuple(scenarios),
+        out=out,
+        messages_per_client=args.messages_per_client,
+        clients=args.clients,
+        topics=args.topics,
+        pace_ms=args.pace_ms,
+        algorithm=args.algorithm,
+        layout=args.layout,
+        comparisons=tuple(comparisons),
+        window_s=args.window_s,
+        spark_master=args.spark_master,
+        stall_timeout_s=args.stall_timeout_s,
+        warmup=not args.no_warmup,
+        overrides=overrides,
+    )
+    embedded = args.bootstrap_server is None
+    if embedded:
+        from atomickafka.broker import ensure_broker  # noqa: PLC0415  (starts Java)
+
+        bootstrap = ensure_broker()
+    else:
+        bootstrap = args.bootstrap_server
+    print(f"eval: {len(scenarios)} scenarios on {bootstrap}; report in {out}", flush=True)
+    outcome = run_suite(bootstrap, settings, embedded=embedded, on_run=_announce)
+    for result in outcome.results:
+        info, m = result.info, result.metrics
+        if m is not None:
+            lat = m.latency.get("all")
+            p99 = f"{lat.p99:,.0f}" if lat else "-"
+            print(
+                f"{info.scenario:<10} {info.variant:<18} {m.messages_per_s:>9,.0f} msg/s  "
+                f"run time {m.run_time_s:>7.2f} s  p99 {p99:>6} ms  {info.verdict}"
+            )
+    failed = [r.info for r in outcome.results if not r.info.ok]
+    for info in failed:
+        print(f"FAILED: {info.scenario} {info.variant}: {info.verdict}", file=sys.stderr)
+    if outcome.metrics_error:
+        print(f"FAILED: metrics job: {outcome.metrics_error}", file=sys.stderr)
+    print(f"total wall time {outcome.wall_s / 60:.1f} min")
+    print(f"report: {outcome.report}")
+    if embedded:
+        print(
+            f"the embedded broker keeps running at {bootstrap}; stop it with: "
+            "atomickafka broker stop"
+        )
+    return 0 if outcome.ok else EXIT_FAILED

@@ -1,0 +1,157 @@
+"""The load: one process per client, sending its plan and noting every send time.
+
+Clients run as separate processes (multiprocessing ``spawn``: a fresh interpreter, Kafka
+clients created after the start) so that they do not share a GIL with the measuring
+consumer in the suite's process. Each sends its messages to its own topic (the thesis's
+clients wrote to topics 1 and 3; the node there coordinates a multicast), puts the send
+time into the value and also returns it, so both the recording and a reader of the
+topics alone know it.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from atomickafka.evaluation.scenarios import ClientPlan
+from atomickafka.evaluation.variants import System
+
+__all__ = [
+    "WARMUP_VALUE",
+    "ClientJob",
+    "ClientResult",
+    "Sender",
+    "client_process",
+    "make_sender",
+    "payload",
+]
+
+
+#: The value of an unmeasured warm-up message.
+WARMUP_VALUE: Final = {"warmup": True}
+
+
+def payload(client_index: int, seq: int, multicast: bool, send_us: int) -> dict[str, Any]:
+    """The value of a measured message: client, sequence number, multicast flag and the
+    send time in microseconds since the epoch (``t``; warm-up values have none)."""
+    return {"c": client_index, "i": seq, "m": multicast, "t": send_us}
+
+
+class Sender(Protocol):
+    """What a client process sends through (``AtomicKafkaClient`` or the sequencer's)."""
+
+    def send(self, value: Any, destinations: Iterable[str], via: str | None = None) -> str:
+        """Send ``value`` to ``destinations``; return its messageID."""
+        ...
+
+    def warm_up(self, topics: Iterable[str], timeout_s: float = 10.0) -> None:
+        """Fetch metadata before the measured sends."""
+        ...
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        """Wait until every message is acknowledged."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ClientJob:
+    """Everything a client process needs (picklable)."""
+
+    bootstrap: str
+    plan: ClientPlan
+    system: System
+    layout: str
+    pace_ms: float = 0.0
+    sequencer_topic: str | None = None
+    overrides: Mapping[str, str] = field(default_factory=dict)
+    flush_timeout_s: float = 300.0
+    start_timeout_s: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class ClientResult:
+    """What a client sent, in order: ids and send times (µs since the epoch), and its
+    warm-up message (sent and acknowledged before the start signal)."""
+
+    client_id: str
+    index: int
+    home_topic: str
+    message_ids: list[str]
+    send_us: list[int]
+    warmup_id: str = ""
+    warmup_us: int = 0
+    error: str | None = None
+
+
+def make_sender(job: ClientJob) -> Sender:
+    """The sender of ``job``'s system (imports Kafka clients only in the child)."""
+    if job.system is System.SEQUENCER:
+        from atomickafka.evaluation.sequencer import SequencerSender  # noqa: PLC0415
+
+        assert job.sequencer_topic is not None
+        return SequencerSender(
+            job.bootstrap, job.sequencer_topic, job.plan.client_id, config=job.overrides
+        )
+    from client import AtomicKafkaClient  # noqa: PLC0415
+
+    return AtomicKafkaClient(
+        job.bootstrap, layout=job.layout, client_id=job.plan.client_id, config=job.overrides
+    )
+
+
+def _send_plan(sender: Sender, job: ClientJob) -> tuple[list[str], list[int]]:
+    plan = job.plan
+    ids: list[str] = []
+    times: list[int] = []
+    pace_s = job.pace_ms / 1000
+    start = time.monotonic()
+    for seq, dests in enumerate(plan.destinations):
+        if pace_s > 0:
+            delay = start + seq * pace_s - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        sent = time.time_ns() // 1000
+        value = payload(plan.index, seq, len(dests) > 1, sent)
+        ids.append(sender.send(value, dests, via=plan.home_topic))
+        times.append(sent)
+    sender.flush(job.flush_timeout_s)
+    return ids, times
+
+
+def client_process(job: ClientJob, ready: Any, go: Any, results: Any) -> None:
+    """Child process body: warm up, signal ``ready``, wait for ``go``, send, report.
+
+    The outcome (or the error) goes to ``results`` as a :class:`ClientResult`.
+    """
+    plan = job.plan
+    try:
+        sender = make_sender(job)
+        topics: Sequence[str] = sorted({t for dests in plan.destinations for t in dests})
+        sender.warm_up([*topics, plan.home_topic])
+        # A new producer needs a few hundred ms (connections, an idempotent producer id)
+        # before it sends: one acknowledged message keeps that out of the measurement.
+        warmup_us = time.time_ns() // 1000
+        warmup_id = sender.send(WARMUP_VALUE, (plan.home_topic,), via=plan.home_topic)
+        sender.flush(job.flush_timeout_s)
+        ready.set()
+        if not go.wait(job.start_timeout_s):
+            raise TimeoutError(f"no start signal within {job.start_timeout_s:.0f}s")
+        ids, times = _send_plan(sender, job)
+        result = ClientResult(
+            plan.client_id, plan.index, plan.home_topic, ids, times, warmup_id, warmup_us
+        )
+        results.put(result)
+    except Exception:
+        results.put(
+            ClientResult(
+                plan.client_id,
+                plan.index,
+                plan.home_topic,
+                [],
+                [],
+                error=traceback.format_exc(),
+            )
+        )

@@ -1,0 +1,119 @@
+"""The exact configuration of a suite's runs: versions, machine, broker, client settings."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from atomickafka.kafka_config import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS
+
+__all__ = ["describe_environment"]
+
+
+def _package(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _git(*args: str) -> str:
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10, check=True
+    )
+    return done.stdout.strip()
+
+
+def _git_commit() -> str:
+    try:
+        commit = _git("rev-parse", "--short=12", "HEAD")
+        dirty = _git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (not a git checkout)"
+    return f"{commit}{' with uncommitted changes' if dirty else ''}"
+
+
+def _proc_field(path: str, key: str) -> str | None:
+    try:
+        for line in Path(path).read_text(encoding="utf-8").splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() == key:
+                return value.strip()
+    except OSError:
+        return None
+    return None
+
+
+def _memory() -> str:
+    total = _proc_field("/proc/meminfo", "MemTotal")
+    if total is None or not total.split()[0].isdigit():
+        return "unknown"
+    return f"{int(total.split()[0]) / 1024 / 1024:.1f} GiB"
+
+
+def _java() -> str:
+    try:
+        from atomickafka.kafka_runtime import find_java  # noqa: PLC0415
+
+        out = subprocess.run(
+            [find_java(), "-version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except Exception as exc:  # a report line, not a reason to stop
+        return f"unknown ({exc})"
+    lines = (out.stderr or out.stdout).strip().splitlines()
+    return lines[0] if lines else "unknown"
+
+
+def _broker(bootstrap: str, embedded: bool) -> str:
+    from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+
+    try:
+        brokers = len(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).brokers)
+    except Exception:  # a report line, not a reason to stop
+        brokers = 0
+    count = f"{brokers} broker{'s' if brokers != 1 else ''}" if brokers else "brokers unknown"
+    if embedded:
+        from atomickafka.kafka_runtime import kafka_version  # noqa: PLC0415
+
+        return f"embedded Apache Kafka {kafka_version()} (KRaft, {count}) at {bootstrap}"
+    return f"{bootstrap} ({count})"
+
+
+def _settings(values: dict[str, str | int | bool]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items())
+
+
+def describe_environment(bootstrap: str, *, embedded: bool) -> list[tuple[str, str]]:
+    """``(what, value)`` rows: code version, interpreter, machine, broker, libraries."""
+    import confluent_kafka  # noqa: PLC0415
+
+    cpus = os.cpu_count() or 0
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return [
+        ("atomickafka", f"{_package('atomickafka')}, commit {_git_commit()}"),
+        ("python", f"{platform.python_implementation()} {sys.version.split()[0]}"),
+        ("platform", platform.platform()),
+        (
+            "cpu",
+            f"{_proc_field('/proc/cpuinfo', 'model name') or platform.processor()} "
+            f"({cpus} logical CPUs, shared with the broker, nodes, clients)",
+        ),
+        ("memory", _memory()),
+        ("load average at start (1/5/15 min)", load),
+        ("kafka", _broker(bootstrap, embedded)),
+        ("java", _java()),
+        (
+            "confluent-kafka",
+            f"{_package('confluent-kafka')} (librdkafka {confluent_kafka.libversion()[0]})",
+        ),
+        ("pyspark", _package("pyspark")),
+        ("pyarrow", _package("pyarrow")),
+        ("matplotlib", _package("matplotlib")),
+        ("producer settings (nodes, clients)", _settings(dict(PRODUCER_DEFAULTS))),
+        ("consumer settings (nodes)", _settings(dict(CONSUMER_DEFAULTS))),
+    ]

@@ -1,0 +1,373 @@
+"""Recording a run: every record of every topic of the run, and every message's times.
+
+After a run, every Kafka topic of the run is read from its beginning (input logs,
+delivery topics, dead-letter topics, and the run's records in the status topic) and
+written as two Parquet files in the run's folder.
+
+``records.parquet``, one row per Kafka record:
+
+=================  ==============  ===================================================
+column             type            meaning
+=================  ==============  ===================================================
+run                string          the run's id
+kafka_topic        string          the Kafka topic the record is in
+partition          int32           its partition
+offset             int64           its offset
+kafka_ts_ms        int64           its Kafka timestamp (ms since the epoch)
+node               string          the AtomicKafka topic whose node owns ``kafka_topic``
+                                   (``sequencer`` for the baseline's sequencer topic)
+role               string          ``input`` (a node's input log; in the ``shared``
+                                   layout it also holds the node's deliveries),
+                                   ``delivery``, ``dead-letter`` or ``status``
+message_type       string          ``messageType`` as found (``Bundle`` for a bundle,
+                                   ``NodeStatus`` for a status, ``<none>`` for an object
+                                   without one, ``<undecodable>`` for anything else)
+writer             string, null    ``senderID``: a client id, ``node-<topic>`` or
+                                   ``sequencer``; dead letters: the node that set them
+                                   aside
+sent_from_topic    string, null    ``sentFromTopic``
+message_id         string, null    ``messageID`` (null on bundles and statuses)
+messages           int32           messages the record carries (a bundle's inner
+                                   messages, else 1)
+inner_types        list<string>    their types (a plain record: ``[message_type]``)
+value_bytes        int32           size of the record value
+=================  ==============  ===================================================
+
+``messages.parquet``, one row per sent message and destination:
+
+=================  ==============  ===================================================
+run                string          the run's id
+message_id         string          ``messageID``
+client             string          the sending client's id
+home_topic         string          the topic it was written to (the client's own)
+destinations       list<string>    every destination of the message
+multicast          bool            more than one destination
+warmup             bool            an unmeasured warm-up message
+destination        string          the destination of this row
+send_us            int64           send time, noted by the client (µs since the epoch)
+delivered_ms       int64, null     Kafka timestamp of its Delivery record at
+                                   ``destination`` (null: not delivered)
+delivery_offset    int64, null     offset of that Delivery record
+final_ts           int64, null     its final (Lamport) timestamp
+latency_ms         float64, null   ``delivered_ms - send_us / 1000``
+=================  ==============  ===================================================
+
+A delivery counts once per destination (the first Delivery record of a messageID in
+the destination's topic, written by that destination's node, as the client reads it).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+from confluent_kafka import Consumer, TopicPartition
+
+from atomickafka.kafka_config import consumer_config
+from atomickafka.kafka_io import consume_batch, watermarks
+
+__all__ = [
+    "MESSAGES_SCHEMA",
+    "RECORDS_SCHEMA",
+    "RecordedTopic",
+    "Recording",
+    "SentRow",
+    "record_run",
+    "write_table",
+]
+
+log = logging.getLogger("atomickafka.eval.recording")
+
+_RECORDS_FIELDS: list[pa.Field[Any]] = [
+    pa.field("run", pa.string(), nullable=False),
+    pa.field("kafka_topic", pa.string(), nullable=False),
+    pa.field("partition", pa.int32(), nullable=False),
+    pa.field("offset", pa.int64(), nullable=False),
+    pa.field("kafka_ts_ms", pa.int64(), nullable=False),
+    pa.field("node", pa.string(), nullable=False),
+    pa.field("role", pa.string(), nullable=False),
+    pa.field("message_type", pa.string(), nullable=False),
+    pa.field("writer", pa.string()),
+    pa.field("sent_from_topic", pa.string()),
+    pa.field("message_id", pa.string()),
+    pa.field("messages", pa.int32(), nullable=False),
+    pa.field("inner_types", pa.list_(pa.string()), nullable=False),
+    pa.field("value_bytes", pa.int32(), nullable=False),
+]
+RECORDS_SCHEMA: Final = pa.schema(_RECORDS_FIELDS)
+
+_MESSAGES_FIELDS: list[pa.Field[Any]] = [
+    pa.field("run", pa.string(), nullable=False),
+    pa.field("message_id", pa.string(), nullable=False),
+    pa.field("client", pa.string(), nullable=False),
+    pa.field("home_topic", pa.string(), nullable=False),
+    pa.field("destinations", pa.list_(pa.string()), nullable=False),
+    pa.field("multicast", pa.bool_(), nullable=False),
+    pa.field("warmup", pa.bool_(), nullable=False),
+    pa.field("destination", pa.string(), nullable=False),
+    pa.field("send_us", pa.int64(), nullable=False),
+    pa.field("delivered_ms", pa.int64()),
+    pa.field("delivery_offset", pa.int64()),
+    pa.field("final_ts", pa.int64()),
+    pa.field("latency_ms", pa.float64()),
+]
+MESSAGES_SCHEMA: Final = pa.schema(_MESSAGES_FIELDS)
+
+_DELIVERY: Final = "DeliveryMessage"
+_BUNDLE: Final = "Bundle"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedTopic:
+    """A Kafka topic of the run: whose it is, its role, whether it holds the node's
+    deliveries, and (for the shared status topic) where the run starts and which keys
+    are the run's."""
+
+    kafka_topic: str
+    node: str
+    role: str
+    holds_deliveries: bool = False
+    start_offset: int = 0
+    keys: frozenset[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SentRow:
+    """One sent message, as its client noted it."""
+
+    message_id: str
+    client: str
+    home_topic: str
+    destinations: tuple[str, ...]
+    send_us: int
+    warmup: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Recording:
+    """Where a run was written and how much it held."""
+
+    records_path: Path
+    messages_path: Path
+    records: int
+    deliveries: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Delivered:
+    kafka_ts_ms: int
+    offset: int
+    final_ts: int | None
+
+
+def write_table(columns: Mapping[str, list[Any]], schema: pa.Schema, path: Path) -> int:
+    """Write ``columns`` (name -> values) as a Parquet file of ``schema``; return rows."""
+    table = pa.table({name: columns[name] for name in schema.names}, schema=schema)
+    pq.write_table(table, path, compression="zstd")
+    return table.num_rows
+
+
+def _text(value: object) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # the thesis's numeric sender ids
+    return None
+
+
+def _type_of(obj: object) -> str:
+    if not isinstance(obj, dict):
+        return "<undecodable>"
+    kind = obj.get("messageType")
+    return kind if isinstance(kind, str) else "<none>"
+
+
+class _RecordColumns:
+    """Column lists for ``records.parquet``, plus the deliveries found on the way."""
+
+    def __init__(self, run: str) -> None:
+        self.run = run
+        self.columns: dict[str, list[Any]] = {name: [] for name in RECORDS_SCHEMA.names}
+        self.delivered: dict[tuple[str, str], _Delivered] = {}
+
+    def add(self, where: RecordedTopic, record: Any) -> None:
+        raw: bytes | None = record.value()
+        try:
+            obj: Any = orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError:
+            obj = None
+        node = where.node
+        if where.role == "status":
+            key = record.key()
+            node = key.decode(errors="replace") if key else ""
+            kind = "NodeStatus" if isinstance(obj, dict) else "<undecodable>"
+            writer: str | None = f"node-{node}"
+        else:
+            kind = _type_of(obj)
+            writer = _text(obj.get("senderID")) if isinstance(obj, dict) else None
+            if where.role == "dead-letter":
+                writer = f"node-{node}"
+        bundled = (
+            kind == _BUNDLE and isinstance(obj, dict) and isinstance(obj.get("messages"), list)
+        )
+        inner: list[Any] = obj["messages"] if bundled else [obj]
+        kafka_ts: int = record.timestamp()[1]
+        offset = record.offset() or 0
+        cols = self.columns
+        cols["run"].append(self.run)
+        cols["kafka_topic"].append(where.kafka_topic)
+        cols["partition"].append(record.partition() or 0)
+        cols["offset"].append(offset)
+        cols["kafka_ts_ms"].append(kafka_ts)
+        cols["node"].append(node)
+        cols["role"].append(where.role)
+        cols["message_type"].append(kind)
+        cols["writer"].append(writer)
+        cols["sent_from_topic"].append(
+            _text(obj.get("sentFromTopic")) if isinstance(obj, dict) else None
+        )
+        cols["message_id"].append(
+            _text(obj.get("messageID")) if isinstance(obj, dict) and kind != _BUNDLE else None
+        )
+        cols["messages"].append(len(inner))
+        cols["inner_types"].append([_type_of(m) for m in inner] if bundled else [kind])
+        cols["value_bytes"].append(len(raw) if raw else 0)
+        if where.holds_deliveries:
+            for item in inner:
+                self._maybe_delivery(node, item, kafka_ts, offset)
+
+    def _maybe_delivery(self, node: str, item: Any, kafka_ts: int, offset: int) -> None:
+        if not isinstance(item, dict) or item.get("messageType") != _DELIVERY:
+            return
+        mid = item.get("messageID")
+        if not isinstance(mid, str) or item.get("sentFromTopic") != node:
+            return
+        key = (mid, node)
+        if key not in self.delivered:
+            stamp = item.get("timeStamp")
+            self.delivered[key] = _Delivered(
+                kafka_ts, offset, stamp if isinstance(stamp, int) else None
+            )
+
+
+def _read_topics(
+    bootstrap: str,
+    topics: Sequence[RecordedTopic],
+    sink: _RecordColumns,
+    overrides: Mapping[str, str] | None,
+    timeout_s: float,
+) -> None:
+    """Read every partition of ``topics`` from its start offset to its current end."""
+    consumer = Consumer(
+        consumer_config(
+            bootstrap,
+            f"atomickafka-eval-rec-{uuid.uuid4().hex[:8]}",
+            overrides,
+            **{"enable.partition.eof": False, "fetch.wait.max.ms": 20},
+        )
+    )
+    try:
+        metadata = consumer.list_topics(timeout=30).topics
+        ends: dict[tuple[str, int], int] = {}
+        assigned: list[TopicPartition] = []
+        by_name = {t.kafka_topic: t for t in topics}
+        for spec in topics:
+            meta = metadata.get(spec.kafka_topic)
+            if meta is None or meta.error is not None:
+                continue  # never created (e.g. no dead letters in the baseline)
+            for partition in meta.partitions:
+                part = TopicPartition(spec.kafka_topic, partition)
+                low, high = watermarks(consumer, part)
+                start = max(low, spec.start_offset)
+                if high > start:
+                    ends[(spec.kafka_topic, partition)] = high
+                    assigned.append(TopicPartition(spec.kafka_topic, partition, start))
+        consumer.assign(assigned)
+        deadline = time.monotonic() + timeout_s
+        while ends and time.monotonic() < deadline:
+            for record in consume_batch(consumer, 10_000, 0.5):
+                if record.error() is not None:
+                    continue
+                name, partition = record.topic() or "", record.partition() or 0
+                end = ends.get((name, partition))
+                offset = record.offset() or 0
+                if end is None or offset >= end:
+                    continue
+                if offset + 1 >= end:
+                    del ends[(name, partition)]
+                spec = by_name[name]
+                if spec.keys is not None:
+                    key = record.key()
+                    if key is None or key.decode(errors="replace") not in spec.keys:
+                        continue
+                sink.add(spec, record)
+        if ends:
+            raise TimeoutError(
+                f"recording: {len(ends)} partitions not read to their end in {timeout_s:.0f}s"
+            )
+    finally:
+        consumer.close()
+
+
+def _message_columns(
+    run: str, sent: Sequence[SentRow], delivered: Mapping[tuple[str, str], _Delivered]
+) -> dict[str, list[Any]]:
+    cols: dict[str, list[Any]] = {name: [] for name in MESSAGES_SCHEMA.names}
+    for row in sent:
+        for destination in row.destinations:
+            got = delivered.get((row.message_id, destination))
+            cols["run"].append(run)
+            cols["message_id"].append(row.message_id)
+            cols["client"].append(row.client)
+            cols["home_topic"].append(row.home_topic)
+            cols["destinations"].append(list(row.destinations))
+            cols["multicast"].append(len(row.destinations) > 1)
+            cols["warmup"].append(row.warmup)
+            cols["destination"].append(destination)
+            cols["send_us"].append(row.send_us)
+            cols["delivered_ms"].append(got.kafka_ts_ms if got else None)
+            cols["delivery_offset"].append(got.offset if got else None)
+            cols["final_ts"].append(got.final_ts if got else None)
+            cols["latency_ms"].append(got.kafka_ts_ms - row.send_us / 1000 if got else None)
+    return cols
+
+
+def record_run(
+    bootstrap: str,
+    run: str,
+    topics: Sequence[RecordedTopic],
+    sent: Sequence[SentRow],
+    out_dir: Path,
+    *,
+    overrides: Mapping[str, str] | None = None,
+    timeout_s: float = 600.0,
+) -> Recording:
+    """Read the run's ``topics`` and write ``records.parquet`` and ``messages.parquet``
+    into ``out_dir``."""
+    started = time.monotonic()
+    sink = _RecordColumns(run)
+    _read_topics(bootstrap, topics, sink, overrides, timeout_s)
+    records_path = out_dir / "records.parquet"
+    messages_path = out_dir / "messages.parquet"
+    records = write_table(sink.columns, RECORDS_SCHEMA, records_path)
+    write_table(_message_columns(run, sent, sink.delivered), MESSAGES_SCHEMA, messages_path)
+    log.info(
+        "recorded",
+        extra={
+            "fields": {
+                "run": run,
+                "records": records,
+                "deliveries": len(sink.delivered),
+                "seconds": round(time.monotonic() - started, 2),
+            }
+        },
+    )
+    return Recording(records_path, messages_path, records, len(sink.delivered))

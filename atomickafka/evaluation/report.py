@@ -1,0 +1,458 @@
+"""The suite's report: Markdown with our figures beside the thesis's, and the plots.
+
+``report.md`` opens with the verdict (a failed order check is shown first, loudly, and
+again in its run's section with the checker's summary), then a summary of every run,
+the comparison with the 2019 thesis (run time, throughput, and the speed-up factor),
+one section per scenario (the per-node table like thesis tables 5.1-5.6, the compared
+variants, the plots), the plots across scenarios, the exact configuration, and how
+each figure is computed. It is rendered from :class:`RunResult` values alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from atomickafka.evaluation.plots import node_label, plot_latency, plot_rates, plot_vs_share
+from atomickafka.evaluation.results import NodeMetrics, RunInfo, RunResult
+from atomickafka.evaluation.thesis import (
+    THESIS_MESSAGES,
+    THESIS_PACE_MS,
+    THESIS_RUNS,
+    THESIS_SETUP,
+    ThesisNode,
+)
+
+__all__ = ["ReportInput", "render_report"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReportInput:
+    """Everything the report shows.
+
+    ``primary`` is the label of the variant compared with the thesis; ``settings`` and
+    ``environment`` are ``(what, value)`` rows; ``metrics_error`` says why the metrics
+    job failed, if it did.
+    """
+
+    results: Sequence[RunResult]
+    primary: str
+    settings: Sequence[tuple[str, str]]
+    environment: Sequence[tuple[str, str]]
+    wall_s: float
+    metrics_error: str | None = None
+
+
+# ----------------------------------------------------------------------------- format
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _factor(ours: float | None, theirs: float | None) -> str:
+    if not ours or not theirs:
+        return "-"
+    return f"{ours / theirs:,.0f}x" if ours / theirs >= 10 else f"{ours / theirs:,.1f}x"
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def _verdict(result: RunResult) -> str:
+    verdict = result.info.verdict
+    return verdict if result.info.ok else f"**❌ {verdict}**"
+
+
+# ----------------------------------------------------------------------------- sections
+
+
+def _banner(data: ReportInput) -> list[str]:
+    failed = [r for r in data.results if not r.info.ok]
+    total = len(data.results)
+    if not failed:
+        return [
+            f"**All {total} runs passed the order check** (integrity, validity, and the "
+            "same relative order at every pair of topics, on every delivery).",
+            "",
+        ]
+    lines = [
+        "> [!CAUTION]",
+        f"> **FAILED: {len(failed)} of {total} runs.** Their figures below are not valid.",
+    ]
+    for result in failed:
+        info = result.info
+        lines.append(f"> - **{info.scenario} · {info.variant}: {info.verdict}** — {_why(info)}")
+    return [*lines, ""]
+
+
+def _why(info: RunInfo) -> str:
+    """One line saying why a run failed."""
+    if info.error is not None:
+        return info.error.splitlines()[0]
+    if not info.check_ok:
+        lines = info.check_summary.splitlines()
+        first = [line for line in lines if line.startswith("FIRST VIOLATION")]
+        return (first or lines[-1:] or ["(no details)"])[0]
+    return (
+        f"{info.counted_deliveries:,} of {info.expected_deliveries:,} deliveries arrived "
+        "before progress stalled"
+    )
+
+
+def _summary(data: ReportInput) -> list[str]:
+    rows = []
+    for result in data.results:
+        info, m = result.info, result.metrics
+        lat = m.latency.get("all") if m else None
+        rows.append(
+            [
+                info.scenario,
+                info.variant,
+                f"{info.sent:,}",
+                _num(m.run_time_s, 2) if m else "-",
+                _num(m.messages_per_s, 0) if m else "-",
+                _num(m.deliveries_per_s, 0) if m else "-",
+                _num(lat.p50, 0) if lat else "-",
+                _num(lat.p90, 0) if lat else "-",
+                _num(lat.p99, 0) if lat else "-",
+                _num(lat.max, 0) if lat else "-",
+                _verdict(result),
+            ]
+        )
+    headers = [
+        "scenario",
+        "variant",
+        "messages",
+        "run time (s)",
+        "msg/s",
+        "deliveries/s",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "max ms",
+        "order check",
+    ]
+    return ["## Summary", "", *_table(headers, rows)]
+
+
+def _primary_runs(data: ReportInput) -> list[RunResult]:
+    return [r for r in data.results if r.info.variant == data.primary]
+
+
+def _against_thesis(data: ReportInput) -> list[str]:
+    rows = []
+    for result in _primary_runs(data):
+        thesis = THESIS_RUNS.get(result.info.scenario)
+        m = result.metrics
+        if thesis is None:
+            continue
+        rows.append(
+            [
+                result.info.scenario,
+                thesis.table,
+                _num(thesis.run_time_s, 0),
+                _num(m.run_time_s, 2) if m else "-",
+                _factor(thesis.run_time_s, m.run_time_s) if m else "-",
+                _num(thesis.messages_per_s, 1),
+                _num(m.messages_per_s, 0) if m else "-",
+                _num(thesis.deliveries_per_s, 1),
+                _num(m.deliveries_per_s, 0) if m else "-",
+                _factor(m.deliveries_per_s, thesis.deliveries_per_s) if m else "-",
+            ]
+        )
+    if not rows:
+        return []
+    headers = [
+        "scenario",
+        "thesis table",
+        "2019 run time (s)",
+        "our run time (s)",
+        "speed-up",
+        "2019 msg/s",
+        "our msg/s",
+        "2019 deliveries/s (all nodes)",
+        "our deliveries/s",
+        "speed-up",
+    ]
+    return [
+        f"## Against the 2019 thesis ({data.primary})",
+        "",
+        *_table(headers, rows),
+        f"2019 msg/s is the thesis's {THESIS_MESSAGES:,} messages over its run time; "
+        "speed-up is 2019 run time / ours (and our deliveries/s / 2019's). "
+        f"{THESIS_SETUP} Here the clients did not wait between sends unless the "
+        "settings below say otherwise, and everything ran on one machine.",
+        "",
+    ]
+
+
+def _node_rows(result: RunResult) -> tuple[list[str], list[list[str]]]:
+    """The per-node table of a run, like thesis tables 5.1-5.6, with the thesis's row
+    beside ours and the deliveries speed-up."""
+    info, m = result.info, result.metrics
+    assert m is not None
+    thesis = THESIS_RUNS.get(info.scenario)
+    names = [n.node for n in m.nodes if n.node not in info.topics] + list(info.topics)
+    bundled = any(
+        n.incoming != n.incoming_records or n.outgoing != n.outgoing_records for n in m.nodes
+    )
+    headers = ["node", "incoming msg/s", "outgoing msg/s", "deliveries/s"]
+    if bundled:
+        headers += ["in / out records/s"]
+    headers += ["busiest 5 s: in / out / dlv"]
+    if thesis is not None:
+        headers += [f"2019 (table {thesis.table}): in / out / dlv", "deliveries speed-up"]
+    rows = []
+    for name in names:
+        node = m.node(name) or NodeMetrics(name, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0)
+        row = [
+            node_label(name, info.topics),
+            _num(node.incoming_per_s),
+            _num(node.outgoing_per_s),
+            _num(node.deliveries_per_s),
+        ]
+        if bundled:
+            row.append(
+                f"{_num(node.incoming_records / m.run_time_s)} / "
+                f"{_num(node.outgoing_records / m.run_time_s)}"
+            )
+        peak = node.window_max
+        row.append(
+            " / ".join(_num(peak.get(k, 0.0), 0) for k in ("incoming", "outgoing", "deliveries"))
+        )
+        if thesis is not None:
+            theirs: ThesisNode | None = None
+            if name in info.topics and info.topics.index(name) < len(thesis.nodes):
+                theirs = thesis.nodes[info.topics.index(name)]
+            if theirs is None:
+                row += ["-", "-"]
+            else:
+                row += [
+                    f"{theirs.incoming} / {theirs.outgoing} / {theirs.deliveries}",
+                    _factor(node.deliveries_per_s, theirs.deliveries),
+                ]
+        rows.append(row)
+    return headers, rows
+
+
+def _run_facts(result: RunResult) -> list[str]:
+    info, m = result.info, result.metrics
+    facts = [
+        f"Order check: {_verdict(result)}. Run wall time (start of nodes to recorded) "
+        f"{info.wall_s:,.1f} s."
+    ]
+    if m is None:
+        return [*facts, "", "_No metrics for this run (see above)._", ""]
+    lat = m.latency.get("all")
+    facts.append(
+        f"{m.messages:,} messages ({m.multicast:,} multicast), {m.deliveries:,} deliveries "
+        f"({m.missing_deliveries:,} missing) in {m.run_time_s:,.2f} s: "
+        f"**{m.messages_per_s:,.0f} msg/s**, {m.deliveries_per_s:,.0f} deliveries/s."
+    )
+    if lat is not None:
+        facts.append(
+            f"Latency (send to delivery at the last destination): p50 {lat.p50:,.0f} ms, "
+            f"p90 {lat.p90:,.0f} ms, **p99 {lat.p99:,.0f} ms**, max {lat.max:,.0f} ms."
+        )
+    types = ", ".join(f"{k} {v:,}" for k, v in sorted(m.by_type.items()))
+    per_message = m.records / m.messages if m.messages else 0.0
+    facts.append(
+        f"Records in the run window: {m.records:,} ({per_message:.2f} per message; by "
+        f"type: {types})."
+    )
+    return [" ".join(facts), ""]
+
+
+def _failure_details(result: RunResult) -> list[str]:
+    info = result.info
+    if info.ok:
+        return []
+    text = info.error or info.check_summary or "(no details)"
+    if info.check_ok and info.error is None:  # incomplete
+        text = f"{_why(info)}.\n{info.check_summary}"
+    return [f"**❌ {info.variant}: {info.verdict}**", "", "```text", text.strip(), "```", ""]
+
+
+def _plot_links(result: RunResult, plots: dict[str, list[Path]], out_dir: Path) -> list[str]:
+    return [
+        f"![{result.info.variant} {result.info.scenario}]({path.relative_to(out_dir)})"
+        for path in plots.get(result.info.run, [])
+    ]
+
+
+def _scenario_sections(data: ReportInput, plots: dict[str, list[Path]], out_dir: Path) -> list[str]:
+    lines: list[str] = []
+    scenarios: dict[str, list[RunResult]] = {}
+    for result in data.results:
+        scenarios.setdefault(result.info.scenario, []).append(result)
+    for name, runs in scenarios.items():
+        primary = next((r for r in runs if r.info.variant == data.primary), runs[0])
+        info = primary.info
+        lines += [f"## {name} ({info.multicast_percent} % multicast) — {info.variant}", ""]
+        for result in runs:
+            lines += _failure_details(result)
+        lines += _run_facts(primary)
+        if primary.metrics is not None:
+            headers, rows = _node_rows(primary)
+            lines += _table(headers, rows)
+        lines += [*_plot_links(primary, plots, out_dir), ""]
+        others = [r for r in runs if r is not primary]
+        if others:
+            lines += [f"### {name}: compared variants", ""]
+            rows = []
+            for result in runs:
+                m = result.metrics
+                lat = m.latency.get("all") if m else None
+                rows.append(
+                    [
+                        result.info.variant,
+                        _verdict(result),
+                        _num(m.run_time_s, 2) if m else "-",
+                        _num(m.messages_per_s, 0) if m else "-",
+                        _num(lat.p50, 0) if lat else "-",
+                        _num(lat.p99, 0) if lat else "-",
+                        _num(m.records / m.messages, 2) if m and m.messages else "-",
+                    ]
+                )
+            headers = [
+                "variant",
+                "order check",
+                "run time (s)",
+                "msg/s",
+                "p50 ms",
+                "p99 ms",
+                "records per message",
+            ]
+            lines += _table(headers, rows)
+            for result in others:
+                lines += [*_plot_links(result, plots, out_dir), ""]
+    return lines
+
+
+def _comparisons(data: ReportInput) -> list[str]:
+    variants = list(dict.fromkeys(r.info.variant for r in data.results))
+    if len(variants) < 2:
+        return []
+    scenarios = list(dict.fromkeys(r.info.scenario for r in data.results))
+    by_key = {(r.info.scenario, r.info.variant): r for r in data.results}
+    rows = []
+    for scenario in scenarios:
+        row = [scenario]
+        for variant in variants:
+            result = by_key.get((scenario, variant))
+            m = result.metrics if result else None
+            lat = m.latency.get("all") if m else None
+            if result is None:
+                row.append("-")
+            elif m is None or not result.info.ok:
+                row.append(_verdict(result))
+            else:
+                row.append(f"{m.messages_per_s:,.0f} / {_num(lat.p99, 0) if lat else '-'}")
+        rows.append(row)
+    return [
+        "## Comparison: msg/s / p99 ms per variant",
+        "",
+        *_table(["scenario", *variants], rows),
+        "`shared` is the thesis's layout (client, control and delivery records in one topic "
+        "per node; readers filter); `split` keeps a node's input log apart so a topic holds "
+        "only its ordered deliveries. `sequencer` is what a Kafka user does without "
+        "AtomicKafka: every message through one partition of one topic, fanned out to its "
+        "destinations by one consumer.",
+        "",
+    ]
+
+
+def _definitions(data: ReportInput) -> list[str]:
+    return [
+        "## How the figures are computed",
+        "",
+        "- Every record of every topic of a run is recorded with its Kafka timestamp "
+        "(`runs/<run>/records.parquet`), and every message with its send time (noted by the "
+        "client) and its delivery time at each destination (the Kafka timestamp of its "
+        "Delivery record) (`runs/<run>/messages.parquet`). The PySpark job "
+        "`eval/metrics.py` computes everything below from these files "
+        "(`metrics/<run>.json`); it can also read a run straight from Kafka.",
+        "- The run window goes from the first measured send to the last measured delivery; "
+        "rates are counts in the window over its length. A warm-up multicast through every "
+        "topic before each run is not measured.",
+        "- Incoming of a node: messages in its input log (a bundle counts its inner "
+        "messages). In the `shared` layout the input log is the topic itself, so it includes "
+        "the node's own deliveries, as the thesis's counts did; in `split` it does not. "
+        "Outgoing: records the node wrote, to any topic (status records not counted). "
+        "Deliveries: first Delivery record of each message at each topic.",
+        "- Busiest 5 s: the highest rate over the thesis's 5-second windows (a run shorter "
+        "than 5 s has one window, its whole length). Plots use finer buckets when a run is "
+        "short.",
+        "- Latency: from the client's send to the Delivery record at the last of the "
+        "message's destinations, for messages delivered everywhere. An unthrottled run "
+        "sends a burst far faster than it is delivered, so its latency is mostly queueing.",
+        "- The machine is shared (other developers' work runs on the same cores), so "
+        "figures vary from run to run; compare variants within one report.",
+        f"- The thesis's clients waited {THESIS_PACE_MS} ms after every send; its baseline "
+        "table shows every node busy although its clients wrote to topics 1 and 3 only "
+        "(its text counts 300,000 messages in that run), so its baseline load was not the "
+        "other scenarios' setup.",
+        "",
+    ]
+
+
+def _configuration(data: ReportInput) -> list[str]:
+    return [
+        "## Configuration",
+        "",
+        *_table(["setting", "value"], [[k, f"`{v}`"] for k, v in data.settings]),
+        *_table(["environment", "value"], [[k, v] for k, v in data.environment]),
+    ]
+
+
+# ----------------------------------------------------------------------------- render
+
+
+def render_report(out_dir: Path, data: ReportInput) -> Path:
+    """Write ``report.md`` and its PNGs (in ``plots/``) into ``out_dir``; return the path."""
+    plot_dir = out_dir / "plots"
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    plots: dict[str, list[Path]] = {}
+    for result in data.results:
+        run = result.info.run
+        made = [
+            plot_rates(result, plot_dir / f"{run}-rates.png"),
+            plot_latency(result, plot_dir / f"{run}-latency.png"),
+        ]
+        plots[run] = [p for p in made if p is not None]
+    across = plot_vs_share(data.results, plot_dir)
+    lines = [
+        "# AtomicKafka evaluation (thesis chapter 5)",
+        "",
+        *_banner(data),
+        f"{len(data.results)} runs in {data.wall_s / 60:,.1f} min of wall time; "
+        f"the thesis comparison uses **{data.primary}**.",
+        "",
+    ]
+    if data.metrics_error:
+        lines += [
+            "> [!CAUTION]",
+            f"> **The metrics job failed:** {data.metrics_error}",
+            "",
+        ]
+    lines += _summary(data)
+    lines += _against_thesis(data)
+    lines += _comparisons(data)
+    if across:
+        lines += ["## Across scenarios", ""]
+        lines += [f"![{p.stem}]({p.relative_to(out_dir)})" for p in across]
+        lines.append("")
+    lines += _scenario_sections(data, plots, out_dir)
+    lines += _definitions(data)
+    lines += _configuration(data)
+    path = out_dir / "report.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path

@@ -1,0 +1,228 @@
+"""What a suite produces, as typed data: each run's facts and its computed metrics.
+
+A run's facts (:class:`RunInfo`) are written by the runner as ``run.json`` beside the
+run's Parquet files; its metrics (:class:`RunMetrics`) come from the PySpark job
+(``eval/metrics.py``) as ``<run>.json``. The report reads only these, so it can be
+rendered again, or from synthetic figures in tests, without Kafka or Spark.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["LatencySummary", "NodeMetrics", "RunInfo", "RunMetrics", "RunResult"]
+
+
+@dataclass(slots=True)
+class RunInfo:
+    """One run's setup and outcome, as the runner saw it."""
+
+    run: str
+    scenario: str
+    multicast_percent: int
+    variant: str
+    system: str
+    algorithm: str
+    layout: str
+    topics: list[str]
+    clients: int
+    messages_per_client: int
+    pace_ms: float
+    sent: int = 0
+    expected_deliveries: int = 0
+    counted_deliveries: int = 0
+    started_at: str = ""
+    wall_s: float = 0.0
+    complete: bool = False
+    check_ok: bool = False
+    check_summary: str = ""
+    check_counts: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Everything delivered, the order check passed, nothing crashed."""
+        return self.complete and self.check_ok and self.error is None
+
+    @property
+    def verdict(self) -> str:
+        """``passed``, or why the run failed, in capitals so it is not missed."""
+        if self.error is not None:
+            return "FAILED (error)"
+        if not self.check_ok:
+            return "FAILED (order check)"
+        if not self.complete:
+            return "FAILED (incomplete)"
+        return "passed"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for ``run.json``."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunInfo:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**data)
+
+    def save(self, path: Path) -> None:
+        """Write ``run.json``."""
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: Path) -> RunInfo:
+        """Read ``run.json``."""
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return cls.from_dict(data)
+
+
+@dataclass(frozen=True, slots=True)
+class LatencySummary:
+    """Send-to-delivery latency of fully delivered messages, in milliseconds (at the last
+    of a message's destinations), and 101 quantiles (0 %, 1 %, ..., 100 %) for plots."""
+
+    n: int
+    p50: float
+    p90: float
+    p99: float
+    max: float
+    mean: float
+    quantiles: tuple[float, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LatencySummary:
+        """From the job's JSON."""
+        return cls(
+            n=int(data["n"]),
+            p50=float(data["p50"]),
+            p90=float(data["p90"]),
+            p99=float(data["p99"]),
+            max=float(data["max"]),
+            mean=float(data["mean"]),
+            quantiles=tuple(float(q) for q in data.get("quantiles", ())),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMetrics:
+    """One node's counts over the run window and their averages per second.
+
+    ``incoming``/``outgoing`` count messages (a bundle counts its inner messages);
+    ``*_records`` count Kafka records. ``window_max`` is the busiest 5-second window's
+    rate per kind (``incoming``, ``outgoing``, ``deliveries``).
+    """
+
+    node: str
+    incoming: int
+    incoming_records: int
+    outgoing: int
+    outgoing_records: int
+    deliveries: int
+    incoming_per_s: float
+    outgoing_per_s: float
+    deliveries_per_s: float
+    window_max: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NodeMetrics:
+        """From the job's JSON."""
+        return cls(
+            node=str(data["node"]),
+            incoming=int(data["incoming"]),
+            incoming_records=int(data["incoming_records"]),
+            outgoing=int(data["outgoing"]),
+            outgoing_records=int(data["outgoing_records"]),
+            deliveries=int(data["deliveries"]),
+            incoming_per_s=float(data["incoming_per_s"]),
+            outgoing_per_s=float(data["outgoing_per_s"]),
+            deliveries_per_s=float(data["deliveries_per_s"]),
+            window_max={str(k): float(v) for k, v in data.get("window_max", {}).items()},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RunMetrics:
+    """What the PySpark job computed for one run.
+
+    The run window goes from the first measured send to the last measured delivery;
+    every rate is over it. ``series[kind][node]`` holds rates per ``bucket_s`` bucket
+    from the window's start (kinds ``incoming``, ``outgoing``, ``deliveries``);
+    ``windows`` the same in the thesis's 5-second windows.
+    """
+
+    run: str
+    start_ms: int
+    end_ms: int
+    run_time_s: float
+    messages: int
+    multicast: int
+    delivered_messages: int
+    deliveries: int
+    missing_deliveries: int
+    messages_per_s: float
+    deliveries_per_s: float
+    records: int
+    nodes: tuple[NodeMetrics, ...]
+    by_type: dict[str, int]
+    latency: dict[str, LatencySummary]
+    bucket_s: float
+    series: dict[str, dict[str, list[float]]]
+    window_s: float
+    windows: dict[str, dict[str, list[float]]]
+
+    def node(self, name: str) -> NodeMetrics | None:
+        """The metrics of node ``name``, if it had any traffic."""
+        return next((n for n in self.nodes if n.node == name), None)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunMetrics:
+        """From the job's JSON."""
+        return cls(
+            run=str(data["run"]),
+            start_ms=int(data["start_ms"]),
+            end_ms=int(data["end_ms"]),
+            run_time_s=float(data["run_time_s"]),
+            messages=int(data["messages"]),
+            multicast=int(data["multicast"]),
+            delivered_messages=int(data["delivered_messages"]),
+            deliveries=int(data["deliveries"]),
+            missing_deliveries=int(data["missing_deliveries"]),
+            messages_per_s=float(data["messages_per_s"]),
+            deliveries_per_s=float(data["deliveries_per_s"]),
+            records=int(data["records"]),
+            nodes=tuple(NodeMetrics.from_dict(n) for n in data["nodes"]),
+            by_type={str(k): int(v) for k, v in data["by_type"].items()},
+            latency={
+                str(k): LatencySummary.from_dict(v)
+                for k, v in data["latency_ms"].items()
+                if v is not None
+            },
+            bucket_s=float(data["series"]["bucket_s"]),
+            series=_series(data["series"]),
+            window_s=float(data["windows"]["window_s"]),
+            windows=_series(data["windows"]),
+        )
+
+    @classmethod
+    def load(cls, path: Path) -> RunMetrics:
+        """Read the job's ``<run>.json``."""
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return cls.from_dict(data)
+
+
+def _series(data: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
+    return {
+        str(kind): {str(node): [float(v) for v in values] for node, values in per_node.items()}
+        for kind, per_node in data.items()
+        if isinstance(per_node, dict)
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """A run's facts with its metrics (``None`` when the job could not compute them)."""
+
+    info: RunInfo
+    metrics: RunMetrics | None

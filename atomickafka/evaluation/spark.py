@@ -1,0 +1,120 @@
+"""The suite's side of the PySpark metrics job (``eval/metrics.py``).
+
+The job is a plain PySpark application that needs nothing but pyspark; the suite loads
+it from the source tree and runs it in its own process, in local mode, with one
+SparkSession for the whole suite. Spark's Kafka connector jars are fetched by the setup
+step (``deploy/bootstrap.sh eval``); here they are only looked up.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from atomickafka.kafka_runtime import fetch_spark_kafka
+
+if TYPE_CHECKING:  # pyspark is the eval extra's: imported only where Spark runs
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "SparkSetupError",
+    "compute_metrics",
+    "job_path",
+    "kafka_source_jars",
+    "load_job",
+    "session",
+    "spark_kafka_dir",
+    "spark_session",
+]
+
+#: Local mode on two threads: the machines this targets have two cores.
+DEFAULT_MASTER = "local[2]"
+
+
+class SparkSetupError(RuntimeError):
+    """Spark or its Kafka connector is not set up; the message says how to set it up."""
+
+
+def job_path() -> Path:
+    """``eval/metrics.py`` of the source tree (``$ATOMICKAFKA_EVAL_JOB`` overrides)."""
+    override = os.environ.get("ATOMICKAFKA_EVAL_JOB")
+    if override:
+        return Path(override)
+    return Path(__file__).resolve().parents[2] / "eval" / "metrics.py"
+
+
+@functools.cache
+def load_job() -> ModuleType:
+    """The metrics job as a module (loaded once)."""
+    path = job_path()
+    spec = importlib.util.spec_from_file_location("atomickafka_eval_metrics", path)
+    if spec is None or spec.loader is None or not path.is_file():
+        raise SparkSetupError(f"the metrics job is missing: {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _refuse_download(message: str) -> None:
+    """The log sink of the fetch below: it is only called when a download would start."""
+    raise SparkSetupError(
+        "Spark's Kafka connector jars are not fetched; run `deploy/bootstrap.sh eval` "
+        f"(or `atomickafka broker fetch --spark`) first ({message})"
+    )
+
+
+def spark_kafka_dir(version: str | None = None) -> Path:
+    """The folder of the fetched ``spark-sql-kafka-0-10_2.13:<pyspark version>`` jars.
+
+    Never downloads (that is the setup step's job): a missing folder raises
+    :class:`SparkSetupError`.
+    """
+    version = version or metadata.version("pyspark")
+    return fetch_spark_kafka(version, log=_refuse_download)
+
+
+def kafka_source_jars() -> list[str]:
+    """The connector jars Spark needs for its Kafka source (``spark.jars``)."""
+    jars: list[str] = load_job().connector_jars(spark_kafka_dir())
+    return jars
+
+
+def session(master: str = DEFAULT_MASTER, *, kafka_source: bool = False) -> SparkSession:
+    """The SparkSession (the running one, if any): the job's builder, in local mode
+    by default, with the Kafka connector on ``spark.jars`` when ``kafka_source``."""
+    jars = kafka_source_jars() if kafka_source else []
+    spark: SparkSession = load_job().build_session(master, jars, "atomickafka-eval")
+    return spark
+
+
+@contextmanager
+def spark_session(master: str = DEFAULT_MASTER) -> Iterator[SparkSession]:
+    """The running SparkSession if there is one (left running), else a new one that is
+    stopped when the block ends."""
+    from pyspark.sql import SparkSession  # noqa: PLC0415  (the eval extra)
+
+    running = SparkSession.getActiveSession()
+    spark = running if running is not None else session(master)
+    try:
+        yield spark
+    finally:
+        if running is None:
+            spark.stop()
+
+
+def compute_metrics(
+    spark: SparkSession, runs_dir: Path, out_dir: Path, window_s: float
+) -> list[Path]:
+    """Run the job on the Parquet files under ``runs_dir``; one ``<run>.json`` per run
+    in ``out_dir``. Returns their paths."""
+    job = load_job()
+    records, messages = job.load_parquet(spark, str(runs_dir))
+    paths: list[Path] = job.write_results(job.compute(records, messages, window_s), out_dir)
+    return paths

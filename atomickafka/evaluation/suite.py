@@ -1,0 +1,218 @@
+"""``atomickafka eval``: the whole suite, from the runs to the report.
+
+Scenarios x variants runs (scenario by scenario, each variant in turn, so that the
+machine's drift over time touches every variant alike), preceded by one small
+unmeasured run that warms the broker up. Then one local Spark session computes every
+run's metrics from the recorded Parquet files, and the report is written.
+
+The output folder::
+
+    OUT/report.md                 the report (plots in OUT/plots/)
+    OUT/suite.json                settings, environment, every run's outcome
+    OUT/runs/<run>/               run.json, records.parquet, messages.parquet, nodes.log
+    OUT/metrics/<run>.json        the PySpark job's figures
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from atomickafka.engine import Algorithm
+from atomickafka.evaluation.environment import describe_environment
+from atomickafka.evaluation.report import ReportInput, render_report
+from atomickafka.evaluation.results import RunInfo, RunMetrics, RunResult
+from atomickafka.evaluation.runner import RunSpec, run_one
+from atomickafka.evaluation.scenarios import Scenario, scenario
+from atomickafka.evaluation.spark import DEFAULT_MASTER, compute_metrics, spark_session
+from atomickafka.evaluation.variants import Comparison, Variant, variants_for
+
+__all__ = ["SuiteOutcome", "SuiteSettings", "run_suite"]
+
+log = logging.getLogger("atomickafka.eval")
+
+#: The unmeasured warm-up run: a JIT-cold broker is slow for its first minute of load.
+_WARMUP_SCENARIO = "90-10"
+_WARMUP_MESSAGES = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteSettings:
+    """Every choice of a suite (the ``eval`` command's options)."""
+
+    scenarios: tuple[Scenario, ...]
+    out: Path
+    messages_per_client: int = 20_000
+    clients: int = 2
+    topics: int = 5
+    pace_ms: float = 0.0
+    algorithm: str = Algorithm.OPTIMIZED.value
+    layout: str = "split"
+    comparisons: tuple[Comparison, ...] = ()
+    window_s: float = 5.0
+    spark_master: str = DEFAULT_MASTER
+    stall_timeout_s: float = 120.0
+    warmup: bool = True
+    progress: bool = True
+    overrides: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def primary(self) -> Variant:
+        """The variant compared with the thesis."""
+        return Variant.atomickafka(self.algorithm, self.layout)
+
+    def variants(self) -> list[Variant]:
+        """The primary variant, then every compared one."""
+        return variants_for(self.primary, self.comparisons, [a.value for a in Algorithm])
+
+    def rows(self) -> list[tuple[str, str]]:
+        """``(setting, value)`` rows for the report."""
+        return [
+            ("scenarios", ", ".join(s.name for s in self.scenarios)),
+            ("clients x messages per client", f"{self.clients} x {self.messages_per_client}"),
+            ("topics (one node each)", str(self.topics)),
+            ("pace (ms between a client's sends)", f"{self.pace_ms:g} (0: unthrottled)"),
+            ("variants", ", ".join(v.label for v in self.variants())),
+            ("rate window (s)", f"{self.window_s:g}"),
+            ("spark master", self.spark_master),
+            ("stall timeout (s)", f"{self.stall_timeout_s:g}"),
+            ("warm-up run", "yes" if self.warmup else "no"),
+            ("librdkafka overrides (-X)", ", ".join(f"{k}={v}" for k, v in self.overrides.items())),
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteOutcome:
+    """Where the report is, every run's result, and the total wall time."""
+
+    report: Path
+    results: list[RunResult]
+    wall_s: float
+    metrics_error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Every run passed and the metrics were computed."""
+        return self.metrics_error is None and all(r.info.ok for r in self.results)
+
+
+def _spec(settings: SuiteSettings, tag: str, chosen: Scenario, variant: Variant) -> RunSpec:
+    run = f"{variant.slug}--{chosen.name}"
+    topics = tuple(
+        f"ev-{tag}-{variant.slug}-{chosen.name}-t{i}" for i in range(1, settings.topics + 1)
+    )
+    return RunSpec(
+        run=run,
+        scenario=chosen,
+        variant=variant,
+        topics=topics,
+        clients=settings.clients,
+        messages_per_client=settings.messages_per_client,
+        run_dir=settings.out / "runs" / run,
+        pace_ms=settings.pace_ms,
+        overrides=dict(settings.overrides),
+        stall_timeout_s=settings.stall_timeout_s,
+        progress=settings.progress,
+    )
+
+
+def _warm_up(bootstrap: str, settings: SuiteSettings, tag: str) -> None:
+    spec = _spec(settings, f"{tag}w", scenario(_WARMUP_SCENARIO), settings.primary)
+    warm = RunSpec(
+        run="warmup",
+        scenario=spec.scenario,
+        variant=spec.variant,
+        topics=spec.topics,
+        clients=settings.clients,
+        messages_per_client=min(_WARMUP_MESSAGES, settings.messages_per_client),
+        run_dir=settings.out / "warmup",
+        overrides=spec.overrides,
+        stall_timeout_s=settings.stall_timeout_s,
+        progress=settings.progress,
+        record=False,
+    )
+    info = run_one(bootstrap, warm)
+    if not info.ok:  # not measured, but a failed check is a finding all the same
+        log.error("warm-up run failed", extra={"fields": {"verdict": info.verdict}})
+
+
+def _metrics(settings: SuiteSettings) -> tuple[dict[str, RunMetrics], str | None]:
+    """Every recorded run's metrics, through one Spark session; and the job's error."""
+    runs_dir, out_dir = settings.out / "runs", settings.out / "metrics"
+    if not any(runs_dir.glob("*/records.parquet")):
+        return {}, "no run was recorded"
+    started = time.monotonic()
+    try:
+        with spark_session(settings.spark_master) as spark:
+            paths = compute_metrics(spark, runs_dir, out_dir, settings.window_s)
+    except Exception as exc:  # reported, loudly, in the report itself
+        log.exception("metrics job failed")
+        return {}, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    log.info(
+        "metrics computed",
+        extra={"fields": {"runs": len(paths), "seconds": round(time.monotonic() - started, 1)}},
+    )
+    metrics = {}
+    for path in paths:
+        loaded = RunMetrics.load(path)
+        metrics[loaded.run] = loaded
+    return metrics, None
+
+
+def run_suite(
+    bootstrap: str,
+    settings: SuiteSettings,
+    *,
+    embedded: bool = False,
+    on_run: Callable[[RunInfo], None] | None = None,
+) -> SuiteOutcome:
+    """Run every scenario through every variant, compute the metrics, write the report.
+
+    The metrics use the running SparkSession if there is one, else a local one for the
+    suite. ``on_run`` is told of each run as it ends.
+    """
+    started = time.monotonic()
+    out = settings.out
+    out.mkdir(parents=True, exist_ok=True)
+    environment = describe_environment(bootstrap, embedded=embedded)
+    tag = uuid.uuid4().hex[:6]
+    if settings.warmup:
+        _warm_up(bootstrap, settings, tag)
+    infos: list[RunInfo] = []
+    for chosen in settings.scenarios:
+        for variant in settings.variants():
+            info = run_one(bootstrap, _spec(settings, tag, chosen, variant))
+            infos.append(info)
+            if on_run is not None:
+                on_run(info)
+    metrics, error = _metrics(settings)
+    results = [RunResult(info, metrics.get(info.run)) for info in infos]
+    wall_s = time.monotonic() - started
+    data = ReportInput(
+        results=results,
+        primary=settings.primary.label,
+        settings=settings.rows(),
+        environment=environment,
+        wall_s=wall_s,
+        metrics_error=error,
+    )
+    report = render_report(out, data)
+    _write_summary(out / "suite.json", data)
+    return SuiteOutcome(report, results, wall_s, error)
+
+
+def _write_summary(path: Path, data: ReportInput) -> None:
+    summary = {
+        "wall_s": round(data.wall_s, 1),
+        "primary": data.primary,
+        "metrics_error": data.metrics_error,
+        "settings": dict(data.settings),
+        "environment": dict(data.environment),
+        "runs": [r.info.to_dict() for r in data.results],
+    }
+    path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

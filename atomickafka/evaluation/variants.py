@@ -1,0 +1,108 @@
+"""What a suite compares: the protocols, the two layouts, and a single-sequencer baseline.
+
+A :class:`Variant` is one way of moving the load: AtomicKafka with a given algorithm and
+layout, or the single sequencer (every message through one partition of one topic,
+fanned out to its destinations by one consumer; what a Kafka user does without
+AtomicKafka). The suite's *primary* variant is the one named by ``--algorithm`` and
+``--layout``; ``--compare`` adds the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+__all__ = ["Comparison", "System", "Variant", "parse_comparisons", "variants_for"]
+
+
+class System(StrEnum):
+    """What orders the messages."""
+
+    ATOMICKAFKA = "atomickafka"
+    SEQUENCER = "sequencer"
+
+
+class Comparison(StrEnum):
+    """A ``--compare`` choice."""
+
+    ALGORITHMS = "algorithms"
+    LAYOUTS = "layouts"
+    SEQUENCER = "sequencer"
+
+
+LAYOUTS = ("split", "shared")
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One system configuration; the sequencer has no algorithm or layout of its own."""
+
+    system: System
+    algorithm: str = ""
+    layout: str = "split"
+
+    @property
+    def label(self) -> str:
+        """Short human name: ``optimized/split`` or ``sequencer``."""
+        if self.system is System.SEQUENCER:
+            return "sequencer"
+        return f"{self.algorithm}/{self.layout}"
+
+    @property
+    def slug(self) -> str:
+        """The label as a file and topic name part: ``optimized-split``."""
+        return self.label.replace("/", "-")
+
+    @classmethod
+    def atomickafka(cls, algorithm: str, layout: str) -> Variant:
+        """AtomicKafka with ``algorithm`` and ``layout``."""
+        return cls(System.ATOMICKAFKA, algorithm, layout)
+
+    @classmethod
+    def sequencer(cls) -> Variant:
+        """The single-sequencer baseline (its topics use the split layout)."""
+        return cls(System.SEQUENCER, "", "split")
+
+
+def parse_comparisons(text: str) -> list[Comparison]:
+    """``--compare`` values from a comma-separated list (empty: none)."""
+    out: list[Comparison] = []
+    for part in text.split(","):
+        name = part.strip()
+        if not name:
+            continue
+        try:
+            item = Comparison(name)
+        except ValueError:
+            choices = ", ".join(c.value for c in Comparison)
+            raise ValueError(f"unknown comparison {name!r}: choose from {choices}") from None
+        if item not in out:
+            out.append(item)
+    return out
+
+
+def variants_for(
+    primary: Variant, comparisons: Iterable[Comparison], algorithms: Sequence[str]
+) -> list[Variant]:
+    """The primary variant first, then each compared one once, in a stable order.
+
+    ``algorithms`` is every protocol the engine offers (``Algorithm``'s values), so a
+    new one joins ``--compare algorithms`` without a change here.
+    """
+    out = [primary]
+
+    def add(variant: Variant) -> None:
+        if variant not in out:
+            out.append(variant)
+
+    for comparison in comparisons:
+        if comparison is Comparison.ALGORITHMS:
+            for algorithm in algorithms:
+                add(Variant.atomickafka(algorithm, primary.layout))
+        elif comparison is Comparison.LAYOUTS:
+            for layout in LAYOUTS:
+                add(Variant.atomickafka(primary.algorithm, layout))
+        else:
+            add(Variant.sequencer())
+    return out

@@ -1,0 +1,36 @@
+"""``atomickafka eval``: a wrong option is one clear line and exit status 2 (no Kafka)."""
+
+from __future__ import annotations
+
+import pytest
+
+from atomickafka.cli import main
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--scenarios", "90-20"], "unknown scenario '90-20'"),
+        (["--compare", "everything"], "unknown comparison 'everything'"),
+        (["--clients", "0"], "--clients must be at least 1"),
+        (["-X", "acks"], "-X expects key=value"),
+        (["--pace-ms", "-1"], "--pace-ms must be >= 0"),
+    ],
+)
+def test_a_bad_option_is_one_line_and_status_2(
+    args: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["eval", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("atomickafka eval: error: ")
+    assert says in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_the_algorithm_choices_come_from_the_engine(capsys: pytest.CaptureFixture[str]) -> None:
+    from atomickafka.engine import Algorithm  # noqa: PLC0415
+
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    help_text = capsys.readouterr().out
+    assert "{" + ",".join(a.value for a in Algorithm) + "}" in help_text

@@ -1,0 +1,104 @@
+"""The evaluation's scenarios, client plans and compared variants (no Kafka)."""
+
+from __future__ import annotations
+
+import pytest
+
+from atomickafka.engine import Algorithm
+from atomickafka.evaluation.scenarios import (
+    THESIS_SCENARIOS,
+    home_topics,
+    parse_scenarios,
+    plan_clients,
+    scenario,
+)
+from atomickafka.evaluation.variants import (
+    Comparison,
+    System,
+    Variant,
+    parse_comparisons,
+    variants_for,
+)
+
+TOPICS = ("t1", "t2", "t3", "t4", "t5")
+
+
+def test_the_thesis_scenarios_multicast_0_to_50_percent() -> None:
+    assert [scenario(n).multicast_percent for n in THESIS_SCENARIOS] == [0, 10, 20, 30, 40, 50]
+    assert scenario("75-25").share == 0.25
+
+
+@pytest.mark.parametrize("bad", ["", "90-20", "ninety-ten", "100", "0-101", "baseline2"])
+def test_a_name_that_is_no_mix_is_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="scenario"):
+        scenario(bad)
+
+
+def test_scenario_lists_keep_their_order_and_refuse_repeats() -> None:
+    assert [s.name for s in parse_scenarios("50-50, baseline,90-10")] == [
+        "50-50",
+        "baseline",
+        "90-10",
+    ]
+    with pytest.raises(ValueError, match="twice"):
+        parse_scenarios("90-10,baseline,90-10")
+    with pytest.raises(ValueError, match="no scenario"):
+        parse_scenarios(" , ")
+
+
+def test_the_thesis_clients_write_to_topics_1_and_3() -> None:
+    assert home_topics(TOPICS, 2) == ["t1", "t3"]
+    assert home_topics(TOPICS, 6) == ["t1", "t3", "t5", "t2", "t4", "t1"]
+
+
+@pytest.mark.parametrize("name", [*THESIS_SCENARIOS, "67-33", "1-99"])
+def test_a_plan_multicasts_the_scenario_share_to_every_topic(name: str) -> None:
+    chosen = scenario(name)
+    plans = plan_clients(chosen, TOPICS, 2, 1000)
+    assert [p.client_id for p in plans] == ["client-1", "client-2"]
+    for plan in plans:
+        assert len(plan.destinations) == 1000
+        assert plan.multicasts == 1000 * chosen.multicast_percent // 100
+        for dests in plan.destinations:
+            assert dests in (TOPICS, (plan.home_topic,))
+
+
+def test_multicasts_are_spread_evenly_through_a_run() -> None:
+    (plan, *_) = plan_clients(scenario("90-10"), TOPICS, 2, 100)
+    positions = [i for i, d in enumerate(plan.destinations) if len(d) > 1]
+    assert positions == list(range(9, 100, 10))
+
+
+def test_a_plan_needs_topics_clients_and_messages() -> None:
+    with pytest.raises(ValueError):
+        plan_clients(scenario("baseline"), (), 2, 10)
+    with pytest.raises(ValueError):
+        plan_clients(scenario("baseline"), TOPICS, 0, 10)
+
+
+def test_comparing_algorithms_runs_every_protocol_the_engine_has() -> None:
+    primary = Variant.atomickafka("optimized", "split")
+    algorithms = [a.value for a in Algorithm]
+    got = variants_for(primary, [Comparison.ALGORITHMS], algorithms)
+    assert got[0] == primary
+    assert {v.algorithm for v in got} == set(algorithms)
+    assert {v.layout for v in got} == {"split"}
+    assert len(got) == len(set(got))
+
+
+def test_layouts_and_the_sequencer_join_once_each() -> None:
+    primary = Variant.atomickafka("poc", "shared")
+    got = variants_for(
+        primary,
+        parse_comparisons("layouts,sequencer,layouts"),
+        ["poc", "optimized"],
+    )
+    assert [v.label for v in got] == ["poc/shared", "poc/split", "sequencer"]
+    assert got[-1].system is System.SEQUENCER
+    assert got[-1].slug == "sequencer" and got[0].slug == "poc-shared"
+
+
+def test_an_unknown_comparison_is_refused_with_the_choices() -> None:
+    with pytest.raises(ValueError, match="algorithms, layouts, sequencer"):
+        parse_comparisons("protocols")
+    assert parse_comparisons("") == []
