@@ -192,7 +192,8 @@ def load_kafka(
         F.col("partition").cast("int").alias("partition"),
         F.col("offset"),
         F.unix_millis(F.col("timestamp")).alias("kafka_ts_ms"),
-        F.col("value").cast("string").alias("json"),
+        # a bundle is a JSON header line, then its messages' raw values: parse the line
+        F.substring_index(F.col("value").cast("string"), "\n", 1).alias("json"),
         F.coalesce(F.length("value"), F.lit(0)).cast("int").alias("value_bytes"),
     )
     parsed = raw.withColumn("p", F.from_json("json", _RECORD)).join(
@@ -303,10 +304,11 @@ def bucket_ms(run_ms: float) -> int:
 
 
 def _writer_node() -> Column:
+    """The AtomicKafka topic whose node wrote a record: ``node-T``, a layer's node
+    ``node-T/p`` and a partitioned topic's merger ``merger-T`` all count for ``T``."""
     writer = F.col("writer")
-    return F.when(writer.startswith("node-"), F.expr("substring(writer, 6)")).when(
-        writer == _SEQUENCER, F.lit(_SEQUENCER)
-    )
+    topic = F.regexp_extract(writer, r"^(?:node|merger)-([^/]+)", 1)
+    return F.when(topic != "", topic).when(writer == _SEQUENCER, F.lit(_SEQUENCER))
 
 
 def _events(records: DataFrame, measured: DataFrame, windows: DataFrame) -> DataFrame:

@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 # Modules under atomickafka.cli that contribute sub-commands, in help order.
 _COMMAND_MODULES = (
@@ -26,9 +27,17 @@ _COMMAND_MODULES = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """Reports a bad option as one line, ``atomickafka CMD: error: ...``, and status 2
+    (argparse would print the whole usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the top-level parser with every available sub-command registered."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="atomickafka",
         description="Atomic multicast over Apache Kafka: one message, many topics, one order.",
     )
@@ -42,7 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``atomickafka`` console script; returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # a bad option (2) is a status; --help (0) still exits
+        if exc.code == 2:
+            return 2
+        raise
     try:
         status: int = args.func(args)
     except KeyboardInterrupt:

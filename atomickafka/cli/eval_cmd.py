@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from atomickafka.engine import Algorithm
+from atomickafka.cli.options import add_bootstrap, add_log_level, add_overrides, resolve_bootstrap
+from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.evaluation.results import RunInfo
-from atomickafka.kafka_config import parse_overrides
+from atomickafka.kafka.topics import Layout
 from atomickafka.logs import configure_logging
-from atomickafka.topics import Layout
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -29,21 +29,8 @@ def register(subparsers: Any) -> None:
             "PySpark and write a Markdown report with plots beside the thesis's figures."
         ),
     )
-    parser.add_argument(
-        "--bootstrap-server",
-        dest="bootstrap_server",
-        default=None,
-        metavar="HOST:PORT[,...]",
-        help="Kafka to use (default: start or reuse the embedded local broker)",
-    )
-    parser.add_argument(
-        "-X",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="librdkafka setting passed through to every Kafka client (repeatable)",
-    )
+    add_bootstrap(parser, local_fallback=True)
+    add_overrides(parser)
     parser.add_argument(
         "--scenarios",
         default="baseline,90-10,80-20,70-30,60-40,50-50",
@@ -58,8 +45,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--algorithm",
         choices=[a.value for a in Algorithm],
-        default=Algorithm.OPTIMIZED.value,
+        default=DEFAULT_ALGORITHM.value,
         help="the protocol of the main variant",
+    )
+    parser.add_argument(
+        "--partitions", type=int, default=1, help="partition layers per topic (split layout)"
     )
     parser.add_argument("--layout", choices=[x.value for x in Layout], default=Layout.SPLIT.value)
     parser.add_argument(
@@ -83,7 +73,7 @@ def register(subparsers: Any) -> None:
         help="a run fails when no delivery arrives for this long",
     )
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up run")
-    parser.add_argument("--log-level", default="warning", help="debug, info, warning, error")
+    add_log_level(parser, default="warning")
     parser.set_defaults(func=_run)
 
 
@@ -110,14 +100,16 @@ def _run(args: argparse.Namespace) -> int:
     from atomickafka.evaluation.variants import parse_comparisons  # noqa: PLC0415
 
     try:
-        overrides = parse_overrides(args.overrides)
+        overrides = args.overrides
         scenarios = parse_scenarios(args.scenarios)
         comparisons = parse_comparisons(args.compare)
-        for name in ("messages_per_client", "clients", "topics"):
+        for name in ("messages_per_client", "clients", "topics", "partitions"):
             if getattr(args, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
         if args.pace_ms < 0 or args.window_s <= 0 or args.stall_timeout_s <= 0:
             raise ValueError("--pace-ms must be >= 0, --window-s and --stall-timeout-s > 0")
+        if args.partitions > 1 and args.layout != Layout.SPLIT.value:
+            raise ValueError("--partitions needs the split layout")
     except ValueError as exc:
         print(f"atomickafka eval: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -141,6 +133,7 @@ def _run(args: argparse.Namespace) -> int:
         pace_ms=args.pace_ms,
         algorithm=args.algorithm,
         layout=args.layout,
+        partitions=args.partitions,
         comparisons=tuple(comparisons),
         window_s=args.window_s,
         spark_master=args.spark_master,
@@ -149,12 +142,7 @@ def _run(args: argparse.Namespace) -> int:
         overrides=overrides,
     )
     embedded = args.bootstrap_server is None
-    if embedded:
-        from atomickafka.broker import ensure_broker  # noqa: PLC0415  (starts Java)
-
-        bootstrap = ensure_broker()
-    else:
-        bootstrap = args.bootstrap_server
+    bootstrap = resolve_bootstrap(args.bootstrap_server)
     print(f"eval: {len(scenarios)} scenarios on {bootstrap}; report in {out}", flush=True)
     outcome = run_suite(bootstrap, settings, embedded=embedded, on_run=_announce)
     for result in outcome.results:

@@ -9,7 +9,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from atomickafka.kafka_config import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS
+from atomickafka.kafka.settings import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS
 
 __all__ = ["describe_environment"]
 
@@ -58,7 +58,7 @@ def _memory() -> str:
 
 def _java() -> str:
     try:
-        from atomickafka.kafka_runtime import find_java  # noqa: PLC0415
+        from atomickafka.localkafka import find_java  # noqa: PLC0415
 
         out = subprocess.run(
             [find_java(), "-version"], capture_output=True, text=True, timeout=30, check=False
@@ -78,7 +78,7 @@ def _broker(bootstrap: str, embedded: bool) -> str:
         brokers = 0
     count = f"{brokers} broker{'s' if brokers != 1 else ''}" if brokers else "brokers unknown"
     if embedded:
-        from atomickafka.kafka_runtime import kafka_version  # noqa: PLC0415
+        from atomickafka.localkafka import kafka_version  # noqa: PLC0415
 
         return f"embedded Apache Kafka {kafka_version()} (KRaft, {count}) at {bootstrap}"
     return f"{bootstrap} ({count})"

@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,10 +68,9 @@ from typing import Any, Final
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
-from atomickafka.kafka_config import consumer_config
-from atomickafka.kafka_io import consume_batch, watermarks
+from atomickafka.kafka.consumer import consume_batch, make_consumer, watermarks
 
 __all__ = [
     "MESSAGES_SCHEMA",
@@ -183,6 +181,23 @@ def _text(value: object) -> str | None:
     return None
 
 
+def _json(raw: bytes | None) -> Any:
+    """The record's JSON object; of a bundle, its header line (its messages' values
+    follow the newline as raw bytes)."""
+    if not raw:
+        return None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        end = raw.find(b"\n")
+        if end < 0:
+            return None
+        try:
+            return orjson.loads(raw[:end])
+        except orjson.JSONDecodeError:
+            return None
+
+
 def _type_of(obj: object) -> str:
     if not isinstance(obj, dict):
         return "<undecodable>"
@@ -200,10 +215,7 @@ class _RecordColumns:
 
     def add(self, where: RecordedTopic, record: Any) -> None:
         raw: bytes | None = record.value()
-        try:
-            obj: Any = orjson.loads(raw) if raw else None
-        except orjson.JSONDecodeError:
-            obj = None
+        obj = _json(raw)
         node = where.node
         if where.role == "status":
             key = record.key()
@@ -266,13 +278,8 @@ def _read_topics(
     timeout_s: float,
 ) -> None:
     """Read every partition of ``topics`` from its start offset to its current end."""
-    consumer = Consumer(
-        consumer_config(
-            bootstrap,
-            f"atomickafka-eval-rec-{uuid.uuid4().hex[:8]}",
-            overrides,
-            **{"enable.partition.eof": False, "fetch.wait.max.ms": 20},
-        )
+    consumer = make_consumer(
+        bootstrap, None, overrides, **{"enable.partition.eof": False, "fetch.wait.max.ms": 20}
     )
     try:
         metadata = consumer.list_topics(timeout=30).topics

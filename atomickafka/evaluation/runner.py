@@ -18,7 +18,6 @@ import logging
 import multiprocessing as mp
 import sys
 import time
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -27,11 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from confluent_kafka.admin import AdminClient
 from tqdm import tqdm
 
-from atomickafka.checker import check
 from atomickafka.evaluation.clients import (
     WARMUP_VALUE,
     ClientJob,
@@ -45,17 +43,19 @@ from atomickafka.evaluation.results import RunInfo
 from atomickafka.evaluation.scenarios import ClientPlan, Scenario, plan_clients
 from atomickafka.evaluation.sequencer import SEQUENCER_ID, running_sequencer
 from atomickafka.evaluation.variants import System, Variant
-from atomickafka.kafka_config import consumer_config
-from atomickafka.kafka_io import consume_batch, watermarks
-from atomickafka.node.launch import running_cluster
-from atomickafka.topics import (
+from atomickafka.kafka.admin import ensure_topics
+from atomickafka.kafka.consumer import consume_batch, make_consumer, watermarks
+from atomickafka.kafka.settings import admin_config
+from atomickafka.kafka.topics import (
     STATUS_TOPIC,
     dead_letter_topic,
     delivery_topic,
-    ensure_topics,
+    header_type,
     input_topic,
-    is_delivery_record,
+    layers_topic,
 )
+from atomickafka.node.launch import cluster_keys, running_cluster
+from atomickafka.verify.checker import check
 from client import AtomicKafkaClient, Delivery
 
 __all__ = ["RunError", "RunSpec", "run_one"]
@@ -84,6 +84,7 @@ class RunSpec:
     max_run_s: float = 3600.0
     progress: bool = True
     record: bool = True
+    partitions: int = 1
 
     @property
     def plans(self) -> list[ClientPlan]:
@@ -118,12 +119,14 @@ class RunSpec:
             if inbox != topic:
                 out.append(RecordedTopic(topic, topic, "delivery", holds_deliveries=True))
             out.append(RecordedTopic(dead_letter_topic(topic), topic, "dead-letter"))
-        out.append(
-            RecordedTopic(
-                STATUS_TOPIC, "", "status", start_offset=status_start, keys=frozenset(self.topics)
-            )
-        )
+            if self.partitions > 1:
+                out.append(RecordedTopic(layers_topic(topic), topic, "layers"))
+        keys = frozenset(cluster_keys(self.topics, self.partitions))
+        out.append(RecordedTopic(STATUS_TOPIC, "", "status", start_offset=status_start, keys=keys))
         return out
+
+
+_DELIVERY_HEADERS = (None, b"DeliveryMessage")
 
 
 class _DeliveryCounter:
@@ -134,14 +137,7 @@ class _DeliveryCounter:
         self, bootstrap: str, topics: Mapping[str, str], overrides: Mapping[str, str]
     ) -> None:
         self._topics = dict(topics)
-        self._consumer = Consumer(
-            consumer_config(
-                bootstrap,
-                f"atomickafka-eval-count-{uuid.uuid4().hex[:8]}",
-                overrides,
-                **{"fetch.wait.max.ms": 20},
-            )
-        )
+        self._consumer = make_consumer(bootstrap, None, overrides, **{"fetch.wait.max.ms": 20})
         self._consumer.assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in self._topics])
         self._seen: set[tuple[str, str]] = set()
         self.measured = 0
@@ -151,7 +147,7 @@ class _DeliveryCounter:
         """Read what has arrived (waiting up to ``timeout_s``); return new measured ones."""
         before = self.measured
         for record in consume_batch(self._consumer, 10_000, timeout_s):
-            if record.error() is not None or not is_delivery_record(record):
+            if record.error() is not None or header_type(record) not in _DELIVERY_HEADERS:
                 continue
             node = self._topics.get(record.topic() or "")
             try:
@@ -159,6 +155,8 @@ class _DeliveryCounter:
             except orjson.JSONDecodeError:
                 continue
             if node is None or not isinstance(obj, dict) or obj.get("sentFromTopic") != node:
+                continue
+            if obj.get("messageType") != "DeliveryMessage":
                 continue
             key = (str(obj.get("messageID")), node)
             if key in self._seen:
@@ -178,7 +176,7 @@ class _DeliveryCounter:
 
 def _status_end(bootstrap: str) -> int:
     """The status topic's current end offset (0 if it does not exist yet)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "atomickafka-eval-status"})
+    consumer = make_consumer(bootstrap)
     try:
         meta = consumer.list_topics(STATUS_TOPIC, timeout=10).topics.get(STATUS_TOPIC)
         if meta is None or meta.error is not None:
@@ -193,7 +191,7 @@ def _running_system(bootstrap: str, spec: RunSpec) -> Iterator[None]:
     variant = spec.variant
     if variant.system is System.SEQUENCER:
         ensure_topics(
-            AdminClient({"bootstrap.servers": bootstrap, **spec.overrides}),
+            AdminClient(admin_config(bootstrap, spec.overrides)),
             [spec.sequencer_topic, *spec.topics],
         )
         with running_sequencer(bootstrap, spec.sequencer_topic, overrides=spec.overrides):
@@ -204,6 +202,8 @@ def _running_system(bootstrap: str, spec: RunSpec) -> Iterator[None]:
         spec.topics,
         algorithm=variant.algorithm,
         layout=variant.layout,
+        partitions=spec.partitions,
+        overrides=spec.overrides,
         log_path=spec.run_dir / "nodes.log",
     ):
         yield
@@ -239,6 +239,9 @@ def _warm_up(
         if time.monotonic() > deadline:
             raise RunError(f"warm-up: {counter.warmup} of {want} deliveries in {timeout_s:.0f}s")
         counter.poll(0.2)
+    # Every warm-up delivery was written before it was counted; Kafka timestamps are in
+    # ms: a few ms apart, no measured send can share a millisecond with one of them.
+    time.sleep(0.005)
     return rows
 
 

@@ -21,12 +21,16 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Final
 
-from confluent_kafka._types import HeadersType
-
-from atomickafka.kafka_config import consumer_config, producer_config
-from atomickafka.kafka_io import consume_batch
-from atomickafka.messages import Message, MessageError, MessageType, decode, encode
-from atomickafka.topics import TYPE_HEADER
+from atomickafka.core.wire import (
+    MessageError,
+    MessageType,
+    client_message,
+    decode_record,
+    encode_client,
+    encode_delivery,
+)
+from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
+from atomickafka.kafka.producer import RecordProducer, type_headers
 
 __all__ = ["SEQUENCER_ID", "SequencerSender", "fan_out_process", "running_sequencer"]
 
@@ -34,8 +38,6 @@ log = logging.getLogger("atomickafka.eval.sequencer")
 
 #: ``senderID`` of the fan-out process's records (and its node name in the metrics).
 SEQUENCER_ID: Final = "sequencer"
-_CLIENT_HEADERS: Final[HeadersType] = [(TYPE_HEADER, MessageType.CLIENT.value.encode())]
-_DELIVERY_HEADERS: Final[HeadersType] = [(TYPE_HEADER, MessageType.DELIVERY.value.encode())]
 
 
 class SequencerSender:
@@ -49,35 +51,24 @@ class SequencerSender:
         *,
         config: Mapping[str, str] | None = None,
     ) -> None:
-        from confluent_kafka import Producer  # noqa: PLC0415  (after spawn)
-
         self.topic = topic
         self.client_id = client_id
         self.id_prefix = f"{client_id}-{uuid.uuid4().hex[:8]}"
         self._seq = itertools.count()
         self._failures: list[str] = []
-        self._producer = Producer(producer_config(bootstrap, config, **{"client.id": client_id}))
+        self._producer = RecordProducer(bootstrap, config, **{"client.id": client_id})
 
     def send(self, value: Any, destinations: Iterable[str], via: str | None = None) -> str:
         """Write one message for ``destinations`` to the sequencer; return its id."""
         del via  # there is one way in
         message_id = f"{self.id_prefix}-{next(self._seq)}"
-        record = Message(
-            messageID=message_id,
-            messageType=MessageType.CLIENT,
-            topic=tuple(sorted(set(destinations))),
-            value=value,
-            senderID=self.client_id,
+        record = client_message(message_id, destinations, value, self.client_id)
+        self._producer.send(
+            self.topic,
+            encode_client(record),
+            headers=type_headers(MessageType.CLIENT),
+            on_delivery=self._on_delivery,
         )
-        data = encode(record)
-        while True:
-            try:
-                self._producer.produce(
-                    self.topic, data, headers=_CLIENT_HEADERS, on_delivery=self._on_delivery
-                )
-                break
-            except BufferError:
-                self._producer.poll(0.05)
         self._producer.poll(0)
         return message_id
 
@@ -88,7 +79,7 @@ class SequencerSender:
     def warm_up(self, topics: Iterable[str], timeout_s: float = 10.0) -> None:
         """Fetch the sequencer topic's metadata now."""
         del topics
-        self._producer.list_topics(self.topic, timeout=timeout_s)
+        self._producer.warm_up([self.topic], timeout_s)
 
     def flush(self, timeout_s: float = 30.0) -> None:
         """Wait for every write; raise ``RuntimeError`` if any failed."""
@@ -100,33 +91,25 @@ class SequencerSender:
             )
 
 
-def _fan_out(producer: Any, record: Any, offset: int) -> int:
+def _fan_out(producer: RecordProducer, record: Any, offset: int) -> int:
     """Write one sequenced message to each destination; return how many records."""
     raw = record.value()
     if raw is None:
         return 0
     try:
-        message = decode(raw)
-    except MessageError as exc:
+        (message,) = decode_record(raw)
+    except (MessageError, ValueError) as exc:
         log.warning("skipping a malformed sequencer record at offset %d: %s", offset, exc)
         return 0
+    headers = type_headers(MessageType.DELIVERY)
     for destination in message.topic:
-        delivery = Message(
-            messageID=message.messageID,
+        delivery = message._replace(
             messageType=MessageType.DELIVERY,
-            topic=message.topic,
-            value=message.value,
             senderID=SEQUENCER_ID,
             sentFromTopic=destination,
             timeStamp=offset,
         )
-        data = encode(delivery)
-        while True:
-            try:
-                producer.produce(destination, data, headers=_DELIVERY_HEADERS)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        producer.send(destination, encode_delivery(delivery), headers=headers)
     producer.poll(0)
     return len(message.topic)
 
@@ -141,20 +124,19 @@ def fan_out_process(
 ) -> None:
     """Child process: read the sequencer topic from the start, in order, and write
     every message to each of its destinations until ``stop`` is set (or ``max_seconds``)."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: PLC0415
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition  # noqa: PLC0415
 
-    consumer = Consumer(consumer_config(bootstrap, f"sequencer-{uuid.uuid4().hex[:8]}", overrides))
-    producer = Producer(producer_config(bootstrap, overrides, **{"client.id": SEQUENCER_ID}))
+    consumer = make_consumer(bootstrap, None, overrides)
+    producer = RecordProducer(bootstrap, overrides, **{"client.id": SEQUENCER_ID})
     consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     ready.set()
     deadline = time.monotonic() + max_seconds
     written = 0
     try:
         while not stop.is_set() and time.monotonic() < deadline:
-            for record in consume_batch(consumer, 5000, 0.05):
-                if record.error() is None:
-                    offset = record.offset()
-                    written += _fan_out(producer, record, offset if offset is not None else 0)
+            for record in usable(consume_batch(consumer, 5000, 0.05)):
+                offset = record.offset()
+                written += _fan_out(producer, record, offset if offset is not None else 0)
     finally:
         producer.flush(60)
         consumer.close()

@@ -16,9 +16,9 @@ from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
-from atomickafka.kafka_runtime import fetch_spark_kafka
+from atomickafka.localkafka import spark_kafka_lib_dir
 
 if TYPE_CHECKING:  # pyspark is the eval extra's: imported only where Spark runs
     from pyspark.sql import SparkSession
@@ -62,7 +62,7 @@ def load_job() -> ModuleType:
     return module
 
 
-def _refuse_download(message: str) -> None:
+def _refuse_download(message: str) -> NoReturn:
     """The log sink of the fetch below: it is only called when a download would start."""
     raise SparkSetupError(
         "Spark's Kafka connector jars are not fetched; run `deploy/bootstrap.sh eval` "
@@ -77,7 +77,10 @@ def spark_kafka_dir(version: str | None = None) -> Path:
     :class:`SparkSetupError`.
     """
     version = version or metadata.version("pyspark")
-    return fetch_spark_kafka(version, log=_refuse_download)
+    folder = spark_kafka_lib_dir(version)
+    if not folder.is_dir():
+        _refuse_download(f"no {folder}")
+    return folder
 
 
 def kafka_source_jars() -> list[str]:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from atomickafka.engine import Algorithm
+from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.evaluation.environment import describe_environment
 from atomickafka.evaluation.report import ReportInput, render_report
 from atomickafka.evaluation.results import RunInfo, RunMetrics, RunResult
@@ -51,8 +51,9 @@ class SuiteSettings:
     clients: int = 2
     topics: int = 5
     pace_ms: float = 0.0
-    algorithm: str = Algorithm.OPTIMIZED.value
+    algorithm: str = DEFAULT_ALGORITHM.value
     layout: str = "split"
+    partitions: int = 1
     comparisons: tuple[Comparison, ...] = ()
     window_s: float = 5.0
     spark_master: str = DEFAULT_MASTER
@@ -76,6 +77,7 @@ class SuiteSettings:
             ("scenarios", ", ".join(s.name for s in self.scenarios)),
             ("clients x messages per client", f"{self.clients} x {self.messages_per_client}"),
             ("topics (one node each)", str(self.topics)),
+            ("partition layers per topic", str(self.partitions)),
             ("pace (ms between a client's sends)", f"{self.pace_ms:g} (0: unthrottled)"),
             ("variants", ", ".join(v.label for v in self.variants())),
             ("rate window (s)", f"{self.window_s:g}"),
@@ -118,6 +120,7 @@ def _spec(settings: SuiteSettings, tag: str, chosen: Scenario, variant: Variant)
         overrides=dict(settings.overrides),
         stall_timeout_s=settings.stall_timeout_s,
         progress=settings.progress,
+        partitions=settings.partitions,
     )
 
 
@@ -135,6 +138,7 @@ def _warm_up(bootstrap: str, settings: SuiteSettings, tag: str) -> None:
         stall_timeout_s=settings.stall_timeout_s,
         progress=settings.progress,
         record=False,
+        partitions=settings.partitions,
     )
     info = run_one(bootstrap, warm)
     if not info.ok:  # not measured, but a failed check is a finding all the same

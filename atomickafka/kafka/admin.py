@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -64,13 +65,22 @@ def _enforce_configs(admin: AdminClient, specs: Mapping[str, TopicSpec]) -> None
 def too_small(admin: AdminClient, topics: Iterable[str]) -> dict[str, int]:
     """The topics of ``topics`` whose ``max.message.bytes`` is below
     :data:`MIN_MESSAGE_BYTES`, with their value."""
-    resources = [ConfigResource(ResourceType.TOPIC, name) for name in dict.fromkeys(topics)]
     out: dict[str, int] = {}
-    for resource, future in admin.describe_configs(resources).items():
-        entry = future.result(timeout=30).get("max.message.bytes")
+    for name in dict.fromkeys(topics):
+        # a topic another process has just created may be unknown here for a moment
+        entry = retry_transient(
+            lambda name=name: _describe(admin, name).get("max.message.bytes"),  # type: ignore[misc]
+            f"configs of {name}",
+        )
         if entry is not None and entry.value is not None and int(entry.value) < MIN_MESSAGE_BYTES:
-            out[resource.name] = int(entry.value)
+            out[name] = int(entry.value)
     return out
+
+
+def _describe(admin: AdminClient, topic: str) -> dict[str, Any]:
+    (future,) = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)]).values()
+    configs: dict[str, Any] = future.result(timeout=30)
+    return configs
 
 
 def partition_count(admin: AdminClient, topic: str) -> int | None:

@@ -28,7 +28,7 @@ def test_a_bad_option_is_one_line_and_status_2(
 
 
 def test_the_algorithm_choices_come_from_the_engine(capsys: pytest.CaptureFixture[str]) -> None:
-    from atomickafka.engine import Algorithm  # noqa: PLC0415
+    from atomickafka.core.engine import Algorithm  # noqa: PLC0415
 
     with pytest.raises(SystemExit):
         main(["eval", "--help"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from atomickafka.engine import Algorithm
+from atomickafka.core.engine import Algorithm
 from atomickafka.evaluation.scenarios import (
     THESIS_SCENARIOS,
     home_topics,
