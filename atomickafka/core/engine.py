@@ -310,23 +310,10 @@ class Engine:
             queue.pop(0)
             del pending[message_id]
             self._delivered[message_id] = (ts, entry.destinations, entry.digest)
-            out.append(
-                Output(
-                    self.topic,
-                    Message(
-                        messageID=message_id,
-                        messageType=self._delivery_type,
-                        topic=entry.destinations,
-                        value=entry.value,
-                        senderID=self.node_id,
-                        sentFromTopic=self.topic,
-                        timeStamp=ts,
-                        partitionID=self.partition,
-                        digest=entry.digest,
-                        protocol=self._protocol,
-                    ),
-                )
+            delivery = self._outgoing(
+                self._delivery_type, message_id, entry.destinations, entry.digest, entry.value, ts
             )
+            out.append(Output(self.topic, delivery))
         self.stats.deliveries += len(out)
         self.stats.records_out += len(out)
         return out
@@ -514,16 +501,7 @@ class Engine:
             if self._known_version(mid) is None:  # never take this version up again
                 self._aborted[mid] = version
             if self.topic in record.topic:
-                abort = Message(
-                    messageID=mid,
-                    messageType=MessageType.ABORT,
-                    topic=record.topic,
-                    senderID=self.node_id,
-                    sentFromTopic=self.topic,
-                    partitionID=self.partition,
-                    digest=record.digest,
-                    protocol=self._protocol,
-                )
+                abort = self._outgoing(MessageType.ABORT, mid, record.topic, record.digest)
                 aborts = [Output(t, abort) for t in record.topic if t != self.topic]
         raise _Refused(reason, aborts)
 
@@ -641,16 +619,8 @@ class Engine:
         self._relayed[mid] = (record.topic, record.digest)
         self.stats.relayed += 1
         destinations = record.topic
-        forwarded = Message(
-            messageID=mid,
-            messageType=MessageType.CLIENT,
-            topic=destinations,
-            value=record.value,
-            senderID=self.node_id,
-            sentFromTopic=self.topic,
-            partitionID=self.partition,
-            digest=record.digest,
-            protocol=self._protocol,
+        forwarded = self._outgoing(
+            MessageType.CLIENT, mid, destinations, record.digest, record.value
         )
         if self.algorithm is Algorithm.DIRECT:
             return [Output(t, forwarded) for t in destinations]
@@ -829,16 +799,29 @@ class Engine:
     def _control(
         self, kind: MessageType, mid: str, entry: _Pending, ts: int, *, with_value: bool = True
     ) -> Message:
+        value = entry.value if with_value else None
+        return self._outgoing(kind, mid, entry.destinations, entry.digest, value, ts)
+
+    def _outgoing(
+        self,
+        kind: MessageType,
+        mid: str,
+        destinations: tuple[str, ...],
+        digest: str | None,
+        value: bytes | None = None,
+        ts: int | None = None,
+    ) -> Message:
+        """A message this node writes: it names the node, its topic, layer and protocol."""
         return Message(
             messageID=mid,
             messageType=kind,
-            topic=entry.destinations,
-            value=entry.value if with_value else None,
+            topic=destinations,
+            value=value,
             senderID=self.node_id,
             sentFromTopic=self.topic,
             timeStamp=ts,
             partitionID=self.partition,
-            digest=entry.digest,
+            digest=digest,
             protocol=self._protocol,
         )
 

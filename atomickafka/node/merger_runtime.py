@@ -20,10 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
-import threading
 import time
-from types import FrameType
 from typing import Final
 
 import orjson
@@ -68,6 +65,7 @@ from atomickafka.kafka.topics import (
     merger_key,
 )
 from atomickafka.node.config import NodeConfig
+from atomickafka.node.lifecycle import Stoppable
 from atomickafka.node.runtime import node_topic_specs
 
 __all__ = ["MergerRuntime"]
@@ -78,18 +76,18 @@ log = logging.getLogger("atomickafka.merger")
 _DELIVERY_PARTITION: Final = 0
 
 
-class MergerRuntime:
+class MergerRuntime(Stoppable):
     """Runs the merger of one partitioned topic until :meth:`stop` is called."""
 
     def __init__(self, config: NodeConfig) -> None:
         if not config.layered:
             raise ValueError("a merger serves a partitioned topic (partitions > 1)")
+        super().__init__()
         self.config = config
         self.merger = Merger(config.topic, config.partitions)
         self.key = merger_key(config.topic)
         self.sender_id = f"merger-{config.topic}"
         self.dead_letters = 0
-        self._stop = threading.Event()
         self._producer: RecordProducer | None = None
         self._consumer: Consumer | None = None
         self._replay_ends: dict[int, int] = {}
@@ -97,20 +95,6 @@ class MergerRuntime:
         self._released = 0
         self._released_at_status = 0
         self._last_status = time.monotonic()
-
-    def stop(self) -> None:
-        """Ask the loop to finish its batch, flush and return."""
-        self._stop.set()
-
-    def install_signal_handlers(self) -> None:
-        """Stop cleanly on SIGINT and SIGTERM."""
-
-        def _handler(signum: int, _frame: FrameType | None) -> None:
-            log.info("signal %s: stopping", signum)
-            self.stop()
-
-        signal.signal(signal.SIGINT, _handler)
-        signal.signal(signal.SIGTERM, _handler)
 
     def run(self, *, max_seconds: float | None = None) -> int:
         """Run the merger; return an exit status (0 after a clean stop)."""
@@ -163,7 +147,7 @@ class MergerRuntime:
         cfg = self.config
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
         next_status = 0.0
-        while not self._stop.is_set():
+        while not self.stopping:
             records = usable(consume_batch(self._consumer, cfg.batch_size, cfg.poll_timeout_s))
             if records:
                 self._process(records)

@@ -20,11 +20,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
-import threading
 import time
 from collections.abc import Sequence
-from types import FrameType
 from typing import Final
 
 import orjson
@@ -64,6 +61,7 @@ from atomickafka.kafka.topics import (
     node_group,
 )
 from atomickafka.node.config import NodeConfig
+from atomickafka.node.lifecycle import Stoppable
 from atomickafka.node.metrics import HeadWatch, Rates
 from atomickafka.node.offsets import OffsetsTracker, Ticket
 
@@ -95,13 +93,14 @@ def node_topic_specs(config: NodeConfig) -> dict[str, TopicSpec]:
     return specs
 
 
-class NodeRuntime:
+class NodeRuntime(Stoppable):
     """Runs one node until :meth:`stop` is called (or a signal arrives).
 
     Create it in the process that runs it: Kafka clients must not cross a ``fork()``.
     """
 
     def __init__(self, config: NodeConfig) -> None:
+        super().__init__()
         self.config = config
         self.engine = Engine(
             config.topic,
@@ -116,7 +115,6 @@ class NodeRuntime:
         self._input = input_topic(config.topic, config.layout)
         self._partition = config.partition
         self._shared = config.layout is Layout.SHARED
-        self._stop = threading.Event()
         self._tracker = OffsetsTracker(0)
         self._last_commit = 0.0
         self._producer: RecordProducer | None = None
@@ -128,20 +126,6 @@ class NodeRuntime:
         self._mismatch_logged: set[str] = set()
 
     # ------------------------------------------------------------------ lifecycle
-
-    def stop(self) -> None:
-        """Ask the loop to finish its batch, flush, commit and return."""
-        self._stop.set()
-
-    def install_signal_handlers(self) -> None:
-        """Stop cleanly on SIGINT and SIGTERM."""
-
-        def _handler(signum: int, _frame: FrameType | None) -> None:
-            log.info("signal %s: stopping", signum)
-            self.stop()
-
-        signal.signal(signal.SIGINT, _handler)
-        signal.signal(signal.SIGTERM, _handler)
 
     def run(self, *, max_seconds: float | None = None) -> int:
         """Run the node; return an exit status (0 after a clean stop)."""
@@ -210,7 +194,7 @@ class NodeRuntime:
         consumer, producer = self._consumer, self._producer
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
         next_status = 0.0
-        while not self._stop.is_set():
+        while not self.stopping:
             records = usable(consume_batch(consumer, cfg.batch_size, cfg.poll_timeout_s))
             if records:
                 self._process(records)
