@@ -11,7 +11,7 @@ import orjson
 from tqdm import tqdm
 
 from atomickafka.bench import BenchResult, BenchSetup, run_bench
-from atomickafka.cli.options import add_bootstrap, add_overrides, resolve_bootstrap
+from atomickafka.cli.options import add_bootstrap, add_overrides, guarded, resolve_bootstrap
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.kafka.topics import Layout
 
@@ -41,7 +41,7 @@ def register(subparsers: Any) -> None:
         default=None,
         help="msg/s of the paced (@half) runs (default: half the last multicast capacity)",
     )
-    parser.set_defaults(func=_run)
+    parser.set_defaults(func=guarded("bench", _run))
 
 
 def _row(r: BenchResult, baseline: BenchResult | None) -> str:

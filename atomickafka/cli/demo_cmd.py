@@ -6,7 +6,7 @@ import argparse
 import uuid
 from typing import Any
 
-from atomickafka.cli.options import add_bootstrap, resolve_bootstrap
+from atomickafka.cli.options import add_bootstrap, guarded, resolve_bootstrap
 from atomickafka.node.launch import running_cluster
 from atomickafka.verify.checker import check
 from client import AtomicKafkaClient, Delivery
@@ -18,7 +18,7 @@ def register(subparsers: Any) -> None:
         "demo", help="start three nodes, multicast a few messages, print and check the order"
     )
     add_bootstrap(parser, local_fallback=True)
-    parser.set_defaults(func=_run)
+    parser.set_defaults(func=guarded("demo", _run))
 
 
 _SCRIPT: list[tuple[str, tuple[str, ...], str | None]] = [

@@ -8,7 +8,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from atomickafka.cli.options import add_bootstrap, add_log_level, add_overrides, resolve_bootstrap
+from atomickafka.cli.options import (
+    add_bootstrap,
+    add_log_level,
+    add_overrides,
+    guarded,
+    resolve_bootstrap,
+)
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.evaluation.results import RunInfo
 from atomickafka.kafka.topics import Layout
@@ -74,7 +80,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up run")
     add_log_level(parser, default="warning")
-    parser.set_defaults(func=_run)
+    parser.set_defaults(func=guarded("eval", _run))
 
 
 def _row(info: RunInfo) -> str:

@@ -22,6 +22,7 @@ from typing import Any, Final
 from confluent_kafka import KafkaException
 
 from atomickafka.core.wire import MessageError, parse_destinations
+from atomickafka.localkafka import BrokerError
 
 __all__ = [
     "EXIT_USAGE",
@@ -146,15 +147,16 @@ def guarded(
 ) -> Callable[[argparse.Namespace], int]:
     """Wrap a command so that the errors a user causes are one line and exit status 2.
 
-    ``ValueError`` (bad values, including :class:`~atomickafka.core.wire.MessageError`)
-    and librdkafka's configuration errors (an unknown ``-X`` property, a bad value for
-    one) are reported; anything else is a bug and keeps its traceback.
+    ``ValueError`` (bad values, including :class:`~atomickafka.core.wire.MessageError`),
+    an embedded broker that cannot start, and librdkafka's errors (an unknown ``-X``
+    property, a bad value for one) are reported; anything else is a bug and keeps its
+    traceback.
     """
 
     def wrapped(args: argparse.Namespace) -> int:
         try:
             return run(args)
-        except ValueError as exc:
+        except (ValueError, BrokerError) as exc:
             return fail(command, exc)
         except KafkaException as exc:
             err = exc.args[0] if exc.args else exc

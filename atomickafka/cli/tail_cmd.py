@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from atomickafka.cli.options import add_bootstrap, add_overrides
+from atomickafka.cli.options import add_bootstrap, add_overrides, guarded
 from atomickafka.kafka.topics import Layout
 from client import AtomicKafkaClient
 
@@ -26,7 +26,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per delivery")
     parser.add_argument("--layout", choices=[x.value for x in Layout], default=Layout.SPLIT.value)
-    parser.set_defaults(func=_run)
+    parser.set_defaults(func=guarded("tail", _run))
 
 
 def _run(args: argparse.Namespace) -> int:
