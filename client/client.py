@@ -128,6 +128,7 @@ class AtomicKafkaClient:
         self._producer: RecordProducer | None = None
         self._watch: StatusWatch | None = None
         self._watched_at = 0.0
+        self._routes: dict[tuple[str, ...], tuple[Algorithm, int] | DestinationError] = {}
         self._partitions: dict[str, int] = {}
         self._headers = type_headers(MessageType.CLIENT) if self.layout is Layout.SHARED else None
 
@@ -192,8 +193,20 @@ class AtomicKafkaClient:
 
     def _serving(self, topics: list[str]) -> tuple[Algorithm, int]:
         """The protocol the topics' nodes run and the layers they share; raises
-        :class:`OfflineDestinationError` for a topic no live node serves."""
+        :class:`OfflineDestinationError` for a topic no live node serves. Decided once
+        per route until the statuses are read again (not per message)."""
         statuses = self._statuses()
+        key = tuple(topics)
+        known = self._routes.get(key)
+        if known is None:
+            known = self._routes[key] = self._judge(topics, statuses)
+        if isinstance(known, DestinationError):
+            raise type(known)(str(known))  # a fresh one: no traceback piles up
+        return known
+
+    def _judge(
+        self, topics: list[str], statuses: dict[str, Status]
+    ) -> tuple[Algorithm, int] | DestinationError:
         now = time.time()
         offline = []
         algorithms: set[str] = set()
@@ -207,12 +220,12 @@ class AtomicKafkaClient:
             algorithms.update(s.algorithm for s in nodes)
             layers.append(min(s.partitions for s in nodes))
         if offline and not self.allow_offline:
-            raise OfflineDestinationError(
+            return OfflineDestinationError(
                 f"no live AtomicKafka node for {'; '.join(offline)}: start one "
                 "(atomickafka node/cluster), or send with allow_offline / --allow-offline"
             )
         if len(algorithms) > 1:
-            raise DestinationError(
+            return DestinationError(
                 f"the destinations' nodes run different protocols ({', '.join(sorted(algorithms))})"
             )
         algorithm = (
@@ -226,6 +239,7 @@ class AtomicKafkaClient:
         now = time.monotonic()
         if now - self._watched_at >= _REFRESH_S:
             self._watched_at = now
+            self._routes.clear()  # judged again against what was read now
             return self._watch.refresh()
         return self._watch.statuses
 

@@ -113,6 +113,10 @@ def test_send_skips_lines_it_cannot_send_and_prints_ids_only_for_sent_ones(
         got = collect_deliveries(kafka_bootstrap, [a], {a: 3}, "split")
     assert [d.value for d in got[a]] == ["first", "second", "third"]
     assert [d.messageID for d in got[a]] == ids
+    sent = [
+        Sent(mid, (a,), v, "") for mid, v in zip(ids, ["first", "second", "third"], strict=True)
+    ]
+    assert_order_checked(sent, got)
 
 
 def test_nodes_of_another_protocol_set_records_aside_and_say_so(
