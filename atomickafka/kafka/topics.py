@@ -25,6 +25,8 @@ from typing import Final
 
 from confluent_kafka import Message as KafkaMessage
 
+from atomickafka.core.reader import TYPE_HEADER, header_value
+
 __all__ = [
     "DEAD_LETTER_PREFIX",
     "INPUT_PREFIX",
@@ -46,9 +48,6 @@ INPUT_PREFIX: Final = "atomickafka-in."
 LAYERS_PREFIX: Final = "atomickafka-layers."
 DEAD_LETTER_PREFIX: Final = "atomickafka-dlq."
 STATUS_TOPIC: Final = "atomickafka-status"
-#: Record header carrying the record's messageType, so readers can skip records
-#: without parsing them.
-TYPE_HEADER: Final = "atomickafka-type"
 
 
 class Layout(StrEnum):
@@ -97,11 +96,4 @@ def node_group(topic: str, layer: int | None = None) -> str:
 
 def header_type(record: KafkaMessage) -> bytes | None:
     """The record's ``atomickafka-type`` header, or ``None``."""
-    headers = record.headers()
-    if not headers:
-        return None
-    pairs = headers.items() if isinstance(headers, dict) else headers
-    for key, value in pairs:
-        if key == TYPE_HEADER:
-            return value if isinstance(value, bytes) else None
-    return None
+    return header_value(record, TYPE_HEADER)

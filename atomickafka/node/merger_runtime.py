@@ -37,6 +37,7 @@ from atomickafka.core.merger import (
     Release,
     TickRequest,
 )
+from atomickafka.core.reader import DEAD_LETTER_ERROR_HEADER
 from atomickafka.core.wire import (
     Message,
     MessageError,
@@ -247,7 +248,7 @@ class MergerRuntime(Stoppable):
         self._producer.send(
             dead_letter_topic(self.config.topic),
             value,
-            headers=[("atomickafka-error", reason.encode())],
+            headers=[(DEAD_LETTER_ERROR_HEADER, reason.encode())],
         )
 
     # ------------------------------------------------------------------ status

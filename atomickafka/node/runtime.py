@@ -30,6 +30,13 @@ from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient
 
 from atomickafka.core.engine import Engine, Output, Step
+from atomickafka.core.reader import (
+    DEAD_LETTER_ERROR_HEADER,
+    DEAD_LETTER_MESSAGES_HEADER,
+    DEAD_LETTER_OFFSET_HEADER,
+    DEAD_LETTER_SOURCE_HEADER,
+    DEAD_LETTER_TRUNCATED_HEADER,
+)
 from atomickafka.core.wire import (
     Message,
     MessageError,
@@ -352,7 +359,9 @@ class NodeRuntime(Stoppable):
         if len(refused) > 1:
             reason += f" (and {len(refused) - 1} more messages of this record)"
         ids = ",".join(m.messageID for m, _ in refused)[:2000]
-        self._dead_letter(ticket, source.value(), reason, source, [("atomickafka-messages", ids)])
+        self._dead_letter(
+            ticket, source.value(), reason, source, [(DEAD_LETTER_MESSAGES_HEADER, ids)]
+        )
 
     def _dead_letter(
         self,
@@ -369,7 +378,9 @@ class NodeRuntime(Stoppable):
         """
         assert self._producer is not None
         self.dead_letters += 1
-        headers: list[tuple[str, str | bytes | None]] = [("atomickafka-error", reason.encode())]
+        headers: list[tuple[str, str | bytes | None]] = [
+            (DEAD_LETTER_ERROR_HEADER, reason.encode())
+        ]
         headers += [(key, text.encode()) for key, text in extra]
         if source is not None:
             log.warning(
@@ -380,11 +391,11 @@ class NodeRuntime(Stoppable):
                 reason,
             )
             headers += [
-                ("atomickafka-source", f"{source.topic()}/{source.partition()}".encode()),
-                ("atomickafka-offset", str(source.offset()).encode()),
+                (DEAD_LETTER_SOURCE_HEADER, f"{source.topic()}/{source.partition()}".encode()),
+                (DEAD_LETTER_OFFSET_HEADER, str(source.offset()).encode()),
             ]
         if value is not None and len(value) > _DEAD_LETTER_KEEP:
-            headers.append(("atomickafka-truncated-from", str(len(value)).encode()))
+            headers.append((DEAD_LETTER_TRUNCATED_HEADER, str(len(value)).encode()))
             value = value[:_DEAD_LETTER_KEEP]
         ticket.sent()
         self._producer.send(
