@@ -38,7 +38,8 @@ command and returns its trace. The commands (arguments in ``[]`` are optional):
 
 The trace is terse and stable: ``read A[3] from B: Notify m1@4`` is record 3 of A's
 log; ``send B[2] Notify m1@5`` the record written at B's position 2; ``m1@5`` is message
-``m1`` at timestamp 5.
+``m1`` at timestamp 5 (``m1@5/1``: released from layer 1); the last line of a step is
+the node's clock, the head of its queue and its committed offset.
 """
 
 from __future__ import annotations
