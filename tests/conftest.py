@@ -36,6 +36,17 @@ from atomickafka.localkafka import (
     stop_broker,
 )
 
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--rewrite``: write what ran into the golden transcripts (tests/unit/testdata)."""
+    parser.addoption(
+        "--rewrite",
+        action="store_true",
+        default=False,
+        help="rewrite the expected outputs of tests/unit/testdata/*.txt in place",
+    )
+
+
 DEFAULT_TEST_IMAGE = "confluentinc/cp-kafka:8.1.0"
 # A single-broker container must not wait for replicas it will never have; with the
 # transaction log at RF 3 / min ISR 2, init_transactions() hangs.

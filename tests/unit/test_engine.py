@@ -2,84 +2,30 @@
 
 Rule numbers: 1 fresh proposals, 2 every timestamp moves the clock, 3 final = max over
 all destinations (by topic), 4 only the decided head is delivered, 5 duplicates change
-nothing, 6 single-destination fast path, 7 relay, 8 determinism / replay. Bad input
-(§4.9) and the ``direct`` protocol have tests of their own (test_engine_input.py,
-test_engine_direct.py).
+nothing, 6 single-destination fast path, 7 relay, 8 determinism / replay. The scripted
+scenarios here are ``poc``'s and ``optimized``'s; ``direct``'s are in
+test_engine_direct.py, and bad input (§4.9) has tests of its own
+(test_engine_input.py). The tests that replay simulated logs (rules 1, 5 and 8) run
+every protocol.
 """
 
 from __future__ import annotations
 
 import random
 import zlib
-from collections.abc import Sequence
-from typing import Any
 
 import orjson
 import pytest
 
-from atomickafka.core.engine import Algorithm, Engine, Output, Waiting
+from atomickafka.core.engine import Algorithm, Engine, Waiting
 from atomickafka.core.wire import Message, MessageType
-from atomickafka.verify.simulator import Chaos, RandomChooser, Send, Simulator, random_workload
+from atomickafka.verify.simulator import Send, Simulator
+from tests.unit.engine_helpers import delivered, kinds, node_logs, run_in_batches, state
 from tests.unit.records import ack, client, decided, notify, v
 
-ALGORITHMS = [Algorithm.POC, Algorithm.OPTIMIZED]
+ALGORITHMS = [Algorithm.POC, Algorithm.OPTIMIZED]  # the scripted scenarios
+EVERY_ALGORITHM = list(Algorithm)  # the tests over simulated logs
 OldestPending = Waiting
-
-# ---------------------------------------------------------------------------- helpers
-
-
-def kinds(outputs: Sequence[Output]) -> list[tuple[str, str, str, int | None]]:
-    """(target topic, type, id, timestamp) of each output."""
-    return [
-        (o.topic, o.message.messageType.value, o.message.messageID, o.message.timeStamp)
-        for o in outputs
-    ]
-
-
-def delivered(outputs: Sequence[Output]) -> list[tuple[str, int | None]]:
-    return [
-        (o.message.messageID, o.message.timeStamp)
-        for o in outputs
-        if o.message.messageType is MessageType.DELIVERY
-    ]
-
-
-def state(engine: Engine) -> dict[str, Any]:
-    """The snapshot without the counters (which count duplicates, by design)."""
-    snap = engine.snapshot()
-    del snap["stats"]
-    return snap
-
-
-def node_logs(
-    seed: int, algorithm: Algorithm, chaos: Chaos | None = None
-) -> dict[str, list[Message]]:
-    """Realistic input logs: a simulated run of a mixed workload over 5 topics."""
-    topics = ["T1", "T2", "T3", "T4", "T5"]
-    rng = random.Random(seed)
-    workload = random_workload(rng, topics, clients=3, messages=40, relay=0.2, skew=10)
-    sim = Simulator(
-        topics,
-        algorithm=algorithm,
-        chooser=RandomChooser(seed),
-        chaos=chaos or Chaos(duplicate=0.1, replay=0.0, delay=0.05),
-    )
-    result = sim.run(workload)
-    assert result.quiescent and result.check().ok
-    return result.logs
-
-
-def run_in_batches(engine: Engine, log: Sequence[Message], sizes: Sequence[int]) -> list[Output]:
-    out: list[Output] = []
-    position = 0
-    i = 0
-    while position < len(log):
-        size = sizes[i % len(sizes)]
-        out.extend(engine.handle_batch(log[position : position + size]))
-        position += size
-        i += 1
-    return out
-
 
 # ---------------------------------------------------------------------------- rule 6
 
@@ -162,7 +108,7 @@ def test_rule1_proposals_are_strictly_fresh(algorithm: Algorithm) -> None:
     assert node.clock == 8
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("algorithm", EVERY_ALGORITHM)
 def test_rule1_no_two_proposals_are_equal(algorithm: Algorithm) -> None:
     for topic, log in node_logs(3, algorithm).items():
         node = Engine(topic, algorithm=algorithm)
@@ -341,7 +287,7 @@ def test_rule4_handle_does_not_release_deliveries() -> None:
 # ---------------------------------------------------------------------------- rule 5
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("algorithm", EVERY_ALGORITHM)
 @pytest.mark.parametrize("seed", [1, 2])
 def test_rule5_duplicate_records_change_nothing(algorithm: Algorithm, seed: int) -> None:
     rng = random.Random(seed)
@@ -368,7 +314,7 @@ def test_rule5_duplicates_are_counted(algorithm: Algorithm) -> None:
 # ---------------------------------------------------------------------------- rule 8
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("algorithm", EVERY_ALGORITHM)
 @pytest.mark.parametrize("seed", [4, 5])
 def test_rule8_snapshot_and_replay_of_the_rest_equals_one_straight_run(
     algorithm: Algorithm, seed: int
@@ -393,7 +339,7 @@ def test_rule8_snapshot_and_replay_of_the_rest_equals_one_straight_run(
             assert state(second) == state(straight)
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("algorithm", EVERY_ALGORITHM)
 def test_rule8_replaying_a_whole_log_reproduces_the_same_outputs(algorithm: Algorithm) -> None:
     for topic, log in node_logs(6, algorithm).items():
         first = Engine(topic, algorithm=algorithm).handle_batch(log)

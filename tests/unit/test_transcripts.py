@@ -1,0 +1,73 @@
+"""Golden transcripts: scripted scenarios beside the trace they produce.
+
+Every ``tests/unit/testdata/*.txt`` is run through :class:`Cluster`
+(``tests/unit/transcript_cluster.py``, which lists the commands) by the runner in
+``tests/unit/transcript.py``. A change to a protocol rule shows up here as a diff of
+the traces; ``pytest tests/unit/test_transcripts.py --rewrite`` writes the new traces
+into the files, for review.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.unit.transcript import outputs_of, parse, run_transcript
+from tests.unit.transcript_cluster import Cluster
+
+TESTDATA = Path(__file__).parent / "testdata"
+TRANSCRIPTS = sorted(TESTDATA.glob("*.txt"))
+
+
+def test_there_are_transcripts() -> None:
+    assert len(TRANSCRIPTS) >= 5, TRANSCRIPTS
+
+
+@pytest.mark.parametrize("path", TRANSCRIPTS, ids=[p.stem for p in TRANSCRIPTS])
+def test_transcript(path: Path, request: pytest.FixtureRequest) -> None:
+    run_transcript(path, Cluster().run, rewrite=bool(request.config.getoption("--rewrite")))
+
+
+@pytest.mark.parametrize("path", TRANSCRIPTS, ids=[p.stem for p in TRANSCRIPTS])
+def test_transcript_says_what_it_shows(path: Path) -> None:
+    first = path.read_text(encoding="utf-8").splitlines()[0]
+    assert first.startswith("# "), f"{path.name} must start with a comment saying what it shows"
+
+
+def outputs(text: str) -> list[str]:
+    return outputs_of(parse(text), Cluster().run)
+
+
+def test_the_harness_refuses_script_mistakes_as_outputs() -> None:
+    script = "\n\n".join(
+        [
+            "send id=m to=(A)\n----",
+            "setup topics=(A,B) protocol=paxos\n----",
+            "setup topics=(A,B)\n----",
+            "frobnicate\n----",
+            "send id=m to=(A,Z)\n----",
+            "send id=m to=(A,B) via=A\n----",
+            "send id=m to=(A,B) onyl=(A)\n----",
+            "step Q\n----",
+            "crash A\n----",
+            "step A\n----",
+            "recover B\n----",
+            "merge A\n----",
+        ]
+    )
+    assert outputs(script + "\n") == [
+        "error: no cluster yet: start with setup",
+        "error: unknown protocol 'paxos'",
+        "nodes A B (direct)",
+        "error: unknown command 'frobnicate'; known: setup, send, step, drain, dup, replay, "
+        "flush, crash, recover, merge, deliveries, log, state, check",
+        "error: no topic 'Z'",
+        "error: direct writes to every destination: use only=(...)",
+        "error: send does not take onyl",
+        "error: no node 'Q'; nodes: A B",
+        "A crashes at A[0]: state lost, 0 queued writes lost, committed offset 0 kept",
+        "error: A is down: recover it first",
+        "error: B is not down",
+        "error: A has no merger (setup layers=N)",
+    ]
