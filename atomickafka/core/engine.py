@@ -40,23 +40,29 @@ Rules (§4.1 to §4.8):
    timestamp is never below the local proposal, and once ``m`` is decided here the
    clock is at least ``final(m)``, so nothing proposed later sorts before it.
 5. Duplicates change nothing: messages are keyed by ``messageID``, proposals by topic,
-   and delivered (and aborted) ids are remembered.
+   control messages by their sender's sequence (§4.12), and settled ids are remembered
+   for a window of log time (§4.13).
 6. A single-destination message for this topic takes the fast path: proposal = final.
 7. Relay: a ClientMessage written to a topic that is not among its destinations is
    forwarded (to one destination, or to all with ``direct``); the relay takes no
    further part.
 8. Determinism: outputs are a pure function of the input log, whatever its batching.
 
-Bad input never stops a topic (§4.9): a message is *refused* (returned as a
-:class:`Rejection`, nothing changes, the clock does not move) when it names another
-protocol, is not addressed to this topic, comes from a topic that is not a destination,
-carries a timestamp more than :data:`MAX_CLOCK_STEP` ahead of the clock, carries a value
-over the size limit, or contradicts what is known under its ``messageID`` (another
-destination list or another value digest: a reused id). A destination that refuses a
-message version for a reused id sends ``AbortMessage`` to that version's other
-destinations; since a version needs every destination's proposal to be decided, a
-refused version is decided nowhere, and the Abort frees whoever holds it in a queue.
-A known value is never replaced by an unknown one.
+Bad input never stops a topic (§4.9): no single record, whatever it holds, makes a node
+refuse an honest member's later record, hold a queue head for good, or fail. A message
+is *refused* (returned as a :class:`Rejection`; nothing changes, the clock does not
+move) when it names another protocol, is not addressed to this topic, comes from a
+topic that is not a destination, carries a timestamp too far ahead of real time
+(§4.11: beyond a minute it waits, beyond an hour it is refused), carries a value that
+is not JSON or is over the size limit, would need a proposal above ``MAX_TIMESTAMP``,
+or contradicts what is known under its ``messageID`` (a reused id). A destination that
+refuses a message *version* it has not proposed for -- whatever the reason -- refuses
+it for good and sends ``AbortMessage`` to its other destinations: a version needs every
+destination's proposal to be decided, so a refused version is decided nowhere, and the
+Abort frees whoever holds it in a queue. A version whose destinations run different
+protocols is never decided either (each refuses the others' proposals), so a protocol
+mismatch aborts it even where it was proposed. A known value is never replaced by an
+unknown one.
 
 The small ``_``-prefixed methods (``_propose``, ``_observe``, ``_ack_timestamp``,
 ``_complete``, ``_already_seen``) are the seams where the 2019 implementation went
@@ -67,24 +73,44 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, Final, NamedTuple, NoReturn
+from typing import Any, Final, NoReturn
 
 from sortedcontainers import SortedList
 
+from atomickafka.core.engine_state import engine_settings, engine_to_data, load_engine_state
+from atomickafka.core.engine_types import (
+    DEFAULT_ALGORITHM,
+    Aborted,
+    Algorithm,
+    EngineStats,
+    Output,
+    PendingMessage,
+    Rejection,
+    Step,
+    Waiting,
+)
+from atomickafka.core.memory import (
+    DEFAULT_WINDOW_MS,
+    LinkSequences,
+    Outcome,
+    SettledMemory,
+    Version,
+    Window,
+)
+from atomickafka.core.timebounds import HeldMessages, Verdict, judge
 from atomickafka.core.wire import (
     MAX_RECORD_BYTES,
     MAX_TIMESTAMP,
     MAX_VALUE_BYTES,
     Message,
+    MessageError,
     MessageType,
+    check_json_value,
     envelope_bytes,
 )
 
 __all__ = [
     "DEFAULT_ALGORITHM",
-    "MAX_CLOCK_STEP",
     "Aborted",
     "Algorithm",
     "Engine",
@@ -95,103 +121,7 @@ __all__ = [
     "Waiting",
 ]
 
-SNAPSHOT_VERSION: Final = 2
-#: A timestamp further than this ahead of the clock is refused (§4.9): one stray record
-#: must not exhaust the clock. 2**48 proposals are 9 years at a million a second.
-MAX_CLOCK_STEP: Final = 2**48
-
-
-class Algorithm(StrEnum):
-    """Which ordering protocol a node runs."""
-
-    POC = "poc"
-    OPTIMIZED = "optimized"
-    DIRECT = "direct"
-
-
-DEFAULT_ALGORITHM: Final = Algorithm.DIRECT
-
-_Version = tuple[tuple[str, ...], str | None]  # (destinations, value digest)
-
-
-class Output(NamedTuple):
-    """A message to send: ``message`` addressed to AtomicKafka topic ``topic``.
-
-    A Delivery goes to the topic's delivery stream; anything else into the topic's
-    input log (bundled per batch and destination by the shell).
-    """
-
-    topic: str
-    message: Message
-
-
-class Rejection(NamedTuple):
-    """Input message ``position`` of the batch, refused: it changed nothing."""
-
-    position: int
-    message: Message
-    reason: str
-
-
-class Aborted(NamedTuple):
-    """A message this node held and dropped because a destination refused it."""
-
-    messageID: str
-    destinations: tuple[str, ...]
-    reason: str
-
-
-@dataclass(slots=True)
-class Step:
-    """What one batch produced."""
-
-    outputs: list[Output] = field(default_factory=list)
-    rejected: list[Rejection] = field(default_factory=list)
-    aborted: list[Aborted] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class Waiting:
-    """A queued message and what it waits for."""
-
-    messageID: str
-    timeStamp: int
-    decided: bool
-    missing: tuple[str, ...]  # destinations whose proposal has not arrived here
-
-
-@dataclass(slots=True)
-class EngineStats:
-    """Counters since the engine started (or since the snapshot it was restored from)."""
-
-    records_in: int = 0
-    records_out: int = 0
-    deliveries: int = 0
-    relayed: int = 0
-    duplicates: int = 0
-    ignored: int = 0  # deliveries (the shared layout shows them), Aborts of other versions
-    rejected: int = 0
-    protocol_mismatches: int = 0
-    conflicts: int = 0
-    aborted: int = 0
-
-
-@dataclass(slots=True)
-class _Pending:
-    """What this node knows about one undelivered message."""
-
-    destinations: tuple[str, ...]
-    digest: str | None
-    value: bytes | None  # None: not known here yet
-    proposals: dict[str, int] = field(default_factory=dict)
-    local: int | None = None  # this node's proposal
-    final: int | None = None
-    coordinator: bool = False
-    acked_to: set[str] = field(default_factory=set)  # optimized: coordinators acked
-
-    @property
-    def key_ts(self) -> int | None:
-        return self.final if self.final is not None else self.local
+_DELIVERY_TYPES: Final = frozenset({MessageType.DELIVERY, MessageType.PARTITION_DELIVERY})
 
 
 class _Refused(Exception):  # noqa: N818 (a control-flow signal, not an error)
@@ -203,11 +133,25 @@ class _Refused(Exception):  # noqa: N818 (a control-flow signal, not an error)
         self.outputs = outputs
 
 
+class _Held(Exception):  # noqa: N818 (a control-flow signal, not an error)
+    """Raised by a handler before it changes anything: the message waits (§4.11)."""
+
+    def __init__(self, ts: int) -> None:
+        super().__init__(ts)
+        self.ts = ts
+
+
+def _version(record: Message) -> Version:
+    return record.topic, record.digest
+
+
 class Engine:
     """The ordering state machine of the node for topic ``topic``.
 
     ``partition`` is the node's layer when the topic is partitioned (§8): outputs carry
-    it and deliveries become ``PartitionDeliveryMessage`` for the merger.
+    it and deliveries become ``PartitionDeliveryMessage`` for the merger, whose ticks
+    (sender ``merger_id``, by default ``merger-<topic>``) move the layer's clock.
+    ``window_ms`` is how long settled ids are remembered (§4.13).
 
     >>> from atomickafka.core.wire import client_message
     >>> node = Engine("T1", node_id="node-T1")
@@ -225,6 +169,8 @@ class Engine:
         partition: int | None = None,
         max_value_bytes: int = MAX_VALUE_BYTES,
         max_record_bytes: int = MAX_RECORD_BYTES,
+        window_ms: int = DEFAULT_WINDOW_MS,
+        merger_id: str | None = None,
     ) -> None:
         self.topic = topic
         self.node_id = node_id if node_id is not None else f"node-{topic}"
@@ -233,16 +179,21 @@ class Engine:
         self.partition = partition
         self.max_value_bytes = max_value_bytes
         self.max_record_bytes = max_record_bytes
+        self.merger_id = merger_id if merger_id is not None else f"merger-{topic}"
+        self.window = Window(window_ms)
         self.clock = 0
+        #: The log's time: the largest log append time seen (ms, §4.11).
+        self.now_ms = 0
         self.stats = EngineStats()
-        self._pending: dict[str, _Pending] = {}
+        self._pending: dict[str, PendingMessage] = {}
         self._queue: SortedList = SortedList()  # of (timeStamp, messageID)
-        self._delivered: dict[str, tuple[int, tuple[str, ...], str | None]] = {}
-        self._aborted: dict[str, _Version] = {}
-        self._relayed: dict[str, _Version] = {}
-        self._refused_versions: set[tuple[str, _Version]] = set()
+        self._memory = SettledMemory(window_ms)
+        self._links = LinkSequences()
+        self._held = HeldMessages()
         self._check_due = False
         self._aborts: list[Aborted] = []
+        self._origin: int | None = None  # offset of the record being handled
+        self._next_index = 0  # of the next output caused by it
         self._delivery_type = (
             MessageType.DELIVERY if partition is None else MessageType.PARTITION_DELIVERY
         )
@@ -273,25 +224,82 @@ class Engine:
 
     def _apply(self, records: Iterable[Message]) -> Step:
         result = Step()
-        outputs = result.outputs
-        handlers = self._handlers
         self._aborts = result.aborted
         seen = 0
         for index, record in enumerate(records):
             seen += 1
-            handler = handlers.get(record.messageType)
-            if handler is None:  # our own deliveries, in the shared layout
-                self.stats.ignored += 1
-                continue
-            try:
-                outputs.extend(handler(record))
-            except _Refused as refusal:
-                self.stats.rejected += 1
-                result.rejected.append(Rejection(index, record, refusal.reason))
-                outputs.extend(refusal.outputs)
+            self._advance(record, result)
+            self._take(index, record, result)
         self.stats.records_in += seen
-        self.stats.records_out += len(outputs)
+        self.stats.records_out += len(result.outputs)
         return result
+
+    def _advance(self, record: Message, result: Step) -> None:
+        """The log's time moves to ``record``'s; what was held until then is applied,
+        and what settled a window ago is forgotten (§4.11, §4.13)."""
+        if record.origin is not None and record.origin != self._origin:
+            self._origin, self._next_index = record.origin, 0
+        log_time = record.logTime
+        if log_time is None or log_time <= self.now_ms:
+            return
+        self.now_ms = log_time
+        self.stats.forgotten += self._memory.expire(log_time)
+        for held in self._held.due(log_time * 1000):
+            self._take(None, held, result, released=True)
+
+    def _take(
+        self, position: int | None, record: Message, result: Step, *, released: bool = False
+    ) -> None:
+        handler = self._handlers.get(record.messageType)
+        if handler is None:  # deliveries (the shared layout), watermarks
+            self.stats.ignored += 1
+            return
+        if not released and self._repeated(record):
+            self.stats.duplicates += 1
+            return
+        try:
+            result.outputs.extend(self._numbered(handler(record)))
+        except _Refused as refusal:
+            self.stats.rejected += 1
+            result.rejected.append(Rejection(position, record, refusal.reason))
+            result.outputs.extend(self._numbered(refusal.outputs))
+        except _Held as held:
+            self.stats.held += 1
+            pushed_out = self._held.hold(record, held.ts)
+            if pushed_out is not None:
+                self._refuse_held(pushed_out, result)
+
+    def _refuse_held(self, record: Message, result: Step) -> None:
+        reason = (
+            f"held with {len(self._held)} other messages whose timestamps are ahead of the "
+            "log's time; the one furthest ahead is refused (§4.11)"
+        )
+        self.stats.rejected += 1
+        try:
+            self._refuse_version(record, reason)
+        except _Refused as refusal:
+            result.rejected.append(Rejection(None, record, refusal.reason))
+            result.outputs.extend(self._numbered(refusal.outputs))
+
+    def _repeated(self, record: Message) -> bool:
+        """§4.12: a control message (or relay copy) at or below the last ``seq`` taken
+        from its sender is a repeat."""
+        seq, sender = record.seq, record.sentFromTopic
+        return seq is not None and sender is not None and self._links.repeat(sender, seq)
+
+    def _numbered(self, outputs: Iterable[Output]) -> list[Output]:
+        """Give each control output its ``seq`` (§4.12): the offset of the input record
+        being handled and the output's index among that record's outputs."""
+        out = list(outputs)
+        origin = self._origin
+        if origin is None:
+            return out
+        for i, output in enumerate(out):
+            message = output.message
+            if message.messageType not in _DELIVERY_TYPES:
+                out[i] = Output(output.topic, message._replace(seq=(origin, self._next_index)))
+                self._next_index += 1
+        return out
 
     def deliver_ready(self) -> list[Output]:
         """Release every deliverable message at the head of the queue, in order."""
@@ -309,9 +317,15 @@ class Engine:
             assert entry.value is not None  # decided here => a proposal => a value
             queue.pop(0)
             del pending[message_id]
-            self._delivered[message_id] = (ts, entry.destinations, entry.digest)
+            self._memory.settle(message_id, Outcome.DELIVERED, entry.version, self.now_ms)
             delivery = self._outgoing(
-                self._delivery_type, message_id, entry.destinations, entry.digest, entry.value, ts
+                self._delivery_type,
+                message_id,
+                entry.destinations,
+                entry.digest,
+                entry.value,
+                ts,
+                sent_at=entry.sent_at,
             )
             out.append(Output(self.topic, delivery))
         self.stats.deliveries += len(out)
@@ -327,8 +341,25 @@ class Engine:
 
     @property
     def delivered_count(self) -> int:
-        """Messages this node has delivered."""
-        return len(self._delivered)
+        """Messages this node has delivered (since it started, or since the snapshot it
+        was restored from: the counter is part of the state)."""
+        return self.stats.deliveries
+
+    @property
+    def held_count(self) -> int:
+        """Messages waiting for the log's time to reach their timestamp (§4.11)."""
+        return len(self._held)
+
+    @property
+    def next_due_ms(self) -> int | None:
+        """The log time (ms) at which the next held message is due, or ``None``."""
+        due = self._held.next_due_us
+        return None if due is None else -(-due // 1000)
+
+    @property
+    def remembered_count(self) -> int:
+        """Settled ids and refused versions remembered now (§4.13)."""
+        return len(self._memory)
 
     def waiting(self, limit: int = 10) -> list[Waiting]:
         """The first ``limit`` queued messages (the head first) and what they wait for."""
@@ -357,84 +388,31 @@ class Engine:
         return message_id in self._pending
 
     def is_delivered(self, message_id: str) -> bool:
-        """True once this node has delivered ``message_id``."""
-        return message_id in self._delivered
+        """True once this node has delivered ``message_id`` (and still remembers it)."""
+        return self._already_seen(message_id)
 
     # ------------------------------------------------------------------ snapshots
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as plain JSON-serialisable data (see :meth:`restore`)."""
-
-        def text(value: bytes | None) -> str | None:
-            return None if value is None else value.decode()
-
-        return {
-            "version": SNAPSHOT_VERSION,
-            "topic": self.topic,
-            "node_id": self.node_id,
-            "algorithm": self.algorithm.value,
-            "partition": self.partition,
-            "max_value_bytes": self.max_value_bytes,
-            "max_record_bytes": self.max_record_bytes,
-            "clock": self.clock,
-            "pending": {
-                mid: {
-                    "destinations": list(e.destinations),
-                    "digest": e.digest,
-                    "value": text(e.value),
-                    "proposals": dict(e.proposals),
-                    "local": e.local,
-                    "final": e.final,
-                    "coordinator": e.coordinator,
-                    "acked_to": sorted(e.acked_to),
-                }
-                for mid, e in self._pending.items()
-            },
-            "delivered": {mid: [ts, list(d), g] for mid, (ts, d, g) in self._delivered.items()},
-            "aborted": {mid: [list(d), g] for mid, (d, g) in self._aborted.items()},
-            "relayed": {mid: [list(d), g] for mid, (d, g) in self._relayed.items()},
-            "refused": sorted(
-                ([mid, list(d), g] for mid, (d, g) in self._refused_versions), key=str
-            ),
-            "stats": {name: getattr(self.stats, name) for name in EngineStats.__dataclass_fields__},
-        }
+        return engine_to_data(self)
 
     @classmethod
     def restore(cls, snapshot: dict[str, Any]) -> Engine:
-        """Rebuild an engine from :meth:`snapshot` output."""
-        if snapshot.get("version") != SNAPSHOT_VERSION:
-            raise ValueError(f"unsupported snapshot version {snapshot.get('version')!r}")
+        """Rebuild an engine from :meth:`snapshot` output (``SnapshotError`` if it
+        cannot be read)."""
+        settings = engine_settings(snapshot)
         engine = cls(
-            snapshot["topic"],
-            snapshot["node_id"],
-            snapshot["algorithm"],
-            partition=snapshot["partition"],
-            max_value_bytes=snapshot["max_value_bytes"],
-            max_record_bytes=snapshot["max_record_bytes"],
+            settings["topic"],
+            settings["node_id"],
+            settings["algorithm"],
+            partition=settings["partition"],
+            max_value_bytes=settings["max_value_bytes"],
+            max_record_bytes=settings["max_record_bytes"],
+            window_ms=settings["window_ms"],
+            merger_id=settings["merger_id"],
         )
-        engine.clock = int(snapshot["clock"])
-        for mid, e in snapshot["pending"].items():
-            entry = _Pending(
-                destinations=tuple(e["destinations"]),
-                digest=e["digest"],
-                value=None if e["value"] is None else e["value"].encode(),
-                proposals={str(k): int(v) for k, v in e["proposals"].items()},
-                local=e["local"],
-                final=e["final"],
-                coordinator=bool(e["coordinator"]),
-                acked_to=set(e["acked_to"]),
-            )
-            engine._pending[mid] = entry
-            if entry.key_ts is not None:
-                engine._queue.add((entry.key_ts, mid))
-        engine._delivered = {
-            mid: (int(ts), tuple(d), g) for mid, (ts, d, g) in snapshot["delivered"].items()
-        }
-        engine._aborted = {mid: (tuple(d), g) for mid, (d, g) in snapshot["aborted"].items()}
-        engine._relayed = {mid: (tuple(d), g) for mid, (d, g) in snapshot["relayed"].items()}
-        engine._refused_versions = {(mid, (tuple(d), g)) for mid, d, g in snapshot["refused"]}
-        engine.stats = EngineStats(**snapshot["stats"])
-        engine._check_due = True
+        load_engine_state(engine, snapshot)
         return engine
 
     # ------------------------------------------------------------------ seams
@@ -448,13 +426,13 @@ class Engine:
         self.clock += 1
         return self.clock
 
-    def _ack_timestamp(self, entry: _Pending, notify: Message) -> int:
+    def _ack_timestamp(self, entry: PendingMessage, notify: Message) -> int:
         """The proposal a reply to a Notify carries (an Ack; ``direct``: a Notify): this
         node's own."""
         assert entry.local is not None
         return entry.local
 
-    def _complete(self, entry: _Pending) -> bool:
+    def _complete(self, entry: PendingMessage) -> bool:
         """Rule 3: a proposal from every destination, by topic, not by count."""
         proposals = entry.proposals
         destinations = entry.destinations
@@ -462,23 +440,22 @@ class Engine:
 
     def _already_seen(self, message_id: str) -> bool:
         """Rule 5: a delivered message is never taken up again."""
-        return message_id in self._delivered
+        settled = self._memory.outcome(message_id)
+        return settled is not None and settled[0] is Outcome.DELIVERED
 
     # ------------------------------------------------------------------ admission (§4.9)
 
-    def _known_version(self, mid: str) -> _Version | None:
+    def _known_version(self, mid: str) -> Version | None:
         entry = self._pending.get(mid)
         if entry is not None:
-            return entry.destinations, entry.digest
-        done = self._delivered.get(mid)
-        if done is not None:
-            return done[1], done[2]
-        return self._aborted.get(mid) or self._relayed.get(mid)
+            return entry.version
+        settled = self._memory.outcome(mid)
+        return None if settled is None else settled[1]
 
     def _check_version(self, record: Message) -> None:
         """Refuse a record that contradicts what this node knows under its id."""
         known = self._known_version(record.messageID)
-        if known is None or known == (record.topic, record.digest):
+        if known is None or known == _version(record):
             return
         self.stats.conflicts += 1
         self._refuse_version(
@@ -489,32 +466,51 @@ class Engine:
             "the id was reused",
         )
 
-    def _refuse_version(self, record: Message, reason: str) -> NoReturn:
-        """Refuse ``record``'s message version for good (§4.9.4): this node never
-        proposes for it, so it is decided nowhere; the first time, tell its other
-        destinations (Abort) so that none of them waits for this node's proposal."""
-        mid = record.messageID
-        version = (record.topic, record.digest)
+    def _refuse_version(self, record: Message, reason: str, *, always: bool = False) -> NoReturn:
+        """Refuse ``record`` and, unless this node proposed for its version (or
+        ``always``: a version that can never be decided anywhere), the version itself,
+        for good (§4.9.4): this node never proposes for it, so it is decided nowhere;
+        the first time, tell its other destinations (Abort) so that none of them waits
+        for this node's proposal."""
+        mid, version = record.messageID, _version(record)
+        entry = self._pending.get(mid)
+        ours = entry is not None and entry.version == version
+        if (
+            ours
+            and entry is not None
+            and (entry.final is not None or (entry.local is not None and not always))
+        ):
+            raise _Refused(reason)  # a bad record about a message this node goes on with
         aborts: list[Output] = []
-        if (mid, version) not in self._refused_versions:
-            self._refused_versions.add((mid, version))
-            if self._known_version(mid) is None:  # never take this version up again
-                self._aborted[mid] = version
+        if not self._memory.is_refused(mid, version):
+            self._memory.refuse(mid, version, self.now_ms)
+            if ours:
+                self._drop(mid, reason)
+            elif self._known_version(mid) is None:  # never take this version up again
+                self._memory.settle(mid, Outcome.ABORTED, version, self.now_ms)
             if self.topic in record.topic:
-                abort = self._outgoing(MessageType.ABORT, mid, record.topic, record.digest)
+                abort = self._outgoing(
+                    MessageType.ABORT, mid, record.topic, record.digest, sent_at=record.sentAt
+                )
                 aborts = [Output(t, abort) for t in record.topic if t != self.topic]
         raise _Refused(reason, aborts)
 
+    def _drop(self, mid: str, reason: str) -> None:
+        """Forget the undelivered message ``mid`` here: it is aborted."""
+        entry = self._pending.pop(mid)
+        if entry.key_ts is not None:
+            self._queue.remove((entry.key_ts, mid))
+        self._memory.settle(mid, Outcome.ABORTED, entry.version, self.now_ms)
+        self._check_due = True  # the head may have been this message
+        self.stats.aborted += 1
+        self._aborts.append(Aborted(mid, entry.destinations, reason))
+
     def _check_peer(self, record: Message, *, versioned: bool = True) -> None:
-        """The checks every control message from a peer node passes before it counts."""
+        """The checks every control message from a peer node passes before it counts:
+        its form and addressing (set aside), its protocol (aborted: a version whose
+        destinations run different protocols is decided nowhere, §4.9.6), its version
+        (§4.9.4) and its timestamp (§4.11)."""
         kind = record.messageType
-        if record.protocol != self._protocol and kind is not MessageType.ABORT:
-            self.stats.protocol_mismatches += 1
-            raise _Refused(
-                f"protocol mismatch: {record.senderID or 'the sender'} runs "
-                f"{record.protocol or 'no stated protocol (a format-1 record?)'}, "
-                f"this node runs {self.algorithm.value}"
-            )
         if record.digest is None:
             raise _Refused(f"{kind.value} carries no value digest")
         sender = record.sentFromTopic
@@ -523,29 +519,51 @@ class Engine:
         if sender == self.topic or sender not in record.topic:
             raise _Refused(f"{kind.value} from {sender}, which is not another destination")
         self._check_partition(record)
-        if record.timeStamp is not None:
-            self._check_timestamp(record.timeStamp)
+        if record.protocol != self._protocol and kind is not MessageType.ABORT:
+            self.stats.protocol_mismatches += 1
+            self._refuse_version(
+                record,
+                f"protocol mismatch: {record.senderID or 'the sender'} runs "
+                f"{record.protocol or 'no stated protocol (a format-1 record?)'}, "
+                f"this node runs {self.algorithm.value}",
+                always=True,
+            )
         if versioned:
             self._check_version(record)
+        if record.timeStamp is not None:
+            self._check_timestamp(record, record.timeStamp)
 
     def _check_partition(self, record: Message) -> None:
         layer = record.partitionID
         if self.partition is not None and layer is not None and layer != self.partition:
             raise _Refused(f"a record of layer {layer} in the log of layer {self.partition}")
 
-    def _check_timestamp(self, ts: int) -> None:
-        if ts > self.clock + MAX_CLOCK_STEP:
-            raise _Refused(
-                f"timestamp {ts} is more than {MAX_CLOCK_STEP} ahead of this node's clock "
-                f"({self.clock}); refused so that one record cannot exhaust the clock"
-            )
+    def _check_timestamp(self, record: Message, ts: int) -> None:
+        """§4.11: a timestamp too far ahead of the log's time waits, or is refused."""
+        verdict = judge(ts, self.now_ms * 1000)
+        if verdict is Verdict.APPLY:
+            return
+        if verdict is Verdict.HOLD:
+            raise _Held(ts)
+        reason = (
+            f"timestamp {ts} is more than an hour ahead of the log's time "
+            f"({self.now_ms * 1000} µs since the epoch): refused so that one record cannot "
+            "run a clock ahead (§4.11)"
+        )
+        if record.messageType is MessageType.TICK or record.digest is None:
+            raise _Refused(reason)
+        self._refuse_version(record, reason)
 
-    def _check_can_propose(self, record: Message) -> None:
-        if self.clock >= MAX_TIMESTAMP:
-            self._refuse_version(record, f"the clock is exhausted ({self.clock} = {MAX_TIMESTAMP})")
+    def _check_can_propose(self, record: Message, ts: int | None = None) -> None:
+        """A proposal after observing ``ts`` must not pass ``MAX_TIMESTAMP`` (§4.9.3)."""
+        clock = self.clock if ts is None else max(self.clock, ts)
+        if clock >= MAX_TIMESTAMP:
+            self._refuse_version(record, f"the clock is exhausted ({clock} = {MAX_TIMESTAMP})")
 
     def _check_value(self, record: Message) -> None:
-        size = len(record.value or b"")
+        """§4.9.1-2 on first hearing: the value is JSON and its copies fit a record."""
+        value = record.value or b""
+        size = len(value)
         limit = min(
             self.max_value_bytes,
             self.max_record_bytes - envelope_bytes(record.messageID, record.topic),
@@ -557,24 +575,59 @@ class Engine:
                 f"(max value {self.max_value_bytes} bytes; its copies must fit a "
                 f"{self.max_record_bytes}-byte record)",
             )
+        try:
+            check_json_value(value)
+        except MessageError as exc:
+            self._refuse_version(record, str(exc))
+
+    def _check_late(self, record: Message) -> None:
+        """§4.13: a client copy of a message unknown here that reached the log too late
+        (or dated ahead) is set aside -- without an Abort."""
+        reason = self.window.lateness(record.sentAt, record.logTime)
+        if reason is not None:
+            self.stats.late += 1
+            raise _Refused(reason)
+
+    def _answer_settled(self, record: Message) -> list[Output]:
+        """A peer's record about a message settled here. If this node aborted or
+        refused that version, the peer may be waiting for it: tell it again (the Abort
+        is idempotent). Otherwise it changes nothing."""
+        mid = record.messageID
+        settled = self._memory.outcome(mid)
+        version = _version(record)
+        sender = record.sentFromTopic
+        refused = self._memory.is_refused(mid, version) or (
+            settled is not None and settled == (Outcome.ABORTED, version)
+        )
+        self.stats.duplicates += 1
+        if not refused or sender is None or self.topic not in record.topic:
+            return []
+        abort = self._outgoing(
+            MessageType.ABORT, mid, record.topic, record.digest, sent_at=record.sentAt
+        )
+        return [Output(sender, abort)]
 
     # ------------------------------------------------------------------ handlers
 
-    def _entry(self, record: Message) -> _Pending:
+    def _entry(self, record: Message) -> PendingMessage:
         """The message's entry, created on first hearing; a known value is kept."""
         mid = record.messageID
         entry = self._pending.get(mid)
         if entry is None:
-            entry = self._pending[mid] = _Pending(record.topic, record.digest, record.value)
+            entry = self._pending[mid] = PendingMessage(
+                record.topic, record.digest, record.value, record.sentAt
+            )
         elif entry.value is None:
             entry.value = record.value
+            entry.sent_at = record.sentAt
         return entry
 
     def _settled(self, mid: str) -> bool:
-        if self._already_seen(mid) or mid in self._aborted:
-            self.stats.duplicates += 1
+        """Delivered (rule 5), aborted or relayed here, as far as memory goes."""
+        if self._already_seen(mid):
             return True
-        return False
+        settled = self._memory.outcome(mid)
+        return settled is not None and settled[0] is not Outcome.DELIVERED
 
     def _on_client(self, record: Message) -> list[Output]:
         mid = record.messageID
@@ -583,11 +636,14 @@ class Engine:
             return self._relay(record)
         self._check_version(record)
         if self._settled(mid):
+            self.stats.duplicates += 1
             return []
         entry = self._pending.get(mid)
         if entry is not None and entry.local is not None:
             self.stats.duplicates += 1
             return []
+        if entry is None:
+            self._check_late(record)
         self._check_value(record)
         self._check_can_propose(record)
         entry = self._entry(record)
@@ -605,23 +661,25 @@ class Engine:
             out.extend(self._decide(mid, entry))
         return out
 
-    def _notify_others(self, mid: str, entry: _Pending, proposal: int) -> list[Output]:
+    def _notify_others(self, mid: str, entry: PendingMessage, proposal: int) -> list[Output]:
         notify = self._control(MessageType.NOTIFY, mid, entry, proposal)
         return [Output(t, notify) for t in entry.destinations if t != self.topic]
 
     def _relay(self, record: Message) -> list[Output]:
         mid = record.messageID
         self._check_version(record)
-        if mid in self._relayed:
+        if self._settled(mid):
             self.stats.duplicates += 1
             return []
+        self._check_late(record)
         self._check_value(record)
-        self._relayed[mid] = (record.topic, record.digest)
+        self._memory.settle(mid, Outcome.RELAYED, _version(record), self.now_ms)
         self.stats.relayed += 1
         destinations = record.topic
         forwarded = self._outgoing(
-            MessageType.CLIENT, mid, destinations, record.digest, record.value
-        )
+            MessageType.CLIENT, mid, destinations, record.digest, record.value,
+            sent_at=record.sentAt,
+        )  # fmt: skip
         if self.algorithm is Algorithm.DIRECT:
             return [Output(t, forwarded) for t in destinations]
         target = destinations[zlib.crc32(mid.encode()) % len(destinations)]
@@ -635,12 +693,14 @@ class Engine:
         self._check_peer(record)
         if record.value is None:
             raise _Refused("NotifyMessage carries no value")
-        entry = self._pending.get(mid)
-        if entry is None or entry.local is None:
-            self._check_can_propose(record)
-        self._observe(ts)
         if self._settled(mid):
-            return []
+            self._observe(ts)
+            return self._answer_settled(record)
+        entry = self._pending.get(mid)
+        if entry is None or entry.local is None:  # first hearing: this node will propose
+            self._check_value(record)
+            self._check_can_propose(record, ts)
+        self._observe(ts)
         entry = self._entry(record)
         entry.proposals.setdefault(sender, ts)  # a Notify is a proposal too
         if entry.final is not None:
@@ -666,7 +726,7 @@ class Engine:
         return out
 
     def _notify_again(
-        self, mid: str, sender: str, entry: _Pending, record: Message
+        self, mid: str, sender: str, entry: PendingMessage, record: Message
     ) -> list[Output]:
         """A Notify for a message this node has proposed for already.
 
@@ -697,7 +757,7 @@ class Engine:
         self._check_peer(record)
         self._observe(ts)
         if self._settled(mid):
-            return []
+            return self._answer_settled(record)
         entry = self._entry(record)  # poc: an Ack may overtake the Notify that starts us
         if sender in entry.proposals:
             self.stats.duplicates += 1
@@ -721,7 +781,7 @@ class Engine:
             raise _Refused("DecidedMessage without the value of a message unknown here")
         self._observe(final)
         if self._settled(mid):
-            return []
+            return self._answer_settled(record)
         entry = self._entry(record)
         if entry.final is not None:
             self.stats.duplicates += 1
@@ -732,10 +792,10 @@ class Engine:
     def _on_abort(self, record: Message) -> list[Output]:
         mid = record.messageID
         self._check_peer(record, versioned=False)
-        version = (record.topic, record.digest)
+        version = _version(record)
         known = self._known_version(mid)
         if known is None:  # refused elsewhere before it reached us: never take it up
-            self._aborted[mid] = version
+            self._memory.settle(mid, Outcome.ABORTED, version, self.now_ms)
             return []
         if known != version:  # about another message under the same id
             self.stats.ignored += 1
@@ -746,34 +806,30 @@ class Engine:
             # refused by one of its destinations (it proposed for it), so this is a copy
             self.stats.duplicates += 1
             return []
-        if entry.key_ts is not None:
-            self._queue.remove((entry.key_ts, mid))
-        del self._pending[mid]
-        self._aborted[mid] = version
-        self._check_due = True  # the head may have been this message
-        self.stats.aborted += 1
-        self._aborts.append(
-            Aborted(
-                mid,
-                entry.destinations,
-                f"destination {record.sentFromTopic} refused it: the messageID was reused "
-                "for another message",
-            )
+        self._drop(
+            mid,
+            f"destination {record.sentFromTopic} refused it (see its dead-letter topic)",
         )
         return []
 
     def _on_tick(self, record: Message) -> list[Output]:
-        """§8: the merger moves an idle layer's clock through the log."""
+        """§8: the merger moves an idle layer's clock through the log; a node's own tick
+        moves only the log's time (§4.11)."""
         ts = record.timeStamp
         assert ts is not None
         self._check_partition(record)
-        self._check_timestamp(ts)
+        if record.senderID not in (self.merger_id, self.node_id):
+            raise _Refused(
+                f"TickMessage from {record.senderID or 'an unnamed sender'}: only "
+                f"{self.merger_id} (and this node itself) may tick this log"
+            )
+        self._check_timestamp(record, ts)
         self._observe(ts)
         return []
 
     # ------------------------------------------------------------------ helpers
 
-    def _decide(self, mid: str, entry: _Pending) -> list[Output]:
+    def _decide(self, mid: str, entry: PendingMessage) -> list[Output]:
         destinations = entry.destinations  # proposals of other topics never count
         final = max(ts for t, ts in entry.proposals.items() if t in destinations)
         self._observe(final)
@@ -783,7 +839,7 @@ class Engine:
         decided = self._control(MessageType.DECIDED, mid, entry, final)
         return [Output(t, decided) for t in entry.destinations if t != self.topic]
 
-    def _set_final(self, mid: str, entry: _Pending, final: int) -> None:
+    def _set_final(self, mid: str, entry: PendingMessage, final: int) -> None:
         old = entry.key_ts
         entry.final = final
         if old != final:
@@ -792,15 +848,23 @@ class Engine:
             self._queue.add((final, mid))
         self._check_due = True
 
-    def _ack_to(self, target: str, mid: str, entry: _Pending, notify: Message) -> Output:
+    def _ack_to(self, target: str, mid: str, entry: PendingMessage, notify: Message) -> Output:
         ts = self._ack_timestamp(entry, notify)
         return Output(target, self._control(MessageType.ACK, mid, entry, ts, with_value=False))
 
     def _control(
-        self, kind: MessageType, mid: str, entry: _Pending, ts: int, *, with_value: bool = True
+        self,
+        kind: MessageType,
+        mid: str,
+        entry: PendingMessage,
+        ts: int,
+        *,
+        with_value: bool = True,
     ) -> Message:
         value = entry.value if with_value else None
-        return self._outgoing(kind, mid, entry.destinations, entry.digest, value, ts)
+        return self._outgoing(
+            kind, mid, entry.destinations, entry.digest, value, ts, sent_at=entry.sent_at
+        )
 
     def _outgoing(
         self,
@@ -810,6 +874,8 @@ class Engine:
         digest: str | None,
         value: bytes | None = None,
         ts: int | None = None,
+        *,
+        sent_at: int | None = None,
     ) -> Message:
         """A message this node writes: it names the node, its topic, layer and protocol."""
         return Message(
@@ -823,6 +889,7 @@ class Engine:
             partitionID=self.partition,
             digest=digest,
             protocol=self._protocol,
+            sentAt=sent_at,
         )
 
 

@@ -60,6 +60,7 @@ __all__ = [
     "Message",
     "MessageError",
     "MessageType",
+    "check_json_value",
     "client_message",
     "decode_record",
     "encode_bundle",
@@ -168,6 +169,17 @@ class Message(NamedTuple):
     partitionID: int | None = None
     digest: str | None = None
     protocol: str | None = None
+    #: When the client sent the message (its wall clock, milliseconds since the epoch);
+    #: part of the message's version (the digest covers it). ``None``: not stated.
+    sentAt: int | None = None
+    #: A control message's place in its sender's output stream to this topic: the offset
+    #: of the input record that caused it and its index among that record's outputs
+    #: (§4.12). Strictly increasing per sending node, so a receiver drops repeats.
+    seq: tuple[int, int] | None = None
+    #: Local annotations, never written: the log append time (ms) and offset of the
+    #: input record this message came in (§4.11, §4.12).
+    logTime: int | None = None
+    origin: int | None = None
 
 
 # ---------------------------------------------------------------------------- values
@@ -182,9 +194,22 @@ def value_bytes(value: Any) -> bytes:
         raise MessageError("value", f"not a JSON value: {exc}", value) from None
 
 
-def value_digest(value: bytes) -> str:
-    """A short, stable name for a value: 16 hex digits of BLAKE2b."""
-    return hashlib.blake2b(value, digest_size=8).hexdigest()
+def value_digest(value: bytes, sent_at: int | None = None) -> str:
+    """A short, stable name for a message version's content: 16 hex digits of BLAKE2b
+    over the value and, when stated, the send time (§3.2)."""
+    if sent_at is None:
+        return hashlib.blake2b(value, digest_size=8).hexdigest()
+    return hashlib.blake2b(value + b"\0" + str(sent_at).encode(), digest_size=8).hexdigest()
+
+
+def check_json_value(value: bytes, field: str = "value") -> bytes:
+    """``value`` itself when it is one valid UTF-8 JSON text, else :class:`MessageError`
+    (§3.1: every value a node carries is JSON, whatever path it came by)."""
+    try:
+        orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise MessageError(field, f"not a valid UTF-8 JSON value: {exc}", value[:60]) from None
+    return value
 
 
 def client_message(
@@ -193,10 +218,15 @@ def client_message(
     value: Any,
     sender_id: str = "",
     partition: int | None = None,
+    *,
+    sent_at: int | None = None,
 ) -> Message:
-    """A validated ClientMessage for ``value`` (a Python value) to ``destinations``."""
+    """A validated ClientMessage for ``value`` (a Python value) to ``destinations``,
+    sent at ``sent_at`` (the client's wall clock, ms) when given."""
     _check_id("messageID", message_id)
     data = value_bytes(value)
+    if sent_at is not None:
+        _check_time("sentAt", sent_at)
     return Message(
         messageID=message_id,
         messageType=MessageType.CLIENT,
@@ -204,7 +234,8 @@ def client_message(
         value=data,
         senderID=sender_id,
         partitionID=partition,
-        digest=value_digest(data),
+        digest=value_digest(data, sent_at),
+        sentAt=sent_at,
     )
 
 
@@ -289,6 +320,30 @@ def _timestamp(obj: dict[str, Any], required: bool, what: str) -> int | None:
     return value
 
 
+def _check_time(field: str, value: object) -> int:
+    if type(value) is int and 0 <= value <= MAX_TIMESTAMP:
+        return value
+    raise MessageError(field, f"must be an integer from 0 to {MAX_TIMESTAMP}", value)
+
+
+def _optional_time(obj: dict[str, Any], field: str) -> int | None:
+    value = obj.get(field)
+    return None if value is None else _check_time(field, value)
+
+
+def _optional_seq(obj: dict[str, Any], field: str) -> tuple[int, int] | None:
+    value = obj.get(field)
+    if value is None:
+        return None
+    if (
+        type(value) is list
+        and len(value) == 2
+        and all(type(v) is int and 0 <= v <= MAX_TIMESTAMP for v in value)
+    ):
+        return (value[0], value[1])
+    raise MessageError(field, "must be a list of two non-negative integers", value)
+
+
 def _optional_partition(obj: dict[str, Any]) -> int | None:
     value = obj.get("partitionID")
     if value is None:
@@ -358,16 +413,19 @@ _RECORD_TYPES: Final = frozenset(
 )
 
 
-def decode_record(data: bytes | str) -> list[Message]:
+def decode_record(
+    data: bytes | str, *, log_time: int | None = None, origin: int | None = None
+) -> list[Message]:
     """The messages one Kafka record value holds; :class:`MessageError` if it is invalid.
 
     A ClientMessage, Delivery or Tick record holds one message, a Bundle several. A
     format-1 (thesis) control record holds one message without a protocol; the engine
-    sets such messages aside.
+    sets such messages aside. ``log_time`` (the record's log append time, ms) and
+    ``origin`` (its offset) annotate every message (§4.11, §4.12).
     """
     raw = data.encode() if isinstance(data, str) else data
     if raw.startswith(_BUNDLE_PREFIX):
-        return _decode_bundle(raw)
+        return _decode_bundle(raw, log_time, origin)
     obj = _json_object(raw)
     kind = _message_type(obj, _RECORD_TYPES)
     if kind is MessageType.BUNDLE:
@@ -382,6 +440,8 @@ def decode_record(data: bytes | str) -> list[Message]:
                 senderID=_sender(obj),
                 timeStamp=_timestamp(obj, True, kind),
                 partitionID=_optional_partition(obj),
+                logTime=log_time,
+                origin=origin,
             )
         ]
     if "messageID" not in obj:
@@ -396,6 +456,7 @@ def decode_record(data: bytes | str) -> list[Message]:
     sent_from = _optional_str(obj, "sentFromTopic")
     if kind in CONTROL_TYPES and sent_from is None:
         raise MessageError("sentFromTopic", f"required on {kind}")
+    sent_at = _optional_time(obj, "sentAt")
     return [
         Message(
             messageID=message_id,
@@ -406,8 +467,13 @@ def decode_record(data: bytes | str) -> list[Message]:
             sentFromTopic=sent_from,
             timeStamp=_timestamp(obj, kind in _TIMESTAMPED, kind),
             partitionID=_optional_partition(obj),
-            digest=value_digest(value) if value is not None else _optional_str(obj, "digest"),
+            digest=(
+                value_digest(value, sent_at) if value is not None else _optional_str(obj, "digest")
+            ),
             protocol=_optional_str(obj, "protocol"),
+            sentAt=sent_at,
+            logTime=log_time,
+            origin=origin,
         )
     ]
 
@@ -422,7 +488,7 @@ def _json_object(raw: bytes) -> dict[str, Any]:
     return obj
 
 
-def _decode_bundle(raw: bytes) -> list[Message]:
+def _decode_bundle(raw: bytes, log_time: int | None, origin: int | None) -> list[Message]:
     end = raw.find(b"\n")
     header = _json_object(raw if end < 0 else raw[:end])
     _format_version(header)
@@ -449,15 +515,18 @@ def _decode_bundle(raw: bytes) -> list[Message]:
                 raise MessageError(
                     f"messages[{index}].valueBytes", "does not fit the bundle's body", size
                 )
-            value = bytes(body[position : position + size])
+            value = check_json_value(
+                bytes(body[position : position + size]), f"messages[{index}].value"
+            )
             position += size
         elif kind is MessageType.CLIENT:
             raise MessageError(f"messages[{index}].valueBytes", "required on a ClientMessage")
+        sent_at = _optional_time(entry, "sentAt")
         digest = _optional_str(entry, "digest")
         if digest is None:
             if value is None:
                 raise MessageError(f"messages[{index}].digest", f"required on {kind}")
-            digest = value_digest(value)
+            digest = value_digest(value, sent_at)
         if "topic" not in entry:
             raise MessageError(f"messages[{index}].topic", "is missing")
         out.append(
@@ -472,6 +541,10 @@ def _decode_bundle(raw: bytes) -> list[Message]:
                 partitionID=partition,
                 digest=digest,
                 protocol=protocol,
+                sentAt=sent_at,
+                seq=_optional_seq(entry, "seq"),
+                logTime=log_time,
+                origin=origin,
             )
         )
     if position != len(body):
@@ -496,6 +569,8 @@ def encode_client(message: Message) -> bytes:
         out["sentFromTopic"] = message.sentFromTopic
     if message.partitionID is not None:
         out["partitionID"] = message.partitionID
+    if message.sentAt is not None:
+        out["sentAt"] = message.sentAt
     return orjson.dumps(out)
 
 
@@ -517,6 +592,8 @@ def encode_delivery(message: Message) -> bytes:
         out["protocol"] = message.protocol
     if message.partitionID is not None:
         out["partitionID"] = message.partitionID
+    if message.sentAt is not None:
+        out["sentAt"] = message.sentAt
     return orjson.dumps(out)
 
 
@@ -560,6 +637,10 @@ def _bundle_entry(message: Message) -> dict[str, Any]:
         entry["timeStamp"] = message.timeStamp
     if message.value is not None:
         entry["valueBytes"] = len(message.value)
+    if message.sentAt is not None:
+        entry["sentAt"] = message.sentAt
+    if message.seq is not None:
+        entry["seq"] = message.seq
     return entry
 
 

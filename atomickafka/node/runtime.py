@@ -267,6 +267,10 @@ class NodeRuntime(Stoppable):
             self._dead_letter(ticket, record.value(), reason, record)
         groups: dict[int, tuple[KafkaMessage, list[tuple[Message, str]]]] = {}
         for rejection in step.rejected:  # one dead letter per input record
+            if rejection.position is None:  # held in an earlier batch (§4.11)
+                note = {"messageID": rejection.message.messageID, "held": True}
+                self._dead_letter(ticket, orjson.dumps(note), rejection.reason, None)
+                continue
             source = sources[rejection.position]
             refused = groups.setdefault(id(source), (source, []))[1]
             refused.append((rejection.message, rejection.reason))

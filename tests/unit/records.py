@@ -12,7 +12,7 @@ from typing import Any
 from atomickafka.core.engine import Algorithm
 from atomickafka.core.wire import Message, MessageType, client_message, value_bytes, value_digest
 
-__all__ = ["abort", "ack", "client", "control", "decided", "notify", "tick", "v"]
+__all__ = ["abort", "ack", "at", "client", "control", "decided", "notify", "tick", "v"]
 
 
 def v(value: Any) -> bytes:
@@ -91,7 +91,18 @@ def abort(mid: str, destinations: Sequence[str], sender: str, value: Any = "v") 
     return control(MessageType.ABORT, mid, destinations, sender, None, value)
 
 
-def tick(ts: int, partition: int | None = None) -> Message:
+def tick(ts: int, partition: int | None = None, *, topic: str = "A") -> Message:
+    """A tick from ``topic``'s merger."""
     return Message(
-        f"tick-{ts}", MessageType.TICK, (), senderID="merger", timeStamp=ts, partitionID=partition
+        f"tick-{ts}",
+        MessageType.TICK,
+        (),
+        senderID=f"merger-{topic}",
+        timeStamp=ts,
+        partitionID=partition,
     )
+
+
+def at(log_time_ms: int, message: Message, origin: int | None = None) -> Message:
+    """``message`` as read from a record appended at ``log_time_ms`` (at ``origin``)."""
+    return message._replace(logTime=log_time_ms, origin=origin)

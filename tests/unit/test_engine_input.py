@@ -16,7 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from atomickafka.core.engine import MAX_CLOCK_STEP, Algorithm, Engine, Output
+from atomickafka.core.engine import Algorithm, Engine, Output
+from atomickafka.core.timebounds import CLOCK_HOLD_US, CLOCK_LEAD_US
 from atomickafka.core.wire import MAX_TIMESTAMP, MessageType, value_digest
 from atomickafka.verify.checker import ViolationKind, check
 from atomickafka.verify.simulator import (
@@ -28,9 +29,11 @@ from atomickafka.verify.simulator import (
     integer_ids,
     random_workload,
 )
-from tests.unit.records import abort, ack, client, decided, notify, tick, v
+from tests.unit.records import abort, ack, at, client, decided, notify, tick, v
 
 ALGORITHMS = list(Algorithm)
+#: A log time (ms since the epoch) for tests that need one: 2026-11-23.
+NOW = 1_795_000_000_000
 BASE = settings().max_examples
 
 
@@ -110,21 +113,51 @@ def test_outputs_do_not_depend_on_batch_boundaries(algorithm: Algorithm, seed: i
 
 
 @pytest.mark.parametrize("algorithm", [Algorithm.POC, Algorithm.OPTIMIZED])
-def test_a_timestamp_far_ahead_is_refused_and_moves_nothing(algorithm: Algorithm) -> None:
+def test_a_timestamp_beyond_the_hold_bound_is_refused_and_moves_nothing(
+    algorithm: Algorithm,
+) -> None:
+    """§4.11: more than an hour ahead of the log's time is refused; the clock stays."""
     node = Engine("A", algorithm=algorithm)
-    node.step([client("m", "A", "B")])
+    node.step([at(NOW, client("m", "A", "B"))])
     before = state(node)
-    far = node.clock + MAX_CLOCK_STEP + 1
-    step = node.step([ack("m", "AB", "B", far, alg=algorithm)])
-    assert [r.reason for r in step.rejected] and "ahead of this node's clock" in step.rejected[
+    far = NOW * 1000 + CLOCK_HOLD_US + 1
+    step = node.step([at(NOW, ack("m", "AB", "B", far, alg=algorithm))])
+    assert [r.reason for r in step.rejected] and "ahead of the log's time" in step.rejected[
         0
     ].reason
     assert state(node) == before and node.clock == 1
-    # The largest plausible jump is taken (and the next proposal is still encodable).
-    node.step([ack("m", "AB", "B", 1 + MAX_CLOCK_STEP, alg=algorithm)])
-    assert node.clock == 1 + MAX_CLOCK_STEP
-    out = node.step([client("n", "A", "B")]).outputs
-    assert out[0].message.timeStamp == 2 + MAX_CLOCK_STEP <= MAX_TIMESTAMP
+    # this node proposed for m: a bad record about it is set aside, m is not aborted
+    assert not step.outputs and node.is_pending("m")
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_timestamp_within_the_lead_is_applied(algorithm: Algorithm) -> None:
+    """§4.11: up to a minute ahead of the log's time, a timestamp moves the clock, and
+    the next proposal is encodable."""
+    node = Engine("A", algorithm=algorithm)
+    node.step([at(NOW, client("m", "A", "B"))])
+    lead = NOW * 1000 + CLOCK_LEAD_US
+    node.step([at(NOW, ack("m", "AB", "B", lead, alg=algorithm))])
+    assert node.clock == lead
+    out = node.step([at(NOW, client("n", "A", "B"))]).outputs
+    assert out[0].message.timeStamp == lead + 1 <= MAX_TIMESTAMP
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_timestamp_between_lead_and_hold_waits_for_its_time(algorithm: Algorithm) -> None:
+    """§4.11: it is held -- nothing changes -- until the log's time has caught up."""
+    node = Engine("A", algorithm=algorithm)
+    ahead = NOW * 1000 + CLOCK_LEAD_US + 5_000  # 5 ms too early
+    step = node.step([at(NOW, notify("m", "ABC", "B", ahead, alg=algorithm))])
+    assert not step.outputs and not step.rejected
+    assert node.held_count == 1 and node.clock == 0 and not node.is_pending("m")
+    assert node.next_due_ms == NOW + 5
+    node.step([at(NOW + 4, tick(0, topic="A"))])  # 1 ms short
+    assert node.held_count == 1
+    out = node.step([at(NOW + 5, tick(0, topic="A"))]).outputs
+    assert node.held_count == 0 and node.is_pending("m")
+    assert node.clock == ahead + 1
+    assert [o.message.timeStamp for o in out if o.topic == "B"] == [ahead + 1]
 
 
 def test_an_exhausted_clock_refuses_instead_of_crashing() -> None:
@@ -142,7 +175,7 @@ def test_ticks_move_the_clock_within_the_same_bound() -> None:
     node = Engine("A", partition=1)
     node.step([tick(40, partition=1)])
     assert node.clock == 40 and node.watermark() == 41
-    assert node.step([tick(40 + MAX_CLOCK_STEP + 1, partition=1)]).rejected
+    assert node.step([tick(CLOCK_HOLD_US + 1, partition=1)]).rejected
     assert node.step([tick(50, partition=2)]).rejected  # another layer's tick
     assert node.clock == 40
 
@@ -219,9 +252,9 @@ def test_colliding_ids_never_stall_and_never_split(
         for m in result.deliveries[topic]:
             assert topic in m.topic
             versions.setdefault(m.messageID, {})[topic] = (m.topic, m.value)
-    for mid, at in versions.items():  # no destination of a delivered version got another
-        for version in at.values():
-            assert all(at.get(t, version) == version for t in version[0]), (mid, at)
+    for mid, where in versions.items():  # no destination of a delivered version got another
+        for version in where.values():
+            assert all(where.get(t, version) == version for t in version[0]), (mid, where)
     by_id: dict[str, set[Any]] = {}
     for s in workload.sends:
         by_id.setdefault(s.messageID, set()).add((s.destinations, repr(s.value)))
@@ -240,8 +273,9 @@ def test_an_abort_frees_the_queue_head() -> None:
     step = node.step([abort("m", "BC", "B")])
     assert [a.messageID for a in step.aborted] == ["m"]
     assert [o.message.messageID for o in step.outputs] == ["s"]  # s is delivered now
-    # Late records of the aborted version change nothing.
-    assert node.step([ack("m", "BC", "B", 4)]).outputs == []
+    # Late records of the aborted version change nothing; their sender, which may be
+    # waiting, is told again that the version is aborted (Aborts are idempotent).
+    assert types(node.step([ack("m", "BC", "B", 4)]).outputs) == [("B", "AbortMessage", "m")]
     assert node.pending_count == 0 and node.stats.aborted == 1
 
 
@@ -259,13 +293,15 @@ def test_an_abort_of_another_version_is_ignored_and_one_for_an_unknown_id_is_kep
 
 
 @pytest.mark.parametrize("ours", ALGORITHMS)
-def test_another_protocol_is_refused_with_a_clear_reason(ours: Algorithm) -> None:
-    node = Engine("A", algorithm=ours)
-    node.step([client("m", "A", "B")])
-    before = state(node)
+def test_another_protocol_is_refused_with_a_clear_reason_and_aborted(ours: Algorithm) -> None:
+    """§4.9.6: a version whose destinations run different protocols can be decided
+    nowhere (each refuses the others' proposals), so the refusing node aborts it -- also
+    one it proposed for -- and tells the other destinations, which then stop waiting."""
     for theirs in ALGORITHMS:
         if theirs is ours:
             continue
+        node = Engine("A", algorithm=ours)
+        node.step([client("m", "A", "B")])
         step = node.step(
             [notify("n", "AB", "B", 4, alg=theirs), decided("m", "AB", "B", 9, alg=theirs)]
         )
@@ -273,8 +309,10 @@ def test_another_protocol_is_refused_with_a_clear_reason(ours: Algorithm) -> Non
         assert all(
             f"runs {theirs.value}, this node runs {ours.value}" in r.reason for r in step.rejected
         )
-    assert state(node) == before
-    assert node.stats.protocol_mismatches == 2 * (len(ALGORITHMS) - 1)
+        assert types(step.outputs) == [("B", "AbortMessage", "n"), ("B", "AbortMessage", "m")]
+        assert [a.messageID for a in step.aborted] == ["m"]
+        assert node.pending_count == 0 and node.clock == 1
+        assert node.stats.protocol_mismatches == 2
 
 
 def test_format_one_control_records_are_refused() -> None:

@@ -32,7 +32,8 @@ from typing import Any
 import orjson
 import pytest
 
-from atomickafka.core.engine import Algorithm, Engine, Output, _Pending
+from atomickafka.core.engine import Algorithm, Engine, Output
+from atomickafka.core.engine_types import PendingMessage as _Pending
 from atomickafka.core.wire import Message, MessageType
 from atomickafka.verify.checker import ORDER_KINDS, CheckReport, ViolationKind
 from atomickafka.verify.simulator import (

@@ -1,0 +1,125 @@
+"""The values the ordering engine takes and returns (see :mod:`atomickafka.core.engine`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Final, NamedTuple
+
+from atomickafka.core.memory import Version
+from atomickafka.core.wire import Message
+
+__all__ = [
+    "DEFAULT_ALGORITHM",
+    "Aborted",
+    "Algorithm",
+    "EngineStats",
+    "Output",
+    "PendingMessage",
+    "Rejection",
+    "Step",
+    "Waiting",
+]
+
+
+class Algorithm(StrEnum):
+    """Which ordering protocol a node runs."""
+
+    POC = "poc"
+    OPTIMIZED = "optimized"
+    DIRECT = "direct"
+
+
+DEFAULT_ALGORITHM: Final = Algorithm.DIRECT
+
+
+class Output(NamedTuple):
+    """A message to send: ``message`` addressed to AtomicKafka topic ``topic``.
+
+    A Delivery goes to the topic's delivery stream; anything else into the topic's
+    input log (bundled per batch and destination by the shell).
+    """
+
+    topic: str
+    message: Message
+
+
+class Rejection(NamedTuple):
+    """An input message, refused: it changed nothing (but the Aborts it caused).
+
+    ``position`` is its index in the batch, or ``None`` when it was held (§4.11) in an
+    earlier batch and refused when its time came.
+    """
+
+    position: int | None
+    message: Message
+    reason: str
+
+
+class Aborted(NamedTuple):
+    """A message this node held and dropped because a destination refused it."""
+
+    messageID: str
+    destinations: tuple[str, ...]
+    reason: str
+
+
+@dataclass(slots=True)
+class Step:
+    """What one batch produced."""
+
+    outputs: list[Output] = field(default_factory=list)
+    rejected: list[Rejection] = field(default_factory=list)
+    aborted: list[Aborted] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A queued message and what it waits for."""
+
+    messageID: str
+    timeStamp: int
+    decided: bool
+    missing: tuple[str, ...]  # destinations whose proposal has not arrived here
+
+
+@dataclass(slots=True)
+class PendingMessage:
+    """What a node knows about one undelivered message (the engine's own record)."""
+
+    destinations: tuple[str, ...]
+    digest: str | None
+    value: bytes | None  # None: not known here yet
+    sent_at: int | None = None
+    proposals: dict[str, int] = field(default_factory=dict)
+    local: int | None = None  # this node's proposal
+    final: int | None = None
+    coordinator: bool = False
+    acked_to: set[str] = field(default_factory=set)  # optimized: coordinators acked
+
+    @property
+    def key_ts(self) -> int | None:
+        return self.final if self.final is not None else self.local
+
+    @property
+    def version(self) -> Version:
+        return self.destinations, self.digest
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """Counters since the engine started (or since the snapshot it was restored from)."""
+
+    records_in: int = 0
+    records_out: int = 0
+    deliveries: int = 0
+    relayed: int = 0
+    duplicates: int = 0
+    ignored: int = 0  # deliveries (the shared layout shows them), Aborts of other versions
+    rejected: int = 0
+    protocol_mismatches: int = 0
+    conflicts: int = 0
+    aborted: int = 0
+    held: int = 0  # messages held until the log's time reached their timestamp (§4.11)
+    late: int = 0  # late client copies set aside (§4.13)
+    forgotten: int = 0  # settled ids forgotten after the memory window (§4.13)
