@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import ast
+import dataclasses
 import random
+import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,7 @@ import pytest
 
 from atomickafka.cli import check_cmd, main
 from atomickafka.core.wire import Message, MessageType
+from atomickafka.verify import checker as checker_package
 from atomickafka.verify.checker import (
     UNSET,
     CheckInputError,
@@ -32,6 +36,7 @@ from atomickafka.verify.checker import (
     sent_from_destinations,
     sent_from_pairs,
 )
+from client import Delivery
 
 K = ViolationKind
 
@@ -265,6 +270,145 @@ def test_bad_records_raise() -> None:
         check(sent, deliveries_from_json({"A": [{"messageID": 1}]}))
     with pytest.raises(CheckInputError):
         check(sent, deliveries_from_json({"A": [{"messageID": "m", "timeStamp": "1"}]}))
+
+
+def test_check_takes_only_the_checkers_records() -> None:
+    """``check()`` refuses, with :class:`TypeError`, anything but its own records: a
+    tuple (or a bare id) where a DeliveryRecord belongs, a tuple where a SentMessage
+    belongs; a mapping of sent messages must file each under its own id."""
+    sent = [SentMessage("m", frozenset({"A"}))]
+    not_records: list[Any] = [("m", ("A",), 1), "m", {"messageID": "m"}]
+    for entry in not_records:
+        with pytest.raises(TypeError, match=r"delivery 0 at 'A' is a \w+, not a DeliveryRecord"):
+            check(sent, {"A": [entry]})
+    tuples: list[Any] = [("m", {"A"})]
+    with pytest.raises(TypeError, match="not a SentMessage"):
+        check(tuples, {"A": [DeliveryRecord("m")]})
+    assert check({"m": sent[0]}, {"A": [DeliveryRecord("m")]}).ok
+    with pytest.raises(CheckInputError, match="'m' is filed under 'x'"):
+        check({"x": sent[0]}, {"A": [DeliveryRecord("m")]})
+
+
+# ---------------------------------------------------------------------------- adapters
+
+
+def test_adapters_build_records_from_plain_data() -> None:
+    assert sent_from_destinations({"m": ["A", "B"], "s": "C"}) == [
+        SentMessage("m", frozenset({"A", "B"})),
+        SentMessage("s", frozenset({"C"})),
+    ]
+    assert sent_from_pairs({"m": (("A",), None)}) == [SentMessage("m", frozenset({"A"}), None)]
+    assert deliveries_from_ids({"A": ["x", "y"]}) == {
+        "A": [DeliveryRecord("x", deliveredAt="A"), DeliveryRecord("y", deliveredAt="A")]
+    }
+    objects = {
+        "A": [
+            {"messageID": "x", "topic": ["A", "B"], "timeStamp": 3, "value": None},
+            {"messageID": "y", "destinations": "A", "layer": 2, "deliveredAt": "A"},
+            {"messageID": "z", "partitionID": 1, "messageType": "DeliveryMessage"},
+        ]
+    }
+    assert deliveries_from_json(objects) == {
+        "A": [
+            DeliveryRecord("x", ("A", "B"), 3, None, "A"),
+            DeliveryRecord("y", ("A",), deliveredAt="A", layer=2),
+            DeliveryRecord("z", deliveredAt="A", layer=1),
+        ]
+    }
+
+
+def test_adapters_read_wire_records_and_client_deliveries() -> None:
+    wire = [
+        Message("x", MessageType.DELIVERY, ("A", "B"), b'{"v": 1}', "n", "A", 4, 2),
+        Message("y", MessageType.DELIVERY, ("A",), None, "n", "A", 5),
+    ]
+    assert deliveries_from_wire({"A": wire}) == {
+        "A": [
+            DeliveryRecord("x", ("A", "B"), 4, {"v": 1}, "A", layer=2),
+            DeliveryRecord("y", ("A",), 5, None, "A"),  # no value carried: compared as null
+        ]
+    }
+    delivery = Delivery("x", [1], 7, ("A", "B"), "A", partition=0, offset=3, layer=None)
+    assert deliveries_from_client({"A": [delivery]}) == {
+        "A": [DeliveryRecord("x", ("A", "B"), 7, [1], "A", layer=0)]
+    }
+    layered = dataclasses.replace(delivery, layer=1)
+    assert deliveries_from_client({"A": [layered]})["A"][0].layer == 1
+
+
+@pytest.mark.parametrize(
+    ("convert", "message"),
+    [
+        (lambda: sent_from_destinations({"m": []}), "sent message 'm': 'topic' must be"),
+        (lambda: sent_from_destinations({"m": ["no spaces!"]}), "non-empty list of topic"),
+        (lambda: sent_from_destinations({"m": 5}), "sent message 'm': 'topic' must be"),  # type: ignore[dict-item]
+        (lambda: sent_from_destinations({"": {"A"}}), "sent message '': the id must be"),
+        (lambda: sent_from_pairs({"m": ((), 1)}), "sent message 'm': 'topic' must be"),
+        (lambda: deliveries_from_ids({"A": ["x", ""]}), "delivery 1 at 'A': a message id"),
+        (lambda: deliveries_from_ids({"A": [7]}), "delivery 0 at 'A': a message id"),  # type: ignore[list-item]
+        (lambda: deliveries_from_json({"A": [42]}), "delivery 0 at 'A': not a JSON object"),
+        (
+            lambda: deliveries_from_json({"A": [{"messageID": "m", "deliveredAt": "B"}]}),
+            "delivery 0 at 'A': 'deliveredAt' is 'B'",
+        ),
+        (
+            lambda: deliveries_from_json({"A": [{"messageID": "m", "messageType": "AckMessage"}]}),
+            "not a delivery record (messageType 'AckMessage')",
+        ),
+        (
+            lambda: deliveries_from_json({"A": [{"messageID": "m"}, {"messageID": ""}]}),
+            "delivery 1 at 'A': 'messageID' must be a non-empty string",
+        ),
+        (
+            lambda: deliveries_from_json({"A": [{"messageID": "m", "topic": [1]}]}),
+            "'topic' must be a list of topic names",
+        ),
+        (
+            lambda: deliveries_from_json({"A": [{"messageID": "m", "timeStamp": -1}]}),
+            "'timeStamp' must be a non-negative integer",
+        ),
+        (
+            lambda: deliveries_from_wire(
+                {"A": [Message("m", MessageType.DELIVERY, ("A",), b"{not json")]}
+            ),
+            "delivery 0 at 'A': the value is not JSON text",
+        ),
+    ],
+)
+def test_adapters_refuse_bad_input(convert: Callable[[], object], message: str) -> None:
+    with pytest.raises(CheckInputError, match=re.escape(message)):
+        convert()
+
+
+def test_file_adapters_name_the_file_and_line(tmp_path: Path) -> None:
+    with pytest.raises(CheckInputError, match=r"cannot read .*nope\.jsonl"):
+        load_sent(tmp_path / "nope.jsonl")
+    sent = tmp_path / "SENT.jsonl"
+    sent.write_bytes(b'{"messageID": "m", "topic": ["A"]}\n\n{"messageID": "n", "topic": "A"}\n')
+    assert load_sent(sent) == [
+        SentMessage("m", frozenset({"A"})),
+        SentMessage("n", frozenset({"A"})),
+    ]
+    sent.write_bytes(b'{"messageID": "m", "topic": ["A"]}\n{"messageID": "n"}\n')
+    with pytest.raises(CheckInputError, match=re.escape(f"{sent}:2: 'topic' must be")):
+        load_sent(sent)
+    deliveries = write_jsonl(tmp_path / "A.jsonl", [{"messageID": "m"}, {"messageID": 3}])
+    with pytest.raises(CheckInputError, match=re.escape(f"{deliveries}:2: 'messageID' must be")):
+        load_deliveries([deliveries])
+
+
+def test_the_checker_imports_neither_engine_nor_codec() -> None:
+    """Independence: of the project, the checker uses only ``is_valid_topic_name``."""
+    package = Path(checker_package.__file__).parent
+    used: set[str] = set()
+    for path in package.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("atomickafka"):
+                if not (node.module or "").startswith("atomickafka.verify.checker"):
+                    used.update(f"{node.module}.{alias.name}" for alias in node.names)
+            elif isinstance(node, ast.Import):
+                assert not any(a.name.startswith("atomickafka") for a in node.names), path
+    assert used == {"atomickafka.core.wire.is_valid_topic_name"}
 
 
 # ---------------------------------------------------------------------------- scale
