@@ -8,7 +8,7 @@ from typing import Any
 
 from atomickafka.cli.options import add_bootstrap, guarded, resolve_bootstrap
 from atomickafka.node.launch import running_cluster
-from atomickafka.verify.checker import check
+from atomickafka.verify.checker import check, deliveries_from_client, sent_from_pairs
 from client import AtomicKafkaClient, Delivery
 
 
@@ -53,6 +53,6 @@ def _run(args: argparse.Namespace) -> int:
             print(f"\n{base} delivered, in order:")
             for d in deliveries[topic]:
                 print(f"  ts={d.timeStamp:<4} {d.messageID}  {d.value}")
-        report = check(sent=sent, deliveries=deliveries)
+        report = check(sent_from_pairs(sent), deliveries_from_client(deliveries))
         print(f"\norder check: {report.summary()}")
         return 0 if report.ok else 1

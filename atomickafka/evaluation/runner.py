@@ -55,7 +55,7 @@ from atomickafka.kafka.topics import (
     layers_topic,
 )
 from atomickafka.node.launch import cluster_keys, running_cluster
-from atomickafka.verify.checker import check
+from atomickafka.verify.checker import check, deliveries_from_client, sent_from_pairs
 from client import AtomicKafkaClient, Delivery
 
 __all__ = ["RunError", "RunSpec", "run_one"]
@@ -415,7 +415,8 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
         sent = {row.message_id: (row.destinations, WARMUP_VALUE) for row in warm}
         sent.update(values)
         per_topic = {t: sum(t in dests for dests, _ in sent.values()) for t in spec.topics}
-        report = check(sent=sent, deliveries=_read_deliveries(bootstrap, spec, per_topic))
+        deliveries = _read_deliveries(bootstrap, spec, per_topic)
+        report = check(sent_from_pairs(sent), deliveries_from_client(deliveries))
         info.check_ok = report.ok
         info.check_summary = report.summary()
         info.check_counts = {k.value: n for k, n in report.counts.items()}

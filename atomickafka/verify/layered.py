@@ -84,7 +84,7 @@ from atomickafka.core.wire import (
     decode_record,
     encode_tick,
 )
-from atomickafka.verify.checker import CheckReport, SentMessage, check
+from atomickafka.verify.checker import CheckReport, SentMessage, check, deliveries_from_wire
 from atomickafka.verify.simulator import (
     CALM,
     Chaos,
@@ -320,7 +320,7 @@ class LayeredResult:
         """
         if complete is None:
             complete = self.quiescent
-        return check(self.sent, self.merged, complete=complete, **options)
+        return check(self.sent, deliveries_from_wire(self.merged), complete=complete, **options)
 
     def order_errors(self) -> list[str]:
         """What breaks the merged order: each merged stream strictly increasing in

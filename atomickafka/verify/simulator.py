@@ -56,7 +56,7 @@ from atomickafka.core.wire import (
     encode_delivery,
     pack_bundles,
 )
-from atomickafka.verify.checker import CheckReport, SentMessage, check
+from atomickafka.verify.checker import CheckReport, SentMessage, check, deliveries_from_wire
 
 __all__ = [
     "CALM",
@@ -308,7 +308,7 @@ class SimulationResult:
         """Run the independent checker; validity is checked when the run is quiescent."""
         if complete is None:
             complete = self.quiescent
-        return check(self.sent, self.deliveries, complete=complete, **options)
+        return check(self.sent, deliveries_from_wire(self.deliveries), complete=complete, **options)
 
     def rejected_reasons(self) -> dict[str, list[str]]:
         """Per topic, the reasons its node gave for setting input aside (when any)."""

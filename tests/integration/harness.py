@@ -15,7 +15,7 @@ from typing import Any
 
 from atomickafka.core.engine import DEFAULT_ALGORITHM
 from atomickafka.node import launch
-from atomickafka.verify.checker import check
+from atomickafka.verify.checker import DeliveryRecord, SentMessage, check, deliveries_from_client
 from client import AtomicKafkaClient, Delivery
 
 
@@ -170,10 +170,19 @@ def run_cli_raw(
     )
 
 
-def assert_order_checked(sent: Sequence[Sent], deliveries: Mapping[str, Sequence[Any]]) -> None:
-    """Run the independent checker; fail with its first violation."""
+def assert_order_checked(
+    sent: Sequence[Sent], deliveries: Mapping[str, Sequence[Delivery]]
+) -> None:
+    """Run the independent checker on what the clients were delivered; fail with its
+    first violation."""
+    assert_records_checked(sent, deliveries_from_client(deliveries))
+
+
+def assert_records_checked(
+    sent: Sequence[Sent], records: Mapping[str, Sequence[DeliveryRecord]]
+) -> None:
+    """Run the independent checker on delivery records; fail with its first violation."""
     report = check(
-        sent={s.messageID: (s.destinations, s.value) for s in sent},
-        deliveries=deliveries,
+        [SentMessage(s.messageID, frozenset(s.destinations), s.value) for s in sent], records
     )
     assert report.ok, report

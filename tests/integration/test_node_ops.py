@@ -15,11 +15,13 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from atomickafka.kafka.status import read_statuses, wait_for_nodes
 from atomickafka.kafka.topics import dead_letter_topic, input_topic
+from atomickafka.verify.checker import deliveries_from_json
 from client import AtomicKafkaClient
 from tests.integration.harness import (
     Sent,
     Workload,
     assert_order_checked,
+    assert_records_checked,
     collect_deliveries,
     run_cli,
     running_cluster,
@@ -78,11 +80,7 @@ def test_cli_send_tail_status(
     sent = [Sent(ids[0], tuple(sorted((a, b, c))), "all", "")]
     sent += [Sent(mid, tuple(sorted((a, c))), f"line {i}", "") for i, mid in enumerate(ids[1:21])]
     sent.append(Sent(ids[21], (a,), "relayed", b))
-    assert_order_checked(sent, {t: [_as_delivery(r, t) for r in rs] for t, rs in tails.items()})
-
-
-def _as_delivery(record: dict[str, object], topic: str) -> dict[str, object]:
-    return {**record, "deliveredAt": topic}
+    assert_records_checked(sent, deliveries_from_json(tails))
 
 
 def test_cli_rejects_bad_arguments(kafka_bootstrap: str) -> None:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import ast
+import dataclasses
 import random
+import re
 import time
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,17 +17,26 @@ import pytest
 
 from atomickafka.cli import check_cmd, main
 from atomickafka.core.wire import Message, MessageType
+from atomickafka.verify import checker as checker_package
 from atomickafka.verify.checker import (
     UNSET,
     CheckInputError,
+    CheckReport,
     DeliveryRecord,
     SentMessage,
     ViolationKind,
     check,
     check_files,
+    deliveries_from_client,
+    deliveries_from_ids,
+    deliveries_from_json,
+    deliveries_from_wire,
     load_deliveries,
     load_sent,
+    sent_from_destinations,
+    sent_from_pairs,
 )
+from client import Delivery
 
 K = ViolationKind
 
@@ -36,6 +49,14 @@ SENT: dict[str, set[str]] = {
 GOOD: dict[str, list[str]] = {"A": ["x", "s", "y"], "B": ["x", "y", "z"], "C": ["y", "z"]}
 
 
+def check_ids(
+    sent: Mapping[str, Iterable[str]], logs: Mapping[str, Iterable[str]], **options: Any
+) -> CheckReport:
+    """:func:`check` on ``{id: destinations}`` and ``{topic: [id, ...]}``, converted
+    explicitly."""
+    return check(sent_from_destinations(sent), deliveries_from_ids(logs), **options)
+
+
 def with_changes(**topics: list[str]) -> dict[str, list[str]]:
     out = {t: list(ids) for t, ids in GOOD.items()}
     out.update(topics)
@@ -46,7 +67,7 @@ def with_changes(**topics: list[str]) -> dict[str, list[str]]:
 
 
 def test_correct_logs_pass() -> None:
-    report = check(SENT, GOOD)
+    report = check_ids(SENT, GOOD)
     assert report.ok, report
     assert report.first is None
     assert (report.sent, report.multicast, report.deliveries) == (4, 3, 8)
@@ -55,7 +76,7 @@ def test_correct_logs_pass() -> None:
 
 
 def test_duplicate_delivery() -> None:
-    report = check(SENT, with_changes(B=["x", "y", "x", "z"]))
+    report = check_ids(SENT, with_changes(B=["x", "y", "x", "z"]))
     assert report.kinds() == {K.DUPLICATE}
     first = report.first
     assert first is not None and first.kind is K.DUPLICATE
@@ -64,20 +85,20 @@ def test_duplicate_delivery() -> None:
 
 
 def test_invented_message() -> None:
-    report = check(SENT, with_changes(C=["y", "ghost", "z"]))
+    report = check_ids(SENT, with_changes(C=["y", "ghost", "z"]))
     assert report.kinds() == {K.INVENTED}
     assert report.first is not None and report.first.message_ids == ("ghost",)
 
 
 def test_delivery_at_a_non_destination() -> None:
-    report = check(SENT, with_changes(C=["x", "y", "z"]))
+    report = check_ids(SENT, with_changes(C=["x", "y", "z"]))
     assert K.NOT_A_DESTINATION in report.kinds()
     violation = report.of_kind(K.NOT_A_DESTINATION)[0]
     assert violation.topics == ("C",) and violation.message_ids == ("x",)
 
 
 def test_loss() -> None:
-    report = check(SENT, with_changes(C=["y"]))
+    report = check_ids(SENT, with_changes(C=["y"]))
     assert report.kinds() == {K.LOST}
     assert report.first is not None
     assert report.first.message_ids == ("z",) and report.first.topics == ("C",)
@@ -85,19 +106,19 @@ def test_loss() -> None:
 
 
 def test_loss_at_a_topic_with_no_log_at_all() -> None:
-    report = check(SENT, {"A": GOOD["A"], "B": GOOD["B"]})
+    report = check_ids(SENT, {"A": GOOD["A"], "B": GOOD["B"]})
     assert report.kinds() == {K.LOST}
     assert report.missing_topics == ("C",)
 
 
 def test_prefix_mode_does_not_require_delivery() -> None:
     prefix = {"A": ["x"], "B": ["x", "y"], "C": []}
-    assert not check(SENT, prefix).ok
-    assert check(SENT, prefix, complete=False).ok
+    assert not check_ids(SENT, prefix).ok
+    assert check_ids(SENT, prefix, complete=False).ok
 
 
 def test_pairwise_order_inversion() -> None:
-    report = check(SENT, with_changes(B=["y", "x", "z"]))
+    report = check_ids(SENT, with_changes(B=["y", "x", "z"]))
     assert K.ORDER in report.kinds()
     first = report.first
     assert first is not None and first.kind is K.ORDER
@@ -109,7 +130,7 @@ def test_three_topic_cycle_that_pairwise_checks_miss() -> None:
     # A delivers x<y, B y<z, C z<x: every pair shares one message, so every pairwise
     # comparison agrees, yet no single order extends all three.
     sent = {"x": {"A", "C"}, "y": {"A", "B"}, "z": {"B", "C"}}
-    report = check(sent, {"A": ["x", "y"], "B": ["y", "z"], "C": ["z", "x"]})
+    report = check_ids(sent, {"A": ["x", "y"], "B": ["y", "z"], "C": ["z", "x"]})
     assert report.kinds() == {K.CYCLE}
     assert not report.of_kind(K.ORDER, K.GAP)
     cycle = report.first
@@ -125,7 +146,7 @@ def test_long_cycle_is_found_and_named() -> None:
     sent = {f"m{i}": {f"T{i}", f"T{(i + 1) % n}"} for i in range(n)}
     # Topic T(i+1) delivers m(i) then m(i+1): a cycle through all n messages.
     deliveries = {f"T{(i + 1) % n}": [f"m{i}", f"m{(i + 1) % n}"] for i in range(n)}
-    report = check(sent, deliveries)
+    report = check_ids(sent, deliveries)
     assert report.kinds() == {K.CYCLE}
     assert report.first is not None and len(report.first.message_ids) == n
     assert "more steps" in report.first.text
@@ -133,14 +154,14 @@ def test_long_cycle_is_found_and_named() -> None:
 
 def test_gap_is_an_order_violation_even_in_a_prefix() -> None:
     # B delivered y; x, addressed to B too, came before y at A and is missing at B.
-    report = check(SENT, {"A": ["x", "s", "y"], "B": ["y"], "C": []}, complete=False)
+    report = check_ids(SENT, {"A": ["x", "s", "y"], "B": ["y"], "C": []}, complete=False)
     assert report.kinds() == {K.GAP}
     assert report.first is not None and report.first.message_ids == ("x", "y")
     assert "B delivered 'y' without delivering 'x' first" in report.first.text
 
 
 def test_diverging_prefixes() -> None:
-    report = check({"x": {"A", "B"}, "y": {"A", "B"}}, {"A": ["x"], "B": ["y"]}, complete=False)
+    report = check_ids({"x": {"A", "B"}, "y": {"A", "B"}}, {"A": ["x"], "B": ["y"]}, complete=False)
     assert report.kinds() == {K.GAP}
 
 
@@ -158,8 +179,9 @@ def test_value_and_destination_mismatch() -> None:
 def test_unknown_values_are_not_compared() -> None:
     sent = [SentMessage("m", frozenset({"A"}))]
     assert check(sent, {"A": [DeliveryRecord("m", value="anything")]}).ok
-    assert check({"m": {"A"}}, {"A": [DeliveryRecord("m", value=None)]}).ok
-    assert check([SentMessage("m", frozenset({"A"}), None)], {"A": [{"messageID": "m"}]}).ok
+    assert check(sent_from_destinations({"m": {"A"}}), {"A": [DeliveryRecord("m", value=None)]}).ok
+    none = [SentMessage("m", frozenset({"A"}), None)]
+    assert check(none, deliveries_from_json({"A": [{"messageID": "m"}]})).ok
 
 
 def test_null_is_a_value() -> None:
@@ -175,24 +197,30 @@ def test_id_reuse_in_what_was_sent() -> None:
         SentMessage("2", frozenset({"A"}), "same"),
         SentMessage("2", frozenset({"A"}), "same"),  # a retry, not a reuse
     ]
-    report = check(sent, {"A": ["1", "2"]})
+    report = check(sent, deliveries_from_ids({"A": ["1", "2"]}))
     assert report.kinds() == {K.ID_REUSE}
     assert report.first is not None and report.first.message_ids == ("1",)
 
 
 def test_timestamp_diagnostics() -> None:
-    sent = {"x": {"A", "B"}, "y": {"A", "B"}}
+    sent = sent_from_destinations({"x": {"A", "B"}, "y": {"A", "B"}})
 
     def rec(mid: str, ts: int) -> dict[str, Any]:
         return {"messageID": mid, "timeStamp": ts}
 
-    report = check(sent, {"A": [rec("x", 1), rec("y", 5)], "B": [rec("x", 2), rec("y", 5)]})
+    report = check(
+        sent,
+        deliveries_from_json({"A": [rec("x", 1), rec("y", 5)], "B": [rec("x", 2), rec("y", 5)]}),
+    )
     assert report.kinds() == {K.TIMESTAMP_MISMATCH}
-    report = check(sent, {"A": [rec("x", 6), rec("y", 5)], "B": [rec("x", 6), rec("y", 5)]})
+    report = check(
+        sent,
+        deliveries_from_json({"A": [rec("x", 6), rec("y", 5)], "B": [rec("x", 6), rec("y", 5)]}),
+    )
     assert report.kinds() == {K.TIMESTAMP_ORDER}
     report = check(
         sent,
-        {"A": [rec("x", 6), rec("y", 5)], "B": [rec("x", 6), rec("y", 5)]},
+        deliveries_from_json({"A": [rec("x", 6), rec("y", 5)], "B": [rec("x", 6), rec("y", 5)]}),
         check_timestamps=False,
     )
     assert report.ok
@@ -200,7 +228,7 @@ def test_timestamp_diagnostics() -> None:
 
 def test_first_violation_is_named_and_violations_are_capped() -> None:
     deliveries = with_changes(B=["y", "x", "z", "z"], C=[])
-    report = check(SENT, deliveries, max_violations=2)
+    report = check_ids(SENT, deliveries, max_violations=2)
     assert len(report.violations) == 2
     assert report.total_violations > 2
     first = report.first
@@ -217,8 +245,9 @@ def test_accepts_wire_records_and_client_deliveries() -> None:
     def wire(mid: str, ts: int) -> Message:
         return Message(mid, MessageType.DELIVERY, ("A", "B"), b'"v"', "node", "A", ts)
 
-    sent = {"a": (("A", "B"), "v"), "b": (("A", "B"), "v")}
-    assert check(sent, {"A": [wire("a", 1), wire("b", 2)], "B": [wire("a", 1), wire("b", 2)]}).ok
+    sent = sent_from_pairs({"a": (("A", "B"), "v"), "b": (("A", "B"), "v")})
+    logs = {"A": [wire("a", 1), wire("b", 2)], "B": [wire("a", 1), wire("b", 2)]}
+    assert check(sent, deliveries_from_wire(logs)).ok
 
     class ClientDelivery:  # the shape of client.Delivery
         def __init__(self, mid: str, topic: str) -> None:
@@ -227,17 +256,159 @@ def test_accepts_wire_records_and_client_deliveries() -> None:
             self.timeStamp = 1
             self.destinations = ("A",)
             self.topic = topic
+            self.layer: int | None = None
 
-    assert check({"m": {"A"}}, {"A": [ClientDelivery("m", "A")]}).ok
+    one = sent_from_destinations({"m": {"A"}})
+    assert check(one, deliveries_from_client({"A": [ClientDelivery("m", "A")]})).ok
 
 
 def test_bad_records_raise() -> None:
+    sent = sent_from_destinations({"m": {"A"}})
     with pytest.raises(CheckInputError):
-        check({"m": {"A"}}, {"A": [42]})
+        check(sent, deliveries_from_json({"A": [42]}))
     with pytest.raises(CheckInputError):
-        check({"m": {"A"}}, {"A": [{"messageID": 1}]})
+        check(sent, deliveries_from_json({"A": [{"messageID": 1}]}))
     with pytest.raises(CheckInputError):
-        check({"m": {"A"}}, {"A": [{"messageID": "m", "timeStamp": "1"}]})
+        check(sent, deliveries_from_json({"A": [{"messageID": "m", "timeStamp": "1"}]}))
+
+
+def test_check_takes_only_the_checkers_records() -> None:
+    """``check()`` refuses, with :class:`TypeError`, anything but its own records: a
+    tuple (or a bare id) where a DeliveryRecord belongs, a tuple where a SentMessage
+    belongs; a mapping of sent messages must file each under its own id."""
+    sent = [SentMessage("m", frozenset({"A"}))]
+    not_records: list[Any] = [("m", ("A",), 1), "m", {"messageID": "m"}]
+    for entry in not_records:
+        with pytest.raises(TypeError, match=r"delivery 0 at 'A' is a \w+, not a DeliveryRecord"):
+            check(sent, {"A": [entry]})
+    tuples: list[Any] = [("m", {"A"})]
+    with pytest.raises(TypeError, match="not a SentMessage"):
+        check(tuples, {"A": [DeliveryRecord("m")]})
+    assert check({"m": sent[0]}, {"A": [DeliveryRecord("m")]}).ok
+    with pytest.raises(CheckInputError, match="'m' is filed under 'x'"):
+        check({"x": sent[0]}, {"A": [DeliveryRecord("m")]})
+
+
+# ---------------------------------------------------------------------------- adapters
+
+
+def test_adapters_build_records_from_plain_data() -> None:
+    assert sent_from_destinations({"m": ["A", "B"], "s": "C"}) == [
+        SentMessage("m", frozenset({"A", "B"})),
+        SentMessage("s", frozenset({"C"})),
+    ]
+    assert sent_from_pairs({"m": (("A",), None)}) == [SentMessage("m", frozenset({"A"}), None)]
+    assert deliveries_from_ids({"A": ["x", "y"]}) == {
+        "A": [DeliveryRecord("x", deliveredAt="A"), DeliveryRecord("y", deliveredAt="A")]
+    }
+    objects = {
+        "A": [
+            {"messageID": "x", "topic": ["A", "B"], "timeStamp": 3, "value": None},
+            {"messageID": "y", "destinations": "A", "layer": 2, "deliveredAt": "A"},
+            {"messageID": "z", "partitionID": 1, "messageType": "DeliveryMessage"},
+        ]
+    }
+    assert deliveries_from_json(objects) == {
+        "A": [
+            DeliveryRecord("x", ("A", "B"), 3, None, "A"),
+            DeliveryRecord("y", ("A",), deliveredAt="A", layer=2),
+            DeliveryRecord("z", deliveredAt="A", layer=1),
+        ]
+    }
+
+
+def test_adapters_read_wire_records_and_client_deliveries() -> None:
+    wire = [
+        Message("x", MessageType.DELIVERY, ("A", "B"), b'{"v": 1}', "n", "A", 4, 2),
+        Message("y", MessageType.DELIVERY, ("A",), None, "n", "A", 5),
+    ]
+    assert deliveries_from_wire({"A": wire}) == {
+        "A": [
+            DeliveryRecord("x", ("A", "B"), 4, {"v": 1}, "A", layer=2),
+            DeliveryRecord("y", ("A",), 5, None, "A"),  # no value carried: compared as null
+        ]
+    }
+    delivery = Delivery("x", [1], 7, ("A", "B"), "A", partition=0, offset=3, layer=None)
+    assert deliveries_from_client({"A": [delivery]}) == {
+        "A": [DeliveryRecord("x", ("A", "B"), 7, [1], "A", layer=0)]
+    }
+    layered = dataclasses.replace(delivery, layer=1)
+    assert deliveries_from_client({"A": [layered]})["A"][0].layer == 1
+
+
+@pytest.mark.parametrize(
+    ("convert", "message"),
+    [
+        (lambda: sent_from_destinations({"m": []}), "sent message 'm': 'topic' must be"),
+        (lambda: sent_from_destinations({"m": ["no spaces!"]}), "non-empty list of topic"),
+        (lambda: sent_from_destinations({"m": 5}), "sent message 'm': 'topic' must be"),  # type: ignore[dict-item]
+        (lambda: sent_from_destinations({"": {"A"}}), "sent message '': the id must be"),
+        (lambda: sent_from_pairs({"m": ((), 1)}), "sent message 'm': 'topic' must be"),
+        (lambda: deliveries_from_ids({"A": ["x", ""]}), "delivery 1 at 'A': a message id"),
+        (lambda: deliveries_from_ids({"A": [7]}), "delivery 0 at 'A': a message id"),  # type: ignore[list-item]
+        (lambda: deliveries_from_json({"A": [42]}), "delivery 0 at 'A': not a JSON object"),
+        (
+            lambda: deliveries_from_json({"A": [{"messageID": "m", "deliveredAt": "B"}]}),
+            "delivery 0 at 'A': 'deliveredAt' is 'B'",
+        ),
+        (
+            lambda: deliveries_from_json({"A": [{"messageID": "m", "messageType": "AckMessage"}]}),
+            "not a delivery record (messageType 'AckMessage')",
+        ),
+        (
+            lambda: deliveries_from_json({"A": [{"messageID": "m"}, {"messageID": ""}]}),
+            "delivery 1 at 'A': 'messageID' must be a non-empty string",
+        ),
+        (
+            lambda: deliveries_from_json({"A": [{"messageID": "m", "topic": [1]}]}),
+            "'topic' must be a list of topic names",
+        ),
+        (
+            lambda: deliveries_from_json({"A": [{"messageID": "m", "timeStamp": -1}]}),
+            "'timeStamp' must be a non-negative integer",
+        ),
+        (
+            lambda: deliveries_from_wire(
+                {"A": [Message("m", MessageType.DELIVERY, ("A",), b"{not json")]}
+            ),
+            "delivery 0 at 'A': the value is not JSON text",
+        ),
+    ],
+)
+def test_adapters_refuse_bad_input(convert: Callable[[], object], message: str) -> None:
+    with pytest.raises(CheckInputError, match=re.escape(message)):
+        convert()
+
+
+def test_file_adapters_name_the_file_and_line(tmp_path: Path) -> None:
+    with pytest.raises(CheckInputError, match=r"cannot read .*nope\.jsonl"):
+        load_sent(tmp_path / "nope.jsonl")
+    sent = tmp_path / "SENT.jsonl"
+    sent.write_bytes(b'{"messageID": "m", "topic": ["A"]}\n\n{"messageID": "n", "topic": "A"}\n')
+    assert load_sent(sent) == [
+        SentMessage("m", frozenset({"A"})),
+        SentMessage("n", frozenset({"A"})),
+    ]
+    sent.write_bytes(b'{"messageID": "m", "topic": ["A"]}\n{"messageID": "n"}\n')
+    with pytest.raises(CheckInputError, match=re.escape(f"{sent}:2: 'topic' must be")):
+        load_sent(sent)
+    deliveries = write_jsonl(tmp_path / "A.jsonl", [{"messageID": "m"}, {"messageID": 3}])
+    with pytest.raises(CheckInputError, match=re.escape(f"{deliveries}:2: 'messageID' must be")):
+        load_deliveries([deliveries])
+
+
+def test_the_checker_imports_neither_engine_nor_codec() -> None:
+    """Independence: of the project, the checker uses only ``is_valid_topic_name``."""
+    package = Path(checker_package.__file__).parent
+    used: set[str] = set()
+    for path in package.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("atomickafka"):
+                if not (node.module or "").startswith("atomickafka.verify.checker"):
+                    used.update(f"{node.module}.{alias.name}" for alias in node.names)
+            elif isinstance(node, ast.Import):
+                assert not any(a.name.startswith("atomickafka") for a in node.names), path
+    assert used == {"atomickafka.core.wire.is_valid_topic_name"}
 
 
 # ---------------------------------------------------------------------------- scale
@@ -259,7 +430,7 @@ def test_scale_100k_messages_5_topics() -> None:
     topics = [f"T{i}" for i in range(5)]
     sent, deliveries = big_run(100_000, topics)
     start = time.perf_counter()
-    report = check(sent, deliveries)
+    report = check_ids(sent, deliveries)
     elapsed = time.perf_counter() - start
     assert report.ok, report
     assert report.deliveries > 300_000
@@ -267,7 +438,7 @@ def test_scale_100k_messages_5_topics() -> None:
     # A single late swap deep in one log is still found, and named.
     b = deliveries["T3"]
     b[-10], b[-20] = b[-20], b[-10]
-    report = check(sent, deliveries)
+    report = check_ids(sent, deliveries)
     assert K.ORDER in report.kinds() and K.CYCLE in report.kinds()
     assert report.first is not None and set(report.first.message_ids) == {b[-10], b[-20]}
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from atomickafka.core.engine import Algorithm, Engine, Output
 from atomickafka.core.timebounds import CLOCK_HOLD_US, CLOCK_LEAD_US
 from atomickafka.core.wire import MAX_TIMESTAMP, MessageType, value_digest
-from atomickafka.verify.checker import ViolationKind, check
+from atomickafka.verify.checker import ViolationKind, check, deliveries_from_wire
 from atomickafka.verify.simulator import (
     CALM,
     Chaos,
@@ -261,7 +261,7 @@ def test_colliding_ids_never_stall_and_never_split(
     clean = {mid for mid, vs in by_id.items() if len(vs) == 1}
     sent = [s for s in result.sent if s.messageID in clean]
     deliveries = {t: [m for m in result.deliveries[t] if m.messageID in clean] for t in topics}
-    report = check(sent, deliveries)
+    report = check(sent, deliveries_from_wire(deliveries))
     assert report.ok, report.summary()
 
 
