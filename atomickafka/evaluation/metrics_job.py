@@ -621,7 +621,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--jars-dir",
         help="folder of the Kafka connector's jars, added when this script starts Spark "
-        "itself (python eval/metrics.py); under spark-submit use its --jars",
+        "itself (python metrics_job.py); under spark-submit use its --jars",
     )
     parser.add_argument(
         "--print-jars",

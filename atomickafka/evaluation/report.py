@@ -457,7 +457,7 @@ def _definitions(data: ReportInput) -> list[str]:
         "(`runs/<run>/records.parquet`), and every message with its send time (noted by the "
         "client) and its delivery time at each destination (the Kafka timestamp of its "
         "Delivery record) (`runs/<run>/messages.parquet`). The PySpark job "
-        "`eval/metrics.py` computes everything below from these files "
+        "`atomickafka/evaluation/metrics_job.py` computes everything below from these files "
         "(`metrics/<run>.json`); it can also read a run straight from Kafka.",
         "- The run window goes from the first measured send to the last measured delivery; "
         "rates are counts in the window over its length. A warm-up multicast through every "

@@ -74,7 +74,7 @@ def _latency(base: float) -> dict[str, Any]:
 
 
 def _metrics(run: str, speed: float, nodes: list[str], messages: int = 1000) -> RunMetrics:
-    """The JSON ``eval/metrics.py`` writes for a run, with made-up figures."""
+    """The JSON the metrics job writes for a run, with made-up figures."""
     node_rows = [
         {
             "node": node,
