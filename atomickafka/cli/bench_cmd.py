@@ -10,9 +10,9 @@ from typing import Any
 import orjson
 from tqdm import tqdm
 
-from atomickafka.bench import BenchResult, BenchSetup, run_bench
 from atomickafka.cli.options import add_bootstrap, add_overrides, guarded, resolve_bootstrap
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
+from atomickafka.evaluation.bench import BenchResult, BenchSetup, run_bench
 from atomickafka.kafka.topics import Layout
 
 
@@ -76,7 +76,9 @@ def _run(args: argparse.Namespace) -> int:
         messages=args.messages,
         record_size=args.record_size,
         shares=shares,
-        setup=BenchSetup(args.algorithm, Layout(args.layout), args.partitions, args.overrides),
+        setup=BenchSetup(
+            Algorithm(args.algorithm), Layout(args.layout), args.partitions, args.overrides
+        ),
         warmup=not args.no_warmup,
         paced_rate=args.paced_rate,
         on_result=show,

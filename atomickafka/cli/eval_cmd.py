@@ -18,6 +18,7 @@ from atomickafka.cli.options import (
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.evaluation.results import RunInfo
 from atomickafka.kafka.topics import Layout
+from atomickafka.localkafka import running_bootstrap
 from atomickafka.logs import configure_logging
 
 EXIT_FAILED = 1
@@ -79,6 +80,11 @@ def register(subparsers: Any) -> None:
         help="a run fails when no delivery arrives for this long",
     )
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up run")
+    parser.add_argument(
+        "--print-job",
+        action="store_true",
+        help="print the path of the PySpark metrics job (for spark-submit) and exit",
+    )
     add_log_level(parser, default="warning")
     parser.set_defaults(func=guarded("eval", _run))
 
@@ -105,6 +111,11 @@ def _run(args: argparse.Namespace) -> int:
     from atomickafka.evaluation.scenarios import parse_scenarios  # noqa: PLC0415
     from atomickafka.evaluation.variants import parse_comparisons  # noqa: PLC0415
 
+    if args.print_job:
+        from atomickafka.evaluation.spark import job_path  # noqa: PLC0415
+
+        print(job_path())
+        return 0
     try:
         overrides = args.overrides
         scenarios = parse_scenarios(args.scenarios)
@@ -137,8 +148,8 @@ def _run(args: argparse.Namespace) -> int:
         clients=args.clients,
         topics=args.topics,
         pace_ms=args.pace_ms,
-        algorithm=args.algorithm,
-        layout=args.layout,
+        algorithm=Algorithm(args.algorithm),
+        layout=Layout(args.layout),
         partitions=args.partitions,
         comparisons=tuple(comparisons),
         window_s=args.window_s,
@@ -148,7 +159,11 @@ def _run(args: argparse.Namespace) -> int:
         overrides=overrides,
     )
     embedded = args.bootstrap_server is None
+    started = embedded and running_bootstrap() is None
     bootstrap = resolve_bootstrap(args.bootstrap_server)
+    if embedded:
+        how = "started" if started else "reused the running"
+        print(f"eval: {how} embedded broker at {bootstrap}", flush=True)
     print(f"eval: {len(scenarios)} scenarios on {bootstrap}; report in {out}", flush=True)
     outcome = run_suite(bootstrap, settings, embedded=embedded, on_run=_announce)
     for result in outcome.results:
@@ -167,9 +182,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"FAILED: metrics job: {outcome.metrics_error}", file=sys.stderr)
     print(f"total wall time {outcome.wall_s / 60:.1f} min")
     print(f"report: {outcome.report}")
-    if embedded:
+    if started:
         print(
-            f"the embedded broker keeps running at {bootstrap}; stop it with: "
-            "atomickafka broker stop"
+            f"the embedded broker started for this suite keeps running at {bootstrap}; "
+            "stop it with: atomickafka broker stop"
         )
     return 0 if outcome.ok else EXIT_FAILED

@@ -12,48 +12,28 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any
 
+from atomickafka.evaluation.measuring import (
+    MULTICAST_FIELD,
+    SEND_TIME_FIELD,
+    WARMUP_VALUE,
+    Sender,
+)
 from atomickafka.evaluation.scenarios import ClientPlan
 from atomickafka.evaluation.variants import System
+from atomickafka.kafka.topics import Layout
 
-__all__ = [
-    "WARMUP_VALUE",
-    "ClientJob",
-    "ClientResult",
-    "Sender",
-    "client_process",
-    "make_sender",
-    "payload",
-]
-
-
-#: The value of an unmeasured warm-up message.
-WARMUP_VALUE: Final = {"warmup": True}
+__all__ = ["ClientJob", "ClientResult", "client_process", "make_sender", "payload"]
 
 
 def payload(client_index: int, seq: int, multicast: bool, send_us: int) -> dict[str, Any]:
     """The value of a measured message: client, sequence number, multicast flag and the
-    send time in microseconds since the epoch (``t``; warm-up values have none)."""
-    return {"c": client_index, "i": seq, "m": multicast, "t": send_us}
-
-
-class Sender(Protocol):
-    """What a client process sends through (``AtomicKafkaClient`` or the sequencer's)."""
-
-    def send(self, value: Any, destinations: Iterable[str], via: str | None = None) -> str:
-        """Send ``value`` to ``destinations``; return its messageID."""
-        ...
-
-    def warm_up(self, topics: Iterable[str], timeout_s: float = 10.0) -> None:
-        """Fetch metadata before the measured sends."""
-        ...
-
-    def flush(self, timeout_s: float = 30.0) -> None:
-        """Wait until every message is acknowledged."""
-        ...
+    send time in microseconds since the epoch (a probe, see
+    :mod:`~atomickafka.evaluation.measuring`; warm-up values have no send time)."""
+    return {"c": client_index, "i": seq, MULTICAST_FIELD: multicast, SEND_TIME_FIELD: send_us}
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +43,7 @@ class ClientJob:
     bootstrap: str
     plan: ClientPlan
     system: System
-    layout: str
+    layout: Layout
     pace_ms: float = 0.0
     sequencer_topic: str | None = None
     overrides: Mapping[str, str] = field(default_factory=dict)

@@ -21,16 +21,24 @@ def _package(name: str) -> str:
         return "not installed"
 
 
+#: The folder holding the ``atomickafka`` package: a source checkout's root, or
+#: ``site-packages`` of an installation.
+_ROOT = Path(__file__).resolve().parents[2]
+
+
 def _git(*args: str) -> str:
-    root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
-        ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10, check=True
+        ["git", "-C", str(_ROOT), *args], capture_output=True, text=True, timeout=10, check=True
     )
     return done.stdout.strip()
 
 
 def _git_commit() -> str:
+    """The checkout's commit, when the package runs from one (not when it is installed
+    into an environment that merely sits inside some repository)."""
     try:
+        if Path(_git("rev-parse", "--show-toplevel")).resolve() != _ROOT:
+            return "unknown (installed, not run from a git checkout)"
         commit = _git("rev-parse", "--short=12", "HEAD")
         dirty = _git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):

@@ -62,14 +62,16 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
-import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 from confluent_kafka import TopicPartition
 
+from atomickafka.core.reader import UNDECODABLE, KafkaRecord, peek, read_delivery
+from atomickafka.core.wire import MessageType
 from atomickafka.kafka.consumer import consume_batch, make_consumer, watermarks
 
 __all__ = [
@@ -77,6 +79,7 @@ __all__ = [
     "RECORDS_SCHEMA",
     "RecordedTopic",
     "Recording",
+    "Role",
     "SentRow",
     "record_run",
     "write_table",
@@ -119,8 +122,22 @@ _MESSAGES_FIELDS: list[pa.Field[Any]] = [
 ]
 MESSAGES_SCHEMA: Final = pa.schema(_MESSAGES_FIELDS)
 
-_DELIVERY: Final = "DeliveryMessage"
-_BUNDLE: Final = "Bundle"
+#: ``message_type`` of a status record.
+_STATUS: Final = "NodeStatus"
+#: What a delivery topic's deliveries are called in ``message_type``.
+_DELIVERY_KINDS: Final = frozenset(
+    {MessageType.DELIVERY.value, MessageType.PARTITION_DELIVERY.value}
+)
+
+
+class Role(StrEnum):
+    """What a recorded Kafka topic is to its node (the ``role`` column)."""
+
+    INPUT = "input"
+    DELIVERY = "delivery"
+    DEAD_LETTER = "dead-letter"
+    LAYERS = "layers"
+    STATUS = "status"
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +148,7 @@ class RecordedTopic:
 
     kafka_topic: str
     node: str
-    role: str
+    role: Role
     holds_deliveries: bool = False
     start_offset: int = 0
     keys: frozenset[str] | None = None
@@ -173,38 +190,6 @@ def write_table(columns: Mapping[str, list[Any]], schema: pa.Schema, path: Path)
     return table.num_rows
 
 
-def _text(value: object) -> str | None:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)  # the thesis's numeric sender ids
-    return None
-
-
-def _json(raw: bytes | None) -> Any:
-    """The record's JSON object; of a bundle, its header line (its messages' values
-    follow the newline as raw bytes)."""
-    if not raw:
-        return None
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        end = raw.find(b"\n")
-        if end < 0:
-            return None
-        try:
-            return orjson.loads(raw[:end])
-        except orjson.JSONDecodeError:
-            return None
-
-
-def _type_of(obj: object) -> str:
-    if not isinstance(obj, dict):
-        return "<undecodable>"
-    kind = obj.get("messageType")
-    return kind if isinstance(kind, str) else "<none>"
-
-
 class _RecordColumns:
     """Column lists for ``records.parquet``, plus the deliveries found on the way."""
 
@@ -213,25 +198,18 @@ class _RecordColumns:
         self.columns: dict[str, list[Any]] = {name: [] for name in RECORDS_SCHEMA.names}
         self.delivered: dict[tuple[str, str], _Delivered] = {}
 
-    def add(self, where: RecordedTopic, record: Any) -> None:
-        raw: bytes | None = record.value()
-        obj = _json(raw)
+    def add(self, where: RecordedTopic, record: KafkaRecord) -> None:
+        seen = peek(record)
         node = where.node
-        if where.role == "status":
+        kind, writer = seen.kind, seen.sender_id
+        if where.role is Role.STATUS:
             key = record.key()
-            node = key.decode(errors="replace") if key else ""
-            kind = "NodeStatus" if isinstance(obj, dict) else "<undecodable>"
-            writer: str | None = f"node-{node}"
-        else:
-            kind = _type_of(obj)
-            writer = _text(obj.get("senderID")) if isinstance(obj, dict) else None
-            if where.role == "dead-letter":
-                writer = f"node-{node}"
-        bundled = (
-            kind == _BUNDLE and isinstance(obj, dict) and isinstance(obj.get("messages"), list)
-        )
-        inner: list[Any] = obj["messages"] if bundled else [obj]
-        kafka_ts: int = record.timestamp()[1]
+            node = key.decode(errors="replace") if isinstance(key, bytes) else key or ""
+            kind = _STATUS if kind != UNDECODABLE else UNDECODABLE
+            writer = f"node-{node}"
+        elif where.role is Role.DEAD_LETTER:
+            writer = f"node-{node}"
+        kafka_ts = record.timestamp()[1]
         offset = record.offset() or 0
         cols = self.columns
         cols["run"].append(self.run)
@@ -240,34 +218,24 @@ class _RecordColumns:
         cols["offset"].append(offset)
         cols["kafka_ts_ms"].append(kafka_ts)
         cols["node"].append(node)
-        cols["role"].append(where.role)
+        cols["role"].append(where.role.value)
         cols["message_type"].append(kind)
         cols["writer"].append(writer)
-        cols["sent_from_topic"].append(
-            _text(obj.get("sentFromTopic")) if isinstance(obj, dict) else None
-        )
-        cols["message_id"].append(
-            _text(obj.get("messageID")) if isinstance(obj, dict) and kind != _BUNDLE else None
-        )
-        cols["messages"].append(len(inner))
-        cols["inner_types"].append([_type_of(m) for m in inner] if bundled else [kind])
-        cols["value_bytes"].append(len(raw) if raw else 0)
-        if where.holds_deliveries:
-            for item in inner:
-                self._maybe_delivery(node, item, kafka_ts, offset)
+        cols["sent_from_topic"].append(seen.sent_from)
+        cols["message_id"].append(seen.message_id)
+        cols["messages"].append(len(seen.inner) if seen.is_bundle else 1)
+        cols["inner_types"].append([i.kind for i in seen.inner] if seen.is_bundle else [kind])
+        cols["value_bytes"].append(seen.size)
+        if where.holds_deliveries and seen.kind in _DELIVERY_KINDS:
+            self._maybe_delivery(node, record, kafka_ts, offset)
 
-    def _maybe_delivery(self, node: str, item: Any, kafka_ts: int, offset: int) -> None:
-        if not isinstance(item, dict) or item.get("messageType") != _DELIVERY:
+    def _maybe_delivery(self, node: str, record: KafkaRecord, kafka_ts: int, offset: int) -> None:
+        message = read_delivery(record, at=node)
+        if message is None:
             return
-        mid = item.get("messageID")
-        if not isinstance(mid, str) or item.get("sentFromTopic") != node:
-            return
-        key = (mid, node)
+        key = (message.messageID, node)
         if key not in self.delivered:
-            stamp = item.get("timeStamp")
-            self.delivered[key] = _Delivered(
-                kafka_ts, offset, stamp if isinstance(stamp, int) else None
-            )
+            self.delivered[key] = _Delivered(kafka_ts, offset, message.timeStamp)
 
 
 def _read_topics(

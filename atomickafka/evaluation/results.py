@@ -2,8 +2,9 @@
 
 A run's facts (:class:`RunInfo`) are written by the runner as ``run.json`` beside the
 run's Parquet files; its metrics (:class:`RunMetrics`) come from the PySpark job
-(``eval/metrics.py``) as ``<run>.json``. The report reads only these, so it can be
-rendered again, or from synthetic figures in tests, without Kafka or Spark.
+(:mod:`~atomickafka.evaluation.metrics_job`) as ``<run>.json``. The report reads only
+these, so it can be rendered again, or from synthetic figures in tests, without Kafka
+or Spark.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing as mp
+import queue
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -25,38 +26,32 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from tqdm import tqdm
 
-from atomickafka.evaluation.clients import (
-    WARMUP_VALUE,
-    ClientJob,
-    ClientResult,
-    client_process,
-    make_sender,
-)
+from atomickafka.evaluation.clients import ClientJob, ClientResult, client_process, make_sender
 from atomickafka.evaluation.clients import payload as measured_value
-from atomickafka.evaluation.recording import RecordedTopic, SentRow, record_run
+from atomickafka.evaluation.measuring import WARMUP_VALUE, DeliveryCounter, warm_up
+from atomickafka.evaluation.recording import RecordedTopic, Role, SentRow, record_run
 from atomickafka.evaluation.results import RunInfo
 from atomickafka.evaluation.scenarios import ClientPlan, Scenario, plan_clients
 from atomickafka.evaluation.sequencer import SEQUENCER_ID, running_sequencer
 from atomickafka.evaluation.variants import System, Variant
 from atomickafka.kafka.admin import ensure_topics
-from atomickafka.kafka.consumer import consume_batch, make_consumer, watermarks
+from atomickafka.kafka.consumer import make_consumer, watermarks
 from atomickafka.kafka.settings import admin_config
 from atomickafka.kafka.topics import (
     STATUS_TOPIC,
+    Layout,
     dead_letter_topic,
     delivery_topic,
-    header_type,
     input_topic,
     layers_topic,
 )
 from atomickafka.node.launch import cluster_keys, running_cluster
 from atomickafka.verify.checker import check, deliveries_from_client, sent_from_pairs
-from client import AtomicKafkaClient, Delivery
+from client import AtomicKafkaClient, Delivery, DeliveryError, DestinationError
 
 __all__ = ["RunError", "RunSpec", "run_one"]
 
@@ -65,6 +60,12 @@ log = logging.getLogger("atomickafka.eval.runner")
 
 class RunError(RuntimeError):
     """A run could not go on (a client failed, the warm-up was not delivered, ...)."""
+
+
+#: What ends a run as failed (reported in its RunInfo) while the suite goes on: the
+#: run's own failures, Kafka's, time-outs and I/O, writes the broker did not accept, and
+#: a destination whose node went away. Anything else is a bug and is raised.
+_RUN_FAILURES = (RunError, KafkaException, OSError, DeliveryError, DestinationError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +86,15 @@ class RunSpec:
     progress: bool = True
     record: bool = True
     partitions: int = 1
+    #: The suite's unmeasured warm-up run (it says so on its progress bar).
+    warmup: bool = False
+
+    @property
+    def title(self) -> str:
+        """What the run is called on its progress bar."""
+        if self.warmup:
+            return f"warm-up run (unmeasured, {self.variant.label})"
+        return f"{self.variant.label} {self.scenario.name}"
 
     @property
     def plans(self) -> list[ClientPlan]:
@@ -97,7 +107,7 @@ class RunSpec:
         return f"{self.topics[0].rsplit('-', 1)[0]}-seq"
 
     @property
-    def layout(self) -> str:
+    def layout(self) -> Layout:
         """The layout clients and readers use."""
         return self.variant.layout
 
@@ -109,69 +119,21 @@ class RunSpec:
         """Every Kafka topic the run writes, with its owner and role."""
         if self.variant.system is System.SEQUENCER:
             return [
-                RecordedTopic(self.sequencer_topic, SEQUENCER_ID, "input"),
-                *(RecordedTopic(t, t, "delivery", holds_deliveries=True) for t in self.topics),
+                RecordedTopic(self.sequencer_topic, SEQUENCER_ID, Role.INPUT),
+                *(RecordedTopic(t, t, Role.DELIVERY, holds_deliveries=True) for t in self.topics),
             ]
         out: list[RecordedTopic] = []
         for topic in self.topics:
             inbox = input_topic(topic, self.layout)
-            out.append(RecordedTopic(inbox, topic, "input", holds_deliveries=inbox == topic))
+            out.append(RecordedTopic(inbox, topic, Role.INPUT, holds_deliveries=inbox == topic))
             if inbox != topic:
-                out.append(RecordedTopic(topic, topic, "delivery", holds_deliveries=True))
-            out.append(RecordedTopic(dead_letter_topic(topic), topic, "dead-letter"))
+                out.append(RecordedTopic(topic, topic, Role.DELIVERY, holds_deliveries=True))
+            out.append(RecordedTopic(dead_letter_topic(topic), topic, Role.DEAD_LETTER))
             if self.partitions > 1:
-                out.append(RecordedTopic(layers_topic(topic), topic, "layers"))
+                out.append(RecordedTopic(layers_topic(topic), topic, Role.LAYERS))
         keys = frozenset(cluster_keys(self.topics, self.partitions))
-        out.append(RecordedTopic(STATUS_TOPIC, "", "status", start_offset=status_start, keys=keys))
-        return out
-
-
-_DELIVERY_HEADERS = (None, b"DeliveryMessage")
-
-
-class _DeliveryCounter:
-    """Counts distinct deliveries at the run's delivery topics, read from their start;
-    warm-up deliveries (values without a send time) apart."""
-
-    def __init__(
-        self, bootstrap: str, topics: Mapping[str, str], overrides: Mapping[str, str]
-    ) -> None:
-        self._topics = dict(topics)
-        self._consumer = make_consumer(bootstrap, None, overrides, **{"fetch.wait.max.ms": 20})
-        self._consumer.assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in self._topics])
-        self._seen: set[tuple[str, str]] = set()
-        self.measured = 0
-        self.warmup = 0
-
-    def poll(self, timeout_s: float) -> int:
-        """Read what has arrived (waiting up to ``timeout_s``); return new measured ones."""
-        before = self.measured
-        for record in consume_batch(self._consumer, 10_000, timeout_s):
-            if record.error() is not None or header_type(record) not in _DELIVERY_HEADERS:
-                continue
-            node = self._topics.get(record.topic() or "")
-            try:
-                obj = orjson.loads(record.value() or b"")
-            except orjson.JSONDecodeError:
-                continue
-            if node is None or not isinstance(obj, dict) or obj.get("sentFromTopic") != node:
-                continue
-            if obj.get("messageType") != "DeliveryMessage":
-                continue
-            key = (str(obj.get("messageID")), node)
-            if key in self._seen:
-                continue
-            self._seen.add(key)
-            value = obj.get("value")
-            if isinstance(value, dict) and "t" in value:
-                self.measured += 1
-            else:
-                self.warmup += 1
-        return self.measured - before
-
-    def close(self) -> None:
-        """Release the consumer."""
-        self._consumer.close()
+        status = RecordedTopic(STATUS_TOPIC, "", Role.STATUS, start_offset=status_start, keys=keys)
+        return [*out, status]
 
 
 def _status_end(bootstrap: str) -> int:
@@ -188,8 +150,8 @@ def _status_end(bootstrap: str) -> int:
 
 @contextlib.contextmanager
 def _running_system(bootstrap: str, spec: RunSpec) -> Iterator[None]:
-    variant = spec.variant
-    if variant.system is System.SEQUENCER:
+    algorithm = spec.variant.algorithm
+    if algorithm is None:  # the sequencer
         ensure_topics(
             AdminClient(admin_config(bootstrap, spec.overrides)),
             [spec.sequencer_topic, *spec.topics],
@@ -200,8 +162,8 @@ def _running_system(bootstrap: str, spec: RunSpec) -> Iterator[None]:
     with running_cluster(
         bootstrap,
         spec.topics,
-        algorithm=variant.algorithm,
-        layout=variant.layout,
+        algorithm=algorithm.value,
+        layout=spec.layout.value,
         partitions=spec.partitions,
         overrides=spec.overrides,
         log_path=spec.run_dir / "nodes.log",
@@ -221,35 +183,20 @@ def _job(bootstrap: str, spec: RunSpec, plan: ClientPlan) -> ClientJob:
     )
 
 
-def _warm_up(
-    bootstrap: str, spec: RunSpec, counter: _DeliveryCounter, timeout_s: float = 90.0
-) -> list[SentRow]:
-    """One multicast to every topic through each topic, unmeasured: every node has
-    fetched its peers' metadata before the clients start."""
+def _warm_up(bootstrap: str, spec: RunSpec, counter: DeliveryCounter) -> list[SentRow]:
+    """The suite's warm-up multicasts (:func:`~atomickafka.evaluation.measuring.warm_up`),
+    as recording rows."""
     topics = spec.topics
     sender = make_sender(_job(bootstrap, spec, ClientPlan(-1, "warmup", topics[0], ())))
-    rows = []
-    for via in topics:
-        mid = sender.send(WARMUP_VALUE, topics, via=via)
-        rows.append(SentRow(mid, "warmup", via, topics, time.time_ns() // 1000, warmup=True))
-    sender.flush(timeout_s)
-    want = len(topics) * len(topics)
-    deadline = time.monotonic() + timeout_s
-    while counter.warmup < want:
-        if time.monotonic() > deadline:
-            raise RunError(f"warm-up: {counter.warmup} of {want} deliveries in {timeout_s:.0f}s")
-        counter.poll(0.2)
-    # Every warm-up delivery was written before it was counted; Kafka timestamps are in
-    # ms: a few ms apart, no measured send can share a millisecond with one of them.
-    time.sleep(0.005)
-    return rows
+    sent = warm_up(sender, topics, counter)
+    return [SentRow(w.message_id, "warmup", w.via, topics, w.send_us, warmup=True) for w in sent]
 
 
-def _drain(queue: Any, into: dict[str, ClientResult]) -> None:
+def _drain(results_queue: Any, into: dict[str, ClientResult]) -> None:
     while True:
         try:
-            result: ClientResult = queue.get_nowait()
-        except Exception:  # queue.Empty
+            result: ClientResult = results_queue.get_nowait()
+        except queue.Empty:
             return
         if result.error is not None:
             raise RunError(f"{result.client_id} failed:\n{result.error}")
@@ -257,7 +204,7 @@ def _drain(queue: Any, into: dict[str, ClientResult]) -> None:
 
 
 def _drive_clients(
-    bootstrap: str, spec: RunSpec, plans: Sequence[ClientPlan], counter: _DeliveryCounter
+    bootstrap: str, spec: RunSpec, plans: Sequence[ClientPlan], counter: DeliveryCounter
 ) -> tuple[list[ClientResult], bool]:
     """Start the clients together; count deliveries until all came or progress stalled."""
     expected = sum(len(d) for plan in plans for d in plan.destinations)
@@ -287,7 +234,7 @@ def _drive_clients(
         go.set()
         bar = tqdm(
             total=expected,
-            desc=f"{spec.variant.label} {spec.scenario.name}",
+            desc=spec.title,
             unit="dlv",
             disable=not spec.progress,
             mininterval=0.5 if sys.stderr.isatty() else 10.0,
@@ -388,8 +335,8 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
         multicast_percent=spec.scenario.multicast_percent,
         variant=variant.label,
         system=variant.system.value,
-        algorithm=variant.algorithm,
-        layout=variant.layout,
+        algorithm=variant.algorithm.value if variant.algorithm is not None else "",
+        layout=variant.layout.value,
         topics=list(spec.topics),
         clients=spec.clients,
         messages_per_client=spec.messages_per_client,
@@ -403,14 +350,12 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
     log.info("run starting", extra={"fields": fields})
     try:
         status_start = _status_end(bootstrap)
-        counter = _DeliveryCounter(bootstrap, spec.delivery_topics(), spec.overrides)
-        try:
+        counter = DeliveryCounter(bootstrap, spec.delivery_topics(), spec.overrides)
+        with contextlib.closing(counter):
             with _running_system(bootstrap, spec):
                 warm = _warm_up(bootstrap, spec, counter)
                 results, info.complete = _drive_clients(bootstrap, spec, plans, counter)
             info.counted_deliveries = counter.measured
-        finally:
-            counter.close()
         rows, values = _sent_rows(plans, results)
         sent = {row.message_id: (row.destinations, WARMUP_VALUE) for row in warm}
         sent.update(values)
@@ -429,7 +374,7 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
                 spec.run_dir,
                 overrides=spec.overrides,
             )
-    except Exception as exc:  # the run failed; the suite goes on and reports it
+    except _RUN_FAILURES as exc:
         log.exception("run failed", extra={"fields": fields})
         info.error = f"{type(exc).__name__}: {exc}"
     info.wall_s = round(time.monotonic() - started, 2)

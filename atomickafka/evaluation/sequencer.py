@@ -31,6 +31,7 @@ from atomickafka.core.wire import (
 )
 from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
 from atomickafka.kafka.producer import RecordProducer, type_headers
+from client import DeliveryError
 
 __all__ = ["SEQUENCER_ID", "SequencerSender", "fan_out_process", "running_sequencer"]
 
@@ -82,10 +83,11 @@ class SequencerSender:
         self._producer.warm_up([self.topic], timeout_s)
 
     def flush(self, timeout_s: float = 30.0) -> None:
-        """Wait for every write; raise ``RuntimeError`` if any failed."""
+        """Wait for every write; raise :class:`DeliveryError` (as the client does) if any
+        failed."""
         remaining = self._producer.flush(timeout_s)
         if remaining or self._failures:
-            raise RuntimeError(
+            raise DeliveryError(
                 f"sequencer writes: {remaining} unacknowledged, {len(self._failures)} failed"
                 + (f"; first: {self._failures[0]}" if self._failures else "")
             )

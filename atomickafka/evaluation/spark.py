@@ -1,14 +1,17 @@
-"""The suite's side of the PySpark metrics job (``eval/metrics.py``).
+"""The suite's side of the PySpark metrics job
+(:mod:`atomickafka.evaluation.metrics_job`).
 
-The job is a plain PySpark application that needs nothing but pyspark; the suite loads
-it from the source tree and runs it in its own process, in local mode, with one
-SparkSession for the whole suite. Spark's Kafka connector jars are fetched by the setup
-step (``deploy/bootstrap.sh eval``); here they are only looked up.
+The job is a plain PySpark application that needs nothing but pyspark; it ships in
+the package, so ``spark-submit`` can run its file (:func:`job_path`) and the suite
+imports it and runs it in its own process, in local mode, with one SparkSession for
+the whole suite. Spark's Kafka connector jars are fetched by the setup step
+(``deploy/bootstrap.sh eval``); here they are only looked up.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import os
 from collections.abc import Iterator
@@ -24,6 +27,7 @@ if TYPE_CHECKING:  # pyspark is the eval extra's: imported only where Spark runs
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "JOB_MODULE",
     "SparkSetupError",
     "compute_metrics",
     "job_path",
@@ -42,17 +46,27 @@ class SparkSetupError(RuntimeError):
     """Spark or its Kafka connector is not set up; the message says how to set it up."""
 
 
+#: The job's module; its file is what ``spark-submit`` runs.
+JOB_MODULE = "atomickafka.evaluation.metrics_job"
+#: Names another job file to run instead (a modified copy, say).
+JOB_OVERRIDE = "ATOMICKAFKA_EVAL_JOB"
+
+
 def job_path() -> Path:
-    """``eval/metrics.py`` of the source tree (``$ATOMICKAFKA_EVAL_JOB`` overrides)."""
-    override = os.environ.get("ATOMICKAFKA_EVAL_JOB")
+    """The metrics job's file, as installed (``$ATOMICKAFKA_EVAL_JOB`` overrides)."""
+    override = os.environ.get(JOB_OVERRIDE)
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[2] / "eval" / "metrics.py"
+    spec = importlib.util.find_spec(JOB_MODULE)
+    assert spec is not None and spec.origin is not None, JOB_MODULE
+    return Path(spec.origin)
 
 
 @functools.cache
 def load_job() -> ModuleType:
     """The metrics job as a module (loaded once)."""
+    if not os.environ.get(JOB_OVERRIDE):
+        return importlib.import_module(JOB_MODULE)
     path = job_path()
     spec = importlib.util.spec_from_file_location("atomickafka_eval_metrics", path)
     if spec is None or spec.loader is None or not path.is_file():

@@ -31,6 +31,7 @@ from atomickafka.evaluation.runner import RunSpec, run_one
 from atomickafka.evaluation.scenarios import Scenario, scenario
 from atomickafka.evaluation.spark import DEFAULT_MASTER, compute_metrics, spark_session
 from atomickafka.evaluation.variants import Comparison, Variant, variants_for
+from atomickafka.kafka.topics import Layout
 
 __all__ = ["SuiteOutcome", "SuiteSettings", "run_suite"]
 
@@ -51,8 +52,8 @@ class SuiteSettings:
     clients: int = 2
     topics: int = 5
     pace_ms: float = 0.0
-    algorithm: str = DEFAULT_ALGORITHM.value
-    layout: str = "split"
+    algorithm: Algorithm = DEFAULT_ALGORITHM
+    layout: Layout = Layout.SPLIT
     partitions: int = 1
     comparisons: tuple[Comparison, ...] = ()
     window_s: float = 5.0
@@ -69,7 +70,7 @@ class SuiteSettings:
 
     def variants(self) -> list[Variant]:
         """The primary variant, then every compared one."""
-        return variants_for(self.primary, self.comparisons, [a.value for a in Algorithm])
+        return variants_for(self.primary, self.comparisons, list(Algorithm))
 
     def rows(self) -> list[tuple[str, str]]:
         """``(setting, value)`` rows for the report."""
@@ -139,6 +140,7 @@ def _warm_up(bootstrap: str, settings: SuiteSettings, tag: str) -> None:
         progress=settings.progress,
         record=False,
         partitions=settings.partitions,
+        warmup=True,
     )
     info = run_one(bootstrap, warm)
     if not info.ok:  # not measured, but a failed check is a finding all the same

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Final
 
 __all__ = [
+    "THESIS_CLIENTS",
     "THESIS_MESSAGES",
     "THESIS_PACE_MS",
     "THESIS_RUNS",
@@ -55,6 +56,7 @@ def _nodes(*rows: tuple[float, float, float]) -> tuple[ThesisNode, ...]:
 
 
 #: Messages per scenario: 2 clients x 20,000.
+THESIS_CLIENTS: Final = 2
 THESIS_MESSAGES: Final = 40_000
 #: The clients' wait after every send.
 THESIS_PACE_MS: Final = 5

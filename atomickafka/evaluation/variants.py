@@ -13,6 +13,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from atomickafka.core.engine import Algorithm
+from atomickafka.kafka.topics import Layout
+
 __all__ = ["Comparison", "System", "Variant", "parse_comparisons", "variants_for"]
 
 
@@ -31,23 +34,21 @@ class Comparison(StrEnum):
     SEQUENCER = "sequencer"
 
 
-LAYOUTS = ("split", "shared")
-
-
 @dataclass(frozen=True, slots=True)
 class Variant:
-    """One system configuration; the sequencer has no algorithm or layout of its own."""
+    """One system configuration; the sequencer has no algorithm (``None``) and writes
+    its topics in the split layout."""
 
     system: System
-    algorithm: str = ""
-    layout: str = "split"
+    algorithm: Algorithm | None = None
+    layout: Layout = Layout.SPLIT
 
     @property
     def label(self) -> str:
         """Short human name: ``optimized/split`` or ``sequencer``."""
-        if self.system is System.SEQUENCER:
-            return "sequencer"
-        return f"{self.algorithm}/{self.layout}"
+        if self.algorithm is None:
+            return self.system.value
+        return f"{self.algorithm.value}/{self.layout.value}"
 
     @property
     def slug(self) -> str:
@@ -55,14 +56,15 @@ class Variant:
         return self.label.replace("/", "-")
 
     @classmethod
-    def atomickafka(cls, algorithm: str, layout: str) -> Variant:
-        """AtomicKafka with ``algorithm`` and ``layout``."""
-        return cls(System.ATOMICKAFKA, algorithm, layout)
+    def atomickafka(cls, algorithm: Algorithm | str, layout: Layout | str) -> Variant:
+        """AtomicKafka with ``algorithm`` and ``layout`` (``ValueError`` for names that
+        are neither)."""
+        return cls(System.ATOMICKAFKA, Algorithm(algorithm), Layout(layout))
 
     @classmethod
     def sequencer(cls) -> Variant:
         """The single-sequencer baseline (its topics use the split layout)."""
-        return cls(System.SEQUENCER, "", "split")
+        return cls(System.SEQUENCER, None, Layout.SPLIT)
 
 
 def parse_comparisons(text: str) -> list[Comparison]:
@@ -83,12 +85,14 @@ def parse_comparisons(text: str) -> list[Comparison]:
 
 
 def variants_for(
-    primary: Variant, comparisons: Iterable[Comparison], algorithms: Sequence[str]
+    primary: Variant,
+    comparisons: Iterable[Comparison],
+    algorithms: Sequence[Algorithm] = tuple(Algorithm),
 ) -> list[Variant]:
     """The primary variant first, then each compared one once, in a stable order.
 
-    ``algorithms`` is every protocol the engine offers (``Algorithm``'s values), so a
-    new one joins ``--compare algorithms`` without a change here.
+    ``algorithms`` defaults to every protocol the engine offers, so a new one joins
+    ``--compare algorithms`` without a change here.
     """
     out = [primary]
 
@@ -100,8 +104,8 @@ def variants_for(
         if comparison is Comparison.ALGORITHMS:
             for algorithm in algorithms:
                 add(Variant.atomickafka(algorithm, primary.layout))
-        elif comparison is Comparison.LAYOUTS:
-            for layout in LAYOUTS:
+        elif comparison is Comparison.LAYOUTS and primary.algorithm is not None:
+            for layout in Layout:
                 add(Variant.atomickafka(primary.algorithm, layout))
         else:
             add(Variant.sequencer())

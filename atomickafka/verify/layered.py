@@ -45,7 +45,8 @@ scheduler action: a client send, one layer node's batch, or one merger's batch.
 :meth:`LayeredSimulator.result` returns a :class:`LayeredResult`: the merged streams,
 what was sent, the checker's verdict on the merged streams, what is stuck, the ticks,
 and, per merged delivery, when it was written to its layer stream, first read by a
-merger and released (:class:`MergeDelay`; :func:`delay_profile` sums them up).
+merger and released (:class:`MergeDelay`; the merge-delay benchmark,
+:mod:`atomickafka.evaluation.merge_delay`, sums them up).
 
 >>> topics = ["A", "B", "C"]
 >>> workload = assign_layers(random_workload(random.Random(3), topics, messages=20), 3)
@@ -56,8 +57,7 @@ merger and released (:class:`MergeDelay`; :func:`delay_profile` sums them up).
 
 from __future__ import annotations
 
-import random
-import statistics
+import random  # noqa: F401  (the module doctest uses it)
 import zlib
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
@@ -95,13 +95,11 @@ from atomickafka.verify.simulator import (
     SimulationResult,
     Simulator,
     Workload,
-    random_workload,
+    random_workload,  # noqa: F401  (the module doctest uses it)
 )
 
 __all__ = [
-    "DELAY_SCENARIOS",
     "MERGER_CALM",
-    "DelayProfile",
     "LayerPolicy",
     "LayerSend",
     "LayeredResult",
@@ -109,9 +107,7 @@ __all__ = [
     "MergeDelay",
     "MergerChaos",
     "assign_layers",
-    "delay_profile",
     "layer_engine_factory",
-    "measure_merge_delay",
 ]
 
 
@@ -265,28 +261,6 @@ class MergeDelay:
     def wait(self) -> int:
         """Steps the item waited in the merger: release step - arrival step."""
         return self.released - self.arrived
-
-
-@dataclass(frozen=True, slots=True)
-class DelayProfile:
-    """A summary of merge waits (:attr:`MergeDelay.wait`) over some releases."""
-
-    releases: int
-    mean: float
-    median: float
-    p90: int
-    p99: int
-    max: int
-    immediate: int  # released in the step they arrived
-    ticks: int
-
-    def describe(self) -> str:
-        """One line, for reports."""
-        return (
-            f"{self.releases} releases: wait mean {self.mean:.1f}, median {self.median:g}, "
-            f"p90 {self.p90}, p99 {self.p99}, max {self.max} steps; "
-            f"{self.immediate} at once; {self.ticks} ticks"
-        )
 
 
 @dataclass(slots=True, repr=False)
@@ -731,74 +705,3 @@ def _layered(send: Send) -> LayerSend:
     if not isinstance(send, LayerSend):
         raise TypeError(f"{send.messageID}: a send without a layer; use assign_layers first")
     return send
-
-
-# ---------------------------------------------------------------------------- delays
-
-
-def delay_profile(delays: Sequence[MergeDelay], ticks: int = 0) -> DelayProfile:
-    """Summarise merge waits (release step - arrival step) of ``delays``."""
-    waits = sorted(d.wait for d in delays)
-    if not waits:
-        return DelayProfile(0, 0.0, 0.0, 0, 0, 0, 0, ticks)
-
-    def rank(q: float) -> int:
-        return waits[min(len(waits) - 1, int(q * len(waits)))]
-
-    return DelayProfile(
-        releases=len(waits),
-        mean=statistics.fmean(waits),
-        median=statistics.median(waits),
-        p90=rank(0.9),
-        p99=rank(0.99),
-        max=waits[-1],
-        immediate=sum(1 for w in waits if w == 0),
-        ticks=ticks,
-    )
-
-
-#: The workload shapes :func:`measure_merge_delay` compares.
-DELAY_SCENARIOS: dict[str, dict[str, Any]] = {
-    "busy": {},  # every layer gets messages all along
-    "idle stretches": {"phases": 6},  # in each of 6 stretches, some layers get nothing
-    "silent layer": {"silent": (0,)},  # layer 0 never gets a message
-}
-
-
-def measure_merge_delay(
-    seeds: Sequence[int] = range(5),
-    *,
-    topics: Sequence[str] = ("T1", "T2", "T3", "T4"),
-    layers: int = 3,
-    messages: int = 60,
-    algorithm: Algorithm | str = Algorithm.OPTIMIZED,
-    chaos: Chaos = CALM,
-) -> dict[str, tuple[DelayProfile, list[LayeredResult]]]:
-    """How long items wait in the mergers, per scenario of :data:`DELAY_SCENARIOS`.
-
-    Each scenario runs the same random workloads (one per seed, 3 clients, half
-    multicast) assigned round-robin to ``layers`` layers, differing only in which
-    layers are idle (a scenario that would silence every layer is left out); returns
-    the profile over all runs and the runs themselves.
-    """
-    out: dict[str, tuple[DelayProfile, list[LayeredResult]]] = {}
-    for name, options in DELAY_SCENARIOS.items():
-        if len(options.get("silent", ())) >= layers:
-            continue  # one layer: it cannot be silent
-        results: list[LayeredResult] = []
-        for seed in seeds:
-            rng = random.Random(seed)
-            base = random_workload(rng, list(topics), clients=3, messages=messages)
-            workload = assign_layers(base, layers, chooser=RandomChooser(rng), **options)
-            sim = LayeredSimulator(
-                topics,
-                layers,
-                algorithm=algorithm,
-                chooser=RandomChooser(rng),
-                chaos=chaos,
-            )
-            results.append(sim.run(workload))
-        delays = [d for r in results for d in r.delays]
-        ticks = sum(sum(r.ticks.values()) for r in results)
-        out[name] = (delay_profile(delays, ticks), results)
-    return out

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+import atomickafka
 from atomickafka.cli import main
 
 
@@ -34,3 +37,13 @@ def test_the_algorithm_choices_come_from_the_engine(capsys: pytest.CaptureFixtur
         main(["eval", "--help"])
     help_text = capsys.readouterr().out
     assert "{" + ",".join(a.value for a in Algorithm) + "}" in help_text
+
+
+def test_the_spark_jobs_path_is_printed_for_spark_submit(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The job ships in the package: its path is a file of the installed package."""
+    assert main(["eval", "--print-job"]) == 0
+    path = Path(capsys.readouterr().out.strip())
+    assert path.is_file() and path.name == "metrics_job.py"
+    assert path.is_relative_to(Path(atomickafka.__file__).parent)

@@ -1,15 +1,31 @@
-"""The PySpark job's pure parts: topic names, buckets, connector jars (no JVM started)."""
+"""The PySpark job's pure parts: topic names, the wire format as it reads it, buckets,
+connector jars (no JVM started). The job keeps its own parser on purpose; these tests
+hold it to what ``atomickafka.core.wire`` and ``atomickafka.kafka.topics`` write."""
 
 from __future__ import annotations
 
+import ast
+import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
+import orjson
 import pytest
 
+from atomickafka.core.engine import Engine
+from atomickafka.core.reader import UNDECODABLE
+from atomickafka.core.wire import (
+    MessageType,
+    client_message,
+    encode_bundle,
+    encode_client,
+    encode_delivery,
+)
+from atomickafka.evaluation.clients import payload
 from atomickafka.evaluation.runner import RunSpec
 from atomickafka.evaluation.scenarios import scenario
-from atomickafka.evaluation.spark import load_job
+from atomickafka.evaluation.spark import job_path, load_job
 from atomickafka.evaluation.variants import Variant
 
 
@@ -23,7 +39,7 @@ def test_the_kafka_source_reads_the_topics_the_recorder_reads(
     job: ModuleType, layout: str, tmp_path: Path
 ) -> None:
     """The job's own copy of the topic naming agrees with the runner's (which uses
-    ``atomickafka.topics``): same Kafka topics, owners, roles, delivery logs."""
+    ``atomickafka.kafka.topics``): same Kafka topics, owners, roles, delivery logs."""
     topics = ("ev-a-t1", "ev-a-t2")
     spec = RunSpec(
         "r", scenario("baseline"), Variant.atomickafka("optimized", layout), topics, 1, 1, tmp_path
@@ -34,6 +50,97 @@ def test_the_kafka_source_reads_the_topics_the_recorder_reads(
         if t.role != "status"
     }
     assert set(job.kafka_topics(topics, layout)) == recorded
+
+
+def test_the_job_file_runs_alone_with_pyspark_only() -> None:
+    """``spark-submit`` runs the packaged file as it is: it imports nothing of ours."""
+    path = job_path()
+    assert path.name == "metrics_job.py" and path.is_file()
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    imported = {
+        name.split(".")[0]
+        for node in ast.walk(tree)
+        for name in (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else []
+        )
+    }
+    assert imported <= {"pyspark", "__future__"} | set(sys.stdlib_module_names), imported
+
+
+# ---------------------------------------------------------------------------- wire format
+
+
+def _conforms(value: Any, spark_type: Any, where: str) -> None:
+    """``value`` (parsed JSON) reads as ``spark_type`` under ``from_json``: nothing the
+    job relies on would silently become null."""
+    kind = type(spark_type).__name__
+    if value is None:
+        return
+    if kind == "StructType":
+        assert isinstance(value, dict), where
+        for field in spark_type.fields:
+            _conforms(value.get(field.name), field.dataType, f"{where}.{field.name}")
+    elif kind == "ArrayType":
+        assert isinstance(value, list), where
+        for i, item in enumerate(value):
+            _conforms(item, spark_type.elementType, f"{where}[{i}]")
+    elif kind == "StringType":
+        assert isinstance(value, str), where
+    elif kind == "LongType":
+        assert type(value) is int, where
+    elif kind == "BooleanType":
+        assert isinstance(value, bool), where
+    else:
+        raise AssertionError(f"{where}: a type this test does not know: {kind}")
+
+
+def _parsed_as_the_job_does(job: ModuleType, raw: bytes) -> dict[str, Any]:
+    header = raw.decode().split(job.BUNDLE_HEADER_END, 1)[0]
+    parsed: dict[str, Any] = orjson.loads(header)
+    _conforms(parsed, job.RECORD_SCHEMA, "record")
+    return parsed
+
+
+def test_the_jobs_record_types_are_the_wire_formats(job: ModuleType) -> None:
+    assert MessageType.CLIENT.value == job.CLIENT_TYPE
+    assert MessageType.DELIVERY.value == job.DELIVERY_TYPE
+    assert MessageType.BUNDLE.value == job.BUNDLE_TYPE
+    assert job.UNDECODABLE == UNDECODABLE
+
+
+def test_the_job_reads_what_clients_and_nodes_write(job: ModuleType) -> None:
+    """Every field the job uses, in a ClientMessage, a Delivery and a Bundle as the
+    encoders write them, is where the job looks and of the type it reads."""
+    value = payload(1, 7, True, 1_700_000_000_000_000)
+    sent = client_message("client-1-x-7", ["A", "B"], value, "client-1")
+    client = _parsed_as_the_job_does(job, encode_client(sent))
+    assert (client["messageType"], client["messageID"]) == (job.CLIENT_TYPE, sent.messageID)
+    assert (client["senderID"], client["topic"]) == ("client-1", ["A", "B"])
+    assert (client["value"]["t"], client["value"]["m"]) == (value["t"], True)
+
+    node = Engine("A")
+    outputs = node.step([sent]).outputs
+    bundles = [o for o in outputs if o.message.messageType is MessageType.NOTIFY]
+    assert bundles, "the node proposes to B"
+    raw = encode_bundle(
+        [o.message for o in bundles], sender_id=node.node_id, sent_from="A", protocol="direct"
+    )
+    bundle = _parsed_as_the_job_does(job, raw)
+    assert (bundle["messageType"], bundle["senderID"]) == (job.BUNDLE_TYPE, "node-A")
+    assert [m["messageType"] for m in bundle["messages"]] == ["NotifyMessage"]
+    assert bundle["messages"][0]["messageID"] == sent.messageID
+
+    delivered = sent._replace(
+        messageType=MessageType.DELIVERY, senderID="node-A", sentFromTopic="A", timeStamp=9
+    )
+    delivery = _parsed_as_the_job_does(job, encode_delivery(delivered))
+    assert delivery["messageType"] == job.DELIVERY_TYPE
+    assert (delivery["messageID"], delivery["sentFromTopic"]) == (sent.messageID, "A")
+    assert (delivery["timeStamp"], delivery["value"]["t"]) == (9, value["t"])
 
 
 def test_plot_buckets_give_at_most_120_points(job: ModuleType) -> None:

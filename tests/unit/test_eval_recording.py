@@ -1,18 +1,28 @@
-"""What a run's recording holds: the Parquet schemas and how records are read (no Kafka)."""
+"""What a run's recording holds: the Parquet schemas and how records are read (no Kafka),
+from records as the wire format's encoders write them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pyarrow.parquet as pq
 
+from atomickafka.core.reader import PlainRecord
+from atomickafka.core.wire import (
+    Message,
+    MessageType,
+    client_message,
+    encode_bundle,
+    encode_client,
+    encode_delivery,
+)
 from atomickafka.evaluation.recording import (
     MESSAGES_SCHEMA,
     RECORDS_SCHEMA,
     RecordedTopic,
+    Role,
     SentRow,
     _message_columns,
     _RecordColumns,
@@ -20,83 +30,46 @@ from atomickafka.evaluation.recording import (
 )
 
 
-@dataclass
-class FakeRecord:
-    """The part of a confluent-kafka ``Message`` the recorder reads."""
-
-    data: bytes | None
-    ts_ms: int
-    at: int
-    key_bytes: bytes | None = None
-
-    def value(self) -> bytes | None:
-        return self.data
-
-    def key(self) -> bytes | None:
-        return self.key_bytes
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, self.ts_ms)
-
-    def offset(self) -> int:
-        return self.at
-
-    def partition(self) -> int:
-        return 0
-
-
 def _json(**fields: Any) -> bytes:
     return orjson.dumps(fields)
 
 
-INPUT = RecordedTopic("atomickafka-in.A", "A", "input")
-DELIVERY = RecordedTopic("A", "A", "delivery", holds_deliveries=True)
-DEAD = RecordedTopic("atomickafka-dlq.A", "A", "dead-letter")
-STATUS = RecordedTopic("atomickafka-status", "", "status", keys=frozenset({"A"}))
+def _at(value: bytes | None, ts_ms: int, offset: int, key: bytes | None = None) -> PlainRecord:
+    return PlainRecord(value, offset=offset, key=key, timestamp_ms=ts_ms)
+
+
+INPUT = RecordedTopic("atomickafka-in.A", "A", Role.INPUT)
+DELIVERY = RecordedTopic("A", "A", Role.DELIVERY, holds_deliveries=True)
+DEAD = RecordedTopic("atomickafka-dlq.A", "A", Role.DEAD_LETTER)
+STATUS = RecordedTopic("atomickafka-status", "", Role.STATUS, keys=frozenset({"A"}))
+
+SENT = client_message("m1", ["A", "B"], {"t": 1}, "client-1")
+
+
+def _from_b(kind: MessageType, stamp: int) -> Message:
+    return SENT._replace(messageType=kind, senderID="node-B", sentFromTopic="B", timeStamp=stamp)
 
 
 def _recorded() -> _RecordColumns:
     sink = _RecordColumns("run-1")
-    delivery = {
-        "messageType": "DeliveryMessage",
-        "messageID": "m1",
-        "senderID": "node-A",
-        "sentFromTopic": "A",
-        "topic": ["A", "B"],
-        "timeStamp": 7,
-        "value": {"t": 1},
-    }
-    sink.add(
-        INPUT,
-        FakeRecord(
-            _json(
-                messageType="ClientMessage", messageID="m1", senderID="client-1", topic=["A", "B"]
-            ),
-            1000,
-            0,
-        ),
+    delivery = encode_delivery(
+        SENT._replace(
+            messageType=MessageType.DELIVERY, senderID="node-A", sentFromTopic="A", timeStamp=7
+        )
     )
-    sink.add(
-        INPUT,
-        FakeRecord(
-            _json(
-                messageType="Bundle",
-                senderID="node-B",
-                sentFromTopic="B",
-                messages=[
-                    {"messageType": "NotifyMessage", "messageID": "m1"},
-                    {"messageType": "DecidedMessage", "messageID": "m1"},
-                ],
-            ),
-            1001,
-            1,
-        ),
+    bundle = encode_bundle(
+        [_from_b(MessageType.NOTIFY, 3), _from_b(MessageType.DECIDED, 7)],
+        sender_id="node-B",
+        sent_from="B",
+        protocol="optimized",
     )
-    sink.add(DELIVERY, FakeRecord(orjson.dumps(delivery), 1005, 0))
-    sink.add(DELIVERY, FakeRecord(orjson.dumps(delivery), 1009, 1))  # a replayed duplicate
-    sink.add(DEAD, FakeRecord(b"\xff not json", 1002, 0))
-    sink.add(INPUT, FakeRecord(_json(messageType="FutureMessage", senderID=3), 1003, 2))
-    sink.add(STATUS, FakeRecord(_json(topic="A", pending=0), 1004, 40, b"A"))
+    sink.add(INPUT, _at(encode_client(SENT), 1000, 0))
+    sink.add(INPUT, _at(bundle, 1001, 1))
+    sink.add(DELIVERY, _at(delivery, 1005, 0))
+    sink.add(DELIVERY, _at(delivery, 1009, 1))  # a replayed duplicate
+    sink.add(DEAD, _at(b"\xff not json", 1002, 0))
+    sink.add(INPUT, _at(_json(messageType="FutureMessage", senderID=3), 1003, 2))
+    sink.add(STATUS, _at(_json(topic="A", pending=0), 1004, 40, b"A"))
     return sink
 
 

@@ -1,21 +1,37 @@
-"""The evaluation report, rendered from synthetic runs and metrics (no Kafka, no Spark)."""
+"""The evaluation report, rendered from synthetic runs and metrics (no Kafka, no Spark):
+what it compares with the thesis and how, and plots in which every node can be read."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from atomickafka.evaluation.comparison import (
+    Pacing,
+    ThesisComparison,
+    compare_with_thesis,
+    pacing_of,
+)
+from atomickafka.evaluation.plots import coarsen, rates_figure
 from atomickafka.evaluation.report import ReportInput, render_report
 from atomickafka.evaluation.results import RunInfo, RunMetrics, RunResult
+from atomickafka.evaluation.thesis import THESIS_RUNS
 
 TOPICS = [f"ev-x-t{i}" for i in range(1, 6)]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def _info(scenario: str, percent: int, variant: str = "optimized/split", **kw: Any) -> RunInfo:
+def _info(
+    scenario: str,
+    percent: int,
+    variant: str = "optimized/split",
+    pace_ms: float = 0.0,
+    **kw: Any,
+) -> RunInfo:
     system = "sequencer" if variant == "sequencer" else "atomickafka"
     algorithm, _, layout = variant.partition("/")
     defaults: dict[str, Any] = {
@@ -39,7 +55,7 @@ def _info(scenario: str, percent: int, variant: str = "optimized/split", **kw: A
         topics=TOPICS,
         clients=2,
         messages_per_client=500,
-        pace_ms=0.0,
+        pace_ms=pace_ms,
         **defaults,
     )
 
@@ -57,8 +73,8 @@ def _latency(base: float) -> dict[str, Any]:
     }
 
 
-def _metrics(run: str, speed: float, nodes: list[str]) -> RunMetrics:
-    """The JSON ``eval/metrics.py`` writes for a run, with made-up figures."""
+def _metrics(run: str, speed: float, nodes: list[str], messages: int = 1000) -> RunMetrics:
+    """The JSON the metrics job writes for a run, with made-up figures."""
     node_rows = [
         {
             "node": node,
@@ -84,9 +100,9 @@ def _metrics(run: str, speed: float, nodes: list[str]) -> RunMetrics:
             "start_ms": 1_000,
             "end_ms": 11_000,
             "run_time_s": 10.0,
-            "messages": 1000,
+            "messages": messages,
             "multicast": 100,
-            "delivered_messages": 1000,
+            "delivered_messages": messages,
             "deliveries": 1400,
             "missing_deliveries": 0,
             "messages_per_s": 100 * speed,
@@ -143,7 +159,7 @@ def test_the_report_has_every_table_and_every_plot(tmp_path: Path) -> None:
     assert "FAILED" not in text
     for heading in (
         "## Summary",
-        "## Against the 2019 thesis (optimized/split)",
+        "## Capacity against the 2019 thesis: our unpaced runs, its paced runs (optimized/split)",
         "## Comparison: msg/s / p99 ms per variant",
         "## Across scenarios",
         "## baseline (0 % multicast) — optimized/split",
@@ -155,11 +171,19 @@ def test_the_report_has_every_table_and_every_plot(tmp_path: Path) -> None:
         assert heading in text, heading
     # our figures beside the thesis's, with the speed-up (table 5.2: node 1 delivered 18.0/s)
     assert "2019 (table 5.1): in / out / dlv" in text
+    assert "deliveries/s: ours ÷ 2019" in text
     assert "| node 1 | 20.0 | 40.0 | 20.0 | 24 / 44 / 11 | 57.6 / 42.9 / 18.0 | 1.1x |" in text
-    # 90-10 ran 810 s in 2019 and 10 s here
-    assert "| 90-10 | 5.2 | 810 | 10.00 | 81x |" in text
+    # 90-10: 810 s in 2019, 10 s here for 1,000 messages (not 40,000): no run-time ratio;
+    # 280 deliveries/s against the thesis's 47.0 (its five nodes added up)
+    assert (
+        "| 90-10 | 5.2 | 810 | 10.00 | n/a (1,000 msgs) | 49.4 | 200 | 47.0 | 280 | 6.0x |" in text
+    )
+    assert "Our runs sent 1,000 messages, not the thesis's 40,000" in text
+    assert "All runs: the clients sent as fast as they could (unpaced)" in text
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert len(links) == 4 * 2 + 2
+    assert "plots/capacity-vs-share.png" in links
+    assert "plots/throughput-vs-share.png" not in links  # no run was paced as the thesis
     for link in links:
         png = tmp_path / link
         assert png.read_bytes()[:8] == PNG_MAGIC, link
@@ -201,3 +225,116 @@ def test_runs_without_metrics_and_a_failed_job_still_make_a_report(tmp_path: Pat
     assert "**The metrics job failed:** Py4JError: the JVM died" in text
     assert "_No metrics for this run (see above)._" in text
     assert not re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+
+
+# ---------------------------------------------------------------------------- comparisons
+
+
+def _compared(
+    pace_ms: float, messages: int, run_time_s: float, deliveries_per_s: float
+) -> ThesisComparison:
+    info = _info("baseline", 0, pace_ms=pace_ms)
+    metrics = replace(
+        _metrics(info.run, 1.0, TOPICS, messages),
+        run_time_s=run_time_s,
+        deliveries_per_s=deliveries_per_s,
+    )
+    compared = compare_with_thesis(info, metrics)
+    assert compared is not None
+    return compared
+
+
+def test_pacing_names_what_is_compared_with_the_thesis() -> None:
+    assert pacing_of(0) is Pacing.UNPACED
+    assert pacing_of(5.0) is Pacing.AS_THESIS
+    assert pacing_of(2) is Pacing.OTHER
+    assert "capacity" in Pacing.UNPACED.describe(0)
+    assert Pacing.AS_THESIS.describe(5) == "paced 5 ms, as the thesis"
+    assert "like for like" in Pacing.AS_THESIS.heading(5)
+    assert "at least 100 s" in Pacing.AS_THESIS.caveat()
+    assert "--pace-ms 5" in Pacing.UNPACED.caveat()
+
+
+def test_a_run_of_another_size_is_compared_by_rates_not_run_time() -> None:
+    """The issue's case: 2 x 2,000 messages took 0.25 s; 270 s / 0.25 s said 1,080x,
+    the delivery rates say 36x."""
+    small = _compared(0.0, 4000, 0.25, 16_040.0)
+    assert not small.same_size and small.run_time_factor is None
+    assert THESIS_RUNS["baseline"].deliveries_per_s == pytest.approx(444.5)
+    assert small.deliveries_factor == pytest.approx(16_040 / 444.5)
+    assert round(16_040 / 444.5) == 36
+    full = _compared(5.0, 40_000, 100.0, 400.0)
+    assert full.same_size and full.pacing is Pacing.AS_THESIS
+    assert full.run_time_factor == pytest.approx(2.7)
+
+
+def _renamed(result: RunResult, **changes: Any) -> RunResult:
+    data = {**result.info.to_dict(), **changes}
+    return RunResult(RunInfo.from_dict(data), result.metrics)
+
+
+def test_paced_runs_of_the_thesis_size_are_compared_like_for_like(tmp_path: Path) -> None:
+    info = _info("90-10", 10, pace_ms=5.0)
+    results = [RunResult(info, _metrics(info.run, 2.0, TOPICS, messages=40_000))]
+    text = _render(tmp_path, results)
+    assert "## Against the 2019 thesis, like for like: paced 5 ms, as it was" in text
+    assert "Capacity" not in text
+    # 810 s in 2019, 10 s here for the same 40,000 messages
+    assert "| 90-10 | 5.2 | 810 | 10.00 | 81x |" in text
+    assert "All runs: the clients waited 5 ms after every send" in text
+    assert "its clients paced 5 ms, ours paced 5 ms, as the thesis." in text
+    assert (tmp_path / "plots" / "throughput-vs-share.png").exists()
+    assert not (tmp_path / "plots" / "capacity-vs-share.png").exists()
+
+
+def test_paced_and_unpaced_runs_are_compared_apart(tmp_path: Path) -> None:
+    unpaced = [r for r in _results() if r.info.variant == "optimized/split"]
+    paced = [_renamed(r, run=f"{r.info.run}-paced", pace_ms=5.0) for r in unpaced]
+    text = _render(tmp_path, [*paced, *unpaced])
+    like = text.index("## Against the 2019 thesis, like for like")
+    capacity = text.index("## Capacity against the 2019 thesis")
+    assert like < capacity  # like for like is the main comparison
+    assert text[like:capacity].count("| 90-10 | 5.2 |") == 1
+    assert "2 runs: the clients waited 5 ms" in text
+    assert "2 runs: the clients sent as fast as they could" in text
+    for name in ("throughput-vs-share.png", "capacity-vs-share.png", "p99-vs-share.png"):
+        assert f"plots/{name}" in text
+
+
+# ---------------------------------------------------------------------------- plots
+
+
+def test_rates_are_merged_into_buckets_a_reader_can_see() -> None:
+    assert coarsen([1.0] * 40, 0.1) == ([1.0] * 40, 0.1)
+    values, width = coarsen([float(i % 2) for i in range(70)], 0.1)
+    assert len(values) == 35 and width == pytest.approx(0.2)
+    assert values == [0.5] * 35
+    values, width = coarsen([4.0] * 100, 1.0)
+    assert (len(values), width) == (20, 5.0)
+    values, _ = coarsen([2.0] * 41, 0.1)
+    assert values == [2.0] * 21  # the last, partial bucket is the mean of what it has
+
+
+def test_every_node_gets_its_own_panels() -> None:
+    primary, sequencer = _results()[:2]
+    fig = rates_figure(primary)
+    assert fig is not None
+    assert len(fig.axes) == len(TOPICS) * 3  # a row per node, a column per kind
+    labels = [ax.get_ylabel() for ax in fig.axes[::3]]
+    assert labels == [
+        "node 1\n(client 1 writes here)",
+        "node 2",
+        "node 3\n(client 2 writes here)",
+        "node 4",
+        "node 5",
+    ]
+    fig = rates_figure(sequencer)
+    assert fig is not None
+    assert len(fig.axes) == (len(TOPICS) + 1) * 3
+    labels = [ax.get_ylabel() for ax in fig.axes[::3]]
+    assert labels[0] == "node 1" and labels[-1] == "sequencer\n(clients write here)"
+    assert [ax.get_title() for ax in fig.axes[:3]] == [
+        "incoming (input log) msg/s",
+        "outgoing (written) msg/s",
+        "deliveries/s",
+    ]

@@ -19,6 +19,7 @@ from atomickafka.evaluation.variants import (
     parse_comparisons,
     variants_for,
 )
+from atomickafka.kafka.topics import Layout
 
 TOPICS = ("t1", "t2", "t3", "t4", "t5")
 
@@ -78,7 +79,7 @@ def test_a_plan_needs_topics_clients_and_messages() -> None:
 
 def test_comparing_algorithms_runs_every_protocol_the_engine_has() -> None:
     primary = Variant.atomickafka("optimized", "split")
-    algorithms = [a.value for a in Algorithm]
+    algorithms = list(Algorithm)
     got = variants_for(primary, [Comparison.ALGORITHMS], algorithms)
     assert got[0] == primary
     assert {v.algorithm for v in got} == set(algorithms)
@@ -91,11 +92,20 @@ def test_layouts_and_the_sequencer_join_once_each() -> None:
     got = variants_for(
         primary,
         parse_comparisons("layouts,sequencer,layouts"),
-        ["poc", "optimized"],
+        [Algorithm.POC, Algorithm.OPTIMIZED],
     )
     assert [v.label for v in got] == ["poc/shared", "poc/split", "sequencer"]
+    assert got[-1].algorithm is None and got[1].layout is Layout.SPLIT
     assert got[-1].system is System.SEQUENCER
     assert got[-1].slug == "sequencer" and got[0].slug == "poc-shared"
+
+
+def test_a_variant_is_named_by_the_engines_and_the_layouts_enums() -> None:
+    variant = Variant.atomickafka("direct", "shared")
+    assert (variant.algorithm, variant.layout) == (Algorithm.DIRECT, Layout.SHARED)
+    assert variant.label == "direct/shared"
+    with pytest.raises(ValueError):
+        Variant.atomickafka("paxos", "split")
 
 
 def test_an_unknown_comparison_is_refused_with_the_choices() -> None:

@@ -36,7 +36,6 @@ from atomickafka.core.merger import LayerDelivery, MergeKey
 from atomickafka.core.wire import MessageType
 from atomickafka.verify import layered as layered_module
 from atomickafka.verify.layered import (
-    DELAY_SCENARIOS,
     MERGER_CALM,
     LayeredResult,
     LayeredSimulator,
@@ -44,8 +43,6 @@ from atomickafka.verify.layered import (
     LayerSend,
     MergerChaos,
     assign_layers,
-    delay_profile,
-    measure_merge_delay,
 )
 from atomickafka.verify.simulator import (
     Chaos,
@@ -462,28 +459,6 @@ def test_assign_layers_policies() -> None:
         LayeredSimulator(["T1"], 2).run(base)
 
 
-# ---------------------------------------------------------------------------- merge delay
-
-
-def test_merge_delay_is_measured_for_every_release() -> None:
-    """The measurement used in reports; this test asserts correctness only."""
-    measured = measure_merge_delay(range(2), topics=topic_names(3), layers=3, messages=25)
-    assert set(measured) == set(DELAY_SCENARIOS)
-    for name, (profile, results) in measured.items():
-        for result in results:
-            assert_merged_correct(result)
-            assert len(result.delays) == sum(len(m) for m in result.merged.values())
-            for d in result.delays:
-                assert d.written <= d.arrived <= d.released, (name, d)
-        assert profile.releases == sum(len(r.delays) for r in results)
-        assert 0 <= profile.median <= profile.p90 <= profile.p99 <= profile.max
-        assert profile.ticks == sum(sum(r.ticks.values()) for r in results)
-    silent = measured["silent layer"][1]
-    assert all(r.events["send"] for r in silent)
-    assert all(not any(r.layer_results[0].deliveries.values()) for r in silent)
-    assert delay_profile([]).releases == 0
-
-
 def test_merger_stream_records_are_what_the_nodes_wrote() -> None:
     topics = topic_names(3)
     base = random_workload(random.Random(9), topics, messages=20)
@@ -501,13 +476,3 @@ def test_merger_stream_records_are_what_the_nodes_wrote() -> None:
 def test_module_doctests() -> None:
     failures, _ = doctest.testmod(layered_module)
     assert failures == 0
-
-
-def test_merge_delay_with_one_layer_is_zero() -> None:
-    """One layer: the merger releases what it reads (and no layer can be silent)."""
-    measured = measure_merge_delay(range(2), topics=topic_names(3), layers=1, messages=15)
-    assert set(measured) == set(DELAY_SCENARIOS) - {"silent layer"}
-    for profile, results in measured.values():
-        assert profile.max == 0 and profile.ticks == 0
-        for result in results:
-            assert_merged_correct(result)

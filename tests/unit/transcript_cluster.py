@@ -61,7 +61,7 @@ from atomickafka.core.merger import (
     TickRequest,
 )
 from atomickafka.core.wire import Message, MessageType, client_message, decode_record, encode_tick
-from atomickafka.verify.checker import SentMessage, check
+from atomickafka.verify.checker import SentMessage, check, deliveries_from_wire
 from tests.unit.transcript import Command, TranscriptError
 from tests.unit.transcript_shell import (
     Batch,
@@ -607,7 +607,7 @@ class Cluster:
     def _check(self, cmd: Command) -> list[str]:
         readers = {topic: _first_each(stream) for topic, stream in self.deliveries.items()}
         complete = self._quiet()
-        report = check(self.sent, readers, complete=complete)
+        report = check(self.sent, deliveries_from_wire(readers), complete=complete)
         if report.ok:
             delivered = ", ".join(f"{t} {len(ms)}" for t, ms in readers.items())
             scope = "complete" if complete else "prefix: not all read yet"

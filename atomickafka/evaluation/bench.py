@@ -11,27 +11,44 @@ Every scenario uses the same broker, record size and measuring process:
   below saturation (an unpaced run's latency is mostly queueing in the burst).
 
 A message's latency is the time from its send to its delivery at the last of its
-destinations, read by a separate consumer process; throughput counts messages fully
-delivered over the time from the first send to the last delivery.
+destinations, read by a separate consumer process (the evaluation's
+:class:`~atomickafka.evaluation.measuring.DeliveryCounter`, which the evaluation suite
+counts its deliveries with too); throughput counts messages fully delivered over the
+time from the first send to the last delivery. Each AtomicKafka scenario starts with
+the suite's warm-up (:func:`~atomickafka.evaluation.measuring.warm_up`); with
+partition layers, it also reports the merge delay measured on Kafka
+(:func:`~atomickafka.evaluation.merge_delay.kafka_merge_delays`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import multiprocessing as mp
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from atomickafka.core.engine import DEFAULT_ALGORITHM
+from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
+from atomickafka.core.reader import KafkaRecord
+from atomickafka.evaluation.measuring import (
+    MULTICAST_FIELD,
+    SEND_TIME_FIELD,
+    Arrival,
+    DeliveryCounter,
+    delivery_arrival,
+    percentile,
+    warm_up,
+)
+from atomickafka.evaluation.merge_delay import kafka_merge_delays
 from atomickafka.kafka.admin import ensure_topics, partition_count
-from atomickafka.kafka.consumer import consume_batch, make_consumer, read_partitions, watermarks
+from atomickafka.kafka.consumer import make_consumer, watermarks
 from atomickafka.kafka.producer import RecordProducer
 from atomickafka.kafka.settings import admin_config
 from atomickafka.kafka.topics import Layout, delivery_topic, input_topic, layers_topic
@@ -59,64 +76,52 @@ class BenchResult:
     merge_p99_ms: float | None = None
 
 
-def _percentile(sorted_values: Sequence[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
-    return sorted_values[index]
+def _plain_arrival(record: KafkaRecord, owner: str) -> Arrival | None:
+    """A record of the bare pipe: its value is the probe itself, with its id."""
+    raw = record.value()
+    try:
+        data = orjson.loads(raw or b"")
+    except orjson.JSONDecodeError:
+        return None
+    message_id = data.get("id") if isinstance(data, dict) else None
+    return Arrival(message_id, owner, 1, raw) if isinstance(message_id, str) else None
 
 
 def _measure(
     bootstrap: str,
-    topics: list[str],
-    expected: dict[str, int],
+    topics: dict[str, str],
+    plain: bool,
+    expected: int,
     timeout_s: float,
     ready: Any,
     results: Any,
 ) -> None:
-    """Child process: read ``topics`` until ``expected`` deliveries per message arrived."""
-    consumer = make_consumer(bootstrap, None, None, **{"fetch.wait.max.ms": 5})
-    consumer.assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in topics])
-    ready.set()
-    remaining = dict(expected)  # messageID -> deliveries still to come
-    sent_at: dict[str, float] = {}
-    latencies: list[tuple[float, bool]] = []
-    first_send = None
-    last_delivery = 0.0
-    deadline = time.time() + timeout_s
-    while remaining and time.time() < deadline:
-        for record in consume_batch(consumer, 5000, 0.1):
-            if record.error() is not None or record.value() is None:
-                continue
-            now = time.time()
-            data = orjson.loads(record.value() or b"{}")
-            if data.get("messageType", "DeliveryMessage") != "DeliveryMessage":
-                continue
-            value = data.get("value", data)
-            mid = data.get("messageID") or value.get("id")
-            if mid not in remaining:
-                continue
-            sent = value["t"] / 1e6
-            sent_at[mid] = sent
-            first_send = sent if first_send is None else min(first_send, sent)
-            remaining[mid] -= 1
-            if remaining[mid] == 0:
-                del remaining[mid]
-                latencies.append(((now - sent) * 1000, bool(value.get("m"))))
-                last_delivery = max(last_delivery, now)
-    consumer.close()
+    """Child process: read ``topics`` until ``expected`` measured messages were
+    delivered at every destination (``plain``: the bare pipe's records)."""
+    read = _plain_arrival if plain else delivery_arrival
+    counter = DeliveryCounter(bootstrap, topics, read=read, fetch_wait_ms=5)
+    with contextlib.closing(counter):
+        ready.set()
+        deadline = time.time() + timeout_s
+        while len(counter.completed) < expected and time.time() < deadline:
+            counter.poll(0.1)
     results.put(
         {
-            "latencies": latencies,
-            "first_send": first_send or 0.0,
-            "last_delivery": last_delivery,
-            "missing": len(remaining),
+            "latencies": [(c.latency_ms, c.multicast) for c in counter.completed],
+            "first_send": counter.first_send_s or 0.0,
+            "last_delivery": counter.last_completion_s,
+            "missing": expected - len(counter.completed),
         }
     )
 
 
 def _payload(mid: str, multicast: bool, size: int) -> dict[str, Any]:
-    body: dict[str, Any] = {"id": mid, "t": time.time_ns() // 1000, "m": multicast}
+    """A probe padded to about ``size`` bytes; it names its id for the bare pipe."""
+    body: dict[str, Any] = {
+        "id": mid,
+        SEND_TIME_FIELD: time.time_ns() // 1000,
+        MULTICAST_FIELD: multicast,
+    }
     pad = size - len(orjson.dumps(body)) - 10
     body["pad"] = "x" * max(0, pad)
     return body
@@ -140,17 +145,21 @@ def _watermark_total(bootstrap: str, names: Sequence[str]) -> int:
 def _run_measured(
     name: str,
     bootstrap: str,
-    read_topics: list[str],
-    expected: dict[str, int],
-    send: Any,
+    read_topics: dict[str, str],
+    plain: bool,
+    expected: int,
+    send: Callable[[], None],
     written_topics: list[str],
     timeout_s: float,
 ) -> BenchResult:
+    """Start the measuring process on ``read_topics``, ``send``, and sum up what it saw."""
     ctx = mp.get_context("spawn")
     ready = ctx.Event()
     results = ctx.Queue()
     reader = ctx.Process(
-        target=_measure, args=(bootstrap, read_topics, expected, timeout_s, ready, results)
+        target=_measure,
+        args=(bootstrap, read_topics, plain, expected, timeout_s, ready, results),
+        daemon=True,  # a failed send must not leave the command waiting for it
     )
     reader.start()
     ready.wait(60)
@@ -170,9 +179,9 @@ def _run_measured(
         seconds=round(seconds, 3),
         messages_per_s=round(delivered / seconds, 1),
         records_per_s=round(records / seconds, 1),
-        p50_ms=round(_percentile(lat, 0.50), 2),
-        p99_ms=round(_percentile(lat, 0.99), 2),
-        multicast_p99_ms=round(_percentile(multicast, 0.99), 2) if multicast else None,
+        p50_ms=round(percentile(lat, 0.50), 2),
+        p99_ms=round(percentile(lat, 0.99), 2),
+        multicast_p99_ms=round(percentile(multicast, 0.99), 2) if multicast else None,
         delivered_ok=outcome["missing"] == 0,
     )
 
@@ -182,7 +191,6 @@ def _bare_kafka(
 ) -> BenchResult:
     topic = f"bench-kafka-{uuid.uuid4().hex[:8]}"
     ensure_topics(AdminClient(admin_config(bootstrap)), [topic])
-    expected = {f"k-{i}": 1 for i in range(messages)}
 
     def send() -> None:
         producer = RecordProducer(bootstrap)
@@ -196,7 +204,7 @@ def _bare_kafka(
         producer.flush(60)
 
     name = "kafka@half" if rate else "kafka"
-    return _run_measured(name, bootstrap, [topic], expected, send, [topic], timeout_s)
+    return _run_measured(name, bootstrap, {topic: topic}, True, messages, send, [topic], timeout_s)
 
 
 def _pace(start: float, index: int, rate: float) -> None:
@@ -210,7 +218,7 @@ def _pace(start: float, index: int, rate: float) -> None:
 class BenchSetup:
     """How the nodes run: protocol, topic layout and partition layers."""
 
-    algorithm: str = DEFAULT_ALGORITHM.value
+    algorithm: Algorithm = DEFAULT_ALGORITHM
     layout: Layout = Layout.SPLIT
     partitions: int = 1
     #: librdkafka settings (``-X``) for the nodes and the sending client.
@@ -221,7 +229,7 @@ class BenchSetup:
         return running_cluster(
             bootstrap,
             topics,
-            algorithm=self.algorithm,
+            algorithm=self.algorithm.value,
             layout=self.layout.value,
             partitions=self.partitions,
             overrides=self.overrides,
@@ -246,17 +254,21 @@ def _amcast(
     rate: float | None,
     timeout_s: float,
 ) -> BenchResult:
-    _warm_up_path(bootstrap, topics, setup.layout)
+    read = {delivery_topic(t, setup.layout): t for t in topics}
+    with (
+        AtomicKafkaClient(bootstrap, layout=setup.layout, config=setup.overrides) as warming,
+        contextlib.closing(DeliveryCounter(bootstrap, read, setup.overrides)) as counter,
+    ):
+        warm_up(warming, topics, counter)
+    client = AtomicKafkaClient(bootstrap, layout=setup.layout, config=setup.overrides)
     stride = round(1 / share) if share > 0 else 0
     plan: list[tuple[str, tuple[str, ...]]] = []
-    client = AtomicKafkaClient(bootstrap, layout=setup.layout, config=setup.overrides)
     client.warm_up(topics)
     prefix = client.id_prefix
     for i in range(messages):
         multicast = stride > 0 and i % stride == 0
         dests = tuple(topics) if multicast else (topics[i % len(topics)],)
         plan.append((f"{prefix}-{i}", dests))
-    expected = {mid: len(dests) for mid, dests in plan}
 
     def send() -> None:
         start = time.monotonic()
@@ -268,53 +280,16 @@ def _amcast(
         client.flush(60)
 
     name = f"amcast-{round(share * 100)}%" + ("@half" if rate else "")
-    read = [delivery_topic(t, setup.layout) for t in topics]
-    result = _run_measured(name, bootstrap, read, expected, send, setup.written(topics), timeout_s)
+    written = setup.written(topics)
+    result = _run_measured(name, bootstrap, read, False, messages, send, written, timeout_s)
     if setup.partitions > 1:
-        delays = sorted(_merge_delays(bootstrap, topics, setup.partitions))
+        delays = sorted(kafka_merge_delays(bootstrap, topics, setup.partitions))
         result = dataclasses.replace(
             result,
-            merge_p50_ms=round(_percentile(delays, 0.50), 2),
-            merge_p99_ms=round(_percentile(delays, 0.99), 2),
+            merge_p50_ms=round(percentile(delays, 0.50), 2),
+            merge_p99_ms=round(percentile(delays, 0.99), 2),
         )
     return result
-
-
-def _merge_delays(bootstrap: str, topics: list[str], partitions: int) -> list[float]:
-    """Per delivered message and topic, ms from its layer's PartitionDelivery record to
-    the merger's Delivery record (both Kafka timestamps, written on this machine)."""
-    delays: list[float] = []
-    consumer = make_consumer(bootstrap)
-    try:
-        for topic in topics:
-            layers = read_partitions(consumer, layers_topic(topic), range(partitions))
-            decided = _timestamps(layers)
-            merged = _timestamps(read_partitions(consumer, topic, [0]))
-            delays += [float(ts - decided[mid]) for mid, ts in merged.items() if mid in decided]
-    finally:
-        consumer.close()
-    return delays
-
-
-def _timestamps(records: list[Any]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for record in records:
-        data = orjson.loads(record.value() or b"{}")
-        if data.get("messageType") in ("DeliveryMessage", "PartitionDeliveryMessage"):
-            out.setdefault(data["messageID"], record.timestamp()[1])
-    return out
-
-
-def _warm_up_path(bootstrap: str, topics: list[str], layout: Layout) -> None:
-    """Every node coordinates one multicast to all topics, unmeasured, so that no node
-    is still fetching metadata for a peer's topic when the measured run starts."""
-    with AtomicKafkaClient(bootstrap, layout=layout) as client:
-        for via in topics:
-            client.send({"warm-up": True}, topics, via=via)
-    for topic in topics:
-        got = list(client.deliveries(topic, timeout_s=30, max_messages=len(topics)))
-        if len(got) < len(topics):
-            raise RuntimeError(f"warm-up: {topic} delivered {len(got)} of {len(topics)}")
 
 
 def run_bench(

@@ -1,0 +1,86 @@
+"""What the suite and the bench measure while a load runs: probes, the delivery tally and
+percentiles (no Kafka: records as the wire format's encoders write them)."""
+
+from __future__ import annotations
+
+import math
+
+import orjson
+import pytest
+
+from atomickafka.core.reader import TYPE_HEADER, PlainRecord
+from atomickafka.core.wire import Message, MessageType, client_message, encode_delivery
+from atomickafka.evaluation.clients import payload
+from atomickafka.evaluation.measuring import (
+    WARMUP_VALUE,
+    DeliveryTally,
+    Probe,
+    delivery_arrival,
+    percentile,
+    read_probe,
+)
+
+TOPICS = {"A": "A", "B": "B"}
+
+
+def _delivered(mid: str, at: str, value: object, dests: tuple[str, ...] = ("A", "B")) -> bytes:
+    sent = client_message(mid, dests, value, "client-1")
+    message: Message = sent._replace(
+        messageType=MessageType.DELIVERY, senderID=f"node-{at}", sentFromTopic=at, timeStamp=5
+    )
+    return encode_delivery(message)
+
+
+def _record(raw: bytes, topic: str) -> PlainRecord:
+    return PlainRecord(raw, topic=topic)
+
+
+def test_a_probe_is_read_from_the_value_the_clients_send() -> None:
+    value = orjson.dumps(payload(1, 7, True, 1_000_000))
+    assert read_probe(value) == Probe(1_000_000, True)
+    assert read_probe(orjson.dumps(WARMUP_VALUE)) is None
+    for other in (None, b"", b"not json", b"[1]", b'{"t": "soon"}', b'{"t": 1.5}'):
+        assert read_probe(other) is None
+
+
+def test_only_the_topics_own_node_delivers_into_it() -> None:
+    raw = _delivered("m1", "A", payload(0, 0, True, 10))
+    arrival = delivery_arrival(_record(raw, "A"), "A")
+    assert arrival is not None
+    assert (arrival.message_id, arrival.destination, arrival.destinations) == ("m1", "A", 2)
+    assert delivery_arrival(_record(raw, "B"), "B") is None
+    header = PlainRecord(raw, topic="A", headers=[(TYPE_HEADER, b"Bundle")])
+    assert delivery_arrival(header, "A") is None
+
+
+def test_a_message_completes_at_its_last_destination_once() -> None:
+    tally = DeliveryTally(TOPICS)
+    sent_s = 100.0
+    multicast = payload(0, 0, True, int(sent_s * 1e6))
+    single = payload(0, 1, False, int((sent_s + 1) * 1e6))
+    first = [
+        _record(_delivered("m1", "A", multicast), "A"),
+        _record(_delivered("m1", "A", multicast), "A"),  # written again: counts once
+        _record(_delivered("w1", "A", WARMUP_VALUE, ("A",)), "A"),
+        _record(_delivered("m2", "B", single, ("B",)), "B"),
+        _record(b"not ours", "A"),
+        _record(_delivered("m9", "A", multicast), "elsewhere"),  # a topic not counted
+    ]
+    assert tally.add(first, now=sent_s + 2) == 2
+    assert (tally.measured, tally.warmup) == (2, 1)
+    assert [(c.message_id, c.multicast) for c in tally.completed] == [("m2", False)]
+    assert tally.completed[0].latency_ms == pytest.approx(1000.0)
+    assert tally.add([_record(_delivered("m1", "B", multicast), "B")], now=sent_s + 3) == 1
+    assert [c.message_id for c in tally.completed] == ["m2", "m1"]
+    assert tally.completed[1].latency_ms == pytest.approx(3000.0)
+    assert tally.first_send_s == pytest.approx(sent_s)
+    assert tally.last_completion_s == pytest.approx(sent_s + 3)
+
+
+def test_percentiles_by_nearest_rank() -> None:
+    values = [float(v) for v in range(101)]
+    assert percentile(values, 0.5) == 50.0
+    assert percentile(values, 0.99) == 99.0
+    assert percentile(values, 1.0) == 100.0
+    assert percentile([3.0], 0.99) == 3.0
+    assert math.isnan(percentile([], 0.5))
