@@ -3,13 +3,13 @@
 See :class:`AtomicKafkaClient` and :class:`Delivery`.
 """
 
-from client.client import (
+from atomickafka.client.client import (
     AtomicKafkaClient,
     DeliveryError,
     DestinationError,
     OfflineDestinationError,
 )
-from client.delivery import Delivery
+from atomickafka.client.delivery import Delivery
 
 __all__ = [
     "AtomicKafkaClient",

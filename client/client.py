@@ -1,6 +1,6 @@
 """The filtering client: publish to several topics, read ordered deliveries.
 
->>> from client import AtomicKafkaClient          # doctest: +SKIP
+>>> from atomickafka.client import AtomicKafkaClient          # doctest: +SKIP
 >>> with AtomicKafkaClient("127.0.0.1:19092") as ak:
 ...     mid = ak.send({"order": 42}, ["payments", "audit"])
 ...     ak.flush()
@@ -22,6 +22,7 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 
+from atomickafka.client.delivery import Delivery
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.core.wire import (
     MAX_VALUE_BYTES,
@@ -37,7 +38,6 @@ from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
 from atomickafka.kafka.producer import RecordProducer, type_headers
 from atomickafka.kafka.status import Status, StatusWatch
 from atomickafka.kafka.topics import Layout, delivery_topic, header_type, input_topic
-from client.delivery import Delivery
 
 __all__ = [
     "AtomicKafkaClient",

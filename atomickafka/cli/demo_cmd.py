@@ -7,9 +7,9 @@ import uuid
 from typing import Any
 
 from atomickafka.cli.options import add_bootstrap, guarded, resolve_bootstrap
+from atomickafka.client import AtomicKafkaClient, Delivery
 from atomickafka.node.launch import running_cluster
 from atomickafka.verify.checker import check
-from client import AtomicKafkaClient, Delivery
 
 
 def register(subparsers: Any) -> None:

@@ -21,9 +21,9 @@ import orjson
 from confluent_kafka import KafkaError
 
 from atomickafka.cli.options import add_bootstrap, add_destinations, add_overrides, fail, guarded
+from atomickafka.client import AtomicKafkaClient, DeliveryError, DestinationError
 from atomickafka.core.wire import MAX_VALUE_BYTES
 from atomickafka.kafka.topics import Layout
-from client import AtomicKafkaClient, DeliveryError, DestinationError
 
 __all__ = ["register"]
 

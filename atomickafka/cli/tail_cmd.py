@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 
 from atomickafka.cli.options import add_bootstrap, add_overrides, guarded
+from atomickafka.client import AtomicKafkaClient
 from atomickafka.kafka.topics import Layout
-from client import AtomicKafkaClient
 
 
 def register(subparsers: Any) -> None:

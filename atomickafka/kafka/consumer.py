@@ -11,6 +11,7 @@ from typing import Final, TypeVar
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 
+from atomickafka.errors import TimedOutError
 from atomickafka.kafka.settings import consumer_config
 
 __all__ = [
@@ -130,7 +131,7 @@ def last_record(consumer: Consumer, topic: str, partition: int = 0) -> KafkaMess
             for record in usable(consume_batch(consumer, 10, 0.5)):
                 if record.offset() == high - 1:
                     return record
-        raise TimeoutError(f"could not read the last record of {topic}[{partition}]")
+        raise TimedOutError(f"could not read the last record of {topic}[{partition}]")
     finally:
         consumer.unassign()
 
@@ -156,5 +157,5 @@ def read_partitions(
     finally:
         consumer.unassign()
     if todo:
-        raise TimeoutError(f"could not read {topic} partitions {sorted(todo)} to their end")
+        raise TimedOutError(f"could not read {topic} partitions {sorted(todo)} to their end")
     return out

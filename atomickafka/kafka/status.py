@@ -19,6 +19,7 @@ from typing import Any, Final
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
+from atomickafka.errors import TimedOutError
 from atomickafka.kafka.consumer import consume_batch, make_consumer, usable, watermarks
 from atomickafka.kafka.topics import STATUS_TOPIC
 
@@ -200,7 +201,7 @@ def wait_for_nodes(
                 return live
             if time.monotonic() >= deadline:
                 missing = ", ".join(sorted(wanted - set(live)))
-                raise TimeoutError(f"nodes not up after {timeout_s:.0f}s: {missing}")
+                raise TimedOutError(f"nodes not up after {timeout_s:.0f}s: {missing}")
             time.sleep(0.3)
     finally:
         watch.close()

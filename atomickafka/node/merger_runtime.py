@@ -46,6 +46,7 @@ from atomickafka.core.wire import (
     encode_delivery,
     encode_tick,
 )
+from atomickafka.errors import ConfigError
 from atomickafka.kafka.admin import ensure_topics
 from atomickafka.kafka.consumer import (
     consume_batch,
@@ -82,7 +83,7 @@ class MergerRuntime(Stoppable):
 
     def __init__(self, config: NodeConfig) -> None:
         if not config.layered:
-            raise ValueError("a merger serves a partitioned topic (partitions > 1)")
+            raise ConfigError("a merger serves a partitioned topic (partitions > 1)")
         super().__init__()
         self.config = config
         self.merger = Merger(config.topic, config.partitions)

@@ -46,6 +46,7 @@ from atomickafka.core.wire import (
     encode_watermark,
     pack_bundles,
 )
+from atomickafka.errors import AtomicKafkaError
 from atomickafka.kafka.admin import (
     KEEP_FOREVER,
     MIN_MESSAGE_BYTES,
@@ -82,7 +83,7 @@ _DEAD_LETTER_KEEP: Final = 990_000
 _DELIVERY_HEADER: Final = b"DeliveryMessage"
 
 
-class NodeStartError(RuntimeError):
+class NodeStartError(AtomicKafkaError):
     """The node cannot start safely; the message says why and what to do."""
 
 

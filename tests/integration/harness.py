@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from atomickafka.client import AtomicKafkaClient, Delivery
 from atomickafka.core.engine import DEFAULT_ALGORITHM
 from atomickafka.node import launch
 from atomickafka.verify.checker import check
-from client import AtomicKafkaClient, Delivery
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,11 +16,11 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
+from atomickafka.client import AtomicKafkaClient
 from atomickafka.core.engine import DEFAULT_ALGORITHM
 from atomickafka.kafka.consumer import make_consumer, read_partitions
 from atomickafka.kafka.status import read_statuses
 from atomickafka.kafka.topics import dead_letter_topic, input_topic
-from client import AtomicKafkaClient
 from tests.integration.harness import (
     Sent,
     assert_order_checked,
