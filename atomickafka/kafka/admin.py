@@ -19,8 +19,16 @@ from confluent_kafka.admin import (
 
 from atomickafka.errors import ConfigError
 from atomickafka.kafka.consumer import retry_transient
+from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER, admin_config
 
-__all__ = ["MIN_MESSAGE_BYTES", "TopicSpec", "ensure_topics", "partition_count", "too_small"]
+__all__ = [
+    "MIN_MESSAGE_BYTES",
+    "TopicSpec",
+    "admin_client",
+    "ensure_topics",
+    "partition_count",
+    "too_small",
+]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +46,12 @@ class TopicSpec:
 
     partitions: int = 1
     configs: Mapping[str, str] = field(default_factory=dict)
+
+
+def admin_client(bootstrap: str, overrides: Mapping[str, str] | None = None) -> AdminClient:
+    """An AdminClient with the user's ``-X`` overrides, logging through
+    :data:`~atomickafka.kafka.settings.LIBRDKAFKA_LOGGER`."""
+    return AdminClient(admin_config(bootstrap, overrides), logger=LIBRDKAFKA_LOGGER)
 
 
 def _replication_factor(admin: AdminClient) -> int:

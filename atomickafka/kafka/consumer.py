@@ -12,7 +12,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka import Message as KafkaMessage
 
 from atomickafka.errors import TimedOutError
-from atomickafka.kafka.settings import consumer_config
+from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER, consumer_config
 
 __all__ = [
     "consume_batch",
@@ -98,9 +98,10 @@ def make_consumer(
     **extra: str | int | bool,
 ) -> Consumer:
     """A consumer with the defaults of :mod:`atomickafka.kafka.settings` (a throwaway
-    group when ``group`` is ``None``: nothing it commits is ever read again)."""
+    group when ``group`` is ``None``: nothing it commits is ever read again), logging
+    through :data:`~atomickafka.kafka.settings.LIBRDKAFKA_LOGGER`."""
     name = group or f"atomickafka-reader-{uuid.uuid4().hex[:12]}"
-    return Consumer(consumer_config(bootstrap, name, overrides, **extra))
+    return Consumer(consumer_config(bootstrap, name, overrides, **extra), logger=LIBRDKAFKA_LOGGER)
 
 
 def usable(records: Iterable[KafkaMessage]) -> list[KafkaMessage]:

@@ -91,7 +91,9 @@ def test_a_destination_without_a_node_is_refused_and_a_stuck_head_is_named(
             status = run_cli("status", "--bootstrap-server", kafka_bootstrap).stdout
         assert f"{stuck_id} holds the head" in status and ghost in status, status
         statuses = read_statuses(kafka_bootstrap)
-        assert statuses[a].waiting[0]["waiting_for"] == [ghost]
+        head = statuses[a].head
+        assert head is not None and head.message_id == stuck_id
+        assert head.waiting_for == (ghost,)
     log = (tmp_path / f"cluster-{DEFAULT_ALGORITHM}-split-1.log").read_text()
     assert f"message {stuck_id} has held the queue head" in log
     assert f"the proposals of {ghost}" in log
