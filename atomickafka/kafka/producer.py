@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from types import TracebackType
-from typing import Final, Self
+from contextlib import AbstractContextManager
+from typing import Final
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka import Message as KafkaMessage
@@ -71,7 +71,7 @@ class _Unsent:
         return self._value
 
 
-class RecordProducer:
+class RecordProducer(AbstractContextManager["RecordProducer"]):
     """A librdkafka producer that waits out a full local queue, for a bounded time.
 
     Use it as a context manager, or call :meth:`close`: both wait (bounded) for what is
@@ -186,13 +186,5 @@ class RecordProducer:
     def __len__(self) -> int:
         return 0 if self._producer is None else len(self._producer)
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, _type: object, exc: BaseException | None, _tb: object) -> None:
         self.close(CLOSE_TIMEOUT_S if exc is None else CLOSE_ON_ERROR_TIMEOUT_S)

@@ -114,6 +114,24 @@ class ClusterConfig:
         if len(set(self.topics)) != len(self.topics):
             raise ConfigError("the cluster's topics must be distinct")
 
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (to hand the whole configuration to another process)."""
+        return {
+            "topics": list(self.topics),
+            "node": self.node.to_dict(),
+            "grace_s": self.grace_s,
+            "max_backoff_s": self.max_backoff_s,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ClusterConfig:
+        """Inverse of :meth:`to_dict`; unknown keys are an error."""
+        unknown = set(data) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ConfigError(f"unknown cluster settings: {', '.join(sorted(unknown))}")
+        settings = {k: v for k, v in data.items() if k not in ("topics", "node")}
+        return cls(tuple(data["topics"]), NodeConfig.from_dict(data["node"]), **settings)
+
     def node_configs(self) -> list[NodeConfig]:
         """The configuration of each topic's node (of each layer's, when partitioned)."""
         if not self.node.layered:

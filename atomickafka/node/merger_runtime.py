@@ -35,7 +35,7 @@ from atomickafka.core.merger import (
     Release,
     TickRequest,
 )
-from atomickafka.core.reader import DEAD_LETTER_ERROR_HEADER
+from atomickafka.core.reader import DEAD_LETTER_ERROR_HEADER, delivery_order_key, read_delivery
 from atomickafka.core.wire import (
     Message,
     MessageError,
@@ -65,7 +65,7 @@ from atomickafka.kafka.topics import (
 from atomickafka.node.config import NodeConfig
 from atomickafka.node.lifecycle import Stoppable
 from atomickafka.node.metrics import Rates, status_of
-from atomickafka.node.runtime import node_topic_specs
+from atomickafka.node.runtime import NodeStartError, node_topic_specs
 
 __all__ = ["MergerRuntime"]
 
@@ -115,13 +115,17 @@ class MergerRuntime(Stoppable):
     def _start(self) -> None:
         assert self._consumer is not None
         consumer, cfg = self._consumer, self.config
-        last = retry_transient(
-            lambda: last_record(consumer, delivery_topic(cfg.topic, cfg.layout)), "last delivery"
-        )
-        if last is not None and last.value() is not None:
-            (written,) = decode_record(last.value() or b"")
-            assert written.timeStamp is not None
-            resume = MergeKey(written.timeStamp, written.partitionID or 0, written.messageID)
+        target = delivery_topic(cfg.topic)
+        last = retry_transient(lambda: last_record(consumer, target), "last delivery")
+        if last is not None:
+            written = read_delivery(last, at=cfg.topic)
+            if written is None:
+                raise NodeStartError(
+                    f"the last record of {target} (offset {last.offset()}) is not a Delivery "
+                    f"of {cfg.topic}, so the merger cannot tell where the merged stream ends; "
+                    f"only the merger writes to {target}"
+                )
+            resume = MergeKey(*delivery_order_key(written))
             self.merger.resume_after(resume)
             log.info("merger %s resumes after %s", cfg.topic, resume)
         source = layers_topic(cfg.topic)
@@ -141,8 +145,7 @@ class MergerRuntime(Stoppable):
     def _loop(self, max_seconds: float | None) -> int:
         assert self._consumer is not None and self._producer is not None
         cfg = self.config
-        deadline = None if max_seconds is None else time.monotonic() + max_seconds
-        next_status = 0.0
+        self._start_clock(cfg.status_interval_s, max_seconds)
         while not self.stopping:
             records = usable(consume_batch(self._consumer, cfg.batch_size, cfg.poll_timeout_s))
             if records:
@@ -153,11 +156,7 @@ class MergerRuntime(Stoppable):
                     "merger %s: %s; exiting so that a restart resumes", cfg.topic, self._failure
                 )
                 return 1
-            now = time.monotonic()
-            if now >= next_status:
-                self._publish_status(now)
-                next_status = now + cfg.status_interval_s
-            if deadline is not None and now >= deadline:
+            if self._tick(time.monotonic()):
                 break
         return 0
 
@@ -197,7 +196,7 @@ class MergerRuntime(Stoppable):
                     messageType=MessageType.DELIVERY, senderID=self.sender_id
                 )
                 self._producer.send(
-                    delivery_topic(cfg.topic, cfg.layout),
+                    delivery_topic(cfg.topic),
                     encode_delivery(delivery),
                     partition=_DELIVERY_PARTITION,
                     on_delivery=self._on_delivery,

@@ -34,6 +34,7 @@ from atomickafka.core.reader import (
     DEAD_LETTER_OFFSET_HEADER,
     DEAD_LETTER_SOURCE_HEADER,
     DEAD_LETTER_TRUNCATED_HEADER,
+    declares_delivery,
 )
 from atomickafka.core.wire import (
     Message,
@@ -61,7 +62,6 @@ from atomickafka.kafka.topics import (
     Layout,
     dead_letter_topic,
     delivery_topic,
-    header_type,
     input_topic,
     layers_topic,
     node_group,
@@ -78,7 +78,6 @@ log = logging.getLogger("atomickafka.node")
 #: How much of a set-aside record the dead-letter topic keeps (all of any record a
 #: producer with the default limits can write; more only when the broker allows more).
 _DEAD_LETTER_KEEP: Final = 990_000
-_DELIVERY_HEADER: Final = b"DeliveryMessage"
 
 
 class NodeStartError(AtomicKafkaError):
@@ -89,7 +88,7 @@ def node_topic_specs(config: NodeConfig) -> dict[str, TopicSpec]:
     """Every Kafka topic the node of ``config`` needs, with partitions and configs."""
     topic, layout = config.topic, config.layout
     specs = {
-        delivery_topic(topic, layout): TopicSpec(),
+        delivery_topic(topic): TopicSpec(),
         dead_letter_topic(topic): TopicSpec(),
         STATUS_TOPIC: TopicSpec(configs={"cleanup.policy": "compact"}),
     }
@@ -199,8 +198,7 @@ class NodeRuntime(Stoppable):
         assert self._consumer is not None and self._producer is not None
         cfg = self.config
         consumer, producer = self._consumer, self._producer
-        deadline = None if max_seconds is None else time.monotonic() + max_seconds
-        next_status = 0.0
+        self._start_clock(cfg.status_interval_s, max_seconds)
         while not self.stopping:
             records = usable(consume_batch(consumer, cfg.batch_size, cfg.poll_timeout_s))
             if records:
@@ -209,10 +207,7 @@ class NodeRuntime(Stoppable):
             now = time.monotonic()
             if self._settle(now) != 0:
                 return 1
-            if now >= next_status:
-                self._publish_status(now)
-                next_status = now + cfg.status_interval_s
-            if deadline is not None and now >= deadline:
+            if self._tick(now):
                 break
         return 0
 
@@ -246,7 +241,7 @@ class NodeRuntime(Stoppable):
         unreadable: list[tuple[KafkaMessage, str]] = []
         shared = self._shared
         for record in records:
-            if shared and header_type(record) == _DELIVERY_HEADER:
+            if shared and declares_delivery(record):
                 continue  # our own output, in the shared layout
             raw = record.value()
             try:
@@ -309,9 +304,7 @@ class NodeRuntime(Stoppable):
                     on_delivery=callback,
                 )
         if deliveries:
-            where = (
-                layers_topic(cfg.topic) if cfg.layered else delivery_topic(cfg.topic, cfg.layout)
-            )
+            where = layers_topic(cfg.topic) if cfg.layered else delivery_topic(cfg.topic)
             headers = type_headers(MessageType.DELIVERY) if self._shared else None
             for output in deliveries:
                 ticket.sent()

@@ -71,9 +71,7 @@ def test_a_destination_without_a_node_is_refused_and_a_stuck_head_is_named(
     kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
 ) -> None:
     a, ghost = topic_factory(), topic_factory()
-    with running_cluster(
-        kafka_bootstrap, [a], log_dir=tmp_path, log_level="info", extra_args=["--stuck-after", "2"]
-    ):
+    with running_cluster(kafka_bootstrap, [a], log_dir=tmp_path, log_level="info", stuck_after_s=2):
         typo = run_cli("send", "--bootstrap-server", kafka_bootstrap, "--to", f"{a},{ghost}", "x")
         assert typo.returncode == 2, typo.stderr
         assert ghost in typo.stderr and "--allow-offline" in typo.stderr
