@@ -1,20 +1,46 @@
-"""The AtomicKafka filtering client: send to several topics, read ordered deliveries.
+"""The AtomicKafka filtering client (``atomickafka.client``): send one message to several
+topics, read a topic's deliveries in their agreed order.
 
-See :class:`AtomicKafkaClient` and :class:`Delivery`.
+- :class:`AtomicKafkaClient` -- ``send(value, destinations, *, via, key, on_delivery)``,
+  ``flush()``, ``reader(topic)``, ``deliveries(topic)``, ``close()``; a context manager.
+- :class:`DeliveryReader` -- one topic's deliveries, its consumer closed on exit.
+- :class:`SentMessage` (what ``on_delivery(err, sent)`` gets) and :class:`Delivery`.
+- Errors, all :class:`AtomicKafkaError`: :class:`DeliveryError` (``failures``: pairs of
+  messageID and ``KafkaError``), :class:`DestinationError`,
+  :class:`OfflineDestinationError`, :class:`MessageError`, :class:`ConfigError`,
+  :class:`QueueFullError`, :class:`TimedOutError`.
 """
 
-from client.client import (
-    AtomicKafkaClient,
+from atomickafka.client.client import AtomicKafkaClient
+from atomickafka.client.delivery import Delivery, OnDelivery, SentMessage
+from atomickafka.client.errors import (
+    AtomicKafkaError,
+    ConfigError,
     DeliveryError,
     DestinationError,
+    MessageError,
     OfflineDestinationError,
+    QueueFullError,
+    TimedOutError,
 )
-from client.delivery import Delivery
+from atomickafka.client.reader import DeliveryReader
+from atomickafka.core.engine import Algorithm
+from atomickafka.kafka.topics import Layout
 
 __all__ = [
+    "Algorithm",
     "AtomicKafkaClient",
+    "AtomicKafkaError",
+    "ConfigError",
     "Delivery",
     "DeliveryError",
+    "DeliveryReader",
     "DestinationError",
+    "Layout",
+    "MessageError",
     "OfflineDestinationError",
+    "OnDelivery",
+    "QueueFullError",
+    "SentMessage",
+    "TimedOutError",
 ]

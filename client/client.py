@@ -1,92 +1,87 @@
 """The filtering client: publish to several topics, read ordered deliveries.
 
->>> from client import AtomicKafkaClient          # doctest: +SKIP
+>>> from atomickafka.client import AtomicKafkaClient          # doctest: +SKIP
 >>> with AtomicKafkaClient("127.0.0.1:19092") as ak:
 ...     mid = ak.send({"order": 42}, ["payments", "audit"])
 ...     ak.flush()
-...     for d in ak.deliveries("audit", from_beginning=True, timeout_s=5):
-...         print(d.messageID, d.value)
+...     with ak.reader("audit") as reader:
+...         for d in reader.deliveries(timeout_s=5):
+...             print(d.messageID, d.value)
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 import uuid
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from types import TracebackType
-from typing import Any, Self
+from contextlib import AbstractContextManager
+from typing import Any
 
-import orjson
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, TopicPartition
+from confluent_kafka import KafkaError
 from confluent_kafka import Message as KafkaMessage
 
+from atomickafka.client.delivery import Delivery, OnDelivery, SentMessage
+from atomickafka.client.errors import (
+    ConfigError,
+    DeliveryError,
+    DestinationError,
+    MessageError,
+    OfflineDestinationError,
+)
+from atomickafka.client.reader import DeliveryReader
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.core.wire import (
     MAX_VALUE_BYTES,
-    MessageError,
     MessageType,
     client_message,
-    decode_record,
     encode_client,
     is_valid_topic_name,
     parse_destinations,
 )
-from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
-from atomickafka.kafka.producer import RecordProducer, type_headers
-from atomickafka.kafka.status import Status, StatusWatch
-from atomickafka.kafka.topics import Layout, delivery_topic, header_type, input_topic
-from client.delivery import Delivery
+from atomickafka.kafka.producer import (
+    CLOSE_ON_ERROR_TIMEOUT_S,
+    CLOSE_TIMEOUT_S,
+    RecordProducer,
+    type_headers,
+)
+from atomickafka.kafka.status import Role, Status, StatusWatch
+from atomickafka.kafka.topics import Layout, input_topic
 
-__all__ = [
-    "AtomicKafkaClient",
-    "DeliveryError",
-    "DestinationError",
-    "OfflineDestinationError",
-    "SentCallback",
-]
+__all__ = ["AtomicKafkaClient", "client_id_is_valid"]
 
-#: Called once every record of a sent message is acknowledged (``None``) or failed.
-SentCallback = Callable[[str, KafkaError | None], None]
+log = logging.getLogger("atomickafka.client")
 
 _REFRESH_S = 1.0  # how often send() looks at the status topic again
 
 
-class DeliveryError(RuntimeError):
-    """The broker did not accept one or more sent messages."""
-
-
-class DestinationError(ValueError):
-    """The destinations cannot take the message as they are served now."""
-
-
-class OfflineDestinationError(DestinationError):
-    """A destination has no live AtomicKafka node: its other destinations would stall."""
-
-
 class _Pending:
-    """Counts the records of one message until all are acknowledged."""
+    """Counts the records of one sent message until all are acknowledged."""
 
-    __slots__ = ("callback", "error", "left", "message_id", "owner")
+    __slots__ = ("callback", "error", "failed", "left", "sent")
 
     def __init__(
-        self, owner: AtomicKafkaClient, message_id: str, left: int, callback: SentCallback | None
+        self,
+        sent: SentMessage,
+        failed: Callable[[str, KafkaError], None],
+        callback: OnDelivery | None,
     ) -> None:
-        self.owner, self.message_id, self.left, self.callback = owner, message_id, left, callback
+        self.sent, self.failed, self.callback = sent, failed, callback
+        self.left = sent.records
         self.error: KafkaError | None = None
 
-    def on_delivery(self, err: KafkaError | None, msg: KafkaMessage) -> None:
+    def on_delivery(self, err: KafkaError | None, _record: KafkaMessage) -> None:
         self.left -= 1
         if err is not None and self.error is None:
             self.error = err
-            raw = msg.value() or b""
-            self.owner.failures.append((raw[:120].decode(errors="replace"), err))
+            self.failed(self.sent.messageID, err)
         if self.left == 0 and self.callback is not None:
-            self.callback(self.message_id, self.error)
+            self.callback(self.error, self.sent)
 
 
-class AtomicKafkaClient:
+class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
     """Send atomic-multicast messages and read a topic's ordered deliveries.
 
     ``layout`` must match the nodes' ``--layout``. ``config`` holds librdkafka settings
@@ -96,6 +91,11 @@ class AtomicKafkaClient:
     log; otherwise to one). ``allow_offline`` sends anyway to topics without a live node
     (their other destinations then wait until one starts), with ``algorithm`` (default
     :data:`~atomickafka.core.engine.DEFAULT_ALGORITHM`) when no node says which.
+
+    Use it as a context manager: leaving the block normally waits until every sent
+    message is acknowledged (or raises :class:`~atomickafka.client.DeliveryError`);
+    leaving it by an exception waits briefly, logs what was not written and lets the
+    exception go on.
     """
 
     def __init__(
@@ -113,7 +113,7 @@ class AtomicKafkaClient:
         self.layout = Layout(layout)
         self.client_id = client_id or f"c{uuid.uuid4().hex[:12]}"
         if not client_id_is_valid(self.client_id):
-            raise ValueError(f"client_id must be 1-64 characters of [A-Za-z0-9._-]: {client_id!r}")
+            raise ConfigError(f"client_id must be 1-64 characters of [A-Za-z0-9._-]: {client_id!r}")
         # messageIDs are "<id_prefix>-<n>"; a random part per instance keeps them unique
         # even when a restarted program reuses its client_id (2019 ids collided so).
         self.id_prefix = (
@@ -122,14 +122,13 @@ class AtomicKafkaClient:
         self.algorithm = None if algorithm is None else Algorithm(algorithm)
         self.allow_offline = allow_offline
         self.max_value_bytes = max_value_bytes
-        self.failures: list[tuple[str, KafkaError]] = []
+        self._failures: list[tuple[str, KafkaError]] = []
         self._config = dict(config or {})
         self._seq = itertools.count()
         self._producer: RecordProducer | None = None
         self._watch: StatusWatch | None = None
         self._watched_at = 0.0
         self._routes: dict[tuple[str, ...], tuple[Algorithm, int] | DestinationError] = {}
-        self._partitions: dict[str, int] = {}
         self._headers = type_headers(MessageType.CLIENT) if self.layout is Layout.SHARED else None
 
     # ------------------------------------------------------------------ sending
@@ -138,25 +137,28 @@ class AtomicKafkaClient:
         self,
         value: Any,
         destinations: Iterable[str],
-        via: str | None = None,
         *,
+        via: str | None = None,
         key: str | bytes | None = None,
-        on_sent: SentCallback | None = None,
+        on_delivery: OnDelivery | None = None,
     ) -> str:
         """Publish ``value`` (any JSON value) to every topic in ``destinations``; return
         its messageID.
 
         Asynchronous: :meth:`flush` waits until the broker has every sent message, and
-        ``on_sent(messageID, error)`` is called once it has all of this one's records.
-        ``via`` writes the message to that topic's input log instead, which relays it if
-        it is not a destination. On a partitioned topic ``key`` keeps messages in one
-        layer (so they keep their relative order cheaply); without it messages are spread
-        round-robin. Raises ``ValueError`` (:class:`OfflineDestinationError` for a topic
-        without a live node) before anything is written.
+        ``on_delivery(err, sent)`` (:data:`~atomickafka.client.OnDelivery`) is called
+        once the broker has all of this one's records (``err`` is ``None``) or refused
+        one. ``via`` writes the message to that topic's input log instead, which relays
+        it if it is not a destination. On a partitioned topic ``key`` keeps messages in
+        one layer (so they keep their relative order cheaply); without it messages are
+        spread round-robin. Raises :class:`~atomickafka.client.MessageError` (a bad
+        destination, ``via`` or value) or :class:`~atomickafka.client.DestinationError`
+        (:class:`~atomickafka.client.OfflineDestinationError` for a topic without a live
+        node) before anything is written; both are ``ValueError``.
         """
         topics = parse_destinations(destinations)
         if via is not None and not is_valid_topic_name(via):
-            raise ValueError(f"via is not a valid topic name: {via!r}")
+            raise MessageError("via", "not a valid topic name", via)
         seq = next(self._seq)
         message_id = f"{self.id_prefix}-{seq}"
         route = [*topics, via] if via is not None else list(topics)
@@ -165,9 +167,10 @@ class AtomicKafkaClient:
         message = client_message(message_id, topics, value, self.client_id, layer)
         size = len(message.value or b"")
         if size > self.max_value_bytes:
-            raise ValueError(
-                f"the value is {size} bytes as JSON; AtomicKafka carries at most "
-                f"{self.max_value_bytes} bytes (MAX_VALUE_BYTES)"
+            raise MessageError(
+                "value",
+                f"{size} bytes as JSON; AtomicKafka carries at most {self.max_value_bytes} "
+                "bytes (MAX_VALUE_BYTES)",
             )
         if via is not None:
             targets = (
@@ -179,7 +182,8 @@ class AtomicKafkaClient:
             targets = [topics[zlib.crc32(message_id.encode()) % len(topics)]]
         producer = self._ensure_producer()
         payload = encode_client(message)
-        pending = _Pending(self, message_id, len(targets), on_sent)
+        sent = SentMessage(message_id, topics, value, via, key, layer, len(targets))
+        pending = _Pending(sent, self._failed, on_delivery)
         for target in targets:
             producer.send(
                 input_topic(target, self.layout),
@@ -190,6 +194,10 @@ class AtomicKafkaClient:
             )
         producer.poll(0)
         return message_id
+
+    def _failed(self, message_id: str, error: KafkaError) -> None:
+        """A record of ``message_id`` was not written: :meth:`flush` reports it."""
+        self._failures.append((message_id, error))
 
     def _serving(self, topics: list[str]) -> tuple[Algorithm, int]:
         """The protocol the topics' nodes run and the layers they share; raises
@@ -209,11 +217,11 @@ class AtomicKafkaClient:
     ) -> tuple[Algorithm, int] | DestinationError:
         now = time.time()
         offline = []
-        algorithms: set[str] = set()
+        algorithms: set[Algorithm] = set()
         layers: list[int] = []
         for topic in dict.fromkeys(topics):
             mine = [s for s in statuses.values() if s.topic == topic]
-            nodes = [s for s in mine if s.role == "node"]
+            nodes = [s for s in mine if s.role is Role.NODE]
             if not nodes or not all(s.live(now) for s in mine):
                 offline.append(_describe(topic, mine, now))
                 continue
@@ -228,9 +236,7 @@ class AtomicKafkaClient:
             return DestinationError(
                 f"the destinations' nodes run different protocols ({', '.join(sorted(algorithms))})"
             )
-        algorithm = (
-            Algorithm(algorithms.pop()) if algorithms else self.algorithm or DEFAULT_ALGORITHM
-        )
+        algorithm = algorithms.pop() if algorithms else self.algorithm or DEFAULT_ALGORITHM
         return algorithm, min(layers, default=1)
 
     def _statuses(self) -> dict[str, Status]:
@@ -250,18 +256,14 @@ class AtomicKafkaClient:
         self._ensure_producer().warm_up(names, timeout_s)
         self._statuses()
 
-    def flush(self, timeout_s: float = 30.0) -> None:
-        """Wait until every sent message is acknowledged; raise :class:`DeliveryError` if not."""
-        if self._producer is not None:
-            remaining = self._producer.flush(timeout_s)
-            if remaining:
-                raise DeliveryError(f"{remaining} records not acknowledged after {timeout_s}s")
-        if self.failures:
-            failures, self.failures = self.failures, []
-            first_record, first_err = failures[0]
-            raise DeliveryError(
-                f"{len(failures)} records failed; first: {first_err} for {first_record}"
-            )
+    def flush(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Wait until every sent message is acknowledged (serving ``on_delivery``
+        callbacks); raise :class:`~atomickafka.client.DeliveryError`, naming each
+        message that was not written, if some were not."""
+        remaining = 0 if self._producer is None else self._producer.flush(timeout_s)
+        failures, self._failures = self._failures, []
+        if remaining or failures:
+            raise DeliveryError(failures, remaining, timeout_s)
 
     def _ensure_producer(self) -> RecordProducer:
         if self._producer is None:
@@ -271,6 +273,13 @@ class AtomicKafkaClient:
         return self._producer
 
     # ------------------------------------------------------------------ reading
+
+    def reader(self, topic: str, *, from_beginning: bool = True) -> DeliveryReader:
+        """A :class:`~atomickafka.client.DeliveryReader` of ``topic``'s deliveries, with
+        this client's settings; use it in a ``with`` block, which closes its consumer."""
+        return DeliveryReader(
+            self.bootstrap_servers, topic, from_beginning=from_beginning, config=self._config
+        )
 
     def deliveries(
         self,
@@ -283,59 +292,50 @@ class AtomicKafkaClient:
         """Yield ``topic``'s deliveries in order, hiding control records and duplicates.
 
         Stops after ``max_messages`` deliveries, or once no delivery arrived for
-        ``timeout_s`` seconds (``None``: wait forever).
+        ``timeout_s`` seconds (``None``: wait forever). Its consumer is closed when the
+        iteration ends; stopping early leaves it open until the iterator is collected,
+        so prefer :meth:`reader` there.
         """
-        if not is_valid_topic_name(topic):
-            raise ValueError(f"not a valid topic name: {topic!r}")
-        if max_messages is not None and max_messages <= 0:
-            return
-        consumer = make_consumer(
-            self.bootstrap_servers, None, self._config, **{"enable.partition.eof": False}
-        )
-        start = OFFSET_BEGINNING if from_beginning else OFFSET_END
-        consumer.assign([TopicPartition(delivery_topic(topic, self.layout), 0, start)])
-        seen: set[str] = set()
-        count = 0
-        idle_deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        try:
-            while idle_deadline is None or time.monotonic() < idle_deadline:
-                for record in usable(consume_batch(consumer, 1000, 0.1)):
-                    delivery = _to_delivery(record, topic)
-                    if delivery is None or delivery.messageID in seen:
-                        continue
-                    seen.add(delivery.messageID)
-                    yield delivery
-                    count += 1
-                    if max_messages is not None and count >= max_messages:
-                        return
-                    if timeout_s is not None:
-                        idle_deadline = time.monotonic() + timeout_s
-        finally:
-            consumer.close()
+        with self.reader(topic, from_beginning=from_beginning) as reader:
+            yield from reader.deliveries(timeout_s=timeout_s, max_messages=max_messages)
 
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
-        """Flush what was sent and release the Kafka clients."""
+        """Wait until every sent message is acknowledged (up to 30 s), then release the
+        Kafka clients; raise :class:`~atomickafka.client.DeliveryError` if some were not
+        (the clients are released either way)."""
+        error = self._release(CLOSE_TIMEOUT_S)
+        if error is not None:
+            raise error
+
+    def _release(self, timeout_s: float) -> DeliveryError | None:
+        """Release the Kafka clients, waiting up to ``timeout_s`` for what was sent;
+        return the error to report, if any."""
+        producer, self._producer = self._producer, None
+        watch, self._watch = self._watch, None
         try:
-            if self._producer is not None:
-                self.flush()
-                self._producer = None
+            if watch is not None:
+                watch.close()
         finally:
-            if self._watch is not None:
-                self._watch.close()
-                self._watch = None
+            # records not acknowledged in time are purged: their messages fail
+            remaining = 0 if producer is None else producer.close(timeout_s)
+        failures, self._failures = self._failures, []
+        if remaining or failures:
+            return DeliveryError(failures, remaining, timeout_s)
+        return None
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+    def __exit__(self, _type: object, exc: BaseException | None, _tb: object) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:  # an exception is on its way: never replace it with another
+            error = self._release(CLOSE_ON_ERROR_TIMEOUT_S)
+        except Exception:
+            log.exception("releasing the client after %s failed", type(exc).__name__)
+            return
+        if error is not None:
+            log.error("leaving after %s: %s", type(exc).__name__, error)
 
 
 def client_id_is_valid(client_id: str) -> bool:
@@ -358,34 +358,3 @@ def _describe(topic: str, statuses: list[Status], now: float) -> str:
         return f"{topic!r} (no node has ever published a status)"
     newest = max(statuses, key=lambda s: s.time)
     return f"{topic!r} (last status {newest.age_s(now):.0f} s ago)"
-
-
-_DELIVERY_TYPES = (MessageType.DELIVERY.value.encode(), None)
-
-
-def _to_delivery(record: KafkaMessage, topic: str) -> Delivery | None:
-    if header_type(record) not in _DELIVERY_TYPES:
-        return None  # a client record or a bundle, in the shared layout
-    raw = record.value()
-    if raw is None:
-        return None
-    try:
-        (message,) = decode_record(raw)
-    except (MessageError, ValueError):
-        return None  # not ours; the node sets malformed input aside
-    if message.messageType is not MessageType.DELIVERY or message.timeStamp is None:
-        return None
-    if message.sentFromTopic != topic:
-        return None  # only the topic's own node (or merger) delivers into it
-    ts_type, ts = record.timestamp()
-    return Delivery(
-        messageID=message.messageID,
-        value=orjson.loads(message.value or b"null"),
-        timeStamp=message.timeStamp,
-        destinations=message.topic,
-        topic=topic,
-        partition=record.partition() or 0,
-        offset=record.offset() or 0,
-        kafka_timestamp_ms=ts if ts_type else None,
-        layer=message.partitionID,
-    )

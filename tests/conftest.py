@@ -183,8 +183,7 @@ def create_topic(request: pytest.FixtureRequest) -> Callable[..., str]:
     Creates the topic (on the session Kafka unless ``bootstrap`` is given), waits up to 30 s
     until every partition has a leader and a full ISR, and returns the name.
     """
-    from confluent_kafka.admin import AdminClient  # noqa: PLC0415 (after any fork)
-    from confluent_kafka.cimpl import NewTopic  # noqa: PLC0415 (admin does not re-export it)
+    from confluent_kafka.admin import AdminClient, NewTopic  # noqa: PLC0415 (after any fork)
 
     def create(
         name: str,

@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from atomickafka import __version__
+
 # Modules under atomickafka.cli that contribute sub-commands, in help order.
 _COMMAND_MODULES = (
     "broker_cmd",
@@ -41,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="atomickafka",
         description="Atomic multicast over Apache Kafka: one message, many topics, one order.",
     )
+    parser.add_argument("--version", action="version", version=f"atomickafka {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for name in _COMMAND_MODULES:

@@ -5,15 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from tqdm import tqdm
 
 from atomickafka.cli.options import add_bootstrap, add_overrides, guarded, resolve_bootstrap
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
-from atomickafka.evaluation.bench import BenchResult, BenchSetup, run_bench
 from atomickafka.kafka.topics import Layout
+
+if TYPE_CHECKING:
+    from atomickafka.evaluation.bench import BenchResult
 
 
 def register(subparsers: Any) -> None:
@@ -55,6 +57,9 @@ def _row(r: BenchResult, baseline: BenchResult | None) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # imported here: only this command needs the bench (and the client it drives)
+    from atomickafka.evaluation.bench import BenchSetup, run_bench  # noqa: PLC0415
+
     bootstrap = resolve_bootstrap(args.bootstrap_server)
     shares = [int(x) / 100 for x in args.shares.split(",") if x.strip()]
     print(

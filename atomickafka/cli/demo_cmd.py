@@ -7,9 +7,10 @@ import uuid
 from typing import Any
 
 from atomickafka.cli.options import add_bootstrap, guarded, resolve_bootstrap
+from atomickafka.client import AtomicKafkaClient, Delivery, DeliveryReader
+from atomickafka.node.config import ClusterConfig, NodeConfig
 from atomickafka.node.launch import running_cluster
 from atomickafka.verify.checker import check, deliveries_from_client, sent_from_pairs
-from client import AtomicKafkaClient, Delivery
 
 
 def register(subparsers: Any) -> None:
@@ -36,7 +37,10 @@ def _run(args: argparse.Namespace) -> int:
     run = uuid.uuid4().hex[:6]
     names = {base: f"demo-{run}-{base}" for base in ("orders", "payments", "audit")}
     print(f"bootstrap {bootstrap}; topics {', '.join(names.values())}")
-    with running_cluster(bootstrap, list(names.values())):
+    topics = tuple(names.values())
+    with running_cluster(
+        ClusterConfig(topics, NodeConfig(bootstrap, topics[0], log_level="warning"))
+    ):
         sent: dict[str, tuple[tuple[str, ...], str]] = {}
         with AtomicKafkaClient(bootstrap) as client:
             for value, bases, via in _SCRIPT:
@@ -45,11 +49,11 @@ def _run(args: argparse.Namespace) -> int:
                 sent[mid] = (dests, value)
                 relay = f" (via {via})" if via else ""
                 print(f"sent {mid} -> {', '.join(bases)}{relay}: {value}")
-        reader = AtomicKafkaClient(bootstrap)
         deliveries: dict[str, list[Delivery]] = {}
         for base, topic in names.items():
             want = sum(topic in d for d, _ in sent.values())
-            deliveries[topic] = list(reader.deliveries(topic, timeout_s=15, max_messages=want))
+            with DeliveryReader(bootstrap, topic) as reader:
+                deliveries[topic] = list(reader.deliveries(timeout_s=15, max_messages=want))
             print(f"\n{base} delivered, in order:")
             for d in deliveries[topic]:
                 print(f"  ts={d.timeStamp:<4} {d.messageID}  {d.value}")

@@ -21,9 +21,15 @@ import orjson
 from confluent_kafka import KafkaError
 
 from atomickafka.cli.options import add_bootstrap, add_destinations, add_overrides, fail, guarded
+from atomickafka.client import (
+    AtomicKafkaClient,
+    DeliveryError,
+    DestinationError,
+    OnDelivery,
+    SentMessage,
+)
 from atomickafka.core.wire import MAX_VALUE_BYTES
 from atomickafka.kafka.topics import Layout
-from client import AtomicKafkaClient, DeliveryError, DestinationError
 
 __all__ = ["register"]
 
@@ -73,8 +79,8 @@ class _Printer:
         self.printed = 0
         self.failed = 0
 
-    def on_sent(self, line: _Line) -> Any:
-        def callback(_message_id: str, error: KafkaError | None) -> None:
+    def on_delivery(self, line: _Line) -> OnDelivery:
+        def callback(error: KafkaError | None, _sent: SentMessage) -> None:
             line.done, line.error = True, error
 
         return callback
@@ -117,7 +123,11 @@ def _run(args: argparse.Namespace) -> int:
                 value = orjson.loads(text) if args.json_value else text
                 line = _Line(number)
                 line.message_id = client.send(
-                    value, args.to, via=args.via, key=args.key, on_sent=printer.on_sent(line)
+                    value,
+                    args.to,
+                    via=args.via,
+                    key=args.key,
+                    on_delivery=printer.on_delivery(line),
                 )
             except DestinationError as exc:  # nothing sent: a usage problem
                 return fail("send", exc)

@@ -10,7 +10,8 @@ from typing import Any
 import orjson
 
 from atomickafka.cli.options import add_bootstrap, add_overrides, fail, guarded
-from atomickafka.kafka.status import Status, read_statuses
+from atomickafka.kafka.status import Role, Status, read_statuses
+from atomickafka.kafka.topics import dead_letter_topic
 
 __all__ = ["register"]
 
@@ -35,6 +36,20 @@ def _state(status: Status, now: float) -> str:
     return "replaying" if status.replaying else "live"
 
 
+def _held_head(status: Status, stuck_after_s: float) -> str | None:
+    """What holds the head of ``status``'s queue, when it has held it long enough to
+    matter (a merger: whenever a layer holds it)."""
+    head = status.head
+    head_age = status.oldest_pending_age_s or 0.0
+    merging = status.role is Role.MERGER
+    if head is None or not (head_age >= stuck_after_s or (merging and status.blocked_by)):
+        return None
+    what = ", ".join(head.waiting_for) or "its decision"
+    if merging and status.watermark is not None:
+        what += f" (watermark lag {head.timestamp - status.watermark})"
+    return f"{head.message_id} holds the head for {head_age:.0f}s, waiting for {what}"
+
+
 def _run(args: argparse.Namespace) -> int:
     statuses = read_statuses(args.bootstrap_server, args.overrides)
     if not statuses:
@@ -57,8 +72,9 @@ def _run(args: argparse.Namespace) -> int:
         s = statuses[key]
         age = "-" if s.oldest_pending_age_s is None else f"{s.oldest_pending_age_s:.1f}s"
         mark = "-" if s.watermark is None else str(s.watermark)
-        if s.role == "merger" and s.layer_watermarks:
-            mark = f"{min(s.layer_watermarks)}..{max(s.layer_watermarks)}"
+        if s.layers:
+            marks = [state.watermark for state in s.layers]
+            mark = f"{min(marks)}..{max(marks)}"
         print(
             f"{key:<28} {s.algorithm:<9} {s.pending:>8} {age:>9} {s.deliveries_per_s:>9.1f} "
             f"{s.records_in_per_s:>9.1f} {s.dead_letters:>5} {mark:>10}  "
@@ -67,17 +83,11 @@ def _run(args: argparse.Namespace) -> int:
         if s.protocol_mismatches:
             stuck.append(
                 f"{key}: {s.protocol_mismatches} records of another protocol set aside "
-                f"(see atomickafka-dlq.{s.topic})"
+                f"(see {dead_letter_topic(s.topic)})"
             )
-        head_age = s.oldest_pending_age_s or 0.0
-        if s.waiting and (head_age >= args.stuck_after or (s.role == "merger" and s.blocked_by)):
-            head = s.waiting[0]
-            what = ", ".join(head.get("waiting_for", [])) or "its decision"
-            if "watermark_lag" in head:
-                what += f" (watermark lag {head['watermark_lag']})"
-            stuck.append(
-                f"{key}: {head['messageID']} holds the head for {head_age:.0f}s, waiting for {what}"
-            )
+        line = _held_head(s, args.stuck_after)
+        if line is not None:
+            stuck.append(f"{key}: {line}")
     if stuck:
         print("\nwaiting:")
         for line in stuck:

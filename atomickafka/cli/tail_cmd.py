@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 
 from atomickafka.cli.options import add_bootstrap, add_overrides, guarded
+from atomickafka.client import DeliveryReader
 from atomickafka.kafka.topics import Layout
-from client import AtomicKafkaClient
 
 
 def register(subparsers: Any) -> None:
@@ -25,32 +25,33 @@ def register(subparsers: Any) -> None:
         "--timeout-ms", type=int, default=None, help="exit after this long without a delivery"
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per delivery")
-    parser.add_argument("--layout", choices=[x.value for x in Layout], default=Layout.SPLIT.value)
+    parser.add_argument(
+        "--layout",
+        choices=[x.value for x in Layout],
+        default=Layout.SPLIT.value,
+        help="the nodes' layout (accepted for symmetry with send: both deliver into the topic)",
+    )
     parser.set_defaults(func=guarded("tail", _run))
 
 
 def _run(args: argparse.Namespace) -> int:
+    timeout_s = None if args.timeout_ms is None else args.timeout_ms / 1000
+    out = sys.stdout
     try:
-        client = AtomicKafkaClient(args.bootstrap_server, layout=args.layout, config=args.overrides)
-        timeout_s = None if args.timeout_ms is None else args.timeout_ms / 1000
-        stream = client.deliveries(
+        with DeliveryReader(
+            args.bootstrap_server,
             args.topic,
             from_beginning=args.from_beginning,
-            timeout_s=timeout_s,
-            max_messages=args.max_messages,
-        )
-        out = sys.stdout
-        for delivery in stream:
-            if args.json:
-                out.write(orjson.dumps(delivery.to_json_dict()).decode() + "\n")
-            else:
-                value = delivery.value
-                shown = value if isinstance(value, str) else orjson.dumps(value).decode()
-                out.write(f"{delivery.timeStamp}\t{delivery.messageID}\t{shown}\n")
-            out.flush()
-    except ValueError as exc:
-        print(f"atomickafka tail: {exc}", file=sys.stderr)
-        return 2
+            config=args.overrides,
+        ) as reader:
+            for delivery in reader.deliveries(timeout_s=timeout_s, max_messages=args.max_messages):
+                if args.json:
+                    out.write(orjson.dumps(delivery.to_json_dict()).decode() + "\n")
+                else:
+                    value = delivery.value
+                    shown = value if isinstance(value, str) else orjson.dumps(value).decode()
+                    out.write(f"{delivery.timeStamp}\t{delivery.messageID}\t{shown}\n")
+                out.flush()
     except BrokenPipeError:
         return 0
     return 0

@@ -46,6 +46,7 @@ __all__ = [
     "KafkaRecord",
     "Peek",
     "PlainRecord",
+    "declares_delivery",
     "delivery_order_key",
     "header_value",
     "peek",
@@ -173,6 +174,12 @@ def read_messages(record: KafkaRecord) -> list[Message] | None:
         return decode_record(raw)
     except (MessageError, ValueError):
         return None
+
+
+def declares_delivery(record: KafkaRecord) -> bool:
+    """True when ``record``'s type header names a Delivery. Only the shared layout sets
+    the header; there a node's input log holds its own deliveries, which it skips unread."""
+    return header_value(record, TYPE_HEADER) in _DELIVERY_HEADER_VALUES
 
 
 def read_delivery(record: KafkaRecord, *, at: str | None = None) -> Message | None:

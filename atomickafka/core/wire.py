@@ -50,6 +50,8 @@ from typing import Any, Final, NamedTuple
 
 import orjson
 
+from atomickafka.errors import AtomicKafkaError
+
 __all__ = [
     "CONTROL_TYPES",
     "FORMAT_VERSION",
@@ -127,7 +129,7 @@ _SHOWN: Final = 60
 _BUNDLE_PREFIX: Final = b'{"messageType":"Bundle"'
 
 
-class MessageError(ValueError):
+class MessageError(AtomicKafkaError, ValueError):
     """A record that is not a valid AtomicKafka message.
 
     ``field`` names the offending field (``None`` when the record is not a JSON object at

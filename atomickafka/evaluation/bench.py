@@ -35,6 +35,7 @@ import orjson
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from atomickafka.client import AtomicKafkaClient
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.core.reader import KafkaRecord
 from atomickafka.evaluation.measuring import (
@@ -52,8 +53,8 @@ from atomickafka.kafka.consumer import make_consumer, watermarks
 from atomickafka.kafka.producer import RecordProducer
 from atomickafka.kafka.settings import admin_config
 from atomickafka.kafka.topics import Layout, delivery_topic, input_topic, layers_topic
+from atomickafka.node.config import ClusterConfig, NodeConfig
 from atomickafka.node.launch import running_cluster
-from client import AtomicKafkaClient
 
 __all__ = ["BenchResult", "BenchSetup", "run_bench"]
 
@@ -226,19 +227,21 @@ class BenchSetup:
 
     def cluster(self, bootstrap: str, topics: list[str]) -> Any:
         """The nodes of ``topics`` for a block of code."""
-        return running_cluster(
+        node = NodeConfig(
             bootstrap,
-            topics,
-            algorithm=self.algorithm.value,
-            layout=self.layout.value,
+            topics[0],
+            algorithm=self.algorithm,
+            layout=self.layout,
             partitions=self.partitions,
             overrides=self.overrides,
+            log_level="warning",
         )
+        return running_cluster(ClusterConfig(tuple(topics), node))
 
     def written(self, topics: list[str]) -> list[str]:
         """Every Kafka topic the nodes write."""
         out = [input_topic(t, self.layout) for t in topics]
-        out += [delivery_topic(t, self.layout) for t in topics]
+        out += [delivery_topic(t) for t in topics]
         if self.partitions > 1:
             out += [layers_topic(t) for t in topics]
         return out
@@ -254,7 +257,7 @@ def _amcast(
     rate: float | None,
     timeout_s: float,
 ) -> BenchResult:
-    read = {delivery_topic(t, setup.layout): t for t in topics}
+    read = {delivery_topic(t): t for t in topics}
     with (
         AtomicKafkaClient(bootstrap, layout=setup.layout, config=setup.overrides) as warming,
         contextlib.closing(DeliveryCounter(bootstrap, read, setup.overrides)) as counter,

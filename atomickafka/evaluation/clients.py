@@ -75,7 +75,7 @@ def make_sender(job: ClientJob) -> Sender:
         return SequencerSender(
             job.bootstrap, job.sequencer_topic, job.plan.client_id, config=job.overrides
         )
-    from client import AtomicKafkaClient  # noqa: PLC0415
+    from atomickafka.client import AtomicKafkaClient  # noqa: PLC0415
 
     return AtomicKafkaClient(
         job.bootstrap, layout=job.layout, client_id=job.plan.client_id, config=job.overrides

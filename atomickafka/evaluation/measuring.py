@@ -211,7 +211,7 @@ class DeliveryCounter(DeliveryTally):
 class Sender(Protocol):
     """What a load is sent through (``AtomicKafkaClient``, or the sequencer's sender)."""
 
-    def send(self, value: Any, destinations: Iterable[str], via: str | None = None) -> str:
+    def send(self, value: Any, destinations: Iterable[str], *, via: str | None = None) -> str:
         """Send ``value`` to ``destinations``; return its messageID."""
         ...
 

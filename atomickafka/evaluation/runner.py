@@ -30,6 +30,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from tqdm import tqdm
 
+from atomickafka.client import AtomicKafkaClient, Delivery, DeliveryError, DestinationError
 from atomickafka.evaluation.clients import ClientJob, ClientResult, client_process, make_sender
 from atomickafka.evaluation.clients import payload as measured_value
 from atomickafka.evaluation.measuring import WARMUP_VALUE, DeliveryCounter, warm_up
@@ -49,9 +50,9 @@ from atomickafka.kafka.topics import (
     input_topic,
     layers_topic,
 )
+from atomickafka.node.config import ClusterConfig, NodeConfig
 from atomickafka.node.launch import cluster_keys, running_cluster
 from atomickafka.verify.checker import check, deliveries_from_client, sent_from_pairs
-from client import AtomicKafkaClient, Delivery, DeliveryError, DestinationError
 
 __all__ = ["RunError", "RunSpec", "run_one"]
 
@@ -113,7 +114,7 @@ class RunSpec:
 
     def delivery_topics(self) -> dict[str, str]:
         """Kafka topic holding each AtomicKafka topic's deliveries -> that topic."""
-        return {delivery_topic(t, self.layout): t for t in self.topics}
+        return {delivery_topic(t): t for t in self.topics}
 
     def recorded_topics(self, status_start: int) -> list[RecordedTopic]:
         """Every Kafka topic the run writes, with its owner and role."""
@@ -159,14 +160,17 @@ def _running_system(bootstrap: str, spec: RunSpec) -> Iterator[None]:
         with running_sequencer(bootstrap, spec.sequencer_topic, overrides=spec.overrides):
             yield
         return
-    with running_cluster(
+    node = NodeConfig(
         bootstrap,
-        spec.topics,
-        algorithm=algorithm.value,
-        layout=spec.layout.value,
+        spec.topics[0],
+        algorithm=algorithm,
+        layout=spec.layout,
         partitions=spec.partitions,
         overrides=spec.overrides,
-        log_path=spec.run_dir / "nodes.log",
+        log_level="warning",
+    )
+    with running_cluster(
+        ClusterConfig(tuple(spec.topics), node), log_path=spec.run_dir / "nodes.log"
     ):
         yield
 

@@ -21,6 +21,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Final
 
+from confluent_kafka import KafkaError
+
+from atomickafka.client import DeliveryError
 from atomickafka.core.wire import (
     MessageError,
     MessageType,
@@ -31,7 +34,6 @@ from atomickafka.core.wire import (
 )
 from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
 from atomickafka.kafka.producer import RecordProducer, type_headers
-from client import DeliveryError
 
 __all__ = ["SEQUENCER_ID", "SequencerSender", "fan_out_process", "running_sequencer"]
 
@@ -56,26 +58,27 @@ class SequencerSender:
         self.client_id = client_id
         self.id_prefix = f"{client_id}-{uuid.uuid4().hex[:8]}"
         self._seq = itertools.count()
-        self._failures: list[str] = []
+        self._failures: list[tuple[str, KafkaError]] = []
         self._producer = RecordProducer(bootstrap, config, **{"client.id": client_id})
 
-    def send(self, value: Any, destinations: Iterable[str], via: str | None = None) -> str:
+    def send(self, value: Any, destinations: Iterable[str], *, via: str | None = None) -> str:
         """Write one message for ``destinations`` to the sequencer; return its id."""
         del via  # there is one way in
         message_id = f"{self.id_prefix}-{next(self._seq)}"
         record = client_message(message_id, destinations, value, self.client_id)
+
+        def on_delivery(err: KafkaError | None, _msg: Any) -> None:
+            if err is not None:
+                self._failures.append((message_id, err))
+
         self._producer.send(
             self.topic,
             encode_client(record),
             headers=type_headers(MessageType.CLIENT),
-            on_delivery=self._on_delivery,
+            on_delivery=on_delivery,
         )
         self._producer.poll(0)
         return message_id
-
-    def _on_delivery(self, err: Any, _msg: Any) -> None:
-        if err is not None:
-            self._failures.append(str(err))
 
     def warm_up(self, topics: Iterable[str], timeout_s: float = 10.0) -> None:
         """Fetch the sequencer topic's metadata now."""
@@ -87,10 +90,7 @@ class SequencerSender:
         failed."""
         remaining = self._producer.flush(timeout_s)
         if remaining or self._failures:
-            raise DeliveryError(
-                f"sequencer writes: {remaining} unacknowledged, {len(self._failures)} failed"
-                + (f"; first: {self._failures[0]}" if self._failures else "")
-            )
+            raise DeliveryError(list(self._failures), remaining, timeout_s)
 
 
 def _fan_out(producer: RecordProducer, record: Any, offset: int) -> int:

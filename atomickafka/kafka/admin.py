@@ -8,14 +8,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
-from confluent_kafka.admin._resource import ResourceType
-from confluent_kafka.cimpl import NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
+from atomickafka.errors import ConfigError
 from atomickafka.kafka.consumer import retry_transient
+from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER, admin_config
 
-__all__ = ["MIN_MESSAGE_BYTES", "TopicSpec", "ensure_topics", "partition_count", "too_small"]
+__all__ = [
+    "MIN_MESSAGE_BYTES",
+    "TopicSpec",
+    "admin_client",
+    "ensure_topics",
+    "partition_count",
+    "too_small",
+]
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +46,12 @@ class TopicSpec:
 
     partitions: int = 1
     configs: Mapping[str, str] = field(default_factory=dict)
+
+
+def admin_client(bootstrap: str, overrides: Mapping[str, str] | None = None) -> AdminClient:
+    """An AdminClient with the user's ``-X`` overrides, logging through
+    :data:`~atomickafka.kafka.settings.LIBRDKAFKA_LOGGER`."""
+    return AdminClient(admin_config(bootstrap, overrides), logger=LIBRDKAFKA_LOGGER)
 
 
 def _replication_factor(admin: AdminClient) -> int:
@@ -97,14 +116,15 @@ def ensure_topics(admin: AdminClient, wanted: Mapping[str, TopicSpec] | Iterable
     Topics get a replication factor of ``min(3, brokers)``; with three or more brokers
     ``min.insync.replicas`` is 2, so acks=all writes survive one loss. An existing topic
     gets the configs it must have; one with fewer partitions than wanted is an error
-    (raised as ``ValueError``: a layer without its partition would stall).
+    (raised as :class:`~atomickafka.errors.ConfigError`: a layer without its partition
+    would stall).
     """
     specs = dict(wanted) if isinstance(wanted, Mapping) else {n: TopicSpec() for n in wanted}
     existing = retry_transient(lambda: admin.list_topics(timeout=10).topics, "topic metadata")
     for name, spec in specs.items():
         meta = existing.get(name)
         if meta is not None and meta.error is None and len(meta.partitions) < spec.partitions:
-            raise ValueError(
+            raise ConfigError(
                 f"topic {name} has {len(meta.partitions)} partitions, {spec.partitions} are "
                 "needed (one per layer); add partitions with kafka-topics --alter"
             )

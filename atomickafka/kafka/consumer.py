@@ -11,7 +11,8 @@ from typing import Final, TypeVar
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 
-from atomickafka.kafka.settings import consumer_config
+from atomickafka.errors import TimedOutError
+from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER, consumer_config
 
 __all__ = [
     "consume_batch",
@@ -97,9 +98,10 @@ def make_consumer(
     **extra: str | int | bool,
 ) -> Consumer:
     """A consumer with the defaults of :mod:`atomickafka.kafka.settings` (a throwaway
-    group when ``group`` is ``None``: nothing it commits is ever read again)."""
+    group when ``group`` is ``None``: nothing it commits is ever read again), logging
+    through :data:`~atomickafka.kafka.settings.LIBRDKAFKA_LOGGER`."""
     name = group or f"atomickafka-reader-{uuid.uuid4().hex[:12]}"
-    return Consumer(consumer_config(bootstrap, name, overrides, **extra))
+    return Consumer(consumer_config(bootstrap, name, overrides, **extra), logger=LIBRDKAFKA_LOGGER)
 
 
 def usable(records: Iterable[KafkaMessage]) -> list[KafkaMessage]:
@@ -130,7 +132,7 @@ def last_record(consumer: Consumer, topic: str, partition: int = 0) -> KafkaMess
             for record in usable(consume_batch(consumer, 10, 0.5)):
                 if record.offset() == high - 1:
                     return record
-        raise TimeoutError(f"could not read the last record of {topic}[{partition}]")
+        raise TimedOutError(f"could not read the last record of {topic}[{partition}]")
     finally:
         consumer.unassign()
 
@@ -156,5 +158,5 @@ def read_partitions(
     finally:
         consumer.unassign()
     if todo:
-        raise TimeoutError(f"could not read {topic} partitions {sorted(todo)} to their end")
+        raise TimedOutError(f"could not read {topic} partitions {sorted(todo)} to their end")
     return out

@@ -1,35 +1,59 @@
 """One producer wrapper for every role (node, merger, client, tools).
 
 :class:`RecordProducer` owns a librdkafka producer configured by
-:mod:`atomickafka.kafka.settings`, and ``send`` waits while librdkafka's local queue is
-full instead of failing (the queue drains as the broker acknowledges). Encoding stays
-with the caller (:mod:`atomickafka.core.wire`); the wrapper only attaches the
-``atomickafka-type`` header when asked, from shared constants, never a list per record.
+:mod:`atomickafka.kafka.settings`, with librdkafka's log lines sent to the
+``atomickafka.librdkafka`` logger. ``send`` waits while librdkafka's local queue is full
+(the queue drains as the broker acknowledges), up to ``queue_wait_s``, then raises
+:class:`~atomickafka.errors.QueueFullError`; ``send_if_room`` never waits, for records
+that the next one replaces (statuses). Encoding stays with the caller
+(:mod:`atomickafka.core.wire`); the wrapper only attaches the ``atomickafka-type`` header
+when asked, from shared constants, never a list per record.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Final
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka import Message as KafkaMessage
-from confluent_kafka._types import HeadersType
 
+from atomickafka.core.reader import TYPE_HEADER, Header
 from atomickafka.core.wire import MessageType
-from atomickafka.kafka.settings import producer_config
-from atomickafka.kafka.topics import TYPE_HEADER
+from atomickafka.errors import QueueFullError
+from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER, producer_config
 
-__all__ = ["DeliveryCallback", "RecordProducer", "type_headers"]
+__all__ = [
+    "CLOSE_ON_ERROR_TIMEOUT_S",
+    "CLOSE_TIMEOUT_S",
+    "DEFAULT_QUEUE_WAIT_S",
+    "DeliveryCallback",
+    "RecordHeaders",
+    "RecordProducer",
+    "type_headers",
+]
+
+log = logging.getLogger(__name__)
 
 DeliveryCallback = Callable[[KafkaError | None, KafkaMessage], None]
+#: Headers as a record is produced with them.
+RecordHeaders = list[Header]
 
-_TYPE_HEADERS: Final[dict[MessageType, HeadersType]] = {
+#: How long ``send`` waits for room in a full local queue before it gives up (seconds).
+DEFAULT_QUEUE_WAIT_S: Final = 60.0
+#: How long closing waits for queued records; shorter while an exception is on its way.
+CLOSE_TIMEOUT_S: Final = 30.0
+CLOSE_ON_ERROR_TIMEOUT_S: Final = 5.0
+
+_TYPE_HEADERS: Final[dict[MessageType, RecordHeaders]] = {
     t: [(TYPE_HEADER, t.value.encode())] for t in MessageType
 }
 
 
-def type_headers(kind: MessageType) -> HeadersType:
+def type_headers(kind: MessageType) -> RecordHeaders:
     """The shared header list naming a record's type (do not modify it)."""
     return _TYPE_HEADERS[kind]
 
@@ -47,8 +71,16 @@ class _Unsent:
         return self._value
 
 
-class RecordProducer:
-    """A librdkafka producer that never fails a ``send`` on a full local queue."""
+class RecordProducer(AbstractContextManager["RecordProducer"]):
+    """A librdkafka producer that waits out a full local queue, for a bounded time.
+
+    Use it as a context manager, or call :meth:`close`: both wait (bounded) for what is
+    queued and release the producer; leaving the block by an exception waits only
+    :data:`CLOSE_ON_ERROR_TIMEOUT_S`. ``extra`` are librdkafka settings of this role.
+    """
+
+    #: How long :meth:`send` waits for room in a full queue (seconds).
+    queue_wait_s: float = DEFAULT_QUEUE_WAIT_S
 
     def __init__(
         self,
@@ -56,7 +88,15 @@ class RecordProducer:
         overrides: Mapping[str, str] | None = None,
         **extra: str | int | bool,
     ) -> None:
-        self.producer = Producer(producer_config(bootstrap, overrides, **extra))
+        self._producer: Producer | None = Producer(
+            producer_config(bootstrap, overrides, **extra), logger=LIBRDKAFKA_LOGGER
+        )
+
+    @property
+    def _open(self) -> Producer:
+        if self._producer is None:
+            raise RuntimeError("the producer is closed")
+        return self._producer
 
     def send(
         self,
@@ -65,47 +105,86 @@ class RecordProducer:
         *,
         partition: int | None = None,
         key: bytes | None = None,
-        headers: HeadersType | None = None,
+        headers: RecordHeaders | None = None,
         on_delivery: DeliveryCallback | None = None,
     ) -> None:
-        """Queue one record; wait (serving delivery reports) while the queue is full.
+        """Queue one record; while the queue is full, serve delivery reports and retry,
+        for up to ``queue_wait_s`` (then :class:`~atomickafka.errors.QueueFullError`).
 
         A record librdkafka refuses on the spot (too large for ``message.max.bytes``)
         is reported to ``on_delivery`` like a failed delivery, when one is given.
         """
+        producer = self._open
         where = -1 if partition is None else partition  # -1: the partitioner picks
-        produce = self.producer.produce
+        deadline: float | None = None
         while True:
             try:
-                produce(
-                    topic,
-                    value,
-                    key=key,
-                    partition=where,
-                    headers=headers,
-                    on_delivery=on_delivery,
+                producer.produce(
+                    topic, value, key=key, partition=where, headers=headers, on_delivery=on_delivery
                 )
                 return
             except BufferError:
-                self.producer.poll(0.05)  # delivery reports free room in the queue
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.queue_wait_s
+                elif now >= deadline:
+                    raise QueueFullError(
+                        f"librdkafka's send queue ({len(producer)} records) stayed full for "
+                        f"{self.queue_wait_s:.0f} s: the broker is not taking records; is it "
+                        "reachable?"
+                    ) from None
+                producer.poll(0.05)  # delivery reports free room in the queue
             except KafkaException as exc:  # refused locally (e.g. over message.max.bytes)
                 if on_delivery is None:
                     raise
                 on_delivery(exc.args[0], _Unsent(topic, value))  # type: ignore[arg-type]
                 return
 
+    def send_if_room(self, topic: str, value: bytes, *, key: bytes | None = None) -> bool:
+        """Queue one record unless the local queue is full; never waits. For records the
+        next one replaces (a status), whose loss costs nothing."""
+        try:
+            self._open.produce(topic, value, key=key)
+        except BufferError:
+            return False
+        return True
+
     def poll(self, timeout_s: float = 0.0) -> int:
-        """Serve delivery reports; return how many were served."""
-        return int(self.producer.poll(timeout_s))
+        """Serve delivery reports (and librdkafka's log lines); return how many reports
+        were served."""
+        return int(self._open.poll(timeout_s))
 
     def flush(self, timeout_s: float) -> int:
         """Wait for every queued record; return how many are still not acknowledged."""
-        return int(self.producer.flush(timeout_s))
+        return int(self._open.flush(timeout_s))
 
     def warm_up(self, topics: list[str], timeout_s: float = 10.0) -> None:
         """Fetch metadata for ``topics`` now rather than on the first send."""
+        producer = self._open
         for topic in topics:
-            self.producer.list_topics(topic, timeout=timeout_s)
+            producer.list_topics(topic, timeout=timeout_s)
+
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> int:
+        """Wait up to ``timeout_s`` for what is queued, then release the producer; return
+        how many records were not acknowledged. Those are purged: their delivery
+        callbacks report the failure. Closing twice does nothing."""
+        producer, self._producer = self._producer, None
+        if producer is None:
+            return 0
+        remaining = int(producer.flush(timeout_s))
+        if remaining:
+            log.warning("closing a producer with %d records not acknowledged", remaining)
+            producer.purge()
+            producer.flush(1.0)  # serves the purged records' delivery callbacks
+        return remaining
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._producer is None
 
     def __len__(self) -> int:
-        return len(self.producer)
+        return 0 if self._producer is None else len(self._producer)
+
+    def __exit__(self, _type: object, exc: BaseException | None, _tb: object) -> None:
+        self.close(CLOSE_TIMEOUT_S if exc is None else CLOSE_ON_ERROR_TIMEOUT_S)

@@ -2,20 +2,29 @@
 
 Every Kafka client AtomicKafka creates takes its configuration from here, so a default
 lives in one place. The overrides (``-X key=value`` on the command line) always win.
+Every client is also given :data:`LIBRDKAFKA_LOGGER` (confluent-kafka's ``logger``
+option), so librdkafka's own log lines (a broker that refuses connections, a
+rebalance) become ordinary log records: JSON lines in the node, the user's logging
+setup in the client library.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Final
 
 __all__ = [
     "CONSUMER_DEFAULTS",
+    "LIBRDKAFKA_LOGGER",
     "PRODUCER_DEFAULTS",
     "admin_config",
     "consumer_config",
     "producer_config",
 ]
+
+#: Where librdkafka's log lines go (served while a client polls).
+LIBRDKAFKA_LOGGER: Final = logging.getLogger("atomickafka.librdkafka")
 
 #: Producer defaults: durable (idempotent, acks=all) and batched. On a small machine the
 #: broker's CPU per request is what limits latency under load, so a 5 ms linger (fewer,

@@ -13,19 +13,28 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, fields
+from enum import StrEnum
 from typing import Any, Final
 
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
+from atomickafka.core.engine import Algorithm
+from atomickafka.errors import TimedOutError
 from atomickafka.kafka.consumer import consume_batch, make_consumer, usable, watermarks
-from atomickafka.kafka.topics import STATUS_TOPIC
+from atomickafka.kafka.producer import RecordProducer
+from atomickafka.kafka.topics import STATUS_TOPIC, Layout
 
 __all__ = [
     "LIVE_WINDOW_S",
+    "LayerState",
+    "Role",
     "Status",
     "StatusWatch",
+    "WaitingHead",
+    "parse_status",
+    "publish_status",
     "read_statuses",
     "wait_for_nodes",
 ]
@@ -36,28 +45,91 @@ log = logging.getLogger(__name__)
 LIVE_WINDOW_S: Final = 15.0
 
 
-@dataclass(slots=True)
+class Role(StrEnum):
+    """Who publishes a status: a topic's (or a layer's) node, or a topic's merger."""
+
+    NODE = "node"
+    MERGER = "merger"
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingHead:
+    """A message at the head of a queue (or near it) and what it waits for.
+
+    ``waiting_for`` names the destinations whose proposal has not arrived (a node), or
+    the layers whose watermark is still below the message (a merger, ``"layer 1"``);
+    empty when the message only waits for its decision.
+    """
+
+    message_id: str
+    timestamp: int
+    decided: bool
+    waiting_for: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (the wire's field names)."""
+        return {
+            "messageID": self.message_id,
+            "timeStamp": self.timestamp,
+            "decided": self.decided,
+            "waiting_for": list(self.waiting_for),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WaitingHead:
+        """Inverse of :meth:`to_dict`; other keys (older mergers wrote some) are ignored."""
+        return cls(
+            message_id=str(data["messageID"]),
+            timestamp=int(data.get("timeStamp") or 0),
+            decided=bool(data.get("decided", False)),
+            waiting_for=tuple(str(x) for x in data.get("waiting_for") or ()),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LayerState:
+    """One partition layer of a topic, as the topic's merger sees it (§8)."""
+
+    layer: int
+    #: The layer delivers nothing more at or below this timestamp.
+    watermark: int
+    #: The merged stream's head waits for this layer's watermark to pass it.
+    holds_head: bool
+
+
+#: Status fields whose JSON form is not the attribute itself.
+_ENCODED: Final = frozenset({"role", "algorithm", "layout", "waiting", "layers"})
+
+
+@dataclass(frozen=True, slots=True)
 class Status:
-    """One node's (or merger's) published status: the value of its status record."""
+    """One node's (or merger's) published status: the value of its status record.
+
+    Reading a status changes nothing; rates are over the interval that ended when the
+    publisher took them. In JSON (:meth:`to_dict`) enums are their strings, ``waiting``
+    is a list of objects and ``layers`` is ``layer_watermarks`` and ``blocked_by``, so
+    records of every version parse (:meth:`from_dict`).
+    """
 
     key: str
     topic: str
-    role: str  # "node" or "merger"
+    role: Role
     node_id: str
-    algorithm: str
-    layout: str
+    algorithm: Algorithm
+    layout: Layout
     time: float  # wall-clock seconds when it was taken: the heartbeat
     pid: int = 0
-    layer: int | None = None
+    layer: int | None = None  # a layer's node: which layer
     partitions: int = 1
     format_version: int = 2
     clock: int = 0
+    #: A layer's node: its layer's watermark; a merger: the lowest of its layers'.
     watermark: int | None = None
     pending: int = 0
     oldest_pending_id: str | None = None
     oldest_pending_age_s: float | None = None
-    #: The head of the queue and what each entry waits for (stuck messages first).
-    waiting: list[dict[str, Any]] = field(default_factory=list)
+    #: The head of the queue and the messages behind it, with what each waits for.
+    waiting: tuple[WaitingHead, ...] = ()
     records_in: int = 0
     records_out: int = 0
     deliveries: int = 0
@@ -69,19 +141,51 @@ class Status:
     records_out_per_s: float = 0.0
     deliveries_per_s: float = 0.0
     replaying: bool = False
-    #: Merger only: the watermark of each layer, and the layers the head waits for.
-    layer_watermarks: list[int] = field(default_factory=list)
-    blocked_by: list[int] = field(default_factory=list)
+    #: A merger: each layer's watermark and whether the head waits for it.
+    layers: tuple[LayerState, ...] = ()
+
+    @property
+    def head(self) -> WaitingHead | None:
+        """The message at the head of the queue, if any."""
+        return self.waiting[0] if self.waiting else None
+
+    @property
+    def blocked_by(self) -> tuple[int, ...]:
+        """A merger: the layers whose watermark the head waits for."""
+        return tuple(state.layer for state in self.layers if state.holds_head)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON."""
-        return asdict(self)
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name not in _ENCODED:
+                out[f.name] = getattr(self, f.name)
+            elif f.name == "waiting":
+                out["waiting"] = [w.to_dict() for w in self.waiting]
+            elif f.name != "layers":
+                out[f.name] = getattr(self, f.name).value
+        out["layer_watermarks"] = [state.watermark for state in self.layers]
+        out["blocked_by"] = list(self.blocked_by)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Status:
-        """Inverse of :meth:`to_dict`; unknown fields are ignored, missing ones defaulted."""
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        """Inverse of :meth:`to_dict`; unknown fields are ignored, missing ones defaulted.
+        Raises ``KeyError``, ``ValueError`` or ``TypeError`` on a record that is not a
+        status."""
+        plain = {k: v for k, v in data.items() if k in _PLAIN_FIELDS}
+        blocked = set(data.get("blocked_by") or ())
+        return cls(
+            **plain,
+            role=Role(data["role"]),
+            algorithm=Algorithm(data["algorithm"]),
+            layout=Layout(data["layout"]),
+            waiting=tuple(WaitingHead.from_dict(w) for w in data.get("waiting") or ()),
+            layers=tuple(
+                LayerState(layer, int(mark), layer in blocked)
+                for layer, mark in enumerate(data.get("layer_watermarks") or ())
+            ),
+        )
 
     def age_s(self, now: float | None = None) -> float:
         """Seconds since the status was taken."""
@@ -92,7 +196,11 @@ class Status:
         return self.age_s(now) <= LIVE_WINDOW_S
 
 
-def _parse(raw: bytes | None) -> Status | None:
+_PLAIN_FIELDS: Final = frozenset(f.name for f in fields(Status)) - _ENCODED
+
+
+def parse_status(raw: bytes | None) -> Status | None:
+    """The status a status record holds, or ``None`` (a tombstone, something else)."""
     if raw is None:
         return None
     try:
@@ -100,8 +208,16 @@ def _parse(raw: bytes | None) -> Status | None:
         if not isinstance(data, dict) or "key" not in data:
             return None
         return Status.from_dict(data)
-    except (orjson.JSONDecodeError, TypeError):
+    except (orjson.JSONDecodeError, KeyError, ValueError, TypeError, AttributeError):
         return None  # a tombstone, or a record that is not a status
+
+
+def publish_status(producer: RecordProducer, status: Status) -> bool:
+    """Queue ``status`` under its key, unless the send queue is full (the next status
+    will do); return whether it was queued."""
+    return producer.send_if_room(
+        STATUS_TOPIC, orjson.dumps(status.to_dict()), key=status.key.encode()
+    )
 
 
 class StatusWatch:
@@ -149,7 +265,7 @@ class StatusWatch:
     def _take(self, batch: list[Any]) -> list[Any]:
         records = usable(batch)
         for record in records:
-            status = _parse(record.value())
+            status = parse_status(record.value())
             if status is not None:
                 self.statuses[status.key] = status
         return records
@@ -200,7 +316,7 @@ def wait_for_nodes(
                 return live
             if time.monotonic() >= deadline:
                 missing = ", ".join(sorted(wanted - set(live)))
-                raise TimeoutError(f"nodes not up after {timeout_s:.0f}s: {missing}")
+                raise TimedOutError(f"nodes not up after {timeout_s:.0f}s: {missing}")
             time.sleep(0.3)
     finally:
         watch.close()

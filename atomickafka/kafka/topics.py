@@ -8,7 +8,7 @@ Two layouts (``--layout``):
     records and bundles) is the topic ``atomickafka-in.T``.
 ``shared``
     The thesis layout: client records, bundles and Delivery records all live in ``T``
-    and readers filter (the :mod:`client` library does).
+    and readers filter (the :mod:`atomickafka.client` library does).
 
 A partitioned topic (``--partitions N``, split layout only) has an input log of N
 partitions, one per layer; each layer's node writes its decided messages and
@@ -62,9 +62,9 @@ def input_topic(topic: str, layout: Layout | str) -> str:
     return topic if Layout(layout) is Layout.SHARED else INPUT_PREFIX + topic
 
 
-def delivery_topic(topic: str, layout: Layout | str) -> str:
-    """The Kafka topic receiving ``topic``'s Delivery records (``topic`` itself)."""
-    del layout  # both layouts deliver into the topic itself
+def delivery_topic(topic: str) -> str:
+    """The Kafka topic receiving ``topic``'s Delivery records: ``topic`` itself, in both
+    layouts (the merger writes there too)."""
     return topic
 
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
+from atomickafka.errors import AtomicKafkaError
+
 __all__ = ["BrokerError", "Log", "log_stderr"]
 
 #: A progress sink: called with one line of text per step (download, start, stop).
 Log = Callable[[str], None]
 
 
-class BrokerError(Exception):
+class BrokerError(AtomicKafkaError):
     """A problem the user can act on; the message says what went wrong and what to do."""
 
 

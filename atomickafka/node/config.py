@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.core.wire import MAX_VALUE_BYTES
+from atomickafka.errors import ConfigError
 from atomickafka.kafka.topics import Layout, node_key
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_STUCK_AFTER_S", "ClusterConfig", "NodeConfig"]
@@ -51,13 +52,13 @@ class NodeConfig:
         object.__setattr__(self, "layout", Layout(self.layout))
         object.__setattr__(self, "overrides", dict(self.overrides))
         if self.batch_size < 1:
-            raise ValueError(f"batch size must be at least 1, not {self.batch_size}")
+            raise ConfigError(f"batch size must be at least 1, not {self.batch_size}")
         if self.partitions < 1:
-            raise ValueError(f"partitions must be at least 1, not {self.partitions}")
+            raise ConfigError(f"partitions must be at least 1, not {self.partitions}")
         if self.partitions > 1 and self.layout is Layout.SHARED:
-            raise ValueError("partitioned topics need the split layout (--layout split)")
+            raise ConfigError("partitioned topics need the split layout (--layout split)")
         if self.layer is not None and not 0 <= self.layer < self.partitions:
-            raise ValueError(f"layer {self.layer} is not one of 0..{self.partitions - 1}")
+            raise ConfigError(f"layer {self.layer} is not one of 0..{self.partitions - 1}")
 
     @property
     def layered(self) -> bool:
@@ -92,7 +93,7 @@ class NodeConfig:
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:
-            raise ValueError(f"unknown node settings: {', '.join(sorted(unknown))}")
+            raise ConfigError(f"unknown node settings: {', '.join(sorted(unknown))}")
         return cls(**data)
 
 
@@ -109,9 +110,27 @@ class ClusterConfig:
 
     def __post_init__(self) -> None:
         if not self.topics:
-            raise ValueError("a cluster needs at least one topic")
+            raise ConfigError("a cluster needs at least one topic")
         if len(set(self.topics)) != len(self.topics):
-            raise ValueError("the cluster's topics must be distinct")
+            raise ConfigError("the cluster's topics must be distinct")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (to hand the whole configuration to another process)."""
+        return {
+            "topics": list(self.topics),
+            "node": self.node.to_dict(),
+            "grace_s": self.grace_s,
+            "max_backoff_s": self.max_backoff_s,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ClusterConfig:
+        """Inverse of :meth:`to_dict`; unknown keys are an error."""
+        unknown = set(data) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ConfigError(f"unknown cluster settings: {', '.join(sorted(unknown))}")
+        settings = {k: v for k, v in data.items() if k not in ("topics", "node")}
+        return cls(tuple(data["topics"]), NodeConfig.from_dict(data["node"]), **settings)
 
     def node_configs(self) -> list[NodeConfig]:
         """The configuration of each topic's node (of each layer's, when partitioned)."""

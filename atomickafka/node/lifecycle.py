@@ -1,11 +1,13 @@
 """What every long-running shell shares: a stop flag, set by :meth:`Stoppable.stop` or by
-SIGINT/SIGTERM, that its loop checks between batches."""
+SIGINT/SIGTERM, that its loop checks between batches, and the loop's clock (a status
+every interval, an optional end)."""
 
 from __future__ import annotations
 
 import logging
 import signal
 import threading
+import time
 from types import FrameType
 
 __all__ = ["Stoppable"]
@@ -18,6 +20,27 @@ class Stoppable:
 
     def __init__(self) -> None:
         self._stop = threading.Event()
+        self._status_interval_s = 1.0
+        self._next_status = 0.0
+        self._ends_at: float | None = None
+
+    def _start_clock(self, status_interval_s: float, max_seconds: float | None) -> None:
+        """Start the loop's clock: a status at once and then every ``status_interval_s``;
+        the end after ``max_seconds`` (``None``: only when stopped)."""
+        now = time.monotonic()
+        self._status_interval_s, self._next_status = status_interval_s, now
+        self._ends_at = None if max_seconds is None else now + max_seconds
+
+    def _tick(self, now: float) -> bool:
+        """Publish the status when it is due; return True once the run's time is up."""
+        if now >= self._next_status:
+            self._publish_status(now)
+            self._next_status = now + self._status_interval_s
+        return self._ends_at is not None and now >= self._ends_at
+
+    def _publish_status(self, now: float) -> None:
+        """Measure and publish the shell's status (each shell says how)."""
+        raise NotImplementedError
 
     @property
     def stopping(self) -> bool:

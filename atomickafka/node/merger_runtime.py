@@ -17,16 +17,14 @@ with a prefix of the merged order.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import time
+from dataclasses import replace
 from typing import Final
 
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from confluent_kafka import Message as KafkaMessage
-from confluent_kafka.admin import AdminClient
 
 from atomickafka.core.merger import (
     LayerDelivery,
@@ -37,7 +35,7 @@ from atomickafka.core.merger import (
     Release,
     TickRequest,
 )
-from atomickafka.core.reader import DEAD_LETTER_ERROR_HEADER
+from atomickafka.core.reader import DEAD_LETTER_ERROR_HEADER, delivery_order_key, read_delivery
 from atomickafka.core.wire import (
     Message,
     MessageError,
@@ -46,7 +44,8 @@ from atomickafka.core.wire import (
     encode_delivery,
     encode_tick,
 )
-from atomickafka.kafka.admin import ensure_topics
+from atomickafka.errors import ConfigError
+from atomickafka.kafka.admin import admin_client, ensure_topics
 from atomickafka.kafka.consumer import (
     consume_batch,
     last_record,
@@ -55,10 +54,8 @@ from atomickafka.kafka.consumer import (
     usable,
 )
 from atomickafka.kafka.producer import RecordProducer
-from atomickafka.kafka.settings import admin_config
-from atomickafka.kafka.status import Status
+from atomickafka.kafka.status import LayerState, Role, Status, WaitingHead, publish_status
 from atomickafka.kafka.topics import (
-    STATUS_TOPIC,
     dead_letter_topic,
     delivery_topic,
     input_topic,
@@ -67,7 +64,8 @@ from atomickafka.kafka.topics import (
 )
 from atomickafka.node.config import NodeConfig
 from atomickafka.node.lifecycle import Stoppable
-from atomickafka.node.runtime import node_topic_specs
+from atomickafka.node.metrics import Rates, status_of
+from atomickafka.node.runtime import NodeStartError, node_topic_specs
 
 __all__ = ["MergerRuntime"]
 
@@ -82,7 +80,7 @@ class MergerRuntime(Stoppable):
 
     def __init__(self, config: NodeConfig) -> None:
         if not config.layered:
-            raise ValueError("a merger serves a partitioned topic (partitions > 1)")
+            raise ConfigError("a merger serves a partitioned topic (partitions > 1)")
         super().__init__()
         self.config = config
         self.merger = Merger(config.topic, config.partitions)
@@ -94,16 +92,13 @@ class MergerRuntime(Stoppable):
         self._replay_ends: dict[int, int] = {}
         self._failure: str | None = None
         self._released = 0
-        self._released_at_status = 0
-        self._last_status = time.monotonic()
+        self.rates = Rates(1)  # deliveries per second
 
     def run(self, *, max_seconds: float | None = None) -> int:
         """Run the merger; return an exit status (0 after a clean stop)."""
         cfg = self.config
         if cfg.create_topics:
-            ensure_topics(
-                AdminClient(admin_config(cfg.bootstrap, cfg.overrides)), node_topic_specs(cfg)
-            )
+            ensure_topics(admin_client(cfg.bootstrap, cfg.overrides), node_topic_specs(cfg))
         # Gapless: the delivery stream must always end with a prefix of the merged order.
         self._producer = RecordProducer(
             cfg.bootstrap,
@@ -120,13 +115,17 @@ class MergerRuntime(Stoppable):
     def _start(self) -> None:
         assert self._consumer is not None
         consumer, cfg = self._consumer, self.config
-        last = retry_transient(
-            lambda: last_record(consumer, delivery_topic(cfg.topic, cfg.layout)), "last delivery"
-        )
-        if last is not None and last.value() is not None:
-            (written,) = decode_record(last.value() or b"")
-            assert written.timeStamp is not None
-            resume = MergeKey(written.timeStamp, written.partitionID or 0, written.messageID)
+        target = delivery_topic(cfg.topic)
+        last = retry_transient(lambda: last_record(consumer, target), "last delivery")
+        if last is not None:
+            written = read_delivery(last, at=cfg.topic)
+            if written is None:
+                raise NodeStartError(
+                    f"the last record of {target} (offset {last.offset()}) is not a Delivery "
+                    f"of {cfg.topic}, so the merger cannot tell where the merged stream ends; "
+                    f"only the merger writes to {target}"
+                )
+            resume = MergeKey(*delivery_order_key(written))
             self.merger.resume_after(resume)
             log.info("merger %s resumes after %s", cfg.topic, resume)
         source = layers_topic(cfg.topic)
@@ -146,8 +145,7 @@ class MergerRuntime(Stoppable):
     def _loop(self, max_seconds: float | None) -> int:
         assert self._consumer is not None and self._producer is not None
         cfg = self.config
-        deadline = None if max_seconds is None else time.monotonic() + max_seconds
-        next_status = 0.0
+        self._start_clock(cfg.status_interval_s, max_seconds)
         while not self.stopping:
             records = usable(consume_batch(self._consumer, cfg.batch_size, cfg.poll_timeout_s))
             if records:
@@ -158,11 +156,7 @@ class MergerRuntime(Stoppable):
                     "merger %s: %s; exiting so that a restart resumes", cfg.topic, self._failure
                 )
                 return 1
-            now = time.monotonic()
-            if now >= next_status:
-                self._publish_status(now)
-                next_status = now + cfg.status_interval_s
-            if deadline is not None and now >= deadline:
+            if self._tick(time.monotonic()):
                 break
         return 0
 
@@ -202,7 +196,7 @@ class MergerRuntime(Stoppable):
                     messageType=MessageType.DELIVERY, senderID=self.sender_id
                 )
                 self._producer.send(
-                    delivery_topic(cfg.topic, cfg.layout),
+                    delivery_topic(cfg.topic),
                     encode_delivery(delivery),
                     partition=_DELIVERY_PARTITION,
                     on_delivery=self._on_delivery,
@@ -253,53 +247,46 @@ class MergerRuntime(Stoppable):
 
     # ------------------------------------------------------------------ status
 
-    def status(self, now: float | None = None) -> Status:
-        """Pending items, each layer's watermark and what the head waits for."""
-        mono = time.monotonic() if now is None else now
-        elapsed = max(mono - self._last_status, 1e-9)
-        rate = round((self._released - self._released_at_status) / elapsed, 1)
-        self._last_status, self._released_at_status = mono, self._released
-        head = self.merger.head
-        cfg = self.config
-        return Status(
-            key=self.key,
-            topic=cfg.topic,
-            role="merger",
-            node_id=self.sender_id,
-            algorithm=cfg.algorithm.value,
-            layout=cfg.layout.value,
-            time=time.time(),
-            pid=os.getpid(),
-            partitions=cfg.partitions,
-            pending=self.merger.pending_count,
+    def measure(self, now: float) -> None:
+        """Take the delivery rate over the interval since the last measure (the status
+        publisher does this once per status interval)."""
+        self.rates.take((self._released,), now)
+
+    def status(self) -> Status:
+        """Pending items, each layer's watermark and what the head waits for; reading it
+        changes nothing."""
+        merger, cfg = self.merger, self.config
+        head = merger.head
+        blocked = merger.blocked_by()
+        marks = merger.watermarks
+        return replace(
+            status_of(cfg, Role.MERGER, self.key, self.sender_id),
+            pending=merger.pending_count,
             oldest_pending_id=None if head is None else head.messageID,
-            watermark=min(self.merger.watermarks),
-            records_in=self.merger.stats.records_in,
+            watermark=min(marks),
+            records_in=merger.stats.records_in,
             records_out=self._released,
             deliveries=self._released,
-            deliveries_per_s=rate,
+            deliveries_per_s=self.rates.last[0],
             dead_letters=self.dead_letters,
-            rejected=self.merger.stats.rejected,
+            rejected=merger.stats.rejected,
             replaying=bool(self._replay_ends),
-            layer_watermarks=list(self.merger.watermarks),
-            blocked_by=list(self.merger.blocked_by()),
-            waiting=[]
+            layers=tuple(
+                LayerState(layer, mark, layer in blocked) for layer, mark in enumerate(marks)
+            ),
+            waiting=()
             if head is None
-            else [
-                {
-                    "messageID": head.messageID,
-                    "timeStamp": head.timeStamp,
-                    "layer": head.layer,
-                    "waiting_for": [f"layer {layer}" for layer in self.merger.blocked_by()],
-                    # how far the slowest layer's promise trails the head
-                    "watermark_lag": head.timeStamp - min(self.merger.watermarks),
-                }
-            ],
+            else (
+                WaitingHead(
+                    head.messageID,
+                    head.timeStamp,
+                    decided=True,
+                    waiting_for=tuple(f"layer {layer}" for layer in blocked),
+                ),
+            ),
         )
 
     def _publish_status(self, now: float) -> None:
         assert self._producer is not None
-        with contextlib.suppress(BufferError):
-            self._producer.producer.produce(
-                STATUS_TOPIC, orjson.dumps(self.status(now).to_dict()), key=self.key.encode()
-            )
+        self.measure(now)
+        publish_status(self._producer, self.status())

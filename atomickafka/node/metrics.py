@@ -1,38 +1,51 @@
-"""What a node measures about itself: rates over the last status interval, and how long
-the head of its queue has been waiting (the stuck-message warning)."""
+"""What a node or merger measures about itself: rates over the last status interval, how
+long the head of its queue has been waiting (the stuck-message warning), and the part
+of a status every role fills in the same way.
+
+Measuring is a step of its own, taken by the status publisher once per interval
+(:meth:`Rates.take`, :meth:`HeadWatch.observe`); reading the results, as ``status()``
+does, changes nothing.
+"""
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from atomickafka.core.engine import EngineStats
+from atomickafka.kafka.status import Role, Status
+from atomickafka.node.config import NodeConfig
 
-__all__ = ["HeadWatch", "Rates"]
+__all__ = ["HeadWatch", "Rates", "status_of"]
 
 
 @dataclass(slots=True)
 class Rates:
-    """Records in (Kafka records read), messages out and deliveries per second, over
-    the interval since the last :meth:`take`."""
+    """Per-second rates of a few counters over the interval between the last two
+    :meth:`take` calls; :attr:`last` holds them (zeros until the second take)."""
 
-    records: int = 0
-    _last_time: float | None = None
-    _last: tuple[int, int, int] = (0, 0, 0)
+    size: int
+    last: tuple[float, ...] = ()
+    _time: float | None = None
+    _counts: tuple[int, ...] = ()
 
-    def count(self, records: int) -> None:
-        """One processed batch of ``records`` Kafka records."""
-        self.records += records
+    def __post_init__(self) -> None:
+        self.last = (0.0,) * self.size
 
-    def take(self, stats: EngineStats, now: float) -> tuple[float, float, float]:
-        """``(records in/s, outputs/s, deliveries/s)``; starts a new interval."""
-        current = (self.records, stats.records_out, stats.deliveries)
-        if self._last_time is None:
-            self._last_time, self._last = now, current
-            return (0.0, 0.0, 0.0)
-        elapsed = max(now - self._last_time, 1e-9)
-        rates = tuple(round((c - p) / elapsed, 1) for c, p in zip(current, self._last, strict=True))
-        self._last_time, self._last = now, current
-        return rates[0], rates[1], rates[2]
+    def take(self, counts: Sequence[int], now: float) -> tuple[float, ...]:
+        """End the current interval at ``now`` with the counters at ``counts``; return
+        (and keep in :attr:`last`) its rates, rounded to 0.1/s."""
+        current = tuple(counts)
+        if len(current) != self.size:
+            raise ValueError(f"{len(current)} counters, not {self.size}")
+        if self._time is not None:
+            elapsed = max(now - self._time, 1e-9)
+            self.last = tuple(
+                round((c - p) / elapsed, 1) for c, p in zip(current, self._counts, strict=True)
+            )
+        self._time, self._counts = now, current
+        return self.last
 
 
 @dataclass(slots=True)
@@ -48,16 +61,20 @@ class HeadWatch:
     _since: float = 0.0
     _warned_at: dict[str, float] = field(default_factory=dict)
 
-    def age(self, head: str | None, now: float) -> float | None:
-        """Seconds ``head`` has been at the head of the queue (``None``: empty queue)."""
+    def observe(self, head: str | None, now: float) -> None:
+        """The queue head is ``head`` (``None``: empty queue) at ``now``."""
         if head != self._head:
             self._head, self._since = head, now
             self._warned_at.clear()
-        return None if head is None else round(now - self._since, 3)
 
-    def stuck(self, head: str | None, now: float) -> float | None:
+    def age(self, now: float) -> float | None:
+        """Seconds the observed head has been the head (``None``: empty queue)."""
+        return None if self._head is None else round(now - self._since, 3)
+
+    def stuck(self, now: float) -> float | None:
         """The head's age when it is time to warn about it (once per ``stuck_after_s``)."""
-        if head is None or head != self._head:
+        head = self._head
+        if head is None:
             return None
         age = now - self._since
         last = self._warned_at.get(head, self._since)
@@ -65,3 +82,20 @@ class HeadWatch:
             self._warned_at[head] = now
             return age
         return None
+
+
+def status_of(config: NodeConfig, role: Role, key: str, node_id: str) -> Status:
+    """A status taken now with only who publishes it filled in (topic, role, protocol,
+    layout, layers, the heartbeat time, the process); the caller adds its counters with
+    :func:`dataclasses.replace`."""
+    return Status(
+        key=key,
+        topic=config.topic,
+        role=role,
+        node_id=node_id,
+        algorithm=config.algorithm,
+        layout=config.layout,
+        time=time.time(),
+        pid=os.getpid(),
+        partitions=config.partitions,
+    )

@@ -17,17 +17,15 @@ if the crash came between produce and commit; receivers drop repeated messageIDs
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Final
 
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
-from confluent_kafka.admin import AdminClient
 
 from atomickafka.core.engine import Engine, Output, Step
 from atomickafka.core.reader import (
@@ -36,6 +34,7 @@ from atomickafka.core.reader import (
     DEAD_LETTER_OFFSET_HEADER,
     DEAD_LETTER_SOURCE_HEADER,
     DEAD_LETTER_TRUNCATED_HEADER,
+    declares_delivery,
 )
 from atomickafka.core.wire import (
     Message,
@@ -46,30 +45,30 @@ from atomickafka.core.wire import (
     encode_watermark,
     pack_bundles,
 )
+from atomickafka.errors import AtomicKafkaError
 from atomickafka.kafka.admin import (
     KEEP_FOREVER,
     MIN_MESSAGE_BYTES,
     TopicSpec,
+    admin_client,
     ensure_topics,
     too_small,
 )
 from atomickafka.kafka.consumer import consume_batch, make_consumer, retry_transient, usable
 from atomickafka.kafka.producer import RecordProducer, type_headers
-from atomickafka.kafka.settings import admin_config
-from atomickafka.kafka.status import Status
+from atomickafka.kafka.status import Role, Status, WaitingHead, publish_status
 from atomickafka.kafka.topics import (
     STATUS_TOPIC,
     Layout,
     dead_letter_topic,
     delivery_topic,
-    header_type,
     input_topic,
     layers_topic,
     node_group,
 )
 from atomickafka.node.config import NodeConfig
 from atomickafka.node.lifecycle import Stoppable
-from atomickafka.node.metrics import HeadWatch, Rates
+from atomickafka.node.metrics import HeadWatch, Rates, status_of
 from atomickafka.node.offsets import OffsetsTracker, Ticket
 
 __all__ = ["NodeRuntime", "NodeStartError", "node_topic_specs"]
@@ -79,10 +78,9 @@ log = logging.getLogger("atomickafka.node")
 #: How much of a set-aside record the dead-letter topic keeps (all of any record a
 #: producer with the default limits can write; more only when the broker allows more).
 _DEAD_LETTER_KEEP: Final = 990_000
-_DELIVERY_HEADER: Final = b"DeliveryMessage"
 
 
-class NodeStartError(RuntimeError):
+class NodeStartError(AtomicKafkaError):
     """The node cannot start safely; the message says why and what to do."""
 
 
@@ -90,7 +88,7 @@ def node_topic_specs(config: NodeConfig) -> dict[str, TopicSpec]:
     """Every Kafka topic the node of ``config`` needs, with partitions and configs."""
     topic, layout = config.topic, config.layout
     specs = {
-        delivery_topic(topic, layout): TopicSpec(),
+        delivery_topic(topic): TopicSpec(),
         dead_letter_topic(topic): TopicSpec(),
         STATUS_TOPIC: TopicSpec(configs={"cleanup.policy": "compact"}),
     }
@@ -116,7 +114,8 @@ class NodeRuntime(Stoppable):
             partition=config.layer if config.layered else None,
             max_value_bytes=config.max_value_bytes,
         )
-        self.rates = Rates()
+        self.rates = Rates(3)  # records read, outputs, deliveries per second
+        self.records_read = 0  # Kafka records of the input log processed (not replayed)
         self.head = HeadWatch(config.stuck_after_s)
         self.dead_letters = 0
         self._input = input_topic(config.topic, config.layout)
@@ -137,7 +136,7 @@ class NodeRuntime(Stoppable):
     def run(self, *, max_seconds: float | None = None) -> int:
         """Run the node; return an exit status (0 after a clean stop)."""
         cfg = self.config
-        admin = AdminClient(admin_config(cfg.bootstrap, cfg.overrides))
+        admin = admin_client(cfg.bootstrap, cfg.overrides)
         if cfg.create_topics:
             ensure_topics(admin, node_topic_specs(cfg))
         small = too_small(admin, [t for t in node_topic_specs(cfg) if t != STATUS_TOPIC])
@@ -199,8 +198,7 @@ class NodeRuntime(Stoppable):
         assert self._consumer is not None and self._producer is not None
         cfg = self.config
         consumer, producer = self._consumer, self._producer
-        deadline = None if max_seconds is None else time.monotonic() + max_seconds
-        next_status = 0.0
+        self._start_clock(cfg.status_interval_s, max_seconds)
         while not self.stopping:
             records = usable(consume_batch(consumer, cfg.batch_size, cfg.poll_timeout_s))
             if records:
@@ -209,10 +207,7 @@ class NodeRuntime(Stoppable):
             now = time.monotonic()
             if self._settle(now) != 0:
                 return 1
-            if now >= next_status:
-                self._publish_status(now)
-                next_status = now + cfg.status_interval_s
-            if deadline is not None and now >= deadline:
+            if self._tick(now):
                 break
         return 0
 
@@ -246,7 +241,7 @@ class NodeRuntime(Stoppable):
         unreadable: list[tuple[KafkaMessage, str]] = []
         shared = self._shared
         for record in records:
-            if shared and header_type(record) == _DELIVERY_HEADER:
+            if shared and declares_delivery(record):
                 continue  # our own output, in the shared layout
             raw = record.value()
             try:
@@ -262,7 +257,7 @@ class NodeRuntime(Stoppable):
         ticket = self._tracker.processed(records[-1].offset() or 0)
         if ticket is None:
             return  # replay: these outputs were written before the restart
-        self.rates.count(len(records))
+        self.records_read += len(records)
         for record, reason in unreadable:
             self._dead_letter(ticket, record.value(), reason, record)
         groups: dict[int, tuple[KafkaMessage, list[tuple[Message, str]]]] = {}
@@ -313,9 +308,7 @@ class NodeRuntime(Stoppable):
                     on_delivery=callback,
                 )
         if deliveries:
-            where = (
-                layers_topic(cfg.topic) if cfg.layered else delivery_topic(cfg.topic, cfg.layout)
-            )
+            where = layers_topic(cfg.topic) if cfg.layered else delivery_topic(cfg.topic)
             headers = type_headers(MessageType.DELIVERY) if self._shared else None
             for output in deliveries:
                 ticket.sent()
@@ -446,74 +439,66 @@ class NodeRuntime(Stoppable):
 
     # ------------------------------------------------------------------ status
 
+    def measure(self, now: float) -> None:
+        """Take the rates over the interval since the last measure and note the queue
+        head; the status publisher does this once per status interval."""
+        stats = self.engine.stats
+        self.rates.take((self.records_read, stats.records_out, stats.deliveries), now)
+        head = self.engine.oldest_pending()
+        self.head.observe(None if head is None else head.messageID, now)
+
     def status(self, now: float | None = None) -> Status:
-        """The node's current status (counters, rates, the queue head, stuck messages)."""
+        """The node's current status (counters, the rates and queue head as last
+        measured, what the first queued messages wait for); reading it changes nothing."""
         mono = time.monotonic() if now is None else now
         engine, cfg = self.engine, self.config
-        waiting = engine.waiting(10)
-        head_age = self.head.age(waiting[0].messageID if waiting else None, mono)
-        rates = self.rates.take(engine.stats, mono)
-        return Status(
-            key=cfg.key,
-            topic=cfg.topic,
-            role="node",
-            node_id=cfg.node_id,
-            algorithm=cfg.algorithm.value,
-            layout=cfg.layout.value,
-            time=time.time(),
-            pid=os.getpid(),
+        stats = engine.stats
+        in_per_s, out_per_s, deliveries_per_s = self.rates.last
+        waiting = tuple(
+            WaitingHead(w.messageID, w.timeStamp, w.decided, w.missing) for w in engine.waiting(10)
+        )
+        return replace(
+            status_of(cfg, Role.NODE, cfg.key, cfg.node_id),
             layer=cfg.layer if cfg.layered else None,
-            partitions=cfg.partitions,
             clock=engine.clock,
             watermark=engine.watermark() if cfg.layered else None,
             pending=engine.pending_count,
-            oldest_pending_id=waiting[0].messageID if waiting else None,
-            oldest_pending_age_s=head_age,
-            waiting=[
-                {
-                    "messageID": w.messageID,
-                    "timeStamp": w.timeStamp,
-                    "decided": w.decided,
-                    "waiting_for": list(w.missing),
-                }
-                for w in waiting
-            ],
-            records_in=engine.stats.records_in,
-            records_out=engine.stats.records_out,
-            deliveries=engine.stats.deliveries,
+            oldest_pending_id=waiting[0].message_id if waiting else None,
+            oldest_pending_age_s=self.head.age(mono) if waiting else None,
+            waiting=waiting,
+            records_in=stats.records_in,
+            records_out=stats.records_out,
+            deliveries=stats.deliveries,
             dead_letters=self.dead_letters,
-            rejected=engine.stats.rejected,
-            protocol_mismatches=engine.stats.protocol_mismatches,
-            aborted=engine.stats.aborted,
-            records_in_per_s=rates[0],
-            records_out_per_s=rates[1],
-            deliveries_per_s=rates[2],
+            rejected=stats.rejected,
+            protocol_mismatches=stats.protocol_mismatches,
+            aborted=stats.aborted,
+            records_in_per_s=in_per_s,
+            records_out_per_s=out_per_s,
+            deliveries_per_s=deliveries_per_s,
             replaying=self._tracker.replaying(),
         )
 
     def _publish_status(self, now: float) -> None:
         assert self._producer is not None
+        self.measure(now)
         status = self.status(now)
-        fields = status.to_dict()
         self._status_count += 1
         level = logging.INFO if self._status_count % 10 == 1 else logging.DEBUG
-        log.log(level, "status", extra={"fields": fields})
-        stuck = self.head.stuck(status.oldest_pending_id, now)
-        if stuck is not None and status.waiting:
-            head = status.waiting[0]
-            missing = head["waiting_for"]
+        log.log(level, "status", extra={"fields": status.to_dict()})
+        stuck = self.head.stuck(now)
+        head = status.head
+        if stuck is not None and head is not None:
+            missing = head.waiting_for
             log.warning(
                 "message %s has held the queue head for %.0f s, waiting for %s",
-                head["messageID"],
+                head.message_id,
                 stuck,
                 (
                     "the proposals of " + ", ".join(missing) + " (is a node running there?)"
                     if missing
                     else "its decision"
                 ),
-                extra={"fields": {"stuck": head}},
+                extra={"fields": {"stuck": head.to_dict()}},
             )
-        with contextlib.suppress(BufferError):  # queue full: the next status will do
-            self._producer.producer.produce(
-                STATUS_TOPIC, orjson.dumps(fields), key=self.config.key.encode()
-            )
+        publish_status(self._producer, status)

@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from atomickafka.core.engine import DEFAULT_ALGORITHM
+from atomickafka.client import AtomicKafkaClient, Delivery
+from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
+from atomickafka.kafka.topics import Layout
 from atomickafka.node import launch
+from atomickafka.node.config import DEFAULT_STUCK_AFTER_S, ClusterConfig, NodeConfig
 from atomickafka.verify.checker import DeliveryRecord, SentMessage, check, deliveries_from_client
-from client import AtomicKafkaClient, Delivery
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +110,8 @@ def collect_deliveries(
     for topic in topics:
         want = expected.get(topic, 0)
         while True:
-            got = list(reader.deliveries(topic, from_beginning=True, timeout_s=3.0))
+            with reader.reader(topic, from_beginning=True) as topic_reader:
+                got = list(topic_reader.deliveries(timeout_s=3.0))
             if len(got) >= want or time.monotonic() > deadline:
                 break
             time.sleep(1.0)
@@ -126,20 +129,20 @@ def running_cluster(
     partitions: int = 1,
     log_dir: Path,
     log_level: str = "warning",
-    extra_args: Sequence[str] = (),
+    stuck_after_s: float = DEFAULT_STUCK_AFTER_S,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """``atomickafka cluster`` for ``topics``, its log kept in ``log_dir``."""
-    log_path = log_dir / f"cluster-{algorithm}-{layout}-{partitions}.log"
-    with launch.running_cluster(
+    """A cluster of nodes for ``topics``, its log kept in ``log_dir``."""
+    node = NodeConfig(
         bootstrap,
-        topics,
-        algorithm=algorithm,
-        layout=layout,
+        topics[0],
+        algorithm=Algorithm(algorithm),
+        layout=Layout(layout),
         partitions=partitions,
-        log_path=log_path,
+        stuck_after_s=stuck_after_s,
         log_level=log_level,
-        extra_args=extra_args,
-    ) as proc:
+    )
+    log_path = log_dir / f"cluster-{algorithm}-{layout}-{partitions}.log"
+    with launch.running_cluster(ClusterConfig(tuple(topics), node), log_path=log_path) as proc:
         yield proc
 
 

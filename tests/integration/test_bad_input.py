@@ -16,11 +16,11 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
+from atomickafka.client import AtomicKafkaClient
 from atomickafka.core.engine import DEFAULT_ALGORITHM
 from atomickafka.kafka.consumer import make_consumer, read_partitions
 from atomickafka.kafka.status import read_statuses
 from atomickafka.kafka.topics import dead_letter_topic, input_topic
-from client import AtomicKafkaClient
 from tests.integration.harness import (
     Sent,
     assert_order_checked,
@@ -71,9 +71,7 @@ def test_a_destination_without_a_node_is_refused_and_a_stuck_head_is_named(
     kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
 ) -> None:
     a, ghost = topic_factory(), topic_factory()
-    with running_cluster(
-        kafka_bootstrap, [a], log_dir=tmp_path, log_level="info", extra_args=["--stuck-after", "2"]
-    ):
+    with running_cluster(kafka_bootstrap, [a], log_dir=tmp_path, log_level="info", stuck_after_s=2):
         typo = run_cli("send", "--bootstrap-server", kafka_bootstrap, "--to", f"{a},{ghost}", "x")
         assert typo.returncode == 2, typo.stderr
         assert ghost in typo.stderr and "--allow-offline" in typo.stderr
@@ -91,7 +89,9 @@ def test_a_destination_without_a_node_is_refused_and_a_stuck_head_is_named(
             status = run_cli("status", "--bootstrap-server", kafka_bootstrap).stdout
         assert f"{stuck_id} holds the head" in status and ghost in status, status
         statuses = read_statuses(kafka_bootstrap)
-        assert statuses[a].waiting[0]["waiting_for"] == [ghost]
+        head = statuses[a].head
+        assert head is not None and head.message_id == stuck_id
+        assert head.waiting_for == (ghost,)
     log = (tmp_path / f"cluster-{DEFAULT_ALGORITHM}-split-1.log").read_text()
     assert f"message {stuck_id} has held the queue head" in log
     assert f"the proposals of {ghost}" in log

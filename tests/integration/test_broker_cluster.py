@@ -32,8 +32,7 @@ def processes_mentioning(text: str) -> list[int]:
 def topic_config(bootstrap: str, topic: str, key: str) -> str:
     """One config value of ``topic``, retried while the topic propagates to the brokers."""
     from confluent_kafka import KafkaException  # noqa: PLC0415 (after any fork)
-    from confluent_kafka.admin import AdminClient  # noqa: PLC0415
-    from confluent_kafka.admin._config import ConfigResource  # noqa: PLC0415 (not re-exported)
+    from confluent_kafka.admin import AdminClient, ConfigResource  # noqa: PLC0415
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)

@@ -60,7 +60,7 @@ def test_total_order_on_real_broker(
         try:
             for topic in topics:
                 low, high = consumer.get_watermark_offsets(
-                    TopicPartition(delivery_topic(topic, layout), 0), timeout=10
+                    TopicPartition(delivery_topic(topic), 0), timeout=10
                 )
                 assert high - low == expected[topic], topic
         finally:

@@ -13,10 +13,10 @@ import orjson
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
+from atomickafka.client import AtomicKafkaClient
 from atomickafka.kafka.status import read_statuses, wait_for_nodes
 from atomickafka.kafka.topics import dead_letter_topic, input_topic
 from atomickafka.verify.checker import deliveries_from_json
-from client import AtomicKafkaClient
 from tests.integration.harness import (
     Sent,
     Workload,

@@ -69,7 +69,7 @@ def test_partitioned_topics_keep_one_total_order(
         assert keys == sorted(keys), f"{topic}: merged stream out of order"
         merger = statuses[f"{topic}/merger"]
         assert merger.role == "merger" and merger.pending == 0
-        assert len(merger.layer_watermarks) == LAYERS
+        assert [state.layer for state in merger.layers] == list(range(LAYERS))
         for layer in range(LAYERS):
             assert statuses[f"{topic}/{layer}"].layer == layer
     assert status.returncode == 0 and f"{topics[0]}/merger" in status.stdout

@@ -25,7 +25,6 @@ from tests.unit.records import ack, client, decided, notify, v
 
 ALGORITHMS = [Algorithm.POC, Algorithm.OPTIMIZED]  # the scripted scenarios
 EVERY_ALGORITHM = list(Algorithm)  # the tests over simulated logs
-OldestPending = Waiting
 
 # ---------------------------------------------------------------------------- rule 6
 
@@ -143,7 +142,7 @@ def test_rule2_every_timestamp_moves_the_clock(algorithm: Algorithm) -> None:
     assert [ts for _, kind, _, ts in kinds(out) if kind == "NotifyMessage"] == [91]
     out = node.handle_batch([client("q", "A")])
     assert delivered(out) == []  # q (92) waits behind p (91)
-    assert node.oldest_pending() == OldestPending("p", 91, False, ("B",))
+    assert node.oldest_pending() == Waiting("p", 91, False, ("B",))
 
 
 def test_rule2_decided_moves_a_non_coordinator_clock() -> None:
@@ -166,7 +165,7 @@ def test_rule3_optimized_final_is_max_over_all_destinations() -> None:
     out = node.handle_batch([client("m", *dests)])
     assert kinds(out) == [("B", "NotifyMessage", "m", 1), ("C", "NotifyMessage", "m", 1)]
     assert node.handle_batch([ack("m", dests, "B", 7)]) == []
-    assert node.oldest_pending() == OldestPending("m", 1, False, ("C",))
+    assert node.oldest_pending() == Waiting("m", 1, False, ("C",))
     # A second Ack from B and a stray Ack from a non-destination do not complete it:
     # proposals are a set keyed by destination, not a count.
     assert node.handle_batch([ack("m", dests, "B", 7)]) == []
@@ -250,7 +249,7 @@ def test_rule4_only_the_decided_head_is_delivered(algorithm: Algorithm) -> None:
     out = node.handle_batch([client("s", "A")])  # decided at 2, but m is ahead
     assert delivered(out) == []
     assert node.pending_count == 2
-    assert node.oldest_pending() == OldestPending("m", 1, False, ("B",))
+    assert node.oldest_pending() == Waiting("m", 1, False, ("B",))
     # m is decided at 5 (B's proposal): s (2) is now the head and goes first.
     out = node.handle_batch([ack("m", "AB", "B", 5, alg=algorithm)])
     assert delivered(out) == [("s", 2), ("m", 5)]
@@ -264,7 +263,7 @@ def test_rule4_decided_message_waits_for_an_undecided_smaller_one() -> None:
     out = node.handle_batch([decided("y", "BC", "C", 3)])
     assert delivered(out) == []  # y is decided but x (2) is ahead of it
     # B has every proposal it will see (A's came with the Notify) and waits for Decided.
-    assert node.oldest_pending() == OldestPending("x", 2, False, ())
+    assert node.oldest_pending() == Waiting("x", 2, False, ())
     out = node.handle_batch([decided("x", "AB", "A", 4)])
     assert delivered(out) == [("y", 3), ("x", 4)]
 
@@ -384,9 +383,9 @@ def test_introspection() -> None:
     node.handle_batch([client("s", "A")])
     assert node.pending_count == 2
     assert node.clock == 2
-    assert node.oldest_pending() == OldestPending("m", 1, False, ("B", "C"))
+    assert node.oldest_pending() == Waiting("m", 1, False, ("B", "C"))
     node.handle_batch([ack("m", "ABC", "C", 4)])
-    assert node.oldest_pending() == OldestPending("m", 1, False, ("B",))
+    assert node.oldest_pending() == Waiting("m", 1, False, ("B",))
     node.handle_batch([ack("m", "ABC", "B", 2)])
     assert node.pending_count == 0 and node.delivered_count == 2
     assert node.is_delivered("m") and node.is_delivered("s")

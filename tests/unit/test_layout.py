@@ -19,6 +19,8 @@ ALLOWED = {
     "node": {"core", "kafka", "logs"},
     "localkafka": set(),
 }
+#: Modules every layer may import: they import nothing of AtomicKafka themselves.
+EVERYWHERE = {"errors"}
 
 
 def imports(path: Path) -> set[str]:
@@ -49,7 +51,13 @@ def test_layers_import_only_what_is_below_them(layer: str) -> None:
             parts = name.split(".")
             if parts[0] != "atomickafka" or len(parts) < 2:
                 continue
-            assert parts[1] in ALLOWED[layer] | {layer}, f"{path.name} imports {name}"
+            assert parts[1] in ALLOWED[layer] | EVERYWHERE | {layer}, f"{path.name} imports {name}"
+
+
+@pytest.mark.parametrize("name", sorted(EVERYWHERE))
+def test_modules_every_layer_imports_import_nothing_of_atomickafka(name: str) -> None:
+    used = imports(PACKAGE / f"{name}.py")
+    assert not {n for n in used if n.split(".")[0] == "atomickafka"}, f"{name}.py imports {used}"
 
 
 def test_the_forbidden_list_catches_a_real_import(tmp_path: Path) -> None:

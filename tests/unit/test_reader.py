@@ -17,6 +17,7 @@ from atomickafka.core.reader import (
     TYPE_HEADER,
     UNDECODABLE,
     PlainRecord,
+    declares_delivery,
     delivery_order_key,
     peek,
     read_dead_letter,
@@ -79,6 +80,13 @@ def test_anything_but_a_delivery_is_skipped(value: bytes | None) -> None:
 def test_a_type_header_skips_a_record_without_parsing_it() -> None:
     record = PlainRecord(_delivery_bytes(), headers=[(TYPE_HEADER, b"Bundle")])
     assert read_delivery(record) is None
+
+
+def test_a_delivery_is_known_by_its_type_header_alone() -> None:
+    marked = PlainRecord(b"not even json", headers=[(TYPE_HEADER, b"DeliveryMessage")])
+    assert declares_delivery(marked)
+    assert not declares_delivery(PlainRecord(_delivery_bytes()))  # split layout: no header
+    assert not declares_delivery(PlainRecord(b"{}", headers=[(TYPE_HEADER, b"Bundle")]))
 
 
 def test_peek_reads_a_bundles_header_only() -> None:

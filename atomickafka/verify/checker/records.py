@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final
 
+from atomickafka.errors import AtomicKafkaError
+
 __all__ = ["UNSET", "CheckInputError", "DeliveryRecord", "SentMessage"]
 
 
@@ -25,7 +27,7 @@ class _Unset(Enum):
 UNSET: Final = _Unset.UNSET
 
 
-class CheckInputError(ValueError):
+class CheckInputError(AtomicKafkaError, ValueError):
     """The checker's input is malformed (a bad file or record)."""
 
 

@@ -1,0 +1,37 @@
+"""The errors AtomicKafka raises to its users, under one base.
+
+Catch :class:`AtomicKafkaError` to handle anything AtomicKafka itself reports (a bad
+message or setting, a destination without a node, a message the broker did not take,
+a local broker that cannot start...). Errors from librdkafka itself arrive as
+confluent-kafka's ``KafkaException``.
+
+Every error keeps a standard second base where callers rely on it: what a caller got
+wrong is also a ``ValueError``, a wait that ran out is also a ``TimeoutError``. The
+errors of one area live with it and derive from these (:class:`~atomickafka.core.wire.
+MessageError`, the client's in :mod:`atomickafka.client.errors`, the local broker's
+``BrokerError``, the node's ``NodeStartError``). This module imports nothing of
+AtomicKafka, so that every layer may use it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["AtomicKafkaError", "ConfigError", "QueueFullError", "TimedOutError"]
+
+
+class AtomicKafkaError(Exception):
+    """Base of every error AtomicKafka raises to its users."""
+
+
+class ConfigError(AtomicKafkaError, ValueError):
+    """A setting, option or argument AtomicKafka cannot work with; the message says which
+    and why."""
+
+
+class TimedOutError(AtomicKafkaError, TimeoutError):
+    """Something AtomicKafka waited for did not happen in time (nodes that do not come
+    up, a topic that cannot be read to its end)."""
+
+
+class QueueFullError(AtomicKafkaError):
+    """librdkafka's local send queue stayed full for longer than the producer waits: the
+    broker is not taking records (unreachable, or far slower than the sender)."""

@@ -1,0 +1,99 @@
+"""Reading one topic's ordered deliveries, with a consumer that is closed when done.
+
+>>> from atomickafka.client import DeliveryReader  # doctest: +SKIP
+>>> with DeliveryReader("127.0.0.1:19092", "audit") as reader:
+...     for d in reader.deliveries(timeout_s=5):
+...         print(d.timeStamp, d.messageID, d.value)
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
+from confluent_kafka import Message as KafkaMessage
+
+from atomickafka.client.delivery import Delivery
+from atomickafka.client.errors import MessageError
+from atomickafka.core.reader import read_delivery
+from atomickafka.core.wire import is_valid_topic_name
+from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
+from atomickafka.kafka.topics import delivery_topic
+
+__all__ = ["DeliveryReader"]
+
+
+class DeliveryReader(AbstractContextManager["DeliveryReader"]):
+    """Reads ``topic``'s deliveries in order, hiding control records and repeated
+    deliveries (a node that crashed may write one again).
+
+    ``config`` holds librdkafka settings (``-X``). Use it as a context manager, or call
+    :meth:`close`: either closes its Kafka consumer, whether or not every delivery was
+    read. Successive :meth:`deliveries` calls go on where the last one stopped.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        *,
+        from_beginning: bool = True,
+        config: Mapping[str, str] | None = None,
+    ) -> None:
+        if not is_valid_topic_name(topic):
+            raise MessageError("topic", "not a valid topic name", topic)
+        self.topic = topic
+        self._seen: set[str] = set()
+        self._backlog: deque[KafkaMessage] = deque()  # fetched, not yet looked at
+        self._consumer: Consumer | None = make_consumer(
+            bootstrap_servers, None, config, **{"enable.partition.eof": False}
+        )
+        start = OFFSET_BEGINNING if from_beginning else OFFSET_END
+        self._consumer.assign([TopicPartition(delivery_topic(topic), 0, start)])
+
+    def deliveries(
+        self, *, timeout_s: float | None = None, max_messages: int | None = None
+    ) -> Iterator[Delivery]:
+        """Yield the next deliveries in order. Stops after ``max_messages`` of them, or
+        once none arrived for ``timeout_s`` seconds (``None``: wait until closed)."""
+        if self._consumer is None:
+            raise RuntimeError(f"the reader of {self.topic} is closed")
+        consumer, topic, seen = self._consumer, self.topic, self._seen
+        count = 0
+        if max_messages is not None and max_messages <= 0:
+            return
+        backlog = self._backlog
+        idle_deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while idle_deadline is None or time.monotonic() < idle_deadline:
+            if not backlog:
+                if self._consumer is None:
+                    return  # closed while the caller held this iterator
+                backlog.extend(usable(consume_batch(consumer, 1000, 0.1)))
+            while backlog:
+                record = backlog.popleft()
+                message = read_delivery(record, at=topic)
+                if message is None or message.messageID in seen:
+                    continue
+                seen.add(message.messageID)
+                yield Delivery.of(message, record, topic)
+                count += 1
+                if max_messages is not None and count >= max_messages:
+                    return
+                if timeout_s is not None:
+                    idle_deadline = time.monotonic() + timeout_s
+
+    def __iter__(self) -> Iterator[Delivery]:
+        return self.deliveries()
+
+    def close(self) -> None:
+        """Close the Kafka consumer (closing twice does nothing)."""
+        consumer, self._consumer = self._consumer, None
+        self._backlog.clear()
+        if consumer is not None:
+            consumer.close()
+
+    def __exit__(self, *_exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,100 @@
+"""The typed status: its JSON form, records of older versions, and reading a status
+without changing anything."""
+
+from __future__ import annotations
+
+import orjson
+
+from atomickafka.core.engine import Algorithm
+from atomickafka.core.wire import client_message
+from atomickafka.kafka.status import (
+    LayerState,
+    Role,
+    Status,
+    WaitingHead,
+    parse_status,
+)
+from atomickafka.kafka.topics import Layout
+from atomickafka.node.config import NodeConfig
+from atomickafka.node.merger_runtime import MergerRuntime
+from atomickafka.node.runtime import NodeRuntime
+
+#: A node's and a merger's status as the previous version wrote them.
+OLD_NODE = {
+    "key": "A", "topic": "A", "role": "node", "node_id": "node-A", "algorithm": "direct",
+    "layout": "split", "time": 100.0, "pid": 7, "layer": None, "partitions": 1,
+    "format_version": 2, "clock": 12, "watermark": None, "pending": 1,
+    "oldest_pending_id": "c-1", "oldest_pending_age_s": 3.5,
+    "waiting": [{"messageID": "c-1", "timeStamp": 12, "decided": False, "waiting_for": ["B"]}],
+    "records_in": 5, "records_out": 4, "deliveries": 3, "dead_letters": 0, "rejected": 0,
+    "protocol_mismatches": 0, "aborted": 0, "records_in_per_s": 1.5,
+    "records_out_per_s": 1.0, "deliveries_per_s": 0.5, "replaying": False,
+    "layer_watermarks": [], "blocked_by": [],
+}  # fmt: skip
+OLD_MERGER = OLD_NODE | {
+    "key": "A/merger", "role": "merger", "node_id": "merger-A", "partitions": 2,
+    "watermark": 9, "oldest_pending_age_s": None,
+    "waiting": [
+        {"messageID": "c-1", "timeStamp": 12, "layer": 0, "waiting_for": ["layer 1"],
+         "watermark_lag": 3}
+    ],
+    "layer_watermarks": [15, 9], "blocked_by": [1],
+}  # fmt: skip
+
+
+def test_a_record_of_the_previous_version_parses_into_typed_fields() -> None:
+    node = parse_status(orjson.dumps(OLD_NODE))
+    assert node is not None
+    assert node.role is Role.NODE and node.algorithm is Algorithm.DIRECT
+    assert node.layout is Layout.SPLIT
+    assert node.head == WaitingHead("c-1", 12, decided=False, waiting_for=("B",))
+    merger = parse_status(orjson.dumps(OLD_MERGER))
+    assert merger is not None and merger.role is Role.MERGER
+    assert merger.layers == (LayerState(0, 15, holds_head=False), LayerState(1, 9, holds_head=True))
+    assert merger.blocked_by == (1,)
+    assert merger.head is not None and merger.head.waiting_for == ("layer 1",)
+
+
+def test_the_json_form_keeps_the_field_names_and_strings() -> None:
+    merger = parse_status(orjson.dumps(OLD_MERGER))
+    assert merger is not None
+    data = merger.to_dict()
+    assert set(OLD_NODE) == set(data)
+    assert data["role"] == "merger" and data["algorithm"] == "direct"
+    assert data["layer_watermarks"] == [15, 9] and data["blocked_by"] == [1]
+    assert data["waiting"] == [
+        {"messageID": "c-1", "timeStamp": 12, "decided": False, "waiting_for": ["layer 1"]}
+    ]
+    assert Status.from_dict(orjson.loads(orjson.dumps(data))) == merger
+
+
+def test_what_is_not_a_status_is_skipped() -> None:
+    assert parse_status(None) is None
+    assert parse_status(b"not json") is None
+    assert parse_status(b'{"key": "A"}') is None  # no role, protocol, ...
+    assert parse_status(orjson.dumps(OLD_NODE | {"algorithm": "gossip"})) is None
+    assert parse_status(orjson.dumps(OLD_NODE | {"waiting": ["c-1"]})) is None
+
+
+def test_reading_a_node_status_resets_no_rate() -> None:
+    node = NodeRuntime(NodeConfig(bootstrap="127.0.0.1:9", topic="A"))
+    node.engine.step([client_message("c-1", ["A", "B"], "v")])  # waits for B's proposal
+    node.measure(10.0)
+    node.records_read += 40
+    node.measure(20.0)
+    first, again = node.status(25.0), node.status(26.0)
+    assert first.records_in_per_s == again.records_in_per_s == 4.0
+    assert first.head is not None and first.head.waiting_for == ("B",)
+    assert first.oldest_pending_age_s == 15.0 and again.oldest_pending_age_s == 16.0
+    node.measure(30.0)  # the publisher's next step starts a new interval
+    assert node.status(30.0).records_in_per_s == 0.0
+
+
+def test_reading_a_merger_status_resets_no_rate() -> None:
+    merger = MergerRuntime(NodeConfig(bootstrap="127.0.0.1:9", topic="A", partitions=2))
+    merger.measure(0.0)
+    merger.measure(2.0)
+    first, again = merger.status(), merger.status()
+    assert first.deliveries_per_s == again.deliveries_per_s == 0.0
+    assert first.role is Role.MERGER and len(first.layers) == 2
+    assert first.to_dict() | {"time": 0} == again.to_dict() | {"time": 0}
