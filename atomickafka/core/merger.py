@@ -41,7 +41,9 @@ Rules (the tests cite them by number):
    watermark rises past ``T``: an idle layer stops blocking, deterministically, through
    the log, and one round trip clears everything buffered so far rather than one head
    (a tick only moves a clock, so any timestamp is safe). A tick is never requested at
-   or below one already requested for that layer, so ticks do not flood.
+   or below one already requested for that layer, so ticks do not flood -- unless the
+   shell, seeing the head still blocked after a while, calls :meth:`Merger.retry_ticks`
+   (a tick refused or lost on its way is asked for again).
 4. Duplicates and violations. A delivery of a ``(layer, messageID)`` already taken in,
    at the same timestamp, and a watermark at or below the layer's, change nothing
    (Kafka redelivers; the shell replays the layers after a restart). A delivery that
@@ -62,14 +64,15 @@ Rules (the tests cite them by number):
 
 Costs: a layer's buffer is a deque (its items arrive in order); the frontier is a
 :class:`sortedcontainers.SortedList` of one entry per layer, so taking in or releasing
-an item is O(log L) for L layers. To tell a replayed item from one that goes backwards
-(rule 4) the merger remembers every accepted ``(layer, messageID)``, as the engine
-remembers delivered ids.
+an item is O(log L) for L layers. Memory is bounded: a layer's stream is strictly
+increasing, so an item at or below the layer's last one is a repeat or goes backwards;
+to tell the two apart the merger remembers the last :data:`RECENT` ids of each layer
+(an older repeat is counted as going backwards, and set aside: nothing is lost).
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from enum import StrEnum
@@ -91,7 +94,9 @@ __all__ = [
     "TickRequest",
 ]
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+#: Accepted ids remembered per layer to tell a repeat from an item going backwards.
+RECENT = 10_000
 
 
 class MergeKey(NamedTuple):
@@ -214,7 +219,7 @@ class Merger:
         self._buffered = 0
         self._watermarks = [0] * layers
         self._last: list[tuple[int, str] | None] = [None] * layers  # last accepted item
-        self._seen: list[dict[str, int]] = [{} for _ in range(layers)]  # id -> timestamp
+        self._seen: list[OrderedDict[str, int]] = [OrderedDict() for _ in range(layers)]
         self._ticked = [-1] * layers  # highest tick requested (rule 3)
         self._fronts = [(0, layer) for layer in range(layers)]  # each layer's entry
         self._frontier: SortedList = SortedList(self._fronts)
@@ -242,6 +247,14 @@ class Merger:
         out.extend(self._release_ready())
         out.extend(self._request_ticks())
         return out
+
+    def retry_ticks(self) -> list[TickRequest]:
+        """Rule 3, again: the head is still blocked, so ask every blocking layer for a
+        tick once more (the last one may have been refused or lost). The shell calls
+        this when the head has stayed blocked for a while."""
+        for layer in self.blocked_by():
+            self._ticked[layer] = -1
+        return self._request_ticks()
 
     @property
     def rejected(self) -> tuple[Rejected, ...]:
@@ -316,7 +329,7 @@ class Merger:
             "watermarks": list(self._watermarks),
             "ticked": list(self._ticked),
             "last": [None if last is None else list(last) for last in self._last],
-            "seen": [dict(seen) for seen in self._seen],
+            "seen": [list(seen.items()) for seen in self._seen],
             "buffers": [
                 [[item.timeStamp, item.messageID, item.payload] for item in buffer]
                 for buffer in self._buffers
@@ -337,7 +350,7 @@ class Merger:
         merger._last = [
             None if last is None else (int(last[0]), str(last[1])) for last in snapshot["last"]
         ]
-        merger._seen = [{str(k): int(v) for k, v in seen.items()} for seen in snapshot["seen"]]
+        merger._seen = [OrderedDict((str(k), int(v)) for k, v in seen) for seen in snapshot["seen"]]
         for layer, items in enumerate(snapshot["buffers"]):
             merger._buffers[layer].extend(
                 LayerDelivery(layer, int(ts), str(mid), payload) for ts, mid, payload in items
@@ -375,6 +388,8 @@ class Merger:
             self._reject(item, RejectReason.BELOW_WATERMARK)
             return
         seen[mid] = ts
+        if len(seen) > RECENT:
+            seen.popitem(last=False)
         self._last[layer] = (ts, mid)
         self._watermarks[layer] = ts  # a delivery at ts promises ts (rule 2)
         buffer = self._buffers[layer]

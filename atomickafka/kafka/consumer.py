@@ -19,6 +19,7 @@ __all__ = [
     "last_record",
     "make_consumer",
     "read_partitions",
+    "read_to_end",
     "retry_transient",
     "usable",
     "watermarks",
@@ -159,4 +160,46 @@ def read_partitions(
         consumer.unassign()
     if todo:
         raise TimedOutError(f"could not read {topic} partitions {sorted(todo)} to their end")
+    return out
+
+
+def read_to_end(
+    bootstrap: str,
+    topic: str,
+    partitions: Iterable[int],
+    overrides: Mapping[str, str] | None = None,
+    *,
+    timeout_s: float = 60.0,
+) -> list[KafkaMessage]:
+    """Every committed record of ``topic``'s ``partitions``, from the start to the end
+    as it is now, read ``read_committed`` (transaction markers and aborted records are
+    skipped: the end is known from the end-of-partition events, not from offsets)."""
+    settings: dict[str, str | int | bool] = {
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+    }
+    consumer = make_consumer(bootstrap, None, overrides, **settings)
+    parts = list(partitions)
+    todo = set(parts)
+    out: list[KafkaMessage] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        for p in parts:
+            low, high = watermarks(consumer, TopicPartition(topic, p))
+            if high <= low:
+                todo.discard(p)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in todo])
+        while todo:
+            if time.monotonic() > deadline:
+                raise TimedOutError(f"could not read {topic} to its end in {timeout_s:.0f} s")
+            for record in consume_batch(consumer, 1000, 0.5):
+                err = record.error()
+                if err is None:
+                    out.append(record)
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    todo.discard(record.partition() or 0)
+                elif err.fatal():
+                    raise KafkaException(err)
+    finally:
+        consumer.close()
     return out

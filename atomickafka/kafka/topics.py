@@ -31,6 +31,7 @@ __all__ = [
     "DEAD_LETTER_PREFIX",
     "INPUT_PREFIX",
     "LAYERS_PREFIX",
+    "SNAPSHOT_PREFIX",
     "STATUS_TOPIC",
     "TYPE_HEADER",
     "Layout",
@@ -42,11 +43,13 @@ __all__ = [
     "merger_key",
     "node_group",
     "node_key",
+    "snapshot_topic",
 ]
 
 INPUT_PREFIX: Final = "atomickafka-in."
 LAYERS_PREFIX: Final = "atomickafka-layers."
 DEAD_LETTER_PREFIX: Final = "atomickafka-dlq."
+SNAPSHOT_PREFIX: Final = "atomickafka-snap."
 STATUS_TOPIC: Final = "atomickafka-status"
 
 
@@ -76,6 +79,11 @@ def layers_topic(topic: str) -> str:
 def dead_letter_topic(topic: str) -> str:
     """Where the node of ``topic`` sets aside records it cannot take."""
     return DEAD_LETTER_PREFIX + topic
+
+
+def snapshot_topic(topic: str) -> str:
+    """The compacted topic holding the snapshots of ``topic``'s nodes and merger."""
+    return SNAPSHOT_PREFIX + topic
 
 
 def node_key(topic: str, layer: int | None = None) -> str:

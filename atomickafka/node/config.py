@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Final
 
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
+from atomickafka.core.memory import DEFAULT_WINDOW_MS
 from atomickafka.core.wire import MAX_VALUE_BYTES
 from atomickafka.errors import ConfigError
 from atomickafka.kafka.topics import Layout, node_key
@@ -46,6 +47,18 @@ class NodeConfig:
     max_value_bytes: int = MAX_VALUE_BYTES
     stuck_after_s: float = DEFAULT_STUCK_AFTER_S
     log_level: str = "info"
+    #: One Kafka transaction per batch (§6): plain consumers of the delivery topics see
+    #: every delivery exactly once; off, outputs are acknowledged, then committed.
+    exactly_once: bool = True
+    #: How long settled message ids are remembered, in log time (§4.13).
+    window_ms: int = DEFAULT_WINDOW_MS
+    #: A snapshot after this many input records, or this many seconds (§6).
+    snapshot_every_records: int = 50_000
+    snapshot_every_s: float = 30.0
+    #: Signing secrets, one per line (§4.14); ``None``: records are not signed.
+    secret_file: str | None = None
+    #: How long the lease group waits for a silent active instance (standby takeover).
+    session_timeout_ms: int = 6000
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "algorithm", Algorithm(self.algorithm))

@@ -1,18 +1,17 @@
-"""The Kafka shell around one topic's :class:`~atomickafka.core.merger.Merger` (§8).
+"""The Kafka shell around one topic's merger batch layer: only the I/O loop (§6, §8).
 
-It reads every partition of ``atomickafka-layers.T`` (partition ``p``: layer ``p``'s
-decided messages, as ``PartitionDeliveryMessage`` records, and its watermarks), feeds
-them to the merger and writes what the merger releases to ``T`` as ordinary Delivery
-records, in merged order; a :class:`~atomickafka.core.merger.TickRequest` becomes a
-``TickMessage`` in partition ``p`` of ``T``'s input log, which moves the idle layer's
-clock.
+It reads every partition of ``atomickafka-layers.T`` (``read_committed``), hands the
+records to :class:`~atomickafka.node.merger_batch.MergerBatch` and writes what comes
+back: the merged Delivery records to ``T``, ticks into idle layers' input logs, dead
+letters, snapshots. Like a node it first waits for its role's lease (a standby takes
+over when the active merger dies) and writes through a transactional producer that
+fences older instances (or, at-least-once, a gapless one).
 
-Recovery needs no committed offsets: the merged order is strictly increasing in
-``(timeStamp, layer, messageID)``, so at start the shell reads the last Delivery
-already in ``T``, tells the merger to release nothing at or below it, and replays the
-layer streams from the beginning. The producer is idempotent and gapless (an error
-that could leave a gap in ``T`` is fatal and the merger restarts), so ``T`` always ends
-with a prefix of the merged order.
+Recovery: the newest readable snapshot gives the merger's state and the layer offsets
+to replay from; the last Delivery this merger wrote to ``T`` -- found by reading ``T``
+backwards and taking only the merger's own records, so a record someone else wrote
+into ``T`` is reported once and ignored, never trusted -- says what not to release
+again. The merged order is strictly increasing, so that one key is enough.
 """
 
 from __future__ import annotations
@@ -22,37 +21,14 @@ import time
 from dataclasses import replace
 from typing import Final
 
-import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 
-from atomickafka.core.merger import (
-    LayerDelivery,
-    LayerRecord,
-    LayerWatermark,
-    MergeKey,
-    Merger,
-    Release,
-    TickRequest,
-)
-from atomickafka.core.reader import DEAD_LETTER_ERROR_HEADER, delivery_order_key, read_delivery
-from atomickafka.core.wire import (
-    Message,
-    MessageError,
-    MessageType,
-    decode_record,
-    encode_delivery,
-    encode_tick,
-)
+from atomickafka.core.merger import MergeKey
+from atomickafka.core.signing import Signer
 from atomickafka.errors import ConfigError
 from atomickafka.kafka.admin import admin_client, ensure_topics
-from atomickafka.kafka.consumer import (
-    consume_batch,
-    last_record,
-    make_consumer,
-    retry_transient,
-    usable,
-)
+from atomickafka.kafka.consumer import consume_batch, make_consumer, retry_transient, usable
 from atomickafka.kafka.producer import RecordProducer
 from atomickafka.kafka.status import LayerState, Role, Status, WaitingHead, publish_status
 from atomickafka.kafka.topics import (
@@ -61,18 +37,53 @@ from atomickafka.kafka.topics import (
     input_topic,
     layers_topic,
     merger_key,
+    snapshot_topic,
 )
+from atomickafka.node.batch import Ready
 from atomickafka.node.config import NodeConfig
+from atomickafka.node.lease import Lease
 from atomickafka.node.lifecycle import Stoppable
+from atomickafka.node.merger_batch import MergerBatch, MergerSpec, own_delivery_key
 from atomickafka.node.metrics import Rates, status_of
-from atomickafka.node.runtime import NodeStartError, node_topic_specs
+from atomickafka.node.runtime import (
+    EXIT_FENCED,
+    load_signer,
+    node_topic_specs,
+    read_snapshots,
+)
+from atomickafka.node.snapshots import LoadedSnapshot
+from atomickafka.node.writers import (
+    BatchWriteError,
+    FencedError,
+    GaplessWriter,
+    TransactionalWriter,
+)
 
-__all__ = ["MergerRuntime"]
+__all__ = ["MergerRuntime", "merger_spec"]
 
 log = logging.getLogger("atomickafka.merger")
 
-#: The merged stream is one partition: one total order for plain consumers.
-_DELIVERY_PARTITION: Final = 0
+#: How long the head may stay blocked before the blocking layers are asked again.
+TICK_RETRY_S: Final = 2.0
+#: Records read per step when searching ``T`` backwards for the merger's last delivery.
+_SCAN_WINDOW: Final = 200
+
+
+def merger_spec(config: NodeConfig, signer: Signer | None = None) -> MergerSpec:
+    """The merger batch layer's settings for ``config`` (a partitioned topic)."""
+    return MergerSpec(
+        config.topic,
+        config.partitions,
+        role=merger_key(config.topic),
+        layers_topic=layers_topic(config.topic),
+        delivery_topic=delivery_topic(config.topic),
+        input_topic=input_topic(config.topic, config.layout),
+        dead_letter_topic=dead_letter_topic(config.topic),
+        snapshot_topic=snapshot_topic(config.topic),
+        snapshot_every_records=config.snapshot_every_records,
+        snapshot_every_s=config.snapshot_every_s,
+        signer=signer,
+    )
 
 
 class MergerRuntime(Stoppable):
@@ -83,52 +94,85 @@ class MergerRuntime(Stoppable):
             raise ConfigError("a merger serves a partitioned topic (partitions > 1)")
         super().__init__()
         self.config = config
-        self.merger = Merger(config.topic, config.partitions)
+        self.signer = load_signer(config.secret_file)
+        self.spec = merger_spec(config, self.signer)
+        self.batch = MergerBatch(self.spec)
         self.key = merger_key(config.topic)
-        self.sender_id = f"merger-{config.topic}"
-        self.dead_letters = 0
-        self._producer: RecordProducer | None = None
-        self._consumer: Consumer | None = None
-        self._replay_ends: dict[int, int] = {}
-        self._failure: str | None = None
-        self._released = 0
+        self.sender_id = self.spec.sender_id
+        self.foreign = 0  # records in T that are not this merger's
+        self.active = False
         self.rates = Rates(1)  # deliveries per second
+        self._status: RecordProducer | None = None
+        self._consumer: Consumer | None = None
+        self._writer: TransactionalWriter | GaplessWriter | None = None
+        self._lease: Lease | None = None
+        self._replay_ends: dict[int, int] = {}
+        self._blocked_since: float | None = None
+
+    @property
+    def merger(self) -> object:
+        """The merger core (for tests and tools)."""
+        return self.batch.merger
+
+    # ------------------------------------------------------------------ lifecycle
 
     def run(self, *, max_seconds: float | None = None) -> int:
         """Run the merger; return an exit status (0 after a clean stop)."""
         cfg = self.config
         if cfg.create_topics:
             ensure_topics(admin_client(cfg.bootstrap, cfg.overrides), node_topic_specs(cfg))
-        # Gapless: the delivery stream must always end with a prefix of the merged order.
-        self._producer = RecordProducer(
-            cfg.bootstrap,
-            cfg.overrides,
-            **{"enable.gapless.guarantee": True, "message.timeout.ms": 0},
+        self._status = RecordProducer(cfg.bootstrap, cfg.overrides)
+        self._start_clock(cfg.status_interval_s, max_seconds)
+        self._lease = Lease(
+            cfg.bootstrap, self.key, cfg.overrides, session_timeout_ms=cfg.session_timeout_ms
         )
-        self._consumer = make_consumer(cfg.bootstrap, None, cfg.overrides)
         try:
-            self._start()
-            return self._loop(max_seconds)
+            if not self._await_lease():
+                return 0
+            self._open()
+            return self._loop()
+        except FencedError as exc:
+            log.error("merger %s stops: %s", cfg.topic, exc)
+            return EXIT_FENCED
+        except BatchWriteError as exc:
+            log.error("merger %s: %s; exiting so that a restart resumes", cfg.topic, exc)
+            return 1
         finally:
             self._shutdown()
 
-    def _start(self) -> None:
-        assert self._consumer is not None
-        consumer, cfg = self._consumer, self.config
-        target = delivery_topic(cfg.topic)
-        last = retry_transient(lambda: last_record(consumer, target), "last delivery")
-        if last is not None:
-            written = read_delivery(last, at=cfg.topic)
-            if written is None:
-                raise NodeStartError(
-                    f"the last record of {target} (offset {last.offset()}) is not a Delivery "
-                    f"of {cfg.topic}, so the merger cannot tell where the merged stream ends; "
-                    f"only the merger writes to {target}"
-                )
-            resume = MergeKey(*delivery_order_key(written))
-            self.merger.resume_after(resume)
-            log.info("merger %s resumes after %s", cfg.topic, resume)
+    def _await_lease(self) -> bool:
+        lease = self._lease
+        assert lease is not None
+        if lease.poll(1.0):
+            return True
+        log.info("merger %s: another instance is active; standing by", self.config.topic)
+        while not self.stopping:
+            if lease.poll(0.2):
+                log.info("merger %s: the lease is ours; taking over", self.config.topic)
+                return True
+            if self._tick(time.monotonic()):
+                return False
+        return False
+
+    def _open(self) -> None:
+        cfg = self.config
         source = layers_topic(cfg.topic)
+        consumer = make_consumer(
+            cfg.bootstrap, None, cfg.overrides, **{"isolation.level": "read_committed"}
+        )
+        self._consumer = consumer
+        if cfg.exactly_once:
+            self._writer = TransactionalWriter(
+                cfg.bootstrap, self.key, consumer, source, dict(cfg.overrides)
+            )
+        else:
+            self._writer = GaplessWriter(cfg.bootstrap, dict(cfg.overrides))
+        snapshot = self._newest_snapshot()
+        self.batch = MergerBatch.recover(self.spec, snapshot)
+        resume = self._last_own_delivery(consumer)
+        if resume is not None:
+            self.batch.resume_after(resume)
+        start = []
         for layer in range(cfg.partitions):
             _, high = retry_transient(
                 lambda layer=layer: consumer.get_watermark_offsets(  # type: ignore[misc]
@@ -136,126 +180,150 @@ class MergerRuntime(Stoppable):
                 ),
                 "watermarks",
             )
-            if high > 0:  # still to replay
+            position = self.batch.positions.get(layer, 0)
+            if high > position:
                 self._replay_ends[layer] = high
-        consumer.assign(
-            [TopicPartition(source, p, OFFSET_BEGINNING) for p in range(cfg.partitions)]
+            start.append(TopicPartition(source, layer, position))
+        consumer.assign(start)
+        self.active = True
+        log.info(
+            "merger %s active: snapshot %s, resumes after %s, %s",
+            cfg.topic,
+            snapshot.seq if snapshot is not None else "none",
+            resume,
+            "exactly-once" if cfg.exactly_once else "at-least-once",
         )
 
-    def _loop(self, max_seconds: float | None) -> int:
-        assert self._consumer is not None and self._producer is not None
+    def _newest_snapshot(self) -> LoadedSnapshot | None:
+        for found in read_snapshots(self.config, self.key, self.signer):
+            if found.state is not None:
+                return found
+            log.warning("merger snapshot %d unusable: %s", found.seq, found.problem)
+        return None
+
+    def _last_own_delivery(self, consumer: Consumer) -> MergeKey | None:
+        """The key of the last Delivery this merger wrote to ``T``, reading backwards;
+        records of other writers are counted and reported once, never trusted."""
+        target = delivery_topic(self.config.topic)
+        part = TopicPartition(target, 0)
+        low, high = retry_transient(
+            lambda: consumer.get_watermark_offsets(part, timeout=10), "watermarks of T"
+        )
+        end = high
+        while end > low:
+            start = max(low, end - _SCAN_WINDOW)
+            records = self._read_range(consumer, target, start, end)
+            for record in reversed(records):
+                key = own_delivery_key(self.spec, record)
+                if key is not None:
+                    self._report_foreign(target)
+                    return key
+                self.foreign += 1
+            end = start
+        self._report_foreign(target)
+        return None
+
+    def _report_foreign(self, target: str) -> None:
+        if self.foreign:
+            log.warning(
+                "merger %s: %d records at the end of %s are not this merger's (another "
+                "writer?); ignored",
+                self.config.topic,
+                self.foreign,
+                target,
+            )
+
+    def _read_range(
+        self, consumer: Consumer, topic: str, start: int, end: int
+    ) -> list[KafkaMessage]:
+        """The committed records of ``topic``[0] with offsets in ``[start, end)``."""
+        consumer.assign([TopicPartition(topic, 0, start)])
+        out: list[KafkaMessage] = []
+        deadline = time.monotonic() + 30
+        try:
+            while time.monotonic() < deadline:
+                batch = consume_batch(consumer, _SCAN_WINDOW, 0.5)
+                if not batch:
+                    position = consumer.position([TopicPartition(topic, 0)])[0].offset
+                    if position >= end or position < 0:
+                        break
+                    continue
+                for record in usable(batch):
+                    if (record.offset() or 0) < end:
+                        out.append(record)
+                if (batch[-1].offset() or 0) >= end - 1:
+                    break
+        finally:
+            consumer.unassign()
+        return out
+
+    def _loop(self) -> int:
         cfg = self.config
-        self._start_clock(cfg.status_interval_s, max_seconds)
+        consumer, writer, lease = self._consumer, self._writer, self._lease
+        assert consumer is not None and writer is not None and lease is not None
         while not self.stopping:
-            records = usable(consume_batch(self._consumer, cfg.batch_size, cfg.poll_timeout_s))
-            if records:
-                self._process(records)
-            self._producer.poll(0)
-            if self._failure is not None:
-                log.error(
-                    "merger %s: %s; exiting so that a restart resumes", cfg.topic, self._failure
-                )
-                return 1
+            records = usable(consume_batch(consumer, cfg.batch_size, cfg.poll_timeout_s))
+            wall = time.time()
+            ready = (
+                self.batch.step(records, wall_s=wall) if records else self.batch.idle(wall_s=wall)
+            )
+            self._note_progress(records)
+            writer.write(ready.records, None)
+            self._retry_ticks_if_blocked(writer)
+            writer.settle()
+            if not lease.poll(0):
+                raise FencedError("the role's lease went to another instance")
             if self._tick(time.monotonic()):
                 break
         return 0
 
-    def _shutdown(self) -> None:
-        if self._producer is not None and self._producer.flush(30):
-            log.error("merger %s: outputs not acknowledged at shutdown", self.config.topic)
-        if self._consumer is not None:
-            self._consumer.close()
-
-    # ------------------------------------------------------------------ the batch
-
-    def _process(self, records: list[KafkaMessage]) -> None:
-        items: list[LayerRecord] = []
+    def _note_progress(self, records: list[KafkaMessage]) -> None:
         for record in records:
-            item = self._layer_record(record)
-            if item is not None:
-                items.append(item)
-            offset, part = record.offset(), record.partition()
+            part, offset = record.partition(), record.offset()
             if (
                 part is not None
                 and offset is not None
                 and offset + 1 >= self._replay_ends.get(part, 0)
             ):
                 self._replay_ends.pop(part, None)
-        outputs = self.merger.handle_batch(items)
-        for rejected in self.merger.rejected:
-            self._set_aside(
-                orjson.dumps(repr(rejected.record)), f"merger refused: {rejected.reason}"
-            )
-        assert self._producer is not None
-        cfg = self.config
-        for output in outputs:
-            if isinstance(output, Release):
-                message = output.payload
-                assert isinstance(message, Message)
-                delivery = message._replace(
-                    messageType=MessageType.DELIVERY, senderID=self.sender_id
-                )
-                self._producer.send(
-                    delivery_topic(cfg.topic),
-                    encode_delivery(delivery),
-                    partition=_DELIVERY_PARTITION,
-                    on_delivery=self._on_delivery,
-                )
-                self._released += 1
-            elif isinstance(output, TickRequest):  # also during a replay: ticks are idempotent
-                self._producer.send(
-                    input_topic(cfg.topic, cfg.layout),
-                    encode_tick(self.sender_id, output.timeStamp, output.layer),
-                    partition=output.layer,
-                    on_delivery=self._on_delivery,
-                )
 
-    def _layer_record(self, record: KafkaMessage) -> LayerRecord | None:
-        raw = record.value()
-        try:
-            if raw is None:
-                raise MessageError(None, "record has no value")
-            (message,) = decode_record(raw)
-        except (MessageError, ValueError) as exc:
-            self._set_aside(raw, f"not a layer record: {exc}")
-            return None
-        layer = record.partition() or 0
-        if message.partitionID is not None and message.partitionID != layer:
-            self._set_aside(raw, f"a record of layer {message.partitionID} in partition {layer}")
-            return None
-        assert message.timeStamp is not None or message.messageType is MessageType.WATERMARK
-        if message.messageType is MessageType.WATERMARK:
-            return LayerWatermark(layer, message.timeStamp or 0)
-        if message.messageType is MessageType.PARTITION_DELIVERY:
-            return LayerDelivery(layer, message.timeStamp or 0, message.messageID, message)
-        self._set_aside(raw, f"{message.messageType.value} is not a layer record")
-        return None
+    def _retry_ticks_if_blocked(self, writer: TransactionalWriter | GaplessWriter) -> None:
+        """Rule 3: a head blocked for :data:`TICK_RETRY_S` asks its blockers again."""
+        now = time.monotonic()
+        if not self.batch.merger.blocked_by():
+            self._blocked_since = None
+            return
+        if self._blocked_since is None:
+            self._blocked_since = now
+        elif now - self._blocked_since >= TICK_RETRY_S:
+            self._blocked_since = now
+            ready: Ready = self.batch.retry_ticks()
+            writer.write(ready.records, None)
 
-    def _on_delivery(self, err: KafkaError | None, _msg: KafkaMessage) -> None:
-        if err is not None and self._failure is None:
-            self._failure = f"a write failed: {err}"
-
-    def _set_aside(self, value: bytes | None, reason: str) -> None:
-        assert self._producer is not None
-        self.dead_letters += 1
-        log.warning("merger %s set a record aside: %s", self.config.topic, reason)
-        self._producer.send(
-            dead_letter_topic(self.config.topic),
-            value,
-            headers=[(DEAD_LETTER_ERROR_HEADER, reason.encode())],
-        )
+    def _shutdown(self) -> None:
+        if self._writer is not None:
+            try:
+                self._writer.close()
+            except KafkaException as exc:
+                log.error("closing the writer: %s", exc)
+        if self._consumer is not None:
+            self._consumer.close()
+        if self._lease is not None:
+            self._lease.close()
+        if self._status is not None:
+            self._status.close(5)
 
     # ------------------------------------------------------------------ status
 
     def measure(self, now: float) -> None:
         """Take the delivery rate over the interval since the last measure (the status
         publisher does this once per status interval)."""
-        self.rates.take((self._released,), now)
+        self.rates.take((self.batch.released,), now)
 
     def status(self) -> Status:
         """Pending items, each layer's watermark and what the head waits for; reading it
         changes nothing."""
-        merger, cfg = self.merger, self.config
+        merger, cfg = self.batch.merger, self.config
         head = merger.head
         blocked = merger.blocked_by()
         marks = merger.watermarks
@@ -265,10 +333,10 @@ class MergerRuntime(Stoppable):
             oldest_pending_id=None if head is None else head.messageID,
             watermark=min(marks),
             records_in=merger.stats.records_in,
-            records_out=self._released,
-            deliveries=self._released,
+            records_out=self.batch.released,
+            deliveries=self.batch.released,
             deliveries_per_s=self.rates.last[0],
-            dead_letters=self.dead_letters,
+            dead_letters=self.batch.dead_letters + self.foreign,
             rejected=merger.stats.rejected,
             replaying=bool(self._replay_ends),
             layers=tuple(
@@ -287,6 +355,8 @@ class MergerRuntime(Stoppable):
         )
 
     def _publish_status(self, now: float) -> None:
-        assert self._producer is not None
+        if not self.active:
+            return
+        assert self._status is not None
         self.measure(now)
-        publish_status(self._producer, self.status())
+        publish_status(self._status, self.status())

@@ -1,50 +1,33 @@
-"""The Kafka shell around one node's :class:`~atomickafka.core.engine.Engine` (§6).
+"""The Kafka shell around one node's batch layer: only the I/O loop (docs/DESIGN.md §6).
 
-The loop, per batch: consume up to ``batch_size`` records of the input log, decode them
-(a record that is not AtomicKafka's goes to the dead-letter topic with the reason),
-feed the messages to the engine, and produce what it returns: the control messages
-bundled per destination, each delivery as one record, a dead letter for each message
-it refused or dropped. The input offset of a batch is committed only once the broker
-has acknowledged every output of that batch and of every batch before it
-(:class:`~atomickafka.node.offsets.OffsetsTracker`), so a crash never loses an output
-whose input was committed.
+Start-up: make sure the node's topics exist with the settings ordering relies on, join
+the role's lease group and wait -- as a standby, following the snapshot topic -- until
+this instance is the active one (:mod:`atomickafka.node.lease`). Then open the writer
+(exactly-once: a transactional producer whose ``transactional.id`` is the role's, which
+fences any older instance; at-least-once: a gapless idempotent producer), load the
+newest readable snapshot and the committed offset, and hand both to
+:meth:`NodeBatch.recover <atomickafka.node.batch.NodeBatch.recover>`.
 
-Recovery rests on determinism: at start the node re-reads its input log from the
-beginning, rebuilding the engine's state; outputs of records below the committed
-offset were already written and are dropped, outputs from there on are produced (again,
-if the crash came between produce and commit; receivers drop repeated messageIDs).
+The loop, per batch: consume up to ``batch_size`` input records (``read_committed``),
+let the batch layer decide, write what it returns and commit through the writer,
+serve the lease, publish the status once a second. Every decision -- decoding,
+signatures, dead letters, bundling, replay cut, snapshots -- is the batch layer's; this
+module only moves bytes. An instance that loses its lease or is fenced stops at once
+(exit status :data:`EXIT_FENCED`; the supervisor starts it again as a standby).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Final
 
-import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
-from confluent_kafka import Message as KafkaMessage
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from atomickafka.core.engine import Engine, Output, Step
-from atomickafka.core.reader import (
-    DEAD_LETTER_ERROR_HEADER,
-    DEAD_LETTER_MESSAGES_HEADER,
-    DEAD_LETTER_OFFSET_HEADER,
-    DEAD_LETTER_SOURCE_HEADER,
-    DEAD_LETTER_TRUNCATED_HEADER,
-    declares_delivery,
-)
-from atomickafka.core.wire import (
-    Message,
-    MessageError,
-    MessageType,
-    decode_record,
-    encode_delivery,
-    encode_watermark,
-    pack_bundles,
-)
+from atomickafka.core.reader import DEAD_LETTER_ERROR_HEADER, PlainRecord, header_value
+from atomickafka.core.signing import Signer, parse_secrets
 from atomickafka.errors import AtomicKafkaError
 from atomickafka.kafka.admin import (
     KEEP_FOREVER,
@@ -54,10 +37,17 @@ from atomickafka.kafka.admin import (
     ensure_topics,
     too_small,
 )
-from atomickafka.kafka.consumer import consume_batch, make_consumer, retry_transient, usable
-from atomickafka.kafka.producer import RecordProducer, type_headers
+from atomickafka.kafka.consumer import (
+    consume_batch,
+    make_consumer,
+    read_to_end,
+    retry_transient,
+    usable,
+)
+from atomickafka.kafka.producer import RecordProducer
 from atomickafka.kafka.status import Role, Status, WaitingHead, publish_status
 from atomickafka.kafka.topics import (
+    INPUT_PREFIX,
     STATUS_TOPIC,
     Layout,
     dead_letter_topic,
@@ -65,19 +55,40 @@ from atomickafka.kafka.topics import (
     input_topic,
     layers_topic,
     node_group,
+    snapshot_topic,
 )
+from atomickafka.node.batch import NodeBatch, NodeSpec, OutKind, OutRecord, Ready
 from atomickafka.node.config import NodeConfig
+from atomickafka.node.lease import LEASE_TOPIC, Lease
 from atomickafka.node.lifecycle import Stoppable
 from atomickafka.node.metrics import HeadWatch, Rates, status_of
 from atomickafka.node.offsets import OffsetsTracker, Ticket
+from atomickafka.node.snapshots import LoadedSnapshot, newest_snapshots
+from atomickafka.node.writers import (
+    AckedWriter,
+    BatchWriteError,
+    FencedError,
+    TransactionalWriter,
+)
 
-__all__ = ["NodeRuntime", "NodeStartError", "node_topic_specs"]
+__all__ = [
+    "EXIT_FENCED",
+    "NodeRuntime",
+    "NodeStartError",
+    "load_signer",
+    "node_spec",
+    "node_topic_specs",
+    "read_snapshots",
+]
 
 log = logging.getLogger("atomickafka.node")
 
-#: How much of a set-aside record the dead-letter topic keeps (all of any record a
-#: producer with the default limits can write; more only when the broker allows more).
-_DEAD_LETTER_KEEP: Final = 990_000
+#: Exit status of an instance that lost its role to another (lease lost or fenced).
+EXIT_FENCED: Final = 3
+#: Input logs carry the broker's append time: the engine's clock bound (§4.11).
+LOG_APPEND_TIME: Final = {"message.timestamp.type": "LogAppendTime"}
+#: Snapshot topics keep the newest records per key (two snapshots per role).
+COMPACTED: Final = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"}
 
 
 class NodeStartError(AtomicKafkaError):
@@ -87,15 +98,74 @@ class NodeStartError(AtomicKafkaError):
 def node_topic_specs(config: NodeConfig) -> dict[str, TopicSpec]:
     """Every Kafka topic the node of ``config`` needs, with partitions and configs."""
     topic, layout = config.topic, config.layout
+    input_configs = {**KEEP_FOREVER, **LOG_APPEND_TIME}
     specs = {
         delivery_topic(topic): TopicSpec(),
         dead_letter_topic(topic): TopicSpec(),
         STATUS_TOPIC: TopicSpec(configs={"cleanup.policy": "compact"}),
+        snapshot_topic(topic): TopicSpec(configs=COMPACTED),
+        LEASE_TOPIC: TopicSpec(),
     }
-    specs[input_topic(topic, layout)] = TopicSpec(config.partitions, KEEP_FOREVER)
+    if layout is Layout.SHARED:  # the input log is the topic itself: keep its timestamps
+        input_configs = dict(KEEP_FOREVER)
+    specs[input_topic(topic, layout)] = TopicSpec(config.partitions, input_configs)
     if config.layered:
         specs[layers_topic(topic)] = TopicSpec(config.partitions, KEEP_FOREVER)
     return specs
+
+
+def load_signer(secret_file: str | None) -> Signer | None:
+    """The signer of ``secret_file`` (``None`` when signing is off)."""
+    if secret_file is None:
+        return None
+    path = Path(secret_file)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise NodeStartError(f"cannot read the secret file {path}: {exc.strerror}") from exc
+    return Signer(parse_secrets(text, str(path)))
+
+
+def node_spec(config: NodeConfig, signer: Signer | None) -> NodeSpec:
+    """What the batch layer needs to know, with every topic name resolved."""
+    layout = config.layout
+    return NodeSpec(
+        topic=config.topic,
+        node_id=config.node_id,
+        role=config.key,
+        algorithm=config.algorithm,
+        input_topic=input_topic(config.topic, layout),
+        input_partition=config.partition,
+        delivery_topic=delivery_topic(config.topic),
+        dead_letter_topic=dead_letter_topic(config.topic),
+        snapshot_topic=snapshot_topic(config.topic),
+        input_prefix="" if layout is Layout.SHARED else INPUT_PREFIX,
+        layer=config.layer if config.layered else None,
+        layers_topic=layers_topic(config.topic) if config.layered else None,
+        shared_layout=layout is Layout.SHARED,
+        max_value_bytes=config.max_value_bytes,
+        window_ms=config.window_ms,
+        snapshot_every_records=config.snapshot_every_records,
+        snapshot_every_s=config.snapshot_every_s,
+        signer=signer,
+    )
+
+
+def read_snapshots(config: NodeConfig, role: str, signer: Signer | None) -> list[LoadedSnapshot]:
+    """The snapshots of ``role`` in its topic's snapshot topic, newest first (unsigned
+    or wrongly signed records are left out when signing is on)."""
+    topic = snapshot_topic(config.topic)
+    rows: list[tuple[bytes | None, bytes | None]] = []
+    for record in read_to_end(config.bootstrap, topic, [0], config.overrides):
+        key, value = record.key(), record.value()
+        key_bytes = key.encode() if isinstance(key, str) else key
+        if signer is not None:
+            problem = signer.problem(topic, key_bytes, value, record.headers())
+            if problem is not None:
+                log.warning("snapshot record %s@%s ignored: %s", topic, record.offset(), problem)
+                continue
+        rows.append((key_bytes, value))
+    return newest_snapshots(rows, role)
 
 
 class NodeRuntime(Stoppable):
@@ -107,28 +177,22 @@ class NodeRuntime(Stoppable):
     def __init__(self, config: NodeConfig) -> None:
         super().__init__()
         self.config = config
-        self.engine = Engine(
-            config.topic,
-            config.node_id,
-            config.algorithm,
-            partition=config.layer if config.layered else None,
-            max_value_bytes=config.max_value_bytes,
-        )
+        self.signer = load_signer(config.secret_file)
+        self.spec = node_spec(config, self.signer)
+        self.batch = NodeBatch(self.spec, NodeBatch.fresh_engine(self.spec))
         self.rates = Rates(3)  # records read, outputs, deliveries per second
         self.records_read = 0  # Kafka records of the input log processed (not replayed)
         self.head = HeadWatch(config.stuck_after_s)
-        self.dead_letters = 0
-        self._input = input_topic(config.topic, config.layout)
+        self.recovery_s: float | None = None
+        self.active = False
+        self._recovery_started = 0.0
+        self._input = self.spec.input_topic
         self._partition = config.partition
-        self._shared = config.layout is Layout.SHARED
-        self._tracker = OffsetsTracker(0)
-        self._last_commit = 0.0
-        self._producer: RecordProducer | None = None
+        self._status: RecordProducer | None = None
         self._consumer: Consumer | None = None
-        self._routes: dict[str, str] = {}
-        self._watermark_sent = -1
+        self._writer: TransactionalWriter | AckedWriter | None = None
+        self._lease: Lease | None = None
         self._status_count = 0
-        self._failed = False
         self._mismatch_logged: set[str] = set()
 
     # ------------------------------------------------------------------ lifecycle
@@ -136,10 +200,34 @@ class NodeRuntime(Stoppable):
     def run(self, *, max_seconds: float | None = None) -> int:
         """Run the node; return an exit status (0 after a clean stop)."""
         cfg = self.config
+        self._prepare_topics()
+        self._status = RecordProducer(cfg.bootstrap, cfg.overrides)
+        self._start_clock(cfg.status_interval_s, max_seconds)
+        self._lease = Lease(
+            cfg.bootstrap, cfg.key, cfg.overrides, session_timeout_ms=cfg.session_timeout_ms
+        )
+        try:
+            if not self._await_lease():
+                return 0
+            self._open()
+            return self._loop()
+        except FencedError as exc:
+            log.error("node %s stops: %s", cfg.key, exc)
+            return EXIT_FENCED
+        except BatchWriteError as exc:
+            log.error("node %s: %s; exiting so that a restart replays it", cfg.key, exc)
+            return 1
+        finally:
+            self._shutdown()
+
+    def _prepare_topics(self) -> None:
+        cfg = self.config
         admin = admin_client(cfg.bootstrap, cfg.overrides)
+        specs = node_topic_specs(cfg)
         if cfg.create_topics:
-            ensure_topics(admin, node_topic_specs(cfg))
-        small = too_small(admin, [t for t in node_topic_specs(cfg) if t != STATUS_TOPIC])
+            ensure_topics(admin, specs)
+        written = [t for t in specs if t not in (STATUS_TOPIC, LEASE_TOPIC)]
+        small = too_small(admin, written)
         if small:
             names = ", ".join(f"{t} ({v})" for t, v in small.items())
             raise NodeStartError(
@@ -148,310 +236,200 @@ class NodeRuntime(Stoppable):
                 "max.message.bytes (kafka-configs --alter --entity-type topics "
                 f"--entity-name TOPIC --add-config max.message.bytes={MIN_MESSAGE_BYTES})"
             )
-        self._producer = RecordProducer(cfg.bootstrap, cfg.overrides)
-        self._consumer = make_consumer(
-            cfg.bootstrap, node_group(cfg.topic, cfg.layer), cfg.overrides
-        )
-        try:
-            self._start_position()
-            status = self._loop(max_seconds)
-        finally:
-            self._shutdown()
-        return 1 if self._failed else status
 
-    def _start_position(self) -> None:
-        assert self._consumer is not None
-        consumer = self._consumer
+    def _await_lease(self) -> bool:
+        """Wait until this instance is the role's active one; False if stopped first."""
+        lease = self._lease
+        assert lease is not None
+        if lease.poll(1.0):
+            return True
+        log.info("node %s: another instance is active; standing by", self.config.key)
+        while not self.stopping:
+            if lease.poll(0.2):
+                log.info("node %s: the lease is ours; taking over", self.config.key)
+                return True
+            if self._tick(time.monotonic()):
+                return False
+        return False
+
+    def _open(self) -> None:
+        """Become the active instance: open the writer (fencing older instances), then
+        recover from the newest snapshot and the committed offset."""
+        cfg = self.config
+        started = time.monotonic()
+        consumer = make_consumer(
+            cfg.bootstrap,
+            node_group(cfg.topic, cfg.layer),
+            cfg.overrides,
+            **{"isolation.level": "read_committed"},
+        )
+        self._consumer = consumer
+        if cfg.exactly_once:
+            self._writer = TransactionalWriter(
+                cfg.bootstrap, cfg.key, consumer, self._input, dict(cfg.overrides)
+            )
+        committed = self._committed_offset(consumer)
+        snapshot = self._usable_snapshot(consumer)
+        self.batch = NodeBatch.recover(self.spec, snapshot, committed)
+        if not cfg.exactly_once:
+            tracker = OffsetsTracker(self.batch.replay_until)
+            self._writer = AckedWriter(
+                cfg.bootstrap,
+                consumer,
+                self._input,
+                self._partition,
+                tracker,
+                dict(cfg.overrides),
+                commit_interval_s=cfg.commit_interval_s,
+                on_unwritable=self._unwritable,
+            )
+        consumer.assign([TopicPartition(self._input, self._partition, self.batch.position)])
+        self.active = True
+        self._recovery_started = started
+        log.info(
+            "node %s active: input %s[%d] from offset %d (snapshot %s), replaying to %d, "
+            "algorithm %s, layout %s, %s",
+            cfg.key,
+            self._input,
+            self._partition,
+            self.batch.position,
+            snapshot.seq if snapshot is not None else "none",
+            self.batch.replay_until,
+            cfg.algorithm.value,
+            cfg.layout.value,
+            "exactly-once" if cfg.exactly_once else "at-least-once",
+        )
+
+    def _committed_offset(self, consumer: Consumer) -> int:
         part = TopicPartition(self._input, self._partition)
         committed = retry_transient(
             lambda: consumer.committed([part], timeout=10)[0].offset, "committed offset"
         )
+        return committed if committed >= 0 else 0
+
+    def _usable_snapshot(self, consumer: Consumer) -> LoadedSnapshot | None:
+        """The newest snapshot whose offset the input log still holds; refuse to start
+        when the log was cut below every snapshot (records were lost to retention)."""
+        part = TopicPartition(self._input, self._partition)
         low, high = retry_transient(
             lambda: consumer.get_watermark_offsets(part, timeout=10), "watermarks"
         )
-        start = committed if committed >= 0 else 0
-        if low > 0:
-            raise NodeStartError(
-                f"input log {self._input}[{self._partition}] starts at offset {low}, not 0: "
-                "records were deleted (retention?), so the node's state cannot be rebuilt"
-            )
-        if start > high:
+        committed = self._committed_offset(consumer)
+        if committed > high:
             group = node_group(self.config.topic, self.config.layer)
             raise NodeStartError(
-                f"committed offset {start} of group {group} is past the end ({high}) of "
-                f"{self._input}: was the topic re-created? "
-                "Delete the group's offsets (kafka-consumer-groups --reset-offsets) to start over"
+                f"committed offset {committed} of group {group} is past the end ({high}) of "
+                f"{self._input}: was the topic re-created? Delete the group's offsets "
+                "(kafka-consumer-groups --reset-offsets) to start over"
             )
-        self._tracker = OffsetsTracker(start)
-        consumer.assign([TopicPartition(self._input, self._partition, OFFSET_BEGINNING)])
-        log.info(
-            "node %s starting: input %s[%d], replaying %d records, algorithm %s, layout %s",
-            self.config.key,
-            self._input,
-            self._partition,
-            start,
-            self.config.algorithm.value,
-            self.config.layout.value,
-        )
+        for found in read_snapshots(self.config, self.config.key, self.signer):
+            offset = found.offsets.get(self._partition, 0)
+            if found.state is None:
+                log.warning("snapshot %d of %s unusable: %s", found.seq, found.role, found.problem)
+            elif offset > high:
+                log.warning("snapshot %d is past the end of %s: ignored", found.seq, self._input)
+            elif offset >= low:
+                return found
+        if low > 0:
+            raise NodeStartError(
+                f"input log {self._input}[{self._partition}] starts at offset {low}, but no "
+                "readable snapshot covers an offset at or after it: records were deleted "
+                "(retention shorter than the snapshot interval?), so the node's state cannot "
+                "be rebuilt. Keep input logs longer than two snapshot intervals (docs/DESIGN.md §6)"
+            )
+        return None
 
-    def _loop(self, max_seconds: float | None) -> int:
-        assert self._consumer is not None and self._producer is not None
+    def _loop(self) -> int:
         cfg = self.config
-        consumer, producer = self._consumer, self._producer
-        self._start_clock(cfg.status_interval_s, max_seconds)
+        consumer, writer, lease = self._consumer, self._writer, self._lease
+        assert consumer is not None and writer is not None and lease is not None
         while not self.stopping:
             records = usable(consume_batch(consumer, cfg.batch_size, cfg.poll_timeout_s))
-            if records:
-                self._process(records)
-            producer.poll(0)
-            now = time.monotonic()
-            if self._settle(now) != 0:
-                return 1
-            if self._tick(now):
+            wall = time.time()
+            ready = (
+                self.batch.step(records, wall_s=wall) if records else self.batch.idle(wall_s=wall)
+            )
+            self._write(ready, len(records))
+            writer.settle()
+            if not lease.poll(0):
+                raise FencedError("the role's lease went to another instance")
+            if self._tick(time.monotonic()):
                 break
         return 0
 
+    def _write(self, ready: Ready, consumed: int) -> None:
+        writer = self._writer
+        assert writer is not None
+        if consumed and ready.replayed < consumed:
+            self.records_read += consumed - ready.replayed
+        if self.recovery_s is None and not self.batch.replaying:
+            self.recovery_s = round(time.monotonic() - self._recovery_started, 3)
+            log.info("node %s recovered in %.3f s", self.config.key, self.recovery_s)
+        self._log_dead_letters(ready.records)
+        commit = None if ready.commit is None else {self._partition: ready.commit}
+        if isinstance(writer, TransactionalWriter):
+            writer.write(ready.records, commit)
+        else:
+            writer.write_batch(
+                ready.outputs(),
+                commit,
+                snapshot=ready.snapshot_records(),
+                snapshot_offset=ready.snapshot_offset,
+            )
+
+    def _unwritable(self, ticket: Ticket, topic: str, value: bytes | None, reason: str) -> None:
+        """At-least-once: an output the broker refuses for good is set aside (§6.3)."""
+        log.error("an output to %s could not be written: %s", topic, reason)
+        letter = self.batch.dead_letter(value, f"output to {topic} refused: {reason}")
+        writer = self._writer
+        assert isinstance(writer, AckedWriter)
+        writer.send_dead_letter(ticket, letter)
+
+    def _log_dead_letters(self, records: list[OutRecord]) -> None:
+        for record in records:
+            if record.kind is not OutKind.DEAD_LETTER:
+                continue
+            reason = header_value(
+                PlainRecord(None, headers=list(record.headers)), DEAD_LETTER_ERROR_HEADER
+            )
+            text = (reason or b"").decode(errors="replace")
+            if text.startswith("protocol mismatch"):
+                sender = text.split(":", 1)[1].split(" runs ", 1)[0].strip()
+                if sender in self._mismatch_logged:
+                    continue
+                self._mismatch_logged.add(sender)
+            log.warning("set aside in %s: %s", record.topic, text)
+
     def _shutdown(self) -> None:
-        producer, consumer = self._producer, self._consumer
-        if producer is not None:
-            remaining = producer.flush(30)
-            if remaining:
-                log.error("%d outputs not acknowledged at shutdown", remaining)
-                self._failed = True
-            else:
-                self._settle(time.monotonic(), force=True)
+        writer, consumer = self._writer, self._consumer
+        if writer is not None:
+            try:
+                writer.close()
+            except KafkaException as exc:
+                log.error("closing the writer: %s", exc)
         if consumer is not None:
             consumer.close()
+        if self._lease is not None:
+            self._lease.close()
+        if self._status is not None:
+            self._status.close(5)
         log.info("node %s stopped", self.config.key)
-
-    # ------------------------------------------------------------------ the batch
-
-    def _process(self, records: list[KafkaMessage]) -> None:
-        offsets = [r.offset() or 0 for r in records]
-        cut = self._tracker.split(offsets)
-        if 0 < cut < len(records):  # straddles the end of the replay: split it there
-            self._apply(records[:cut])
-            self._apply(records[cut:])
-        else:
-            self._apply(records)
-
-    def _apply(self, records: Sequence[KafkaMessage]) -> None:
-        messages: list[Message] = []
-        sources: list[KafkaMessage] = []
-        unreadable: list[tuple[KafkaMessage, str]] = []
-        shared = self._shared
-        for record in records:
-            if shared and declares_delivery(record):
-                continue  # our own output, in the shared layout
-            raw = record.value()
-            try:
-                if raw is None:
-                    raise MessageError(None, "record has no value")
-                decoded = decode_record(raw)
-            except MessageError as exc:
-                unreadable.append((record, str(exc)))
-                continue
-            messages.extend(decoded)
-            sources.extend([record] * len(decoded))
-        step = self.engine.step(messages)
-        ticket = self._tracker.processed(records[-1].offset() or 0)
-        if ticket is None:
-            return  # replay: these outputs were written before the restart
-        self.records_read += len(records)
-        for record, reason in unreadable:
-            self._dead_letter(ticket, record.value(), reason, record)
-        groups: dict[int, tuple[KafkaMessage, list[tuple[Message, str]]]] = {}
-        for rejection in step.rejected:  # one dead letter per input record
-            if rejection.position is None:  # held in an earlier batch (§4.11)
-                note = {"messageID": rejection.message.messageID, "held": True}
-                self._dead_letter(ticket, orjson.dumps(note), rejection.reason, None)
-                continue
-            source = sources[rejection.position]
-            refused = groups.setdefault(id(source), (source, []))[1]
-            refused.append((rejection.message, rejection.reason))
-        for source, refused in groups.values():
-            self._refused(ticket, refused, source)
-        for aborted in step.aborted:
-            note = {"messageID": aborted.messageID, "topic": list(aborted.destinations)}
-            self._dead_letter(ticket, orjson.dumps(note), f"aborted: {aborted.reason}", None)
-            log.warning("message %s dropped: %s", aborted.messageID, aborted.reason)
-        self._produce(step, ticket)
-
-    def _produce(self, step: Step, ticket: Ticket) -> None:
-        assert self._producer is not None
-        send = self._producer.send
-        callback = ticket.on_delivery
-        cfg = self.config
-        control: dict[str, list[Message]] = {}
-        deliveries: list[Output] = []
-        for output in step.outputs:
-            kind = output.message.messageType
-            if kind is MessageType.DELIVERY or kind is MessageType.PARTITION_DELIVERY:
-                deliveries.append(output)
-            else:
-                control.setdefault(output.topic, []).append(output.message)
-        bundle_headers = type_headers(MessageType.BUNDLE) if self._shared else None
-        for target, messages in control.items():
-            for record in pack_bundles(
-                messages,
-                sender_id=cfg.node_id,
-                sent_from=cfg.topic,
-                protocol=cfg.algorithm.value,
-                partition=self.engine.partition,
-            ):
-                ticket.sent()
-                send(
-                    self._route(target),
-                    record,
-                    partition=self._partition,
-                    headers=bundle_headers,
-                    on_delivery=callback,
-                )
-        if deliveries:
-            where = layers_topic(cfg.topic) if cfg.layered else delivery_topic(cfg.topic)
-            headers = type_headers(MessageType.DELIVERY) if self._shared else None
-            for output in deliveries:
-                ticket.sent()
-                send(
-                    where,
-                    encode_delivery(output.message),
-                    partition=self._partition,
-                    headers=headers,
-                    on_delivery=callback,
-                )
-        if cfg.layered:
-            watermark = self.engine.watermark()
-            if watermark != self._watermark_sent:
-                ticket.sent()
-                send(
-                    layers_topic(cfg.topic),
-                    encode_watermark(cfg.node_id, watermark, self._partition),
-                    partition=self._partition,
-                    on_delivery=callback,
-                )
-                self._watermark_sent = watermark
-
-    def _route(self, topic: str) -> str:
-        name = self._routes.get(topic)
-        if name is None:
-            name = self._routes[topic] = input_topic(topic, self.config.layout)
-        return name
-
-    # ------------------------------------------------------------------ set aside
-
-    def _refused(
-        self, ticket: Ticket, refused: list[tuple[Message, str]], source: KafkaMessage
-    ) -> None:
-        """Messages of one input record the engine refused: the record, verbatim, in the
-        dead-letter topic, with the first reason and the ids of the refused messages."""
-        first, reason = refused[0]
-        if "protocol mismatch" in reason and first.senderID not in self._mismatch_logged:
-            self._mismatch_logged.add(first.senderID)
-            log.warning(
-                "records from %s run another protocol and are set aside in %s: %s",
-                first.senderID or "another node",
-                dead_letter_topic(self.config.topic),
-                reason,
-            )
-        if len(refused) > 1:
-            reason += f" (and {len(refused) - 1} more messages of this record)"
-        ids = ",".join(m.messageID for m, _ in refused)[:2000]
-        self._dead_letter(
-            ticket, source.value(), reason, source, [(DEAD_LETTER_MESSAGES_HEADER, ids)]
-        )
-
-    def _dead_letter(
-        self,
-        ticket: Ticket,
-        value: bytes | None,
-        reason: str,
-        source: KafkaMessage | None,
-        extra: Sequence[tuple[str, str]] = (),
-    ) -> None:
-        """Set something aside in the dead-letter topic, with why and where it came from.
-
-        Its write is part of ``ticket``: the input offset is committed only once the
-        dead letter is safely written too.
-        """
-        assert self._producer is not None
-        self.dead_letters += 1
-        headers: list[tuple[str, str | bytes | None]] = [
-            (DEAD_LETTER_ERROR_HEADER, reason.encode())
-        ]
-        headers += [(key, text.encode()) for key, text in extra]
-        if source is not None:
-            log.warning(
-                "record at %s[%s]@%s set aside: %s",
-                source.topic(),
-                source.partition(),
-                source.offset(),
-                reason,
-            )
-            headers += [
-                (DEAD_LETTER_SOURCE_HEADER, f"{source.topic()}/{source.partition()}".encode()),
-                (DEAD_LETTER_OFFSET_HEADER, str(source.offset()).encode()),
-            ]
-        if value is not None and len(value) > _DEAD_LETTER_KEEP:
-            headers.append((DEAD_LETTER_TRUNCATED_HEADER, str(len(value)).encode()))
-            value = value[:_DEAD_LETTER_KEEP]
-        ticket.sent()
-        self._producer.send(
-            dead_letter_topic(self.config.topic),
-            value,
-            key=None if source is None else source.key(),
-            headers=headers,
-            on_delivery=ticket.on_delivery,
-        )
-
-    # ------------------------------------------------------------------ commits
-
-    def _settle(self, now: float, *, force: bool = False) -> int:
-        """Set aside what the broker refused for good, commit past every acknowledged
-        batch; non-zero once an output failed (the node then exits, and replays)."""
-        tracker = self._tracker
-        for ticket, msg, reason in tracker.unwritable():
-            log.error("an output to %s could not be written: %s", msg.topic(), reason)
-            self._dead_letter(
-                ticket, msg.value(), f"output to {msg.topic()} refused: {reason}", None
-            )
-        target = tracker.target()
-        if tracker.failed is not None:
-            if not self._failed:
-                log.error("%s; exiting so that a restart replays it", tracker.failed)
-            self._failed = True
-            return 1
-        if target is not None and (
-            force or now - self._last_commit >= self.config.commit_interval_s
-        ):
-            assert self._consumer is not None
-            offsets = [TopicPartition(self._input, self._partition, target)]
-            try:
-                if force:
-                    self._consumer.commit(offsets=offsets, asynchronous=False)
-                else:
-                    self._consumer.commit(offsets=offsets, asynchronous=True)
-            except KafkaException as exc:  # a commit is retried with the next batch
-                log.warning("commit of offset %d failed: %s", target, exc)
-                return 0
-            tracker.committed_at(target)
-            self._last_commit = now
-        return 0
 
     # ------------------------------------------------------------------ status
 
     def measure(self, now: float) -> None:
         """Take the rates over the interval since the last measure and note the queue
         head; the status publisher does this once per status interval."""
-        stats = self.engine.stats
+        stats = self.batch.engine.stats
         self.rates.take((self.records_read, stats.records_out, stats.deliveries), now)
-        head = self.engine.oldest_pending()
+        head = self.batch.engine.oldest_pending()
         self.head.observe(None if head is None else head.messageID, now)
 
     def status(self, now: float | None = None) -> Status:
         """The node's current status (counters, the rates and queue head as last
         measured, what the first queued messages wait for); reading it changes nothing."""
         mono = time.monotonic() if now is None else now
-        engine, cfg = self.engine, self.config
+        engine, cfg = self.batch.engine, self.config
         stats = engine.stats
         in_per_s, out_per_s, deliveries_per_s = self.rates.last
         waiting = tuple(
@@ -469,18 +447,20 @@ class NodeRuntime(Stoppable):
             records_in=stats.records_in,
             records_out=stats.records_out,
             deliveries=stats.deliveries,
-            dead_letters=self.dead_letters,
+            dead_letters=self.batch.dead_letters,
             rejected=stats.rejected,
             protocol_mismatches=stats.protocol_mismatches,
             aborted=stats.aborted,
             records_in_per_s=in_per_s,
             records_out_per_s=out_per_s,
             deliveries_per_s=deliveries_per_s,
-            replaying=self._tracker.replaying(),
+            replaying=self.batch.replaying,
         )
 
     def _publish_status(self, now: float) -> None:
-        assert self._producer is not None
+        if not self.active:
+            return  # a standby publishes nothing under the role's key
+        assert self._status is not None
         self.measure(now)
         status = self.status(now)
         self._status_count += 1
@@ -501,4 +481,4 @@ class NodeRuntime(Stoppable):
                 ),
                 extra={"fields": {"stuck": head.to_dict()}},
             )
-        publish_status(self._producer, status)
+        publish_status(self._status, status)

@@ -1,0 +1,479 @@
+"""The node's batch layer: records in, what to write and commit out (docs/DESIGN.md §6).
+
+Like etcd-io/raft's ``RawNode``, this layer owns every decision between the input log
+and the broker and performs none of the I/O: the shell (:mod:`atomickafka.node.runtime`)
+consumes a batch of input records, hands them to :meth:`NodeBatch.step`, and gets back
+a :class:`Ready` -- the records to write, in order (control bundles per destination,
+deliveries, the layer's watermark, dead letters with their reasons, a snapshot when one
+is due), and the input offset that becomes committed with them. In exactly-once mode
+the shell writes all of it and the offset in one Kafka transaction; in at-least-once
+mode it writes it with a gapless idempotent producer and commits once the broker has
+acknowledged it (:mod:`atomickafka.node.offsets`). The simulators drive this same
+layer and crash a node the way production recovers: :meth:`NodeBatch.recover` from
+the newest snapshot, then a replay.
+
+Recovery (§6). A node starts from the newest readable snapshot (or the empty state)
+covering input offset ``S``, and from the committed offset ``C >= S``. Records from ``S``
+to ``C`` are replayed: they rebuild the state, and their outputs -- written before the
+restart -- are dropped. From ``C`` on, outputs are written.
+
+Signed records (§4.14). With a :class:`~atomickafka.core.signing.Signer`, an input
+record without a valid signature is set aside with the reason, and every record
+written is signed.
+
+No I/O and no clock: the caller passes the wall time that paces snapshots and the
+node's own clock ticks (§4.11); what is written is a pure function of the input log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Final
+
+import orjson
+
+from atomickafka.core.engine import Algorithm, Engine, Output, Step
+from atomickafka.core.reader import (
+    DEAD_LETTER_ERROR_HEADER,
+    DEAD_LETTER_MESSAGES_HEADER,
+    DEAD_LETTER_OFFSET_HEADER,
+    DEAD_LETTER_SOURCE_HEADER,
+    DEAD_LETTER_TRUNCATED_HEADER,
+    TYPE_HEADER,
+    KafkaRecord,
+    header_value,
+)
+from atomickafka.core.signing import Signer
+from atomickafka.core.wire import (
+    MAX_RECORD_BYTES,
+    Message,
+    MessageError,
+    MessageType,
+    decode_record,
+    encode_delivery,
+    encode_tick,
+    encode_watermark,
+    pack_bundles,
+)
+from atomickafka.node.snapshots import LoadedSnapshot, encode_snapshot
+
+__all__ = ["NodeBatch", "NodeSpec", "OutKind", "OutRecord", "Ready"]
+
+#: How much of a set-aside record a dead letter keeps (all of any record a producer
+#: with the default limits can write).
+DEAD_LETTER_KEEP: Final = 990_000
+_DELIVERY_TYPE: Final = b"DeliveryMessage"
+_LOG_APPEND_TIME: Final = 2  # confluent-kafka's TIMESTAMP_LOG_APPEND_TIME
+
+
+class OutKind(StrEnum):
+    """What a record written by a node is."""
+
+    CONTROL = "control"
+    DELIVERY = "delivery"
+    WATERMARK = "watermark"
+    DEAD_LETTER = "dead-letter"
+    TICK = "tick"
+    SNAPSHOT = "snapshot"
+
+
+@dataclass(frozen=True, slots=True)
+class OutRecord:
+    """A record to write."""
+
+    kind: OutKind
+    topic: str
+    value: bytes | None
+    partition: int | None = None
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(slots=True)
+class Ready:
+    """What one step decided: write ``records`` (in order), then commit ``commit`` (the
+    next input offset). ``snapshot_offset`` is the offset a snapshot among ``records``
+    covers; in at-least-once mode its records are written only once ``commit`` has
+    passed it (:meth:`snapshot_records`)."""
+
+    records: list[OutRecord] = field(default_factory=list)
+    commit: int | None = None
+    snapshot_offset: int | None = None
+    replayed: int = 0  # input records replayed (outputs dropped)
+
+    def outputs(self) -> list[OutRecord]:
+        """Everything but the snapshot."""
+        return [r for r in self.records if r.kind is not OutKind.SNAPSHOT]
+
+    def snapshot_records(self) -> list[OutRecord]:
+        """The snapshot's records, if one is due."""
+        return [r for r in self.records if r.kind is OutKind.SNAPSHOT]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """What the batch layer needs to know about its node (names resolved by the shell)."""
+
+    topic: str
+    node_id: str
+    role: str  # the node's key: T, or T/layer
+    algorithm: Algorithm
+    input_topic: str
+    input_partition: int
+    delivery_topic: str
+    dead_letter_topic: str
+    snapshot_topic: str
+    #: Where each peer's input log is: the prefix before its topic ("" in the shared
+    #: layout, where the input log is the topic itself).
+    input_prefix: str
+    layer: int | None = None
+    layers_topic: str | None = None
+    shared_layout: bool = False
+    max_value_bytes: int = 900_000
+    max_record_bytes: int = MAX_RECORD_BYTES
+    window_ms: int = 60_000
+    snapshot_every_records: int = 50_000
+    snapshot_every_s: float = 30.0
+    tick_every_s: float = 0.1
+    signer: Signer | None = None
+
+
+class NodeBatch:
+    """One node's engine with the bookkeeping between its input log and the broker."""
+
+    def __init__(
+        self,
+        spec: NodeSpec,
+        engine: Engine,
+        *,
+        position: int = 0,
+        replay_until: int = 0,
+        snapshot_seq: int = 0,
+    ) -> None:
+        self.spec = spec
+        self.engine = engine
+        #: The next input offset to process.
+        self.position = position
+        #: Outputs of records below this offset were written before a restart.
+        self.replay_until = replay_until
+        self.snapshot_seq = snapshot_seq
+        self.dead_letters = 0
+        self.unsigned = 0
+        self._since_snapshot = 0
+        self._last_snapshot_s: float | None = None
+        self._last_tick_s: float | None = None
+        self._watermark_sent = -1
+
+    # ------------------------------------------------------------------ starting
+
+    @classmethod
+    def fresh_engine(cls, spec: NodeSpec) -> Engine:
+        """The engine of a node that starts from the beginning of its log."""
+        return Engine(
+            spec.topic,
+            spec.node_id,
+            spec.algorithm,
+            partition=spec.layer,
+            max_value_bytes=spec.max_value_bytes,
+            max_record_bytes=spec.max_record_bytes,
+            window_ms=spec.window_ms,
+        )
+
+    @classmethod
+    def recover(cls, spec: NodeSpec, snapshot: LoadedSnapshot | None, committed: int) -> NodeBatch:
+        """A node restarting from ``snapshot`` (or from nothing) with ``committed`` the
+        committed input offset: it replays from the snapshot's offset, dropping outputs
+        below ``committed``."""
+        if snapshot is None or snapshot.state is None:
+            start = 0
+            engine = cls.fresh_engine(spec)
+            seq = snapshot.seq if snapshot is not None else 0
+        else:
+            start = snapshot.offsets.get(spec.input_partition, 0)
+            engine = Engine.restore(snapshot.state["engine"])
+            seq = snapshot.seq
+        return cls(
+            spec, engine, position=start, replay_until=max(committed, start), snapshot_seq=seq
+        )
+
+    @property
+    def replaying(self) -> bool:
+        """Still re-reading records whose outputs were written before a restart."""
+        return self.position < self.replay_until
+
+    # ------------------------------------------------------------------ steps
+
+    def step(self, records: Sequence[KafkaRecord], *, wall_s: float) -> Ready:
+        """Take a batch of input records (in offset order, from :attr:`position`)."""
+        if not records:
+            return self.idle(wall_s=wall_s)
+        offsets = [r.offset() or 0 for r in records]
+        cut = next((i for i, o in enumerate(offsets) if o >= self.replay_until), len(records))
+        ready = Ready()
+        if cut:
+            self._apply(records[:cut])
+            ready.replayed = cut
+        if cut < len(records):
+            ready.records = self._apply(records[cut:])
+            self._since_snapshot += len(records) - cut
+            ready.commit = self.position
+            self._maybe_tick(ready, wall_s)
+            self._maybe_snapshot(ready, wall_s)
+        return ready
+
+    def idle(self, *, wall_s: float) -> Ready:
+        """Nothing new in the log: tick it while messages are held (§4.11), and take a
+        snapshot if one is due."""
+        ready = Ready()
+        if self.replaying:
+            return ready
+        self._maybe_tick(ready, wall_s)
+        self._maybe_snapshot(ready, wall_s)
+        return ready
+
+    def snapshot_now(self, *, wall_s: float) -> Ready:
+        """A snapshot of the state at :attr:`position`, whether due or not."""
+        ready = Ready()
+        self._snapshot(ready, wall_s)
+        return ready
+
+    # ------------------------------------------------------------------ the batch
+
+    def _apply(self, records: Sequence[KafkaRecord]) -> list[OutRecord]:
+        messages: list[Message] = []
+        sources: list[KafkaRecord] = []
+        out: list[OutRecord] = []
+        for record in records:
+            decoded = self._decode(record, out)
+            messages.extend(decoded)
+            sources.extend([record] * len(decoded))
+        step = self.engine.step(messages)
+        self.position = (records[-1].offset() or 0) + 1
+        out.extend(self._refused(step, sources))
+        out.extend(self._aborted(step))
+        out.extend(self._outputs(step))
+        return [self._signed(r) for r in out]
+
+    def _decode(self, record: KafkaRecord, out: list[OutRecord]) -> list[Message]:
+        """The messages of one input record; a record that cannot be taken becomes a
+        dead letter in ``out``."""
+        spec = self.spec
+        if spec.shared_layout and header_value(record, TYPE_HEADER) == _DELIVERY_TYPE:
+            return []  # our own output, in the shared layout
+        raw = record.value()
+        problem = self._signature_problem(record)
+        if problem is not None:
+            self.unsigned += 1
+            out.append(self._dead_letter(raw, problem, record))
+            return []
+        if raw is None:
+            out.append(self._dead_letter(raw, "record: record has no value", record))
+            return []
+        kind, stamp = record.timestamp()
+        log_time = stamp if kind == _LOG_APPEND_TIME or stamp > 0 else None
+        try:
+            return decode_record(raw, log_time=log_time, origin=record.offset())
+        except MessageError as exc:
+            out.append(self._dead_letter(raw, str(exc), record))
+            return []
+
+    def _signature_problem(self, record: KafkaRecord) -> str | None:
+        signer = self.spec.signer
+        if signer is None:
+            return None
+        return signer.problem(
+            record.topic() or self.spec.input_topic, record.key(), record.value(), record.headers()
+        )
+
+    def _refused(self, step: Step, sources: Sequence[KafkaRecord]) -> list[OutRecord]:
+        """One dead letter per input record with refused messages: the record verbatim,
+        the first reason, the ids of every refused message of it."""
+        out: list[OutRecord] = []
+        groups: dict[int, tuple[KafkaRecord, list[tuple[Message, str]]]] = {}
+        for rejection in step.rejected:
+            if rejection.position is None:  # held in an earlier batch (§4.11)
+                note = {"messageID": rejection.message.messageID, "held": True}
+                out.append(self._dead_letter(orjson.dumps(note), rejection.reason, None))
+                continue
+            source = sources[rejection.position]
+            groups.setdefault(id(source), (source, []))[1].append(
+                (rejection.message, rejection.reason)
+            )
+        for source, refused in groups.values():
+            reason = refused[0][1]
+            if len(refused) > 1:
+                reason += f" (and {len(refused) - 1} more messages of this record)"
+            ids = ",".join(m.messageID for m, _ in refused)[:2000]
+            out.append(
+                self._dead_letter(
+                    source.value(), reason, source, ((DEAD_LETTER_MESSAGES_HEADER, ids),)
+                )
+            )
+        return out
+
+    def _aborted(self, step: Step) -> list[OutRecord]:
+        return [
+            self._dead_letter(
+                orjson.dumps({"messageID": a.messageID, "topic": list(a.destinations)}),
+                f"aborted: {a.reason}",
+                None,
+            )
+            for a in step.aborted
+        ]
+
+    def _outputs(self, step: Step) -> list[OutRecord]:
+        spec = self.spec
+        control: dict[str, list[Message]] = {}
+        deliveries: list[Output] = []
+        for output in step.outputs:
+            kind = output.message.messageType
+            if kind is MessageType.DELIVERY or kind is MessageType.PARTITION_DELIVERY:
+                deliveries.append(output)
+            else:
+                control.setdefault(output.topic, []).append(output.message)
+        out: list[OutRecord] = []
+        bundle_headers = self._type_headers(MessageType.BUNDLE)
+        for target, messages in control.items():
+            for value in pack_bundles(
+                messages,
+                sender_id=spec.node_id,
+                sent_from=spec.topic,
+                protocol=spec.algorithm.value,
+                partition=spec.layer,
+            ):
+                out.append(
+                    OutRecord(
+                        OutKind.CONTROL,
+                        spec.input_prefix + target,
+                        value,
+                        spec.input_partition,
+                        headers=bundle_headers,
+                    )
+                )
+        where = spec.layers_topic or spec.delivery_topic
+        delivery_headers = self._type_headers(MessageType.DELIVERY)
+        for output in deliveries:
+            out.append(
+                self._sized(
+                    OutRecord(
+                        OutKind.DELIVERY,
+                        where,
+                        encode_delivery(output.message),
+                        spec.input_partition if spec.layers_topic else None,
+                        headers=delivery_headers,
+                    )
+                )
+            )
+        out.extend(self._watermark())
+        return out
+
+    def _watermark(self) -> list[OutRecord]:
+        spec = self.spec
+        if spec.layers_topic is None or spec.layer is None:
+            return []
+        watermark = self.engine.watermark()
+        if watermark == self._watermark_sent:
+            return []
+        self._watermark_sent = watermark
+        value = encode_watermark(spec.node_id, watermark, spec.layer)
+        return [OutRecord(OutKind.WATERMARK, spec.layers_topic, value, spec.layer)]
+
+    def _type_headers(self, kind: MessageType) -> tuple[tuple[str, bytes], ...]:
+        if not self.spec.shared_layout:
+            return ()
+        return ((TYPE_HEADER, kind.value.encode()),)
+
+    def _sized(self, record: OutRecord) -> OutRecord:
+        """A record too large to be written becomes a dead letter: the broker would
+        refuse it, and with it the batch (§6.3; the engine's size checks make this a
+        last resort)."""
+        if record.value is None or len(record.value) <= self.spec.max_record_bytes:
+            return record
+        return self._dead_letter(
+            record.value, f"an output to {record.topic} of {len(record.value)} bytes", None
+        )
+
+    def dead_letter(self, value: bytes | None, reason: str) -> OutRecord:
+        """A signed dead letter for something the shell sets aside (an output the broker
+        refused for good, at-least-once mode)."""
+        return self._signed(self._dead_letter(value, reason, None))
+
+    def _dead_letter(
+        self,
+        value: bytes | None,
+        reason: str,
+        source: KafkaRecord | None,
+        extra: Iterable[tuple[str, str]] = (),
+    ) -> OutRecord:
+        self.dead_letters += 1
+        headers: list[tuple[str, bytes]] = [(DEAD_LETTER_ERROR_HEADER, reason.encode())]
+        headers += [(name, text.encode()) for name, text in extra]
+        key = None
+        if source is not None:
+            headers.append(
+                (DEAD_LETTER_SOURCE_HEADER, f"{source.topic()}/{source.partition()}".encode())
+            )
+            headers.append((DEAD_LETTER_OFFSET_HEADER, str(source.offset()).encode()))
+            raw_key = source.key()
+            key = raw_key.encode() if isinstance(raw_key, str) else raw_key
+        if value is not None and len(value) > DEAD_LETTER_KEEP:
+            headers.append((DEAD_LETTER_TRUNCATED_HEADER, str(len(value)).encode()))
+            value = value[:DEAD_LETTER_KEEP]
+        return OutRecord(
+            OutKind.DEAD_LETTER, self.spec.dead_letter_topic, value, None, key, tuple(headers)
+        )
+
+    def _signed(self, record: OutRecord) -> OutRecord:
+        signer = self.spec.signer
+        if signer is None:
+            return record
+        headers = signer.signed_headers(record.topic, record.key, record.value, record.headers)
+        return OutRecord(
+            record.kind, record.topic, record.value, record.partition, record.key, tuple(headers)
+        )
+
+    # ------------------------------------------------------------------ ticks, snapshots
+
+    def _maybe_tick(self, ready: Ready, wall_s: float) -> None:
+        """§4.11: while messages are held, the node ticks its own log so that the log's
+        time moves on even when nothing else is written to it."""
+        if not self.engine.held_count:
+            return
+        if self._last_tick_s is not None and wall_s - self._last_tick_s < self.spec.tick_every_s:
+            return
+        self._last_tick_s = wall_s
+        spec = self.spec
+        value = encode_tick(spec.node_id, 0, spec.layer)
+        ready.records.append(
+            self._signed(OutRecord(OutKind.TICK, spec.input_topic, value, spec.input_partition))
+        )
+
+    def _maybe_snapshot(self, ready: Ready, wall_s: float) -> None:
+        spec = self.spec
+        if self._last_snapshot_s is None:
+            self._last_snapshot_s = wall_s
+        due = self._since_snapshot >= spec.snapshot_every_records or (
+            self._since_snapshot > 0 and wall_s - self._last_snapshot_s >= spec.snapshot_every_s
+        )
+        if due:
+            self._snapshot(ready, wall_s)
+
+    def _snapshot(self, ready: Ready, wall_s: float) -> None:
+        spec = self.spec
+        self.snapshot_seq += 1
+        self._since_snapshot = 0
+        self._last_snapshot_s = wall_s
+        records = encode_snapshot(
+            spec.role,
+            self.snapshot_seq,
+            {spec.input_partition: self.position},
+            {"engine": self.engine.snapshot()},
+            created_ms=int(wall_s * 1000),
+        )
+        ready.records.extend(
+            self._signed(OutRecord(OutKind.SNAPSHOT, spec.snapshot_topic, r.value, 0, r.key))
+            for r in records
+        )
+        ready.snapshot_offset = self.position

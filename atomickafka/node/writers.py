@@ -1,0 +1,339 @@
+"""How a node's or merger's outputs reach the broker: in one transaction per batch
+(exactly-once), or acknowledged and then committed (at-least-once) (docs/DESIGN.md §6).
+
+Both take what the batch layer decided -- records to write, in order, and the input
+offsets that become committed with them -- and both keep every ordered stream gapless:
+nothing later is written when something earlier was not.
+
+:class:`TransactionalWriter`
+    One Kafka transaction per batch: the records, the snapshot and the input offsets
+    (``send_offsets_to_transaction``) commit together or not at all, so a
+    ``read_committed`` reader sees every record exactly once, in order, across any
+    crash. The producer's ``transactional.id`` is the role's, so a second instance that
+    takes over fences this one: its next transaction fails with
+    :class:`FencedError` and it stops at once, having written nothing more.
+:class:`AckedWriter`
+    An idempotent producer with ``enable.gapless.guarantee``: a failed write is fatal
+    (the node exits and replays from its last commit). The input offset is committed
+    once every record of the batch and of every batch before it is acknowledged
+    (:class:`~atomickafka.node.offsets.OffsetsTracker`); a snapshot is written only once
+    the commit has passed the offset it covers. Readers drop repeats after a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Final, Protocol
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from atomickafka.errors import AtomicKafkaError
+from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER, producer_config
+from atomickafka.node.batch import OutKind, OutRecord
+from atomickafka.node.offsets import OffsetsTracker, Ticket
+
+__all__ = [
+    "AckedWriter",
+    "BatchWriteError",
+    "FencedError",
+    "GaplessWriter",
+    "OffsetCommit",
+    "TransactionalWriter",
+    "Writer",
+    "transactional_id",
+]
+
+log = logging.getLogger("atomickafka.node")
+
+#: librdkafka error codes that mean another instance has taken over this role.
+_FENCED_CODES: Final = frozenset(
+    {
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    }
+)
+#: A commit right after the previous one is refused by the broker while it still writes
+#: the previous transaction's markers, and librdkafka then waits 20 ms; a pause of a
+#: few ms before the next transaction avoids most of those waits (measured).
+_TXN_GAP_S: Final = 0.002
+
+#: Input offsets to commit: partition -> next offset.
+OffsetCommit = dict[int, int]
+
+
+class FencedError(AtomicKafkaError):
+    """Another instance of this role took over: this one must stop writing at once."""
+
+
+class BatchWriteError(AtomicKafkaError):
+    """A batch could not be written; the node exits so that a restart replays it."""
+
+
+def transactional_id(role: str) -> str:
+    """The ``transactional.id`` of a role (``T``, ``T/2``, ``T/merger``)."""
+    return f"atomickafka.{role}"
+
+
+class Writer(Protocol):
+    """What the shells write through."""
+
+    def write(self, records: Sequence[OutRecord], commit: OffsetCommit | None) -> None:
+        """Write ``records`` in order and, with them, commit ``commit``."""
+        ...
+
+    def settle(self) -> None:
+        """Serve delivery reports and commit what has become safe to commit."""
+        ...
+
+    def close(self) -> None:
+        """Finish (bounded) and release the producer."""
+        ...
+
+
+def _produce(producer: Producer, record: OutRecord, callback: Callable[..., None] | None) -> None:
+    while True:
+        try:
+            producer.produce(
+                record.topic,
+                record.value,
+                key=record.key,
+                partition=-1 if record.partition is None else record.partition,
+                headers=list(record.headers) or None,
+                on_delivery=callback,
+            )
+            return
+        except BufferError:
+            producer.poll(0.05)  # the queue drains as the broker acknowledges
+
+
+class TransactionalWriter:
+    """One transaction per batch; fenced by a newer instance of the same role."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        role: str,
+        consumer: Consumer,
+        input_topic: str,
+        overrides: dict[str, str] | None = None,
+        *,
+        init_timeout_s: float = 60.0,
+    ) -> None:
+        self._consumer = consumer
+        self._input = input_topic
+        settings: dict[str, str | int | bool] = {
+            "transactional.id": transactional_id(role),
+            "transaction.timeout.ms": 60000,
+            "retry.backoff.ms": 5,
+        }
+        self._producer = Producer(
+            producer_config(bootstrap, overrides, **settings), logger=LIBRDKAFKA_LOGGER
+        )
+        self._last_commit = 0.0
+        try:
+            self._producer.init_transactions(init_timeout_s)  # fences any older instance
+        except KafkaException as exc:
+            raise _classified(exc, "initialising transactions") from exc
+
+    def write(self, records: Sequence[OutRecord], commit: OffsetCommit | None) -> None:
+        """Write ``records`` and commit ``commit`` in one transaction."""
+        if not records and commit is None:
+            return
+        gap = _TXN_GAP_S - (time.monotonic() - self._last_commit)
+        if gap > 0:
+            time.sleep(gap)
+        producer = self._producer
+        try:
+            producer.begin_transaction()
+            for record in records:
+                _produce(producer, record, None)
+            if commit:
+                offsets = [TopicPartition(self._input, p, o) for p, o in commit.items()]
+                producer.send_offsets_to_transaction(
+                    offsets, self._consumer.consumer_group_metadata(), 30
+                )
+            producer.commit_transaction(60)
+        except KafkaException as exc:
+            error = _classified(exc, "writing a batch")
+            if not isinstance(error, FencedError):
+                self._abort()
+            raise error from exc
+        self._last_commit = time.monotonic()
+
+    def _abort(self) -> None:
+        try:
+            self._producer.abort_transaction(30)
+        except KafkaException as exc:
+            log.warning("aborting the transaction failed too: %s", exc)
+
+    def settle(self) -> None:
+        """Serve librdkafka's callbacks (logs, errors)."""
+        self._producer.poll(0)
+
+    def close(self) -> None:
+        """Release the producer (an open transaction, if any, is aborted by the broker)."""
+        self._producer.flush(5)
+
+
+def _classified(exc: KafkaException, doing: str) -> AtomicKafkaError:
+    error = exc.args[0] if exc.args else None
+    code = error.code() if isinstance(error, KafkaError) else None
+    if code in _FENCED_CODES:
+        return FencedError(f"fenced while {doing}: another instance of this role took over")
+    return BatchWriteError(f"{doing} failed: {exc}")
+
+
+class AckedWriter:
+    """Gapless idempotent writes; commits once acknowledged (at-least-once)."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        consumer: Consumer,
+        input_topic: str,
+        partition: int,
+        tracker: OffsetsTracker,
+        overrides: dict[str, str] | None = None,
+        *,
+        commit_interval_s: float = 0.1,
+        on_unwritable: Callable[[Ticket, str, bytes | None, str], None] | None = None,
+    ) -> None:
+        self._consumer = consumer
+        self._input = input_topic
+        self._partition = partition
+        self._tracker = tracker
+        self._commit_interval_s = commit_interval_s
+        self._last_commit = 0.0
+        self._pending_snapshot: tuple[int, list[OutRecord]] | None = None
+        self._on_unwritable = on_unwritable
+        self.failed: str | None = None
+        self._producer = Producer(
+            producer_config(bootstrap, overrides, **{"enable.gapless.guarantee": True}),
+            logger=LIBRDKAFKA_LOGGER,
+        )
+
+    def write(self, records: Sequence[OutRecord], commit: OffsetCommit | None) -> None:
+        """Queue ``records``; their batch's offset commits once all are acknowledged."""
+        self.write_batch(records, commit, snapshot=(), snapshot_offset=None)
+
+    def write_batch(
+        self,
+        records: Sequence[OutRecord],
+        commit: OffsetCommit | None,
+        *,
+        snapshot: Sequence[OutRecord],
+        snapshot_offset: int | None,
+    ) -> None:
+        """Queue ``records``; hold ``snapshot`` until the commit passes its offset."""
+        if snapshot and snapshot_offset is not None:
+            self._pending_snapshot = (snapshot_offset, list(snapshot))
+        if commit is None:
+            for record in records:
+                _produce(self._producer, record, None)
+            return
+        (next_offset,) = commit.values()
+        ticket = self._tracker.processed(next_offset - 1)
+        assert ticket is not None  # the batch layer drops replayed outputs itself
+        for record in records:
+            ticket.sent()
+            _produce(self._producer, record, ticket.on_delivery)
+        self._producer.poll(0)
+
+    def settle(self, *, force: bool = False) -> None:
+        """Serve delivery reports; commit past every fully acknowledged batch (at most
+        every ``commit_interval_s``, or now with ``force``); raise
+        :class:`BatchWriteError` once a write has failed."""
+        self._producer.poll(0)
+        tracker = self._tracker
+        for ticket, msg, reason in tracker.unwritable():
+            if self._on_unwritable is not None:
+                self._on_unwritable(ticket, msg.topic() or "?", msg.value(), reason)
+        target = tracker.target()
+        if tracker.failed is not None:
+            raise BatchWriteError(tracker.failed)
+        now = time.monotonic()
+        if target is None or not (force or now - self._last_commit >= self._commit_interval_s):
+            return
+        offsets = [TopicPartition(self._input, self._partition, target)]
+        try:
+            if force:
+                self._consumer.commit(offsets=offsets, asynchronous=False)
+            else:
+                self._consumer.commit(offsets=offsets, asynchronous=True)
+        except KafkaException as exc:  # retried with the next batch
+            log.warning("commit of offset %d failed: %s", target, exc)
+            return
+        tracker.committed_at(target)
+        self._last_commit = now
+        self._write_due_snapshot(target)
+
+    def _write_due_snapshot(self, committed: int) -> None:
+        pending = self._pending_snapshot
+        if pending is not None and committed >= pending[0]:
+            self._pending_snapshot = None
+            for record in pending[1]:
+                _produce(self._producer, record, None)
+
+    def send_dead_letter(self, ticket: Ticket, record: OutRecord) -> None:
+        """Write a dead letter as part of ``ticket``'s batch."""
+        ticket.sent()
+        _produce(self._producer, record, ticket.on_delivery)
+
+    def close(self) -> None:
+        """Wait (bounded) for what is queued, commit what became safe, release."""
+        remaining = self._producer.flush(30)
+        if remaining:
+            log.error("%d outputs not acknowledged at shutdown", remaining)
+            return
+        try:
+            self.settle(force=True)
+        except BatchWriteError as exc:
+            log.error("%s", exc)
+
+
+class GaplessWriter:
+    """At-least-once writes for the merger: a gapless idempotent producer (a failed
+    write is fatal: the merger exits and resumes after the end of ``T``); a snapshot is
+    written only once everything before it is acknowledged."""
+
+    def __init__(self, bootstrap: str, overrides: dict[str, str] | None = None) -> None:
+        self.failed: str | None = None
+        self._producer = Producer(
+            producer_config(bootstrap, overrides, **{"enable.gapless.guarantee": True}),
+            logger=LIBRDKAFKA_LOGGER,
+        )
+
+    def _on_delivery(self, err: KafkaError | None, _msg: object) -> None:
+        if err is not None and self.failed is None:
+            self.failed = f"a write failed: {err}"
+
+    def write(self, records: Sequence[OutRecord], commit: OffsetCommit | None) -> None:
+        """Queue ``records`` in order (``commit`` is not used: the merger's progress is
+        its snapshot and the end of ``T``)."""
+        del commit
+        snapshot = [r for r in records if r.kind is OutKind.SNAPSHOT]
+        for record in records:
+            if record.kind is not OutKind.SNAPSHOT:
+                _produce(self._producer, record, self._on_delivery)
+        if snapshot:
+            if self._producer.flush(60):
+                raise BatchWriteError("outputs not acknowledged before a snapshot")
+            self.settle()
+            for record in snapshot:
+                _produce(self._producer, record, self._on_delivery)
+        self._producer.poll(0)
+
+    def settle(self) -> None:
+        """Serve delivery reports; raise :class:`BatchWriteError` once one failed."""
+        self._producer.poll(0)
+        if self.failed is not None:
+            raise BatchWriteError(self.failed)
+
+    def close(self) -> None:
+        """Wait (bounded) for what is queued."""
+        if self._producer.flush(30):
+            log.error("outputs not acknowledged at shutdown")

@@ -1,0 +1,319 @@
+"""The node's batch layer (node/batch.py), the snapshot records (node/snapshots.py) and
+signed records (core/signing.py): pure, so tested with plain records and no broker."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from atomickafka.core.engine import Algorithm
+from atomickafka.core.reader import (
+    DEAD_LETTER_ERROR_HEADER,
+    DEAD_LETTER_OFFSET_HEADER,
+    PlainRecord,
+    header_value,
+    read_delivery,
+)
+from atomickafka.core.signing import SIGNATURE_HEADER, SecretError, Signer, parse_secrets
+from atomickafka.core.timebounds import CLOCK_LEAD_US
+from atomickafka.core.wire import (
+    Message,
+    MessageType,
+    client_message,
+    decode_record,
+    encode_bundle,
+    encode_client,
+    value_bytes,
+)
+from atomickafka.node.batch import NodeBatch, NodeSpec, OutKind, OutRecord, Ready
+from atomickafka.node.snapshots import encode_snapshot, newest_snapshots
+
+SECRET = b"0123456789abcdef0123456789abcdef"
+NOW_MS = 1_795_000_000_000
+
+
+def spec(topic: str = "A", **kw: object) -> NodeSpec:
+    settings: dict[str, object] = {
+        "topic": topic,
+        "node_id": f"node-{topic}",
+        "role": topic,
+        "algorithm": Algorithm.DIRECT,
+        "input_topic": f"atomickafka-in.{topic}",
+        "input_partition": 0,
+        "delivery_topic": topic,
+        "dead_letter_topic": f"atomickafka-dlq.{topic}",
+        "snapshot_topic": f"atomickafka-snap.{topic}",
+        "input_prefix": "atomickafka-in.",
+    }
+    settings.update(kw)
+    return NodeSpec(**settings)  # type: ignore[arg-type]
+
+
+def log(topic: str, values: list[bytes], start: int = 0) -> list[PlainRecord]:
+    """Input records at offsets ``start``..., appended one millisecond apart."""
+    return [
+        PlainRecord(v, topic=f"atomickafka-in.{topic}", offset=start + i, timestamp_ms=NOW_MS + i)
+        for i, v in enumerate(values)
+    ]
+
+
+def single(mid: str, topic: str = "A", value: object = "v") -> bytes:
+    return encode_client(client_message(mid, [topic], value, "c", sent_at=NOW_MS))
+
+
+def delivered(ready: Ready) -> list[str]:
+    out = []
+    for r in ready.records:
+        if r.kind is OutKind.DELIVERY:
+            message = read_delivery(PlainRecord(r.value))
+            assert message is not None
+            out.append(message.messageID)
+    return out
+
+
+# ---------------------------------------------------------------------------- steps
+
+
+def test_a_step_delivers_and_commits_past_the_batch() -> None:
+    batch = NodeBatch(spec(), NodeBatch.fresh_engine(spec()))
+    ready = batch.step(log("A", [single("m1"), single("m2")]), wall_s=0)
+    assert delivered(ready) == ["m1", "m2"]
+    assert ready.commit == 2 and batch.position == 2
+
+
+def test_a_multicast_becomes_one_bundle_per_destination() -> None:
+    batch = NodeBatch(spec(), NodeBatch.fresh_engine(spec()))
+    multicast = encode_client(client_message("m", ["A", "B", "C"], 1, "c", sent_at=NOW_MS))
+    ready = batch.step(log("A", [multicast]), wall_s=0)
+    control = [r for r in ready.records if r.kind is OutKind.CONTROL]
+    assert sorted(r.topic for r in control) == ["atomickafka-in.B", "atomickafka-in.C"]
+    assert all(
+        r.value is not None and r.value.startswith(b'{"messageType":"Bundle"') for r in control
+    )
+
+
+def test_replayed_records_rebuild_state_and_write_nothing() -> None:
+    """§6.1: records below the committed offset were processed before the restart."""
+    records = log("A", [single(f"m{i}") for i in range(5)])
+    batch = NodeBatch.recover(spec(), None, committed=3)
+    ready = batch.step(records, wall_s=0)
+    assert ready.replayed == 3
+    assert delivered(ready) == ["m3", "m4"] and ready.commit == 5
+
+
+def test_a_replay_is_cut_at_the_committed_offset_whatever_the_batching() -> None:
+    records = log("A", [single(f"m{i}") for i in range(6)])
+    batch = NodeBatch.recover(spec(), None, committed=4)
+    first = batch.step(records[:3], wall_s=0)
+    assert first.records == [] and first.commit is None and batch.replaying
+    second = batch.step(records[3:], wall_s=0)
+    assert delivered(second) == ["m4", "m5"]
+
+
+def test_an_unreadable_record_is_set_aside_with_its_reason_and_origin() -> None:
+    batch = NodeBatch(spec(), NodeBatch.fresh_engine(spec()))
+    ready = batch.step(log("A", [b"\xff{not json", single("m")]), wall_s=0)
+    (letter,) = [r for r in ready.records if r.kind is OutKind.DEAD_LETTER]
+    record = PlainRecord(letter.value, headers=list(letter.headers))
+    assert b"not valid JSON" in (header_value(record, DEAD_LETTER_ERROR_HEADER) or b"")
+    assert header_value(record, DEAD_LETTER_OFFSET_HEADER) == b"0"
+    assert delivered(ready) == ["m"] and letter.topic == "atomickafka-dlq.A"
+
+
+def test_an_output_too_large_to_write_is_set_aside() -> None:
+    small = spec(max_record_bytes=2000)
+    batch = NodeBatch(small, NodeBatch.fresh_engine(small))
+    ready = batch.step(log("A", [single("m", value="x" * 1500)]), wall_s=0)
+    assert [r.kind for r in ready.records] == [OutKind.DEAD_LETTER]
+
+
+# ---------------------------------------------------------------------------- snapshots
+
+
+def test_a_snapshot_is_due_after_enough_records() -> None:
+    few = spec(snapshot_every_records=3)
+    batch = NodeBatch(few, NodeBatch.fresh_engine(few))
+    assert batch.step(log("A", [single("a"), single("b")]), wall_s=0).snapshot_offset is None
+    ready = batch.step(log("A", [single("c")], start=2), wall_s=0)
+    assert ready.snapshot_offset == 3
+    assert {r.topic for r in ready.snapshot_records()} == {"atomickafka-snap.A"}
+
+
+def test_a_snapshot_is_due_after_enough_time_when_something_happened() -> None:
+    timed = spec(snapshot_every_s=10.0)
+    batch = NodeBatch(timed, NodeBatch.fresh_engine(timed))
+    batch.step(log("A", [single("a")]), wall_s=0)
+    assert batch.idle(wall_s=5).snapshot_offset is None
+    assert batch.idle(wall_s=11).snapshot_offset == 1
+    assert batch.idle(wall_s=30).snapshot_offset is None  # nothing new since
+
+
+def _snapshot_rows(ready: Ready) -> list[tuple[bytes | None, bytes | None]]:
+    return [(r.key, r.value) for r in ready.snapshot_records()]
+
+
+@given(st.integers(1, 11), st.integers(0, 11), st.integers(1, 4))
+def test_recovery_from_a_snapshot_gives_what_a_run_that_never_stopped_gives(
+    snap_at: int, extra: int, batch_size: int
+) -> None:
+    """§6: newest snapshot + replay from its offset + dropping outputs below the commit
+    = the uninterrupted run's outputs, for any snapshot point and any batching."""
+    values = []
+    for i in range(12):
+        dests = ["A", "B"] if i % 3 else ["A"]
+        values.append(encode_client(client_message(f"m{i}", dests, i, "c", sent_at=NOW_MS)))
+    records = log("A", values)
+    straight = NodeBatch(spec(), NodeBatch.fresh_engine(spec()))
+    expected = [r for r in straight.step(records, wall_s=0).outputs()]
+
+    first = NodeBatch(spec(), NodeBatch.fresh_engine(spec()))
+    written = first.step(records[:snap_at], wall_s=0).outputs()
+    rows = _snapshot_rows(first.snapshot_now(wall_s=1))
+    committed = min(len(records), snap_at + extra)
+    written += first.step(records[snap_at:committed], wall_s=1).outputs()
+    (loaded, *_) = newest_snapshots(rows, "A")
+    assert loaded.problem is None and loaded.offsets == {0: snap_at}
+    second = NodeBatch.recover(spec(), loaded, committed=committed)
+    for start in range(snap_at, len(records), batch_size):
+        written += second.step(records[start : start + batch_size], wall_s=2).outputs()
+    assert _comparable(written) == _comparable(expected)
+
+
+def _comparable(records: list[OutRecord]) -> dict[str, list[tuple[object, ...]]]:
+    """The messages written to each topic, in order: bundling depends on batching, the
+    messages do not (rule 8)."""
+    out: dict[str, list[tuple[object, ...]]] = {}
+    for r in records:
+        if r.kind is OutKind.WATERMARK or r.value is None:
+            continue
+        for m in decode_record(r.value):
+            out.setdefault(r.topic, []).append(
+                (m.messageID, m.messageType, m.timeStamp, m.seq, m.value)
+            )
+    return out
+
+
+def test_the_newest_readable_snapshot_is_used_and_a_damaged_one_reported() -> None:
+    good = encode_snapshot("A", 1, {0: 5}, {"engine": {"x": 1}})
+    newer = encode_snapshot("A", 2, {0: 9}, {"engine": {"x": 2}})
+    damaged = [*newer[:-2], type(newer[-2])(newer[-2].key, newer[-2].value[:-3]), newer[-1]]
+    rows = [(r.key, r.value) for r in [*good, *damaged]]
+    found = newest_snapshots(rows, "A")
+    assert [(s.seq, s.problem is None) for s in found] == [(2, False), (1, True)]
+    assert "damaged" in (found[0].problem or "") or "chunk" in (found[0].problem or "")
+    assert found[1].state == {"engine": {"x": 1}} and found[1].offsets == {0: 5}
+
+
+def test_snapshots_alternate_slots_so_compaction_keeps_two() -> None:
+    keys = {r.key for seq in (1, 2, 3) for r in encode_snapshot("A/1", seq, {1: seq}, {})}
+    assert keys == {b"A/1|1|0", b"A/1|1|m", b"A/1|0|0", b"A/1|0|m"}
+
+
+def test_a_large_snapshot_is_split_into_chunks_and_read_back() -> None:
+    state = {"engine": {"blob": [str(i) * 20 for i in range(20_000)]}}
+    records = encode_snapshot("A", 7, {0: 1}, state, chunk_bytes=10_000)
+    assert len(records) > 3
+    (found,) = newest_snapshots([(r.key, r.value) for r in records], "A")
+    assert found.state == state
+
+
+@given(st.lists(st.tuples(st.binary(max_size=20), st.binary(max_size=50)), max_size=20))
+def test_reading_snapshots_never_raises(rows: list[tuple[bytes, bytes]]) -> None:
+    newest_snapshots([(b"A|0|" + k, v) for k, v in rows] + [(b"A|0|m", b"{}")], "A")
+
+
+# ---------------------------------------------------------------------------- signing
+
+
+def test_every_record_written_is_signed_and_verifies() -> None:
+    signer = Signer([SECRET])
+    signed = spec(signer=signer)
+    batch = NodeBatch(signed, NodeBatch.fresh_engine(signed))
+    value = single("m")
+    header = signer.signature("atomickafka-in.A", None, value)
+    record = PlainRecord(value, topic="atomickafka-in.A", timestamp_ms=NOW_MS, headers=[header])
+    ready = batch.step([record], wall_s=0)
+    assert delivered(ready) == ["m"]
+    for out in ready.records:
+        assert signer.problem(out.topic, out.key, out.value, list(out.headers)) is None
+
+
+@pytest.mark.parametrize(
+    ("headers", "reason"),
+    [
+        ([], "unsigned"),
+        ([(SIGNATURE_HEADER, b"v1:" + b"0" * 64)], "wrong signature"),
+    ],
+)
+def test_an_unsigned_or_forged_record_is_set_aside(
+    headers: list[tuple[str, bytes]], reason: str
+) -> None:
+    signed = spec(signer=Signer([SECRET]))
+    batch = NodeBatch(signed, NodeBatch.fresh_engine(signed))
+    record = PlainRecord(single("m"), topic="atomickafka-in.A", headers=headers)
+    ready = batch.step([record], wall_s=0)
+    assert delivered(ready) == [] and batch.unsigned == 1
+    (letter,) = ready.records
+    assert (
+        reason
+        in (
+            header_value(PlainRecord(b"", headers=list(letter.headers)), DEAD_LETTER_ERROR_HEADER)
+            or b""
+        ).decode()
+    )
+
+
+def test_a_signature_covers_topic_key_value_and_headers() -> None:
+    signer = Signer([SECRET])
+    headers = signer.signed_headers("T", b"k", b"v", [("h", b"1")])
+    assert signer.problem("T", b"k", b"v", headers) is None
+    assert signer.problem("U", b"k", b"v", headers) is not None  # moved to another topic
+    assert signer.problem("T", b"K", b"v", headers) is not None
+    assert signer.problem("T", b"k", b"w", headers) is not None
+    assert signer.problem("T", b"k", b"v", [("h", b"2"), headers[-1]]) is not None
+    assert signer.problem("T", None, b"v", headers) is not None  # no key is not an empty key
+
+
+def test_rotation_accepts_every_listed_secret_and_signs_with_the_first() -> None:
+    old, new = b"o" * 32, b"n" * 32
+    headers = Signer([old]).signed_headers("T", None, b"v")
+    assert Signer([new, old]).problem("T", None, b"v", headers) is None
+    assert Signer([new]).problem("T", None, b"v", headers) is not None
+    assert Signer([old, new]).signed_headers("T", None, b"v") == headers
+
+
+def test_secret_files_are_checked() -> None:
+    assert parse_secrets("# rotated 2026-11\n" + "a" * 20 + "\n\n" + "b" * 16 + "\n") == [
+        b"a" * 20,
+        b"b" * 16,
+    ]
+    with pytest.raises(SecretError, match="no secret"):
+        parse_secrets("\n# nothing\n")
+    with pytest.raises(SecretError, match="shorter"):
+        parse_secrets("short\n")
+    assert "a" * 20 not in repr(Signer([b"a" * 20]))
+
+
+# ---------------------------------------------------------------------------- held clocks
+
+
+def test_a_node_holding_messages_ticks_its_own_log() -> None:
+    """§4.11: a held message waits for the log's time; the node's own ticks move it."""
+    batch = NodeBatch(spec(), NodeBatch.fresh_engine(spec()))
+    ahead = NOW_MS * 1000 + CLOCK_LEAD_US + 50_000
+    notify = Message(
+        "m", MessageType.NOTIFY, ("A", "B", "C"), value_bytes("v"), "node-B", "B", ahead,
+        digest=client_message("m", ["A"], "v", "c").digest, protocol="direct",
+    )  # fmt: skip
+    bundle = encode_bundle([notify], sender_id="node-B", sent_from="B", protocol="direct")
+    ready = batch.step(log("A", [bundle]), wall_s=0)
+    ticks = [r for r in ready.records if r.kind is OutKind.TICK]
+    assert batch.engine.held_count == 1 and [t.topic for t in ticks] == ["atomickafka-in.A"]
+    assert batch.idle(wall_s=0.05).records == []  # not yet: paced
+    assert [r.kind for r in batch.idle(wall_s=0.2).records] == [OutKind.TICK]
+    tick = PlainRecord(ticks[0].value, topic="atomickafka-in.A", offset=1, timestamp_ms=NOW_MS + 51)
+    batch.step([tick], wall_s=0.3)
+    assert batch.engine.held_count == 0 and batch.engine.is_pending("m")
+    assert orjson.loads(ticks[0].value or b"{}")["senderID"] == "node-A"
