@@ -18,7 +18,7 @@ import uuid
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Final
 
 from confluent_kafka import KafkaError
 from confluent_kafka import Message as KafkaMessage
@@ -47,6 +47,7 @@ from atomickafka.kafka.producer import (
     RecordProducer,
     type_headers,
 )
+from atomickafka.kafka.secrets import signer_from
 from atomickafka.kafka.status import Role, Status, StatusWatch
 from atomickafka.kafka.topics import Layout, input_topic
 
@@ -55,6 +56,9 @@ __all__ = ["AtomicKafkaClient", "client_id_is_valid"]
 log = logging.getLogger("atomickafka.client")
 
 _REFRESH_S = 1.0  # how often send() looks at the status topic again
+#: How long librdkafka tries to write a record: under the nodes' lateness bound (half
+#: the default 60 s memory window, docs/DESIGN.md §4.13).
+CLIENT_TIMEOUT_MS: Final = 25_000
 
 
 class _Pending:
@@ -108,8 +112,12 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         algorithm: Algorithm | str | None = None,
         allow_offline: bool = False,
         max_value_bytes: int = MAX_VALUE_BYTES,
+        secret: str | bytes | None = None,
+        secret_file: str | None = None,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
+        self._secret, self._secret_file = secret, secret_file
+        self._signer = signer_from(secret, secret_file)
         self.layout = Layout(layout)
         self.client_id = client_id or f"c{uuid.uuid4().hex[:12]}"
         if not client_id_is_valid(self.client_id):
@@ -164,7 +172,9 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         route = [*topics, via] if via is not None else list(topics)
         algorithm, partitions = self._serving(route)
         layer = _layer(key, seq, partitions)
-        message = client_message(message_id, topics, value, self.client_id, layer)
+        message = client_message(
+            message_id, topics, value, self.client_id, layer, sent_at=int(time.time() * 1000)
+        )
         size = len(message.value or b"")
         if size > self.max_value_bytes:
             raise MessageError(
@@ -185,12 +195,13 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         sent = SentMessage(message_id, topics, value, via, key, layer, len(targets))
         pending = _Pending(sent, self._failed, on_delivery)
         for target in targets:
+            where = input_topic(target, self.layout)
+            headers = self._headers
+            if self._signer is not None:
+                plain = [(k, v) for k, v in headers or () if isinstance(v, bytes)]
+                headers = list(self._signer.signed_headers(where, None, payload, plain))
             producer.send(
-                input_topic(target, self.layout),
-                payload,
-                partition=layer,
-                headers=self._headers,
-                on_delivery=pending.on_delivery,
+                where, payload, partition=layer, headers=headers, on_delivery=pending.on_delivery
             )
         producer.poll(0)
         return message_id
@@ -267,9 +278,13 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
 
     def _ensure_producer(self) -> RecordProducer:
         if self._producer is None:
-            self._producer = RecordProducer(
-                self.bootstrap_servers, self._config, **{"client.id": self.client_id}
-            )
+            # A copy reaching a log later than the nodes' lateness bound is set aside
+            # (docs/DESIGN.md §4.13): give up on a write well before that.
+            settings: dict[str, str | int | bool] = {
+                "client.id": self.client_id,
+                "message.timeout.ms": CLIENT_TIMEOUT_MS,
+            }
+            self._producer = RecordProducer(self.bootstrap_servers, self._config, **settings)
         return self._producer
 
     # ------------------------------------------------------------------ reading
@@ -278,7 +293,12 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         """A :class:`~atomickafka.client.DeliveryReader` of ``topic``'s deliveries, with
         this client's settings; use it in a ``with`` block, which closes its consumer."""
         return DeliveryReader(
-            self.bootstrap_servers, topic, from_beginning=from_beginning, config=self._config
+            self.bootstrap_servers,
+            topic,
+            from_beginning=from_beginning,
+            config=self._config,
+            secret=self._secret,
+            secret_file=self._secret_file,
         )
 
     def deliveries(

@@ -18,9 +18,10 @@ from confluent_kafka import Message as KafkaMessage
 
 from atomickafka.client.delivery import Delivery
 from atomickafka.client.errors import MessageError
-from atomickafka.core.reader import read_delivery
-from atomickafka.core.wire import is_valid_topic_name
+from atomickafka.core.reader import delivery_order_key, read_delivery
+from atomickafka.core.wire import Message, is_valid_topic_name
 from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
+from atomickafka.kafka.secrets import signer_from
 from atomickafka.kafka.topics import delivery_topic
 
 __all__ = ["DeliveryReader"]
@@ -28,7 +29,13 @@ __all__ = ["DeliveryReader"]
 
 class DeliveryReader(AbstractContextManager["DeliveryReader"]):
     """Reads ``topic``'s deliveries in order, hiding control records and repeated
-    deliveries (a node that crashed may write one again).
+    deliveries (a node that crashed in at-least-once mode may write some again).
+
+    Deliveries are strictly increasing in ``(timeStamp, layer, messageID)`` at a topic
+    (docs/DESIGN.md §4.4, §8), so a repeat is anything at or below the last one read:
+    the reader remembers one key, not every id. It reads ``read_committed``. With a
+    signing secret (``secret`` or ``secret_file``, §4.14) it drops deliveries that are
+    not validly signed and counts them in :attr:`forged`.
 
     ``config`` holds librdkafka settings (``-X``). Use it as a context manager, or call
     :meth:`close`: either closes its Kafka consumer, whether or not every delivery was
@@ -42,15 +49,22 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
         *,
         from_beginning: bool = True,
         config: Mapping[str, str] | None = None,
+        secret: str | bytes | None = None,
+        secret_file: str | None = None,
     ) -> None:
         if not is_valid_topic_name(topic):
             raise MessageError("topic", "not a valid topic name", topic)
         self.topic = topic
-        self._seen: set[str] = set()
+        self.forged = 0
+        self.repeats = 0
+        self._signer = signer_from(secret, secret_file)
+        self._last: tuple[int, int, str] | None = None
         self._backlog: deque[KafkaMessage] = deque()  # fetched, not yet looked at
-        self._consumer: Consumer | None = make_consumer(
-            bootstrap_servers, None, config, **{"enable.partition.eof": False}
-        )
+        settings: dict[str, str | int | bool] = {
+            "enable.partition.eof": False,
+            "isolation.level": "read_committed",
+        }
+        self._consumer: Consumer | None = make_consumer(bootstrap_servers, None, config, **settings)
         start = OFFSET_BEGINNING if from_beginning else OFFSET_END
         self._consumer.assign([TopicPartition(delivery_topic(topic), 0, start)])
 
@@ -61,7 +75,7 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
         once none arrived for ``timeout_s`` seconds (``None``: wait until closed)."""
         if self._consumer is None:
             raise RuntimeError(f"the reader of {self.topic} is closed")
-        consumer, topic, seen = self._consumer, self.topic, self._seen
+        consumer, topic = self._consumer, self.topic
         count = 0
         if max_messages is not None and max_messages <= 0:
             return
@@ -74,16 +88,33 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
                 backlog.extend(usable(consume_batch(consumer, 1000, 0.1)))
             while backlog:
                 record = backlog.popleft()
-                message = read_delivery(record, at=topic)
-                if message is None or message.messageID in seen:
+                message = self._take(record)
+                if message is None:
                     continue
-                seen.add(message.messageID)
                 yield Delivery.of(message, record, topic)
                 count += 1
                 if max_messages is not None and count >= max_messages:
                     return
                 if timeout_s is not None:
                     idle_deadline = time.monotonic() + timeout_s
+
+    def _take(self, record: KafkaMessage) -> Message | None:
+        """The delivery ``record`` holds, unless it is none, forged or a repeat."""
+        message = read_delivery(record, at=self.topic)
+        if message is None:
+            return None
+        signer = self._signer
+        if signer is not None and signer.problem(
+            record.topic() or self.topic, record.key(), record.value(), record.headers()
+        ):
+            self.forged += 1
+            return None
+        key = delivery_order_key(message)
+        if self._last is not None and key <= self._last:
+            self.repeats += 1
+            return None
+        self._last = key
+        return message
 
     def __iter__(self) -> Iterator[Delivery]:
         return self.deliveries()

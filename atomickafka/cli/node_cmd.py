@@ -6,7 +6,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from atomickafka.cli.options import add_bootstrap, add_log_level, add_overrides, fail, guarded
+from atomickafka.cli.options import (
+    add_bootstrap,
+    add_log_level,
+    add_overrides,
+    add_secret_file,
+    fail,
+    guarded,
+)
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.kafka.topics import Layout
 from atomickafka.logs import configure_logging
@@ -37,6 +44,11 @@ def register(subparsers: Any) -> None:
     cluster = subparsers.add_parser("cluster", help="run and supervise one node per topic")
     add_bootstrap(cluster)
     cluster.add_argument("--topics", required=True, help="comma-separated topics, e.g. T1,T2,T3")
+    cluster.add_argument(
+        "--standby",
+        action="store_true",
+        help="run a standby beside every node and merger: it takes over when the active one dies",
+    )
     _add_node_options(cluster)
     cluster.set_defaults(func=guarded("cluster", _run_cluster))
 
@@ -75,6 +87,45 @@ def _add_node_options(parser: argparse.ArgumentParser) -> None:
         help="warn when a message has held the queue head this long (seconds)",
     )
     parser.add_argument(
+        "--at-least-once",
+        dest="exactly_once",
+        action="store_false",
+        help="write outputs acknowledged-then-committed instead of in one Kafka transaction "
+        "per batch; plain consumers of a delivery topic may then see a delivery again after "
+        "a crash (the client and tail hide it). Default: exactly-once",
+    )
+    parser.add_argument(
+        "--snapshot-every",
+        type=int,
+        default=50_000,
+        metavar="RECORDS",
+        help="snapshot the node's state after this many input records (default 50000)",
+    )
+    parser.add_argument(
+        "--snapshot-interval",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="and at least this often while records arrive (default 30)",
+    )
+    parser.add_argument(
+        "--memory-window",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long settled message ids are remembered; a client copy may arrive half "
+        "of it late (default 60)",
+    )
+    parser.add_argument(
+        "--takeover-after",
+        type=float,
+        default=6.0,
+        metavar="SECONDS",
+        help="a standby takes over once the active instance has been silent this long "
+        "(the lease group's session timeout; default 6)",
+    )
+    add_secret_file(parser)
+    parser.add_argument(
         "--max-seconds", type=float, default=None, help="stop after this long (for scripts)"
     )
     add_log_level(parser)
@@ -92,6 +143,12 @@ def _node_config(args: argparse.Namespace, topic: str, layer: int | None) -> Nod
         batch_size=args.batch_size,
         stuck_after_s=args.stuck_after,
         log_level=args.log_level,
+        exactly_once=args.exactly_once,
+        snapshot_every_records=args.snapshot_every,
+        snapshot_every_s=args.snapshot_interval,
+        window_ms=int(args.memory_window * 1000),
+        session_timeout_ms=int(args.takeover_after * 1000),
+        secret_file=args.secret_file,
     )
 
 
@@ -127,6 +184,8 @@ def _run_cluster(args: argparse.Namespace) -> int:
     from atomickafka.node.supervisor import Supervisor  # noqa: PLC0415
 
     parse_destinations(list(topics))  # the same name rules as destinations
-    supervisor = Supervisor(ClusterConfig(topics, _node_config(args, topics[0], None)))
+    supervisor = Supervisor(
+        ClusterConfig(topics, _node_config(args, topics[0], None), standby=args.standby)
+    )
     supervisor.install_signal_handlers()
     return supervisor.run(max_seconds=args.max_seconds)

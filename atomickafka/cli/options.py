@@ -164,3 +164,15 @@ def guarded(
             return fail(command, f"Kafka: {text}")
 
     return wrapped
+
+
+def add_secret_file(parser: argparse.ArgumentParser) -> None:
+    """``--secret-file PATH``: sign what is written and check what is read (§4.14)."""
+    parser.add_argument(
+        "--secret-file",
+        default=None,
+        metavar="PATH",
+        help="signing secrets, one per line (the first signs, all are accepted); records "
+        "written are signed with HMAC-SHA256, unsigned or wrongly signed ones are set "
+        "aside (nodes) or dropped (readers). Default: no signing",
+    )

@@ -20,7 +20,14 @@ from typing import Any
 import orjson
 from confluent_kafka import KafkaError
 
-from atomickafka.cli.options import add_bootstrap, add_destinations, add_overrides, fail, guarded
+from atomickafka.cli.options import (
+    add_bootstrap,
+    add_destinations,
+    add_overrides,
+    add_secret_file,
+    fail,
+    guarded,
+)
 from atomickafka.client import (
     AtomicKafkaClient,
     DeliveryError,
@@ -59,6 +66,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="send even to topics no live node serves (their other destinations wait)",
     )
+    add_secret_file(parser)
     parser.add_argument("value", nargs="?", default=None, metavar="VALUE")
     parser.set_defaults(func=guarded("send", _run))
 
@@ -113,6 +121,7 @@ def _run(args: argparse.Namespace) -> int:
         layout=args.layout,
         config=args.overrides,
         allow_offline=args.allow_offline,
+        secret_file=args.secret_file,
     )
     printer = _Printer()
     skipped = 0

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from atomickafka.cli.options import add_bootstrap, add_overrides, guarded
+from atomickafka.cli.options import add_bootstrap, add_overrides, add_secret_file, guarded
 from atomickafka.client import DeliveryReader
 from atomickafka.kafka.topics import Layout
 
@@ -31,6 +31,7 @@ def register(subparsers: Any) -> None:
         default=Layout.SPLIT.value,
         help="the nodes' layout (accepted for symmetry with send: both deliver into the topic)",
     )
+    add_secret_file(parser)
     parser.set_defaults(func=guarded("tail", _run))
 
 
@@ -43,6 +44,7 @@ def _run(args: argparse.Namespace) -> int:
             args.topic,
             from_beginning=args.from_beginning,
             config=args.overrides,
+            secret_file=args.secret_file,
         ) as reader:
             for delivery in reader.deliveries(timeout_s=timeout_s, max_messages=args.max_messages):
                 if args.json:

@@ -27,6 +27,8 @@ import struct
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
+from atomickafka.errors import AtomicKafkaError
+
 __all__ = [
     "SIGNATURE_HEADER",
     "SecretError",
@@ -43,8 +45,8 @@ _MIN_SECRET_BYTES: Final = 16
 HeaderPairs = Sequence[tuple[str, str | bytes | None]] | Mapping[str, str | bytes | None]
 
 
-class SecretError(ValueError):
-    """A secret file that cannot be used (empty, too short)."""
+class SecretError(AtomicKafkaError, ValueError):
+    """A secret file that cannot be used (unreadable, empty, too short)."""
 
 
 def parse_secrets(text: str, source: str = "the secret file") -> list[bytes]:

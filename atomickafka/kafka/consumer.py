@@ -142,7 +142,10 @@ def read_partitions(
     consumer: Consumer, topic: str, partitions: Iterable[int], timeout_s: float = 30.0
 ) -> list[KafkaMessage]:
     """Every record of ``topic``'s ``partitions`` up to their current end, in order per
-    partition (for tools and tests; a long log is read into memory)."""
+    partition (for tools and tests; a long log is read into memory). The end is where
+    the consumer's position reaches the partition's end as it was when the read began:
+    a transactional topic's last offset may be a commit marker, never returned as a
+    record."""
     parts = list(partitions)
     ends = {p: watermarks(consumer, TopicPartition(topic, p))[1] for p in parts}
     todo = {p for p, end in ends.items() if end > 0}
@@ -156,6 +159,9 @@ def read_partitions(
                 part, offset = record.partition(), record.offset()
                 if part in todo and offset is not None and offset + 1 >= ends[part]:
                     todo.discard(part)
+            if todo:
+                positions = consumer.position([TopicPartition(topic, p) for p in todo])
+                todo -= {tp.partition for tp in positions if tp.offset >= ends[tp.partition]}
     finally:
         consumer.unassign()
     if todo:

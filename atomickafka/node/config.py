@@ -120,6 +120,8 @@ class ClusterConfig:
     grace_s: float = 20.0
     #: Longest wait before restarting a child that keeps failing.
     max_backoff_s: float = 10.0
+    #: Run a standby beside every node and merger (it takes over when the active dies).
+    standby: bool = False
 
     def __post_init__(self) -> None:
         if not self.topics:
@@ -134,6 +136,7 @@ class ClusterConfig:
             "node": self.node.to_dict(),
             "grace_s": self.grace_s,
             "max_backoff_s": self.max_backoff_s,
+            "standby": self.standby,
         }
 
     @classmethod

@@ -30,6 +30,7 @@ from atomickafka.errors import ConfigError
 from atomickafka.kafka.admin import admin_client, ensure_topics
 from atomickafka.kafka.consumer import consume_batch, make_consumer, retry_transient, usable
 from atomickafka.kafka.producer import RecordProducer
+from atomickafka.kafka.secrets import load_signer
 from atomickafka.kafka.status import LayerState, Role, Status, WaitingHead, publish_status
 from atomickafka.kafka.topics import (
     dead_letter_topic,
@@ -45,12 +46,7 @@ from atomickafka.node.lease import Lease
 from atomickafka.node.lifecycle import Stoppable
 from atomickafka.node.merger_batch import MergerBatch, MergerSpec, own_delivery_key
 from atomickafka.node.metrics import Rates, status_of
-from atomickafka.node.runtime import (
-    EXIT_FENCED,
-    load_signer,
-    node_topic_specs,
-    read_snapshots,
-)
+from atomickafka.node.runtime import EXIT_FENCED, node_topic_specs, read_snapshots
 from atomickafka.node.snapshots import LoadedSnapshot
 from atomickafka.node.writers import (
     BatchWriteError,

@@ -21,13 +21,12 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Final
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from atomickafka.core.reader import DEAD_LETTER_ERROR_HEADER, PlainRecord, header_value
-from atomickafka.core.signing import Signer, parse_secrets
+from atomickafka.core.signing import Signer
 from atomickafka.errors import AtomicKafkaError
 from atomickafka.kafka.admin import (
     KEEP_FOREVER,
@@ -45,6 +44,7 @@ from atomickafka.kafka.consumer import (
     usable,
 )
 from atomickafka.kafka.producer import RecordProducer
+from atomickafka.kafka.secrets import load_signer
 from atomickafka.kafka.status import Role, Status, WaitingHead, publish_status
 from atomickafka.kafka.topics import (
     INPUT_PREFIX,
@@ -75,7 +75,6 @@ __all__ = [
     "EXIT_FENCED",
     "NodeRuntime",
     "NodeStartError",
-    "load_signer",
     "node_spec",
     "node_topic_specs",
     "read_snapshots",
@@ -112,18 +111,6 @@ def node_topic_specs(config: NodeConfig) -> dict[str, TopicSpec]:
     if config.layered:
         specs[layers_topic(topic)] = TopicSpec(config.partitions, KEEP_FOREVER)
     return specs
-
-
-def load_signer(secret_file: str | None) -> Signer | None:
-    """The signer of ``secret_file`` (``None`` when signing is off)."""
-    if secret_file is None:
-        return None
-    path = Path(secret_file)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise NodeStartError(f"cannot read the secret file {path}: {exc.strerror}") from exc
-    return Signer(parse_secrets(text, str(path)))
 
 
 def node_spec(config: NodeConfig, signer: Signer | None) -> NodeSpec:

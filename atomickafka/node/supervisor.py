@@ -78,8 +78,11 @@ class Supervisor:
 
     def __init__(self, config: ClusterConfig) -> None:
         self.config = config
-        self.children = [_Child("node", c) for c in config.node_configs()]
-        self.children += [_Child("merger", c) for c in config.merger_configs()]
+        copies = 2 if config.standby else 1  # an active instance and its standby
+        self.children = [_Child("node", c) for c in config.node_configs() for _ in range(copies)]
+        self.children += [
+            _Child("merger", c) for c in config.merger_configs() for _ in range(copies)
+        ]
         self._context = multiprocessing.get_context("spawn")
         self._stopping = False
 

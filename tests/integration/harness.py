@@ -41,6 +41,8 @@ class Workload:
     relay_share: float = 0.1
     single_share: float = 0.3
     seed: int = 0
+    #: The fewest destinations of a message that is not single-destination.
+    multicast_min: int = 1
     #: Partition keys to draw from (``None``: no key, round-robin over layers).
     keys: Sequence[str] | None = None
     sent: list[Sent] = field(default_factory=list)
@@ -55,7 +57,7 @@ class Workload:
             if rng.random() < self.single_share:
                 dests = (rng.choice(self.topics),)
             else:
-                k = rng.randint(1, len(self.topics))
+                k = rng.randint(min(self.multicast_min, len(self.topics)), len(self.topics))
                 dests = tuple(sorted(rng.sample(list(self.topics), k)))
             others = [t for t in self.topics if t not in dests]
             via = rng.choice(others) if others and rng.random() < self.relay_share else None
@@ -130,8 +132,12 @@ def running_cluster(
     log_dir: Path,
     log_level: str = "warning",
     stuck_after_s: float = DEFAULT_STUCK_AFTER_S,
+    standby: bool = False,
+    name: str | None = None,
+    **node_settings: Any,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """A cluster of nodes for ``topics``, its log kept in ``log_dir``."""
+    """A cluster of nodes for ``topics``, its log kept in ``log_dir``; ``node_settings``
+    are further :class:`NodeConfig` fields (``exactly_once``, ``secret_file``, ...)."""
     node = NodeConfig(
         bootstrap,
         topics[0],
@@ -140,9 +146,12 @@ def running_cluster(
         partitions=partitions,
         stuck_after_s=stuck_after_s,
         log_level=log_level,
+        **node_settings,
     )
-    log_path = log_dir / f"cluster-{algorithm}-{layout}-{partitions}.log"
-    with launch.running_cluster(ClusterConfig(tuple(topics), node), log_path=log_path) as proc:
+    label = name or f"{algorithm}-{layout}-{partitions}"
+    log_path = log_dir / f"cluster-{label}.log"
+    config = ClusterConfig(tuple(topics), node, standby=standby)
+    with launch.running_cluster(config, log_path=log_path) as proc:
         yield proc
 
 

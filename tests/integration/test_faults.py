@@ -1,0 +1,260 @@
+"""Crash safety on the real broker (docs/DESIGN.md §6): nodes and mergers SIGKILLed at
+random moments and restarted, standbys taking over, a second instance fenced, a paused
+("zombie") instance that comes back after its standby took over. Every test runs the
+order checker on what the client reads, and reads each delivery topic with a plain
+``read_committed`` consumer: exactly-once delivery topics hold every delivery once,
+in increasing order, whatever was killed when.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from atomickafka.core.reader import delivery_order_key, read_delivery
+from atomickafka.kafka.consumer import read_to_end
+from atomickafka.kafka.status import Status, read_statuses
+from atomickafka.kafka.topics import delivery_topic
+from tests.integration.harness import (
+    Sent,
+    Workload,
+    assert_order_checked,
+    collect_deliveries,
+    run_cli,
+    running_cluster,
+    send_concurrently,
+)
+
+pytestmark = pytest.mark.integration
+
+#: Lease sessions short enough for a test (the local broker allows 1 s; default 6 s).
+FAST: dict[str, Any] = {
+    "session_timeout_ms": 2000,
+    "snapshot_every_records": 2000,
+    "snapshot_every_s": 2.0,
+}
+
+
+def assert_plain_consumers_see_each_delivery_once(
+    bootstrap: str, topics: Sequence[str], expected: Counter[str]
+) -> None:
+    """A plain read_committed consumer of each delivery topic reads every delivery
+    exactly once, in increasing (timeStamp, layer, messageID) order."""
+    for topic in topics:
+        records = read_to_end(bootstrap, delivery_topic(topic), [0], timeout_s=120)
+        keys = [delivery_order_key(m) for m in map(read_delivery, records) if m is not None]
+        ids = [k[2] for k in keys]
+        assert len(ids) == len(set(ids)), f"{topic}: {len(ids) - len(set(ids))} repeats"
+        assert keys == sorted(keys), f"{topic}: not in increasing order"
+        assert len(keys) == expected[topic], f"{topic}: {len(keys)} of {expected[topic]}"
+
+
+def statuses_of(bootstrap: str) -> dict[str, Status]:
+    return read_statuses(bootstrap)
+
+
+def wait_for_new_pid(bootstrap: str, key: str, old: int, timeout_s: float = 60) -> float:
+    """Seconds until ``key``'s status names a process other than ``old``."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        status = statuses_of(bootstrap).get(key)
+        if status is not None and status.pid != old and time.time() - status.time < 3:
+            return time.monotonic() - start
+        time.sleep(0.2)
+    raise AssertionError(f"no new active instance of {key} within {timeout_s} s")
+
+
+def send_in_background(
+    bootstrap: str, workload: Workload
+) -> tuple[threading.Thread, list[list[Sent]], list[BaseException]]:
+    out: list[list[Sent]] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            out.append(send_concurrently(bootstrap, workload, "split"))
+        except BaseException as exc:  # surfaced by the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, out, errors
+
+
+def test_nodes_killed_at_random_moments_lose_nothing_and_repeat_nothing(
+    kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
+) -> None:
+    """20,000 messages, half of them multicast, while nodes are SIGKILLed at random
+    moments six times; the supervisor restarts them, they recover from their newest
+    snapshot and the committed offset."""
+    topics = [topic_factory() for _ in range(5)]
+    rng = random.Random(7)
+    kills = 0
+    with running_cluster(kafka_bootstrap, topics, log_dir=tmp_path, name="kills", **FAST):
+        workload = Workload(topics, 20_000, clients=4, seed=11, single_share=0.5, multicast_min=2)
+        thread, out, errors = send_in_background(kafka_bootstrap, workload)
+        deadline = time.monotonic() + 240
+        while kills < 6 and time.monotonic() < deadline:
+            time.sleep(rng.uniform(0.5, 3.0))
+            victim = statuses_of(kafka_bootstrap).get(rng.choice(topics))
+            if victim is None or not victim.pid:
+                continue
+            try:
+                os.kill(victim.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            kills += 1
+        thread.join(timeout=300)
+        assert not errors, errors
+        sent = out[0]
+        expected = Counter(t for s in sent for t in s.destinations)
+        deliveries = collect_deliveries(
+            kafka_bootstrap, topics, dict(expected), "split", timeout_s=300
+        )
+        assert_plain_consumers_see_each_delivery_once(kafka_bootstrap, topics, expected)
+    assert kills >= 5
+    assert len(sent) == 20_000
+    assert sum(1 for s in sent if len(s.destinations) > 1) >= 9_000
+    assert_order_checked(sent, deliveries)
+
+
+def test_a_standby_takes_over_from_a_killed_node(
+    kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
+) -> None:
+    """`cluster --standby`: the active node of a topic is SIGKILLed; its standby takes
+    over within seconds and nothing is lost or repeated."""
+    topics = [topic_factory() for _ in range(3)]
+    with running_cluster(
+        kafka_bootstrap, topics, log_dir=tmp_path, standby=True, name="standby", **FAST
+    ):
+        sent = send_concurrently(
+            kafka_bootstrap, Workload(topics, 2000, clients=2, seed=1), "split"
+        )
+        victim = statuses_of(kafka_bootstrap)[topics[0]]
+        killed_at = time.monotonic()
+        os.kill(victim.pid, signal.SIGKILL)
+        takeover_s = wait_for_new_pid(kafka_bootstrap, topics[0], victim.pid)
+        sent += send_concurrently(
+            kafka_bootstrap, Workload(topics, 2000, clients=2, seed=2), "split"
+        )
+        expected = Counter(t for s in sent for t in s.destinations)
+        deliveries = collect_deliveries(kafka_bootstrap, topics, dict(expected), "split")
+        assert_plain_consumers_see_each_delivery_once(kafka_bootstrap, topics, expected)
+    print(f"standby takeover: {takeover_s:.1f} s after SIGKILL (session 2 s)")
+    assert takeover_s < 20, time.monotonic() - killed_at
+    assert_order_checked(sent, deliveries)
+
+
+def test_a_killed_layer_node_and_merger_recover(
+    kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
+) -> None:
+    """Partitioned topics: a layer's node and another topic's merger SIGKILLed while
+    traffic flows; restarted, they recover and the merged streams stay exact."""
+    topics = [topic_factory() for _ in range(3)]
+    with running_cluster(
+        kafka_bootstrap, topics, partitions=2, log_dir=tmp_path, name="layers", **FAST
+    ):
+        workload = Workload(topics, 4000, clients=2, seed=5)
+        thread, out, errors = send_in_background(kafka_bootstrap, workload)
+        time.sleep(1.5)
+        statuses = statuses_of(kafka_bootstrap)
+        os.kill(statuses[f"{topics[0]}/1"].pid, signal.SIGKILL)
+        time.sleep(1.0)
+        os.kill(statuses[f"{topics[1]}/merger"].pid, signal.SIGKILL)
+        thread.join(timeout=300)
+        assert not errors, errors
+        sent = out[0]
+        expected = Counter(t for s in sent for t in s.destinations)
+        deliveries = collect_deliveries(
+            kafka_bootstrap, topics, dict(expected), "split", timeout_s=240
+        )
+        assert_plain_consumers_see_each_delivery_once(kafka_bootstrap, topics, expected)
+    assert_order_checked(sent, deliveries)
+
+
+def test_a_second_node_for_a_running_topic_stands_by_and_never_writes(
+    kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
+) -> None:
+    """Started twice by mistake: the second instance waits as a standby (the lease is
+    held) instead of writing beside the first: every delivery is written once."""
+    topics = [topic_factory() for _ in range(2)]
+    with running_cluster(kafka_bootstrap, topics, log_dir=tmp_path, name="twice", **FAST):
+        second = run_cli(
+            "node",
+            "--bootstrap-server",
+            kafka_bootstrap,
+            "--topic",
+            topics[0],
+            "--takeover-after",
+            "2",
+            "--max-seconds",
+            "25",
+            "--log-level",
+            "info",
+            timeout=120,
+        )
+        # meanwhile nothing was sent; now traffic, with the second one gone
+        sent = send_concurrently(
+            kafka_bootstrap, Workload(topics, 1000, clients=2, seed=3), "split"
+        )
+        expected = Counter(t for s in sent for t in s.destinations)
+        deliveries = collect_deliveries(kafka_bootstrap, topics, dict(expected), "split")
+        assert_plain_consumers_see_each_delivery_once(kafka_bootstrap, topics, expected)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "standing by" in second.stderr
+    assert " active: " not in second.stderr  # it never became the active instance
+    assert_order_checked(sent, deliveries)
+
+
+def test_a_paused_node_is_fenced_when_it_wakes_after_its_standby_took_over(
+    kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
+) -> None:
+    """A zombie: the active node is paused (SIGSTOP) past its lease; the standby takes
+    over and initialises its transactional producer, fencing the paused one, which on
+    waking (SIGCONT) fails its next transaction and stops without writing."""
+    topics = [topic_factory() for _ in range(2)]
+    with running_cluster(
+        kafka_bootstrap, topics, log_dir=tmp_path, standby=True, name="zombie", **FAST
+    ):
+        sent = send_concurrently(
+            kafka_bootstrap, Workload(topics, 1000, clients=2, seed=8), "split"
+        )
+        zombie = statuses_of(kafka_bootstrap)[topics[0]]
+        os.kill(zombie.pid, signal.SIGSTOP)
+        try:
+            wait_for_new_pid(kafka_bootstrap, topics[0], zombie.pid)
+            thread, out, errors = send_in_background(
+                kafka_bootstrap, Workload(topics, 1000, clients=2, seed=9)
+            )
+        finally:
+            os.kill(zombie.pid, signal.SIGCONT)
+        thread.join(timeout=300)
+        assert not errors, errors
+        sent += out[0]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _alive(zombie.pid):
+            time.sleep(0.2)
+        expected = Counter(t for s in sent for t in s.destinations)
+        deliveries = collect_deliveries(kafka_bootstrap, topics, dict(expected), "split")
+        assert_plain_consumers_see_each_delivery_once(kafka_bootstrap, topics, expected)
+    assert not _alive(zombie.pid), "the fenced instance stopped"
+    log = (tmp_path / "cluster-zombie.log").read_text()
+    assert "fenced" in log or "lease went to another instance" in log
+    assert_order_checked(sent, deliveries)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False

@@ -1,0 +1,271 @@
+"""Issue 15 on the real broker: one record (or one failed write) from anyone who can
+write to the input logs or the delivery topics must not stop a topic or break its order
+(docs/DESIGN.md §4.9, §4.11, §6). One test per way the model checker found:
+
+1. a stray clock (a Tick or an Ack far ahead) at one node;
+2. the merger's own tick after such a record, on a partitioned topic;
+3. a Notify at ``MAX_TIMESTAMP`` (the clock-exhaustion off-by-one);
+4. a ClientMessage inside a bundle whose value is not JSON;
+5. records someone else wrote into ``T`` before the merger restarts;
+6. a failed write with later ones written (the broker paused past ``message.timeout.ms``);
+7. (nodes of different protocols: tests/integration/test_bad_input.py).
+
+Each test only uses what any client or plain producer can do, and each ends with the
+topics still delivering, in order, checked by the order checker.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from confluent_kafka import Producer
+
+from atomickafka.client import AtomicKafkaClient
+from atomickafka.core.reader import delivery_order_key, read_delivery
+from atomickafka.core.wire import MAX_TIMESTAMP, encode_bundle, value_digest
+from atomickafka.core.wire import Message as WireMessage
+from atomickafka.core.wire import MessageType as Kind
+from atomickafka.kafka.consumer import read_to_end
+from atomickafka.kafka.status import read_statuses
+from atomickafka.kafka.topics import delivery_topic, input_topic
+from atomickafka.localkafka import broker_status
+from tests.conftest import KafkaService
+from tests.integration.harness import (
+    Sent,
+    Workload,
+    assert_order_checked,
+    collect_deliveries,
+    running_cluster,
+    send_concurrently,
+)
+
+pytestmark = pytest.mark.integration
+
+FAST: dict[str, Any] = {
+    "session_timeout_ms": 2000,
+    "snapshot_every_records": 2000,
+    "snapshot_every_s": 2.0,
+}
+
+
+def produce_raw(bootstrap: str, topic: str, values: list[bytes], partition: int = 0) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for value in values:
+        producer.produce(topic, value, partition=partition)
+    assert producer.flush(10) == 0
+
+
+def stray_ack(mid: str, dests: list[str], sender: str, ts: int) -> bytes:
+    return orjson.dumps(
+        {"messageID": mid, "messageType": "AckMessage", "topic": dests, "sentFromTopic": sender,
+         "protocol": "direct", "digest": "0" * 16, "timeStamp": ts, "formatVersion": 2}
+    )  # fmt: skip
+
+
+def multicast_arrives(bootstrap: str, topics: list[str], value: str = "after") -> None:
+    """A multicast to ``topics`` is delivered at every one of them, in order."""
+    with AtomicKafkaClient(bootstrap) as client:
+        mid = client.send(value, topics)
+    got = collect_deliveries(bootstrap, topics, dict.fromkeys(topics, 1), "split", timeout_s=60)
+    for topic in topics:
+        assert mid in [d.messageID for d in got[topic]], f"{mid} not delivered at {topic}"
+    assert_order_checked(
+        [Sent(mid, tuple(sorted(topics)), value, "")],
+        {t: [d for d in got[t] if d.messageID == mid] for t in got},
+    )
+
+
+def test_1_a_stray_clock_at_one_node_stalls_no_multicast(
+    kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
+) -> None:
+    """A stray Ack (timestamp 2^48 - 2, which the old bound accepted) moves A's clock far
+    ahead of B's; A's next proposals must still be taken by B (the bound is the log's
+    time, the same at every node, not the receiver's own clock)."""
+    a, b = topic_factory(), topic_factory()
+    with running_cluster(kafka_bootstrap, [a, b], log_dir=tmp_path):
+        produce_raw(
+            kafka_bootstrap, input_topic(a, "split"), [stray_ack("x", [a, b], b, 2**48 - 2)]
+        )
+        tick = orjson.dumps(
+            {"messageType": "TickMessage", "senderID": "someone", "timeStamp": 2**48 - 1,
+             "formatVersion": 2}
+        )  # fmt: skip
+        produce_raw(kafka_bootstrap, input_topic(a, "split"), [tick])
+        multicast_arrives(kafka_bootstrap, [a, b])
+        status = read_statuses(kafka_bootstrap)
+    assert status[a].clock >= 2**48 - 2  # the stray was taken: it was within the bound
+    assert status[b].clock >= 2**48  # and B took A's proposals above it
+
+
+def test_2_the_mergers_tick_after_a_stray_clock_is_taken(
+    kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
+) -> None:
+    """Layer 0 of T delivers at about 2^48 after a stray record; the merger asks the
+    idle layer 1 to tick there: the tick must be taken, or T's merged stream stops."""
+    t, u = topic_factory(), topic_factory()
+    with running_cluster(kafka_bootstrap, [t, u], partitions=2, log_dir=tmp_path, **FAST):
+        stray = orjson.loads(stray_ack("x", [t, u], u, 2**48))
+        stray["partitionID"] = 0
+        produce_raw(kafka_bootstrap, input_topic(t, "split"), [orjson.dumps(stray)], partition=0)
+        with AtomicKafkaClient(kafka_bootstrap) as client:
+            first = client.send("on layer 0", [t], key="layer0")  # crc32 % 2 == 0
+            sent = [Sent(first, (t,), "on layer 0", "")]
+        got = collect_deliveries(kafka_bootstrap, [t], {t: 1}, "split", timeout_s=60)
+    assert [d.messageID for d in got[t]] == [first]
+    assert got[t][0].timeStamp >= 2**48
+    assert_order_checked(sent, got)
+
+
+def test_3_a_notify_at_the_largest_timestamp_exhausts_nothing(
+    kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
+) -> None:
+    """A Notify at MAX_TIMESTAMP must not make a node propose 2^53 (which no decoder
+    reads): it is refused and its message aborted; the next multicasts go through."""
+    a, b = topic_factory(), topic_factory()
+    with running_cluster(kafka_bootstrap, [a, b], log_dir=tmp_path):
+        value = b'"boom"'
+        notify = WireMessage(
+            "boom", Kind.NOTIFY, tuple(sorted([a, b])), value, f"node-{b}", b, MAX_TIMESTAMP,
+            digest=value_digest(value), protocol="direct",
+        )  # fmt: skip
+        bundle = encode_bundle([notify], sender_id=f"node-{b}", sent_from=b, protocol="direct")
+        produce_raw(kafka_bootstrap, input_topic(a, "split"), [bundle])
+        multicast_arrives(kafka_bootstrap, [a, b])
+        for topic in (a, b):
+            records = read_to_end(kafka_bootstrap, delivery_topic(topic), [0])
+            messages = [m for m in map(read_delivery, records) if m is not None]
+            assert len(messages) == len(records)  # every record decodes
+            assert "boom" not in [m.messageID for m in messages]
+            assert all((m.timeStamp or 0) <= MAX_TIMESTAMP for m in messages)
+
+
+def test_4_a_bundled_value_that_is_not_json_is_never_delivered(
+    kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
+) -> None:
+    a, b = topic_factory(), topic_factory()
+    with running_cluster(kafka_bootstrap, [a, b], log_dir=tmp_path):
+        raw = b'\xff{"a": [}'
+        header = {
+            "messageType": "Bundle", "senderID": "mallory", "sentFromTopic": b,
+            "protocol": "direct", "formatVersion": 2,
+            "messages": [{"messageID": "bad", "messageType": "ClientMessage",
+                          "topic": [a, b], "valueBytes": len(raw)}],
+        }  # fmt: skip
+        produce_raw(kafka_bootstrap, input_topic(a, "split"), [orjson.dumps(header) + b"\n" + raw])
+        multicast_arrives(kafka_bootstrap, [a, b])
+        for topic in (a, b):
+            records = read_to_end(kafka_bootstrap, delivery_topic(topic), [0])
+            for record in records:
+                value = record.value() or b""
+                orjson.loads(value)  # every Delivery record is valid UTF-8 JSON
+                assert b'"bad"' not in value
+
+
+def test_5_records_someone_else_wrote_into_t_do_not_stop_the_merger(
+    kafka_bootstrap: str,
+    kafka_service: KafkaService,
+    topic_factory: Callable[[], str],
+    tmp_path: Path,
+) -> None:
+    """A plain record, a ClientMessage and a Delivery with a huge timeStamp (not the
+    merger's) written into T, then the merger SIGKILLed: it restarts, resumes after its
+    own last delivery, and delivers everything that follows."""
+    t, u = topic_factory(), topic_factory()
+    with running_cluster(kafka_bootstrap, [t, u], partitions=2, log_dir=tmp_path, **FAST):
+        before = send_concurrently(
+            kafka_bootstrap, Workload([t, u], 200, clients=1, seed=1), "split"
+        )
+        collect_deliveries(
+            kafka_bootstrap,
+            [t, u],
+            dict(Counter(x for s in before for x in s.destinations)),
+            "split",
+        )
+        foreign_delivery = orjson.dumps(
+            {"messageID": "foreign", "senderID": "someone", "messageType": "DeliveryMessage",
+             "value": 1, "topic": [t], "sentFromTopic": t, "timeStamp": 2**50,
+             "formatVersion": 2, "digest": "0" * 16}
+        )  # fmt: skip
+        client_record = orjson.dumps(
+            {"messageID": "c", "messageType": "ClientMessage", "topic": [t], "value": 1}
+        )
+        produce_raw(
+            kafka_bootstrap, delivery_topic(t), [b"not json", client_record, foreign_delivery]
+        )
+        merger = read_statuses(kafka_bootstrap)[f"{t}/merger"]
+        os.kill(merger.pid, signal.SIGKILL)
+        after = send_concurrently(
+            kafka_bootstrap, Workload([t, u], 200, clients=1, seed=2), "split"
+        )
+        sent = before + after
+        expected = Counter(x for s in sent for x in s.destinations)
+        got = collect_deliveries(kafka_bootstrap, [t, u], dict(expected), "split")
+        restarted = read_statuses(kafka_bootstrap)[f"{t}/merger"]
+    assert restarted.pid != merger.pid
+    assert restarted.dead_letters >= 3  # the three foreign records, counted
+    assert_order_checked(sent, got)
+
+
+@pytest.mark.parametrize("exactly_once", [True, False], ids=["exactly-once", "at-least-once"])
+def test_6_a_failed_write_leaves_no_gap_in_any_ordered_stream(
+    kafka_bootstrap: str,
+    kafka_service: KafkaService,
+    topic_factory: Callable[[], str],
+    tmp_path: Path,
+    exactly_once: bool,
+) -> None:
+    """The broker is paused past the nodes' ``message.timeout.ms`` while traffic flows:
+    writes fail. Whatever was written before, nothing later may be written after a lost
+    write (gapless producers, or transactions); the node exits and replays. What each
+    delivery topic holds is then in strictly increasing order (after dropping exact
+    repeats in at-least-once mode) and complete."""
+    if kafka_service.data_dir is None:
+        pytest.skip("needs the local broker's process to pause it")  # CI uses the local one
+    pids = [s.pid for s in broker_status(kafka_service.data_dir) if s.pid]
+    topics = [topic_factory() for _ in range(3)]
+    with running_cluster(
+        kafka_bootstrap,
+        topics,
+        log_dir=tmp_path,
+        name=f"gap-{exactly_once}",
+        exactly_once=exactly_once,
+        overrides={"message.timeout.ms": "2000", "transaction.timeout.ms": "5000"},
+        **FAST,
+    ):
+        sent: list[Sent] = []
+        sent += send_concurrently(
+            kafka_bootstrap, Workload(topics, 1500, clients=2, seed=3), "split"
+        )
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(4)
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+        sent += send_concurrently(
+            kafka_bootstrap, Workload(topics, 1500, clients=2, seed=4), "split"
+        )
+        expected = Counter(x for s in sent for x in s.destinations)
+        got = collect_deliveries(kafka_bootstrap, topics, dict(expected), "split", timeout_s=240)
+        for topic in topics:
+            records = read_to_end(kafka_bootstrap, delivery_topic(topic), [0], timeout_s=120)
+            keys = [delivery_order_key(m) for m in map(read_delivery, records) if m is not None]
+            unique: list[tuple[int, int, str]] = []
+            for key in keys:  # at-least-once: a replay writes a suffix again
+                if not unique or key > unique[-1]:
+                    unique.append(key)
+                else:
+                    assert key in set(unique), f"{topic}: {key} came after {unique[-1]}"
+            assert len(unique) == expected[topic]
+            if exactly_once:
+                assert keys == unique, f"{topic}: a repeat under exactly-once"
+    assert_order_checked(sent, got)
