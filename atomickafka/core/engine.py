@@ -72,6 +72,7 @@ wrong; the mutation tests override them to put those defects back.
 from __future__ import annotations
 
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, NoReturn
 
@@ -190,6 +191,9 @@ class Engine:
         self._memory = SettledMemory(window_ms)
         self._links = LinkSequences()
         self._held = HeldMessages()
+        #: Entries created by a peer's Ack before this node heard of the message, with
+        #: when to forget them if it never does (a stray Ack; §4.13).
+        self._orphans: deque[tuple[int, str]] = deque()
         self._check_due = False
         self._aborts: list[Aborted] = []
         self._origin: int | None = None  # offset of the record being handled
@@ -204,7 +208,11 @@ class Engine:
             MessageType.DECIDED: self._on_decided,
             MessageType.ABORT: self._on_abort,
             MessageType.TICK: self._on_tick,
+            MessageType.MEMBERS: self._on_members,
         }
+        #: The topics that have a node, as this node last wrote them into its log
+        #: (§4.9.5); ``None``: not known, every destination is taken on trust.
+        self.members: frozenset[str] | None = None
 
     # ------------------------------------------------------------------ public API
 
@@ -243,9 +251,23 @@ class Engine:
         if log_time is None or log_time <= self.now_ms:
             return
         self.now_ms = log_time
-        self.stats.forgotten += self._memory.expire(log_time)
+        self.stats.forgotten += self._memory.expire(log_time) + self._expire_orphans(log_time)
         for held in self._held.due(log_time * 1000):
             self._take(None, held, result, released=True)
+
+    def _expire_orphans(self, now_ms: int) -> int:
+        """Forget entries a stray Ack created a window ago for a message this node never
+        heard of since: an honest Ack's Notify is written in the same batch as the
+        Notify that caused the Ack, so it arrives within moments, not a window."""
+        forgotten = 0
+        orphans = self._orphans
+        while orphans and orphans[0][0] <= now_ms:
+            _, mid = orphans.popleft()
+            entry = self._pending.get(mid)
+            if entry is not None and entry.local is None:
+                del self._pending[mid]
+                forgotten += 1
+        return forgotten
 
     def _take(
         self, position: int | None, record: Message, result: Step, *, released: bool = False
@@ -492,7 +514,12 @@ class Engine:
                 abort = self._outgoing(
                     MessageType.ABORT, mid, record.topic, record.digest, sent_at=record.sentAt
                 )
-                aborts = [Output(t, abort) for t in record.topic if t != self.topic]
+                members = self.members
+                aborts = [
+                    Output(t, abort)
+                    for t in record.topic
+                    if t != self.topic and (members is None or t in members)
+                ]
         raise _Refused(reason, aborts)
 
     def _drop(self, mid: str, reason: str) -> None:
@@ -580,6 +607,20 @@ class Engine:
         except MessageError as exc:
             self._refuse_version(record, str(exc))
 
+    def _check_members(self, record: Message) -> None:
+        """§4.9.5 on first hearing: every destination has a node. A destination no node
+        has ever served would hold the message -- and every later one here -- forever."""
+        members = self.members
+        if members is None:
+            return
+        unknown = [t for t in record.topic if t not in members]
+        if unknown:
+            self._refuse_version(
+                record,
+                f"destination {_names(unknown)} has no node (no node of it has ever "
+                "published a status); start one, or check the destination's name",
+            )
+
     def _check_late(self, record: Message) -> None:
         """§4.13: a client copy of a message unknown here that reached the log too late
         (or dated ahead) is set aside -- without an Abort."""
@@ -644,6 +685,7 @@ class Engine:
             return []
         if entry is None:
             self._check_late(record)
+        self._check_members(record)
         self._check_value(record)
         self._check_can_propose(record)
         entry = self._entry(record)
@@ -672,6 +714,7 @@ class Engine:
             self.stats.duplicates += 1
             return []
         self._check_late(record)
+        self._check_members(record)
         self._check_value(record)
         self._memory.settle(mid, Outcome.RELAYED, _version(record), self.now_ms)
         self.stats.relayed += 1
@@ -698,6 +741,7 @@ class Engine:
             return self._answer_settled(record)
         entry = self._pending.get(mid)
         if entry is None or entry.local is None:  # first hearing: this node will propose
+            self._check_members(record)
             self._check_value(record)
             self._check_can_propose(record, ts)
         self._observe(ts)
@@ -758,6 +802,8 @@ class Engine:
         self._observe(ts)
         if self._settled(mid):
             return self._answer_settled(record)
+        if mid not in self._pending:
+            self._orphans.append((self.now_ms + self.window.window_ms, mid))
         entry = self._entry(record)  # poc: an Ack may overtake the Notify that starts us
         if sender in entry.proposals:
             self.stats.duplicates += 1
@@ -825,6 +871,16 @@ class Engine:
             )
         self._check_timestamp(record, ts)
         self._observe(ts)
+        return []
+
+    def _on_members(self, record: Message) -> list[Output]:
+        """§4.9.5: this node's own record of which topics have a node."""
+        if record.senderID != self.node_id:
+            raise _Refused(
+                f"MembersMessage from {record.senderID or 'an unnamed sender'}: only this "
+                "node writes its own"
+            )
+        self.members = frozenset(record.topic) | {self.topic}
         return []
 
     # ------------------------------------------------------------------ helpers

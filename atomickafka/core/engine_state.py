@@ -114,6 +114,8 @@ def engine_to_data(engine: Engine) -> dict[str, Any]:
         "held": [_message_data(m) for m in engine._held.messages()],
         "memory": engine._memory.to_data(),
         "links": engine._links.to_data(),
+        "members": None if engine.members is None else sorted(engine.members),
+        "orphans": [list(o) for o in engine._orphans],
         "stats": {name: getattr(engine.stats, name) for name in EngineStats.__dataclass_fields__},
     }
 
@@ -174,5 +176,8 @@ def _load(engine: Engine, data: dict[str, Any]) -> None:
         engine._held.hold(message, message.timeStamp)
     engine._memory = SettledMemory.from_data(data["memory"])
     engine._links = LinkSequences.from_data(data["links"])
+    engine._orphans.extend((int(t), str(mid)) for t, mid in data.get("orphans", []))
+    members = data.get("members")
+    engine.members = None if members is None else frozenset(str(t) for t in members)
     engine.stats = EngineStats(**data["stats"])
     engine._check_due = True

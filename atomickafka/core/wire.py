@@ -21,6 +21,8 @@ Bundle
     of the messages that carry one, back to back; each such message gives its
     ``valueBytes``. Values travel as opaque bytes: no hop parses or re-encodes them.
 
+A ``MembersMessage`` (one JSON object with ``topic``: the topics that have a node),
+written by a node into its own input log, says which destinations exist (§4.9.5).
 A ``TickMessage`` (one JSON object with ``timeStamp``) moves a partition layer's
 clock; the merger writes it. A ``WatermarkMessage`` is a layer's promise to its merger
 that it delivers nothing below its ``timeStamp`` any more (§8).
@@ -68,6 +70,7 @@ __all__ = [
     "encode_bundle",
     "encode_client",
     "encode_delivery",
+    "encode_members",
     "encode_tick",
     "encode_watermark",
     "envelope_bytes",
@@ -91,6 +94,7 @@ class MessageType(StrEnum):
     PARTITION_DELIVERY = "PartitionDeliveryMessage"
     TICK = "TickMessage"
     WATERMARK = "WatermarkMessage"
+    MEMBERS = "MembersMessage"
     BUNDLE = "Bundle"
 
 
@@ -407,6 +411,7 @@ _RECORD_TYPES: Final = frozenset(
         MessageType.PARTITION_DELIVERY,
         MessageType.TICK,
         MessageType.WATERMARK,
+        MessageType.MEMBERS,
         MessageType.NOTIFY,
         MessageType.ACK,
         MessageType.DECIDED,
@@ -442,6 +447,17 @@ def decode_record(
                 senderID=_sender(obj),
                 timeStamp=_timestamp(obj, True, kind),
                 partitionID=_optional_partition(obj),
+                logTime=log_time,
+                origin=origin,
+            )
+        ]
+    if kind is MessageType.MEMBERS:
+        return [
+            Message(
+                messageID=_check_id("messageID", obj.get("messageID", str(kind))),
+                messageType=kind,
+                topic=parse_destinations(obj.get("topic")),
+                senderID=_sender(obj),
                 logTime=log_time,
                 origin=origin,
             )
@@ -611,6 +627,20 @@ def encode_tick(sender_id: str, timestamp: int, partition: int | None = None) ->
     if partition is not None:
         out["partitionID"] = partition
     return orjson.dumps(out)
+
+
+def encode_members(sender_id: str, topics: Iterable[str]) -> bytes:
+    """A MembersMessage record: the topics that have a node, as ``sender_id`` knows them
+    (§4.9.5); a node writes it into its own input log."""
+    return orjson.dumps(
+        {
+            "messageID": "members",
+            "senderID": sender_id,
+            "messageType": MessageType.MEMBERS,
+            "topic": sorted(set(topics)),
+            "formatVersion": FORMAT_VERSION,
+        }
+    )
 
 
 def encode_watermark(sender_id: str, timestamp: int, partition: int) -> bytes:

@@ -53,6 +53,7 @@ from atomickafka.core.wire import (
     MessageType,
     decode_record,
     encode_delivery,
+    encode_members,
     encode_tick,
     encode_watermark,
     pack_bundles,
@@ -165,6 +166,7 @@ class NodeBatch:
         self._last_snapshot_s: float | None = None
         self._last_tick_s: float | None = None
         self._watermark_sent = -1
+        self._members_written: set[str] | None = None
 
     # ------------------------------------------------------------------ starting
 
@@ -231,6 +233,22 @@ class NodeBatch:
             return ready
         self._maybe_tick(ready, wall_s)
         self._maybe_snapshot(ready, wall_s)
+        return ready
+
+    def members(self, topics: Iterable[str]) -> Ready:
+        """The topics that have a node, as the shell learnt them from the statuses: when
+        that adds to what this node last wrote, a MembersMessage into its own log
+        (§4.9.5; it takes effect, deterministically, when the node reads it back)."""
+        known = set(topics) | {self.spec.topic}
+        ready = Ready()
+        if self._members_written is not None and known <= self._members_written:
+            return ready
+        self._members_written = known | (self._members_written or set())
+        spec = self.spec
+        value = encode_members(spec.node_id, self._members_written)
+        ready.records.append(
+            self._signed(OutRecord(OutKind.TICK, spec.input_topic, value, spec.input_partition))
+        )
         return ready
 
     def snapshot_now(self, *, wall_s: float) -> Ready:

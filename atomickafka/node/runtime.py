@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Final
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
 from atomickafka.core.reader import DEAD_LETTER_ERROR_HEADER, PlainRecord, header_value
 from atomickafka.core.signing import Signer
@@ -45,7 +46,7 @@ from atomickafka.kafka.consumer import (
 )
 from atomickafka.kafka.producer import RecordProducer
 from atomickafka.kafka.secrets import load_signer
-from atomickafka.kafka.status import Role, Status, WaitingHead, publish_status
+from atomickafka.kafka.status import Role, Status, WaitingHead, parse_status, publish_status
 from atomickafka.kafka.topics import (
     INPUT_PREFIX,
     STATUS_TOPIC,
@@ -155,6 +156,33 @@ def read_snapshots(config: NodeConfig, role: str, signer: Signer | None) -> list
     return newest_snapshots(rows, role)
 
 
+class Membership:
+    """The topics that have a node, learnt from the status topic, read incrementally
+    (§4.9.5): every node status ever published names its topic (the topic is
+    compacted, so each node's latest status stays)."""
+
+    def __init__(self, bootstrap: str, overrides: Mapping[str, str]) -> None:
+        self.topics: set[str] = set()
+        self._consumer = make_consumer(bootstrap, None, overrides)
+        metadata = self._consumer.list_topics(STATUS_TOPIC, timeout=10).topics.get(STATUS_TOPIC)
+        partitions = list(metadata.partitions) if metadata is not None else [0]
+        self._consumer.assign(
+            [TopicPartition(STATUS_TOPIC, p, OFFSET_BEGINNING) for p in partitions]
+        )
+
+    def poll(self, timeout_s: float = 0.0) -> set[str]:
+        """Read what has arrived; return every topic known to have a node."""
+        for record in usable(consume_batch(self._consumer, 5000, timeout_s)):
+            status = parse_status(record.value())
+            if status is not None and status.role is Role.NODE:
+                self.topics.add(status.topic)
+        return self.topics
+
+    def close(self) -> None:
+        """Release the consumer."""
+        self._consumer.close()
+
+
 class NodeRuntime(Stoppable):
     """Runs one node until :meth:`stop` is called (or a signal arrives).
 
@@ -181,6 +209,8 @@ class NodeRuntime(Stoppable):
         self._lease: Lease | None = None
         self._status_count = 0
         self._mismatch_logged: set[str] = set()
+        self._membership: Membership | None = None
+        self._members_at = 0.0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -271,6 +301,8 @@ class NodeRuntime(Stoppable):
                 on_unwritable=self._unwritable,
             )
         consumer.assign([TopicPartition(self._input, self._partition, self.batch.position)])
+        self._membership = Membership(cfg.bootstrap, cfg.overrides)
+        self._membership.poll(2.0)
         self.active = True
         self._recovery_started = started
         log.info(
@@ -337,12 +369,24 @@ class NodeRuntime(Stoppable):
                 self.batch.step(records, wall_s=wall) if records else self.batch.idle(wall_s=wall)
             )
             self._write(ready, len(records))
+            self._note_members()
             writer.settle()
             if not lease.poll(0):
                 raise FencedError("the role's lease went to another instance")
             if self._tick(time.monotonic()):
                 break
         return 0
+
+    def _note_members(self) -> None:
+        """Every couple of seconds (and after a replay), tell the batch layer which
+        topics have a node; it writes a MembersMessage when that grew (§4.9.5)."""
+        now = time.monotonic()
+        if self._membership is None or self.batch.replaying or now - self._members_at < 2.0:
+            return
+        self._members_at = now
+        ready = self.batch.members(self._membership.poll())
+        if ready.records:
+            self._write(ready, 0)
 
     def _write(self, ready: Ready, consumed: int) -> None:
         writer = self._writer
@@ -396,6 +440,8 @@ class NodeRuntime(Stoppable):
                 log.error("closing the writer: %s", exc)
         if consumer is not None:
             consumer.close()
+        if self._membership is not None:
+            self._membership.close()
         if self._lease is not None:
             self._lease.close()
         if self._status is not None:

@@ -18,7 +18,14 @@ from hypothesis import strategies as st
 
 from atomickafka.core.engine import Algorithm, Engine, Output
 from atomickafka.core.timebounds import CLOCK_HOLD_US, CLOCK_LEAD_US
-from atomickafka.core.wire import MAX_TIMESTAMP, MessageType, value_digest
+from atomickafka.core.wire import (
+    MAX_TIMESTAMP,
+    Message,
+    MessageType,
+    decode_record,
+    encode_members,
+    value_digest,
+)
 from atomickafka.verify.checker import ViolationKind, check, deliveries_from_wire
 from atomickafka.verify.simulator import (
     CALM,
@@ -374,3 +381,49 @@ def test_a_destination_with_a_smaller_limit_refuses_for_everyone(algorithm: Algo
     assert result.stuck() == {}
     assert all(result.delivered_ids(t) == ["after"] for t in "ABC")
     assert any("limit" in r for r in result.rejected_reasons()["B"])
+
+
+# ---------------------------------------------------------------------------- §4.9.5 members
+
+
+def members(*topics: str, sender: str = "node-A") -> Message:
+    """A MembersMessage as node A writes it into its own log."""
+    (message,) = decode_record(encode_members(sender, topics))
+    return message
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_destination_without_a_node_is_refused_and_aborted_not_waited_for(
+    algorithm: Algorithm,
+) -> None:
+    """A message naming a topic no node has ever served would hold A's queue head, and
+    everything after it, forever: once A's log says which topics have a node, A refuses
+    such a message on first hearing and tells its other destinations (§4.9.5)."""
+    node = Engine("A", algorithm=algorithm)
+    node.step([members("A", "B")])
+    step = node.step([client("m", "A", "B", "nosuch")])
+    assert "has no node" in step.rejected[0].reason
+    assert types(step.outputs) == [("B", "AbortMessage", "m")]
+    assert node.pending_count == 0
+    assert [o.message.messageID for o in node.step([client("n", "A")]).outputs] == ["n"]
+
+
+def test_membership_comes_only_from_the_node_itself_and_only_grows_by_its_records() -> None:
+    node = Engine("A")
+    assert node.step([members("A", "B", sender="mallory")]).rejected
+    assert node.members is None  # unknown: every destination is taken on trust
+    node.step([members("B")])
+    assert node.members == {"A", "B"}  # a node is always a member of its own topic
+    assert not node.step([client("m", "A", "B")]).rejected
+
+
+def test_an_entry_a_stray_ack_created_is_forgotten_after_the_window() -> None:
+    """§4.13: an Ack for a message never heard of makes an entry; if no Notify follows
+    within the memory window, it was a stray and is forgotten (memory stays bounded)."""
+    node = Engine("A", algorithm=Algorithm.POC, window_ms=1000)
+    node.step([at(NOW, ack("x", "AB", "B", 3, alg="poc"))])
+    assert node.pending_count == 1
+    node.step([at(NOW + 999, tick(0, topic="A"))])
+    assert node.pending_count == 1
+    node.step([at(NOW + 1000, tick(0, topic="A"))])
+    assert node.pending_count == 0 and node.stats.forgotten == 1
