@@ -6,7 +6,7 @@ import argparse
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from atomickafka.cli.options import (
     add_bootstrap,
@@ -20,6 +20,11 @@ from atomickafka.evaluation.results import RunInfo
 from atomickafka.kafka.topics import Layout
 from atomickafka.localkafka import running_bootstrap
 from atomickafka.logs import configure_logging
+
+if TYPE_CHECKING:  # the suite needs the eval extra: imported when it runs
+    from atomickafka.evaluation.scenarios import Scenario
+    from atomickafka.evaluation.suite import SuiteOutcome, SuiteSettings
+    from atomickafka.evaluation.variants import Comparison
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -107,43 +112,33 @@ def _announce(info: RunInfo) -> None:
             print(details, file=sys.stderr, flush=True)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _parse_load(args: argparse.Namespace) -> tuple[list[Scenario], list[Comparison]]:
+    """The scenarios and comparisons asked for, once every size, pace and layout option
+    is checked; ``ValueError`` names the first one the suite cannot run."""
     from atomickafka.evaluation.scenarios import parse_scenarios  # noqa: PLC0415
     from atomickafka.evaluation.variants import parse_comparisons  # noqa: PLC0415
 
-    if args.print_job:
-        from atomickafka.evaluation.spark import job_path  # noqa: PLC0415
+    scenarios = parse_scenarios(args.scenarios)
+    comparisons = parse_comparisons(args.compare)
+    for name in ("messages_per_client", "clients", "topics", "partitions"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.pace_ms < 0 or args.window_s <= 0 or args.stall_timeout_s <= 0:
+        raise ValueError("--pace-ms must be >= 0, --window-s and --stall-timeout-s > 0")
+    if args.partitions > 1 and args.layout != Layout.SPLIT.value:
+        raise ValueError("--partitions needs the split layout")
+    return scenarios, comparisons
 
-        print(job_path())
-        return 0
-    try:
-        overrides = args.overrides
-        scenarios = parse_scenarios(args.scenarios)
-        comparisons = parse_comparisons(args.compare)
-        for name in ("messages_per_client", "clients", "topics", "partitions"):
-            if getattr(args, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
-        if args.pace_ms < 0 or args.window_s <= 0 or args.stall_timeout_s <= 0:
-            raise ValueError("--pace-ms must be >= 0, --window-s and --stall-timeout-s > 0")
-        if args.partitions > 1 and args.layout != Layout.SPLIT.value:
-            raise ValueError("--partitions needs the split layout")
-    except ValueError as exc:
-        print(f"atomickafka eval: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        from atomickafka.evaluation.suite import SuiteSettings, run_suite  # noqa: PLC0415
-    except ImportError as exc:
-        print(
-            f"atomickafka eval: error: {exc.name or exc} is missing; install the eval extra "
-            "(deploy/bootstrap.sh eval)",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
-    configure_logging(args.log_level)
-    out = args.out or Path("eval", "out", datetime.now(UTC).strftime("%Y%m%d-%H%M%S"))
-    settings = SuiteSettings(
+
+def _settings(
+    args: argparse.Namespace, scenarios: list[Scenario], comparisons: list[Comparison]
+) -> SuiteSettings:
+    """The suite's settings from the checked command line (needs the eval extra)."""
+    from atomickafka.evaluation.suite import SuiteSettings  # noqa: PLC0415
+
+    return SuiteSettings(
         scenarios=tuple(scenarios),
-        out=out,
+        out=args.out or Path("eval", "out", datetime.now(UTC).strftime("%Y%m%d-%H%M%S")),
         messages_per_client=args.messages_per_client,
         clients=args.clients,
         topics=args.topics,
@@ -156,16 +151,12 @@ def _run(args: argparse.Namespace) -> int:
         spark_master=args.spark_master,
         stall_timeout_s=args.stall_timeout_s,
         warmup=not args.no_warmup,
-        overrides=overrides,
+        overrides=args.overrides,
     )
-    embedded = args.bootstrap_server is None
-    started = embedded and running_bootstrap() is None
-    bootstrap = resolve_bootstrap(args.bootstrap_server)
-    if embedded:
-        how = "started" if started else "reused the running"
-        print(f"eval: {how} embedded broker at {bootstrap}", flush=True)
-    print(f"eval: {len(scenarios)} scenarios on {bootstrap}; report in {out}", flush=True)
-    outcome = run_suite(bootstrap, settings, embedded=embedded, on_run=_announce)
+
+
+def _print_outcome(outcome: SuiteOutcome) -> None:
+    """Each measured run's throughput and latency, then every failure (on stderr)."""
     for result in outcome.results:
         info, m = result.info, result.metrics
         if m is not None:
@@ -182,6 +173,39 @@ def _run(args: argparse.Namespace) -> int:
         print(f"FAILED: metrics job: {outcome.metrics_error}", file=sys.stderr)
     print(f"total wall time {outcome.wall_s / 60:.1f} min")
     print(f"report: {outcome.report}")
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.print_job:
+        from atomickafka.evaluation.spark import job_path  # noqa: PLC0415
+
+        print(job_path())
+        return 0
+    try:
+        scenarios, comparisons = _parse_load(args)
+    except ValueError as exc:
+        print(f"atomickafka eval: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        from atomickafka.evaluation.suite import run_suite  # noqa: PLC0415
+    except ImportError as exc:
+        print(
+            f"atomickafka eval: error: {exc.name or exc} is missing; install the eval extra "
+            "(deploy/bootstrap.sh eval)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    configure_logging(args.log_level)
+    settings = _settings(args, scenarios, comparisons)
+    embedded = args.bootstrap_server is None
+    started = embedded and running_bootstrap() is None
+    bootstrap = resolve_bootstrap(args.bootstrap_server)
+    if embedded:
+        how = "started" if started else "reused the running"
+        print(f"eval: {how} embedded broker at {bootstrap}", flush=True)
+    print(f"eval: {len(scenarios)} scenarios on {bootstrap}; report in {settings.out}", flush=True)
+    outcome = run_suite(bootstrap, settings, embedded=embedded, on_run=_announce)
+    _print_outcome(outcome)
     if started:
         print(
             f"the embedded broker started for this suite keeps running at {bootstrap}; "

@@ -68,7 +68,7 @@ from typing import Any, Final
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from atomickafka.core.reader import UNDECODABLE, KafkaRecord, peek, read_delivery
 from atomickafka.core.wire import MessageType
@@ -190,6 +190,12 @@ def write_table(columns: Mapping[str, list[Any]], schema: pa.Schema, path: Path)
     return table.num_rows
 
 
+def _key_text(record: KafkaRecord) -> str | None:
+    """The record's key as text (``None`` for a record without one)."""
+    key = record.key()
+    return key.decode(errors="replace") if isinstance(key, bytes) else key
+
+
 class _RecordColumns:
     """Column lists for ``records.parquet``, plus the deliveries found on the way."""
 
@@ -203,8 +209,7 @@ class _RecordColumns:
         node = where.node
         kind, writer = seen.kind, seen.sender_id
         if where.role is Role.STATUS:
-            key = record.key()
-            node = key.decode(errors="replace") if isinstance(key, bytes) else key or ""
+            node = _key_text(record) or ""
             kind = _STATUS if kind != UNDECODABLE else UNDECODABLE
             writer = f"node-{node}"
         elif where.role is Role.DEAD_LETTER:
@@ -238,6 +243,34 @@ class _RecordColumns:
             self.delivered[key] = _Delivered(kafka_ts, offset, message.timeStamp)
 
 
+def _assign_from_start(
+    consumer: Consumer, topics: Sequence[RecordedTopic]
+) -> dict[tuple[str, int], int]:
+    """Assign ``consumer`` every non-empty partition of ``topics`` from its start offset;
+    return each assigned partition's current end offset (where reading it stops)."""
+    metadata = consumer.list_topics(timeout=30).topics
+    ends: dict[tuple[str, int], int] = {}
+    assigned: list[TopicPartition] = []
+    for spec in topics:
+        meta = metadata.get(spec.kafka_topic)
+        if meta is None or meta.error is not None:
+            continue  # never created (e.g. no dead letters in the baseline)
+        for partition in meta.partitions:
+            low, high = watermarks(consumer, TopicPartition(spec.kafka_topic, partition))
+            start = max(low, spec.start_offset)
+            if high > start:
+                ends[(spec.kafka_topic, partition)] = high
+                assigned.append(TopicPartition(spec.kafka_topic, partition, start))
+    consumer.assign(assigned)
+    return ends
+
+
+def _is_the_runs(spec: RecordedTopic, record: KafkaRecord) -> bool:
+    """Whether ``record`` belongs to the run: any record of a run's own topic, only the
+    run's keys in a shared one (the status topic)."""
+    return spec.keys is None or _key_text(record) in spec.keys
+
+
 def _read_topics(
     bootstrap: str,
     topics: Sequence[RecordedTopic],
@@ -250,22 +283,8 @@ def _read_topics(
         bootstrap, None, overrides, **{"enable.partition.eof": False, "fetch.wait.max.ms": 20}
     )
     try:
-        metadata = consumer.list_topics(timeout=30).topics
-        ends: dict[tuple[str, int], int] = {}
-        assigned: list[TopicPartition] = []
+        ends = _assign_from_start(consumer, topics)
         by_name = {t.kafka_topic: t for t in topics}
-        for spec in topics:
-            meta = metadata.get(spec.kafka_topic)
-            if meta is None or meta.error is not None:
-                continue  # never created (e.g. no dead letters in the baseline)
-            for partition in meta.partitions:
-                part = TopicPartition(spec.kafka_topic, partition)
-                low, high = watermarks(consumer, part)
-                start = max(low, spec.start_offset)
-                if high > start:
-                    ends[(spec.kafka_topic, partition)] = high
-                    assigned.append(TopicPartition(spec.kafka_topic, partition, start))
-        consumer.assign(assigned)
         deadline = time.monotonic() + timeout_s
         while ends and time.monotonic() < deadline:
             for record in consume_batch(consumer, 10_000, 0.5):
@@ -278,12 +297,8 @@ def _read_topics(
                     continue
                 if offset + 1 >= end:
                     del ends[(name, partition)]
-                spec = by_name[name]
-                if spec.keys is not None:
-                    key = record.key()
-                    if key is None or key.decode(errors="replace") not in spec.keys:
-                        continue
-                sink.add(spec, record)
+                if _is_the_runs(by_name[name], record):
+                    sink.add(by_name[name], record)
         if ends:
             raise TimeoutError(
                 f"recording: {len(ends)} partitions not read to their end in {timeout_s:.0f}s"

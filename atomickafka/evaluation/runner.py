@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +208,70 @@ def _drain(results_queue: Any, into: dict[str, ClientResult]) -> None:
         into[result.client_id] = result
 
 
+def _wait_until_ready(
+    readies: Sequence[Any], results_queue: Any, results: dict[str, ClientResult]
+) -> None:
+    """Wait (at most 120 s) until every client process is ready to send; a client that
+    failed to start says why (:class:`RunError`)."""
+    deadline = time.monotonic() + 120
+    while not all(r.is_set() for r in readies):
+        _drain(results_queue, results)
+        if time.monotonic() > deadline:
+            raise RunError("client processes not ready within 120s")
+        time.sleep(0.05)
+
+
+def _count_deliveries(
+    spec: RunSpec,
+    counter: DeliveryCounter,
+    expected: int,
+    results_queue: Any,
+    results: dict[str, ClientResult],
+) -> None:
+    """Count deliveries on a progress bar until ``expected`` came, or none came for
+    ``spec.stall_timeout_s``, or the run took ``spec.max_run_s``; meanwhile take the
+    clients' reports (a failed client ends the run)."""
+    with tqdm(
+        total=expected,
+        desc=spec.title,
+        unit="dlv",
+        disable=not spec.progress,
+        mininterval=0.5 if sys.stderr.isatty() else 10.0,
+        file=sys.stderr,
+    ) as bar:
+        started = last_progress = time.monotonic()
+        while counter.measured < expected:
+            now = time.monotonic()
+            if now - last_progress > spec.stall_timeout_s or now - started > spec.max_run_s:
+                break
+            new = counter.poll(0.2)
+            if new:
+                bar.update(new)
+                last_progress = time.monotonic()
+            _drain(results_queue, results)
+
+
+def _collect_results(results_queue: Any, results: dict[str, ClientResult], clients: int) -> None:
+    """Wait (at most 120 s) until all ``clients`` have reported what they sent."""
+    deadline = time.monotonic() + 120
+    while len(results) < clients and time.monotonic() < deadline:
+        _drain(results_queue, results)
+        time.sleep(0.05)
+    if len(results) < clients:
+        raise RunError(f"only {len(results)} of {clients} clients reported")
+
+
+def _stop_clients(procs: Sequence[BaseProcess]) -> None:
+    """Join every started client process; terminate one that does not end in 30 s."""
+    for proc in procs:
+        if proc.pid is None:
+            continue  # never started
+        proc.join(30)
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(10)
+
+
 def _drive_clients(
     bootstrap: str, spec: RunSpec, plans: Sequence[ClientPlan], counter: DeliveryCounter
 ) -> tuple[list[ClientResult], bool]:
@@ -225,53 +290,16 @@ def _drive_clients(
         for plan, ready in zip(plans, readies, strict=True)
     ]
     results: dict[str, ClientResult] = {}
-    bar: tqdm[Any] | None = None
     try:
         for proc in procs:
             proc.start()
-        deadline = time.monotonic() + 120
-        while not all(r.is_set() for r in readies):
-            _drain(results_queue, results)  # a client that failed to start says why
-            if time.monotonic() > deadline:
-                raise RunError("client processes not ready within 120s")
-            time.sleep(0.05)
+        _wait_until_ready(readies, results_queue, results)
         go.set()
-        bar = tqdm(
-            total=expected,
-            desc=spec.title,
-            unit="dlv",
-            disable=not spec.progress,
-            mininterval=0.5 if sys.stderr.isatty() else 10.0,
-            file=sys.stderr,
-        )
-        started = last_progress = time.monotonic()
-        while counter.measured < expected:
-            now = time.monotonic()
-            if now - last_progress > spec.stall_timeout_s or now - started > spec.max_run_s:
-                break
-            new = counter.poll(0.2)
-            if new:
-                bar.update(new)
-                last_progress = time.monotonic()
-            _drain(results_queue, results)
-        bar.close()
-        deadline = time.monotonic() + 120
-        while len(results) < len(plans) and time.monotonic() < deadline:
-            _drain(results_queue, results)
-            time.sleep(0.05)
-        if len(results) < len(plans):
-            raise RunError(f"only {len(results)} of {len(plans)} clients reported")
+        _count_deliveries(spec, counter, expected, results_queue, results)
+        _collect_results(results_queue, results, len(plans))
         return [results[plan.client_id] for plan in plans], counter.measured >= expected
     finally:
-        if bar is not None:
-            bar.close()
-        for proc in procs:
-            if proc.pid is None:
-                continue  # never started
-            proc.join(30)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(10)
+        _stop_clients(procs)
 
 
 def _read_deliveries(

@@ -237,6 +237,55 @@ def _parse_arguments(text: str, where: str) -> tuple[Argument, ...]:
     return tuple(arguments)
 
 
+def _read_command_line(lines: Sequence[str], index: int, where: str) -> tuple[str, int]:
+    """The command line at ``index`` with its ``\\`` continuations joined, and the
+    index of the line after it."""
+    directive = lines[index]
+    while directive.endswith("\\"):
+        index += 1
+        if index >= len(lines):
+            raise TranscriptError(f"{where}: the command line never ends")
+        directive = directive[:-1] + " " + lines[index]
+    return directive, index + 1
+
+
+def _read_input(lines: Sequence[str], index: int, where: str, word: str) -> tuple[str, int]:
+    """The command's input lines from ``index`` up to its ``----`` line, and the index
+    of that line; a blank line or the end of the file before it is an error."""
+    input_lines: list[str] = []
+    while index < len(lines) and lines[index] != SEPARATOR:
+        if not lines[index].strip():
+            raise TranscriptError(f"{where}: {word!r} has no {SEPARATOR} line")
+        input_lines.append(lines[index])
+        index += 1
+    if index >= len(lines):
+        raise TranscriptError(f"{where}: {word!r} has no {SEPARATOR} line")
+    return "\n".join(input_lines), index
+
+
+def _read_expected(lines: Sequence[str], separator: int, name: str) -> tuple[str, int]:
+    """The expected output after the ``----`` line at ``separator``, and the index of
+    the line after it: up to the first blank line, or, in the two-separator form, up
+    to the two closing ``----`` lines."""
+    index = separator + 1
+    expected: list[str] = []
+    if index < len(lines) and lines[index] == SEPARATOR:  # the two-separator form
+        index += 1
+        while True:
+            if index + 1 >= len(lines):
+                raise TranscriptError(
+                    f"{name}:{separator + 1}: the output is never closed by two {SEPARATOR} lines"
+                )
+            if lines[index] == SEPARATOR and lines[index + 1] == SEPARATOR:
+                return "\n".join(expected), index + 2
+            expected.append(lines[index])
+            index += 1
+    while index < len(lines) and lines[index].strip():
+        expected.append(lines[index])
+        index += 1
+    return "\n".join(expected), index
+
+
 def parse(text: str, name: str = "<transcript>") -> Transcript:
     """Parse a transcript; raises :class:`TranscriptError` naming the line at fault."""
     lines = text.split("\n")
@@ -246,57 +295,22 @@ def parse(text: str, name: str = "<transcript>") -> Transcript:
     blocks: list[_Block] = []
     index = 0
     while index < len(lines):
-        line = lines[index]
-        if not line.strip() or line.startswith("#"):
+        if not lines[index].strip() or lines[index].startswith("#"):
             index += 1
             continue
-        first = index
-        directive = line
-        while directive.endswith("\\"):
-            index += 1
-            if index >= len(lines):
-                raise TranscriptError(f"{name}:{first + 1}: the command line never ends")
-            directive = directive[:-1] + " " + lines[index]
-        index += 1
-        input_lines: list[str] = []
-        while index < len(lines) and lines[index] != SEPARATOR:
-            if not lines[index].strip():
-                raise TranscriptError(
-                    f"{name}:{first + 1}: {directive.split()[0]!r} has no {SEPARATOR} line"
-                )
-            input_lines.append(lines[index])
-            index += 1
-        if index >= len(lines):
-            raise TranscriptError(
-                f"{name}:{first + 1}: {directive.split()[0]!r} has no {SEPARATOR} line"
-            )
-        start = index
-        index += 1
-        expected: list[str] = []
-        if index < len(lines) and lines[index] == SEPARATOR:  # the two-separator form
-            index += 1
-            while True:
-                if index + 1 >= len(lines):
-                    raise TranscriptError(
-                        f"{name}:{start + 1}: the output is never closed by two {SEPARATOR} lines"
-                    )
-                if lines[index] == SEPARATOR and lines[index + 1] == SEPARATOR:
-                    index += 2
-                    break
-                expected.append(lines[index])
-                index += 1
-        else:
-            while index < len(lines) and lines[index].strip():
-                expected.append(lines[index])
-                index += 1
+        where = f"{name}:{index + 1}"
+        line = index + 1
+        directive, index = _read_command_line(lines, index, where)
         word, _, rest = directive.strip().partition(" ")
+        command_input, start = _read_input(lines, index, where, directive.split()[0])
+        expected, index = _read_expected(lines, start, name)
         commands.append(
             Command(
                 name=word,
-                arguments=_parse_arguments(rest, f"{name}:{first + 1}"),
-                input="\n".join(input_lines),
-                expected="\n".join(expected),
-                line=first + 1,
+                arguments=_parse_arguments(rest, where),
+                input=command_input,
+                expected=expected,
+                line=line,
             )
         )
         blocks.append(_Block(start, index))
