@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from tqdm import tqdm
 
@@ -34,24 +34,21 @@ from atomickafka.client import AtomicKafkaClient, Delivery, DeliveryError, Desti
 from atomickafka.evaluation.clients import ClientJob, ClientResult, client_process, make_sender
 from atomickafka.evaluation.clients import payload as measured_value
 from atomickafka.evaluation.measuring import WARMUP_VALUE, DeliveryCounter, warm_up
-from atomickafka.evaluation.recording import RecordedTopic, Role, SentRow, record_run
+from atomickafka.evaluation.recording import RecordedTopic, SentRow, record_run
 from atomickafka.evaluation.results import RunInfo
 from atomickafka.evaluation.scenarios import ClientPlan, Scenario, plan_clients
 from atomickafka.evaluation.sequencer import SEQUENCER_ID, running_sequencer
+from atomickafka.evaluation.topic_scan import cluster_topics, end_offset, sequencer_topics
 from atomickafka.evaluation.variants import System, Variant
 from atomickafka.kafka.admin import ensure_topics
-from atomickafka.kafka.consumer import make_consumer, watermarks
 from atomickafka.kafka.settings import admin_config
 from atomickafka.kafka.topics import (
     STATUS_TOPIC,
     Layout,
-    dead_letter_topic,
     delivery_topic,
-    input_topic,
-    layers_topic,
 )
 from atomickafka.node.config import ClusterConfig, NodeConfig
-from atomickafka.node.launch import cluster_keys, running_cluster
+from atomickafka.node.launch import running_cluster
 from atomickafka.verify.checker import check, deliveries_from_client, sent_from_pairs
 
 __all__ = ["RunError", "RunSpec", "run_one"]
@@ -119,34 +116,8 @@ class RunSpec:
     def recorded_topics(self, status_start: int) -> list[RecordedTopic]:
         """Every Kafka topic the run writes, with its owner and role."""
         if self.variant.system is System.SEQUENCER:
-            return [
-                RecordedTopic(self.sequencer_topic, SEQUENCER_ID, Role.INPUT),
-                *(RecordedTopic(t, t, Role.DELIVERY, holds_deliveries=True) for t in self.topics),
-            ]
-        out: list[RecordedTopic] = []
-        for topic in self.topics:
-            inbox = input_topic(topic, self.layout)
-            out.append(RecordedTopic(inbox, topic, Role.INPUT, holds_deliveries=inbox == topic))
-            if inbox != topic:
-                out.append(RecordedTopic(topic, topic, Role.DELIVERY, holds_deliveries=True))
-            out.append(RecordedTopic(dead_letter_topic(topic), topic, Role.DEAD_LETTER))
-            if self.partitions > 1:
-                out.append(RecordedTopic(layers_topic(topic), topic, Role.LAYERS))
-        keys = frozenset(cluster_keys(self.topics, self.partitions))
-        status = RecordedTopic(STATUS_TOPIC, "", Role.STATUS, start_offset=status_start, keys=keys)
-        return [*out, status]
-
-
-def _status_end(bootstrap: str) -> int:
-    """The status topic's current end offset (0 if it does not exist yet)."""
-    consumer = make_consumer(bootstrap)
-    try:
-        meta = consumer.list_topics(STATUS_TOPIC, timeout=10).topics.get(STATUS_TOPIC)
-        if meta is None or meta.error is not None:
-            return 0
-        return watermarks(consumer, TopicPartition(STATUS_TOPIC, 0))[1]
-    finally:
-        consumer.close()
+            return sequencer_topics(self.sequencer_topic, SEQUENCER_ID, self.topics)
+        return cluster_topics(self.topics, self.layout, self.partitions, status_start)
 
 
 @contextlib.contextmanager
@@ -353,7 +324,7 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
     fields = {"run": spec.run, "topics": list(spec.topics)}
     log.info("run starting", extra={"fields": fields})
     try:
-        status_start = _status_end(bootstrap)
+        status_start = end_offset(bootstrap, STATUS_TOPIC)
         counter = DeliveryCounter(bootstrap, spec.delivery_topics(), spec.overrides)
         with contextlib.closing(counter):
             with _running_system(bootstrap, spec):

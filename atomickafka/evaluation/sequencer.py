@@ -92,6 +92,10 @@ class SequencerSender:
         if remaining or self._failures:
             raise DeliveryError(list(self._failures), remaining, timeout_s)
 
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Release the producer, waiting up to ``timeout_s`` for what was sent."""
+        self._producer.close(timeout_s)
+
 
 def _fan_out(producer: RecordProducer, record: Any, offset: int) -> int:
     """Write one sequenced message to each destination; return how many records."""
