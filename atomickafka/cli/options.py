@@ -189,7 +189,7 @@ def add_load_shape(parser: argparse.ArgumentParser, *, record_size: int) -> None
         "--record-size",
         type=int,
         default=record_size,
-        help=f"bytes of each message's value (default {record_size}; e.g. 1000 or 10000)",
+        help=f"bytes of each message's value as JSON (default {record_size}; e.g. 1000, 10000)",
     )
     parser.add_argument(
         "--fanout",

@@ -243,12 +243,10 @@ def _run_measured(
             meter.track(reader.pid, ProcessRole.MEASURER, "measuring consumer")
         how.track(meter)
         time.sleep(0.5)  # let the reader's first fetch settle
-        start_ms = int(time.time() * 1000)
         meter.start()
         send()
         outcome = results.get(timeout=timeout_s + 30)
-        window_s, processes = meter.stop()
-        end_ms = int(time.time() * 1000)
+        window = meter.stop()
     finally:
         done.set()
         reader.join(30)
@@ -256,10 +254,10 @@ def _run_measured(
     multicast = sorted(ms for ms, m in outcome["latencies"] if m)
     seconds = max(outcome["last_delivery"] - outcome["first_send"], 1e-6)
     delivered = len(outcome["latencies"])
-    traffic = scan_traffic(bootstrap, how.scanned, start_ms, end_ms)
+    traffic = scan_traffic(bootstrap, how.scanned, window.start_ms, window.end_ms)
     if how.plain:
         traffic = {_PLAIN_KIND: TypeTraffic(*_sum_traffic(traffic.values()))}
-    cost = RunCost(how.system, delivered, window_s, tuple(processes), traffic)
+    cost = RunCost(how.system, delivered, window.seconds, window.processes, traffic)
     return BenchResult(
         name=how.name,
         messages=delivered,

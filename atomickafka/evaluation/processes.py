@@ -33,6 +33,7 @@ from atomickafka.kafka.status import Role, Status
 __all__ = [
     "ORDERING_ROLES",
     "CpuMeter",
+    "CpuWindow",
     "ProcessCpu",
     "ProcessInfo",
     "ProcessRole",
@@ -191,6 +192,17 @@ def cluster_processes(
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class CpuWindow:
+    """A measured window: its wall-clock bounds (ms since the epoch, to match Kafka
+    timestamps), its length, and each tracked process's CPU seconds in it."""
+
+    start_ms: int
+    end_ms: int
+    seconds: float
+    processes: tuple[ProcessCpu, ...]
+
+
 class CpuMeter:
     """The CPU time of tracked processes over one window: :meth:`track` them,
     :meth:`start`, :meth:`stop`. A process gone before :meth:`stop` (or tracked after
@@ -200,7 +212,9 @@ class CpuMeter:
         self._opener = opener
         self._tracked: dict[int, tuple[ProcessInfo, ProcessRole, str]] = {}
         self._start: dict[int, float | None] = {}
-        self._started_at: float | None = None
+        self._started: tuple[float, float] | None = None  # monotonic, wall clock
+        #: The last window :meth:`stop` measured.
+        self.window: CpuWindow | None = None
 
     def track(self, pid: int, role: ProcessRole, name: str) -> None:
         """Measure process ``pid`` (skipped, silently, if it is already gone)."""
@@ -219,26 +233,25 @@ class CpuMeter:
         for proc, role, name in processes:
             self.track_process(proc, role, name)
 
-    @property
-    def started(self) -> bool:
-        """The window has started."""
-        return self._started_at is not None
-
     def start(self) -> None:
         """Start the window: read every tracked process's CPU time now."""
-        self._started_at = time.monotonic()
+        self._started = (time.monotonic(), time.time())
         self._start = {pid: _cpu_seconds(proc) for pid, (proc, _, _) in self._tracked.items()}
 
-    def stop(self) -> tuple[float, list[ProcessCpu]]:
-        """End the window: its length in seconds, and each process's CPU seconds in it."""
-        if self._started_at is None:
+    def stop(self) -> CpuWindow:
+        """End the window: each process's CPU seconds in it (also kept in :attr:`window`)."""
+        if self._started is None:
             raise RuntimeError("CpuMeter.stop() before start()")
         out = []
         for pid, (proc, role, name) in self._tracked.items():
             before, after = self._start.get(pid), _cpu_seconds(proc)
             used = None if before is None or after is None else max(0.0, after - before)
             out.append(ProcessCpu(name, role, pid, used))
-        return time.monotonic() - self._started_at, out
+        began, began_wall = self._started
+        self.window = CpuWindow(
+            int(began_wall * 1000), int(time.time() * 1000), time.monotonic() - began, tuple(out)
+        )
+        return self.window
 
 
 def track_broker(meter: CpuMeter, bootstrap: str) -> bool:

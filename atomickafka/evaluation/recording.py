@@ -71,6 +71,7 @@ import pyarrow.parquet as pq
 from atomickafka.core.reader import KafkaRecord, read_delivery
 from atomickafka.core.wire import MessageType
 from atomickafka.evaluation.topic_scan import RecordedTopic, Role, classify, scan_topics
+from atomickafka.evaluation.traffic import TrafficTally, TypeTraffic
 
 __all__ = [
     "MESSAGES_SCHEMA",
@@ -80,6 +81,7 @@ __all__ = [
     "Role",
     "SentRow",
     "record_run",
+    "recorded_traffic",
     "write_table",
 ]
 
@@ -256,3 +258,16 @@ def record_run(
         },
     )
     return Recording(records_path, messages_path, records, len(sink.delivered))
+
+
+def recorded_traffic(records_path: Path, start_ms: int, end_ms: int) -> dict[str, TypeTraffic]:
+    """The records of ``records.parquet`` written between ``start_ms`` and ``end_ms``
+    (Kafka timestamps), by type (:class:`~atomickafka.evaluation.traffic.TrafficTally`)."""
+    table = pq.read_table(
+        records_path, columns=["message_type", "messages", "value_bytes", "kafka_ts_ms"]
+    )
+    tally = TrafficTally(start_ms, end_ms)
+    columns = [table.column(name).to_pylist() for name in table.column_names]
+    for kind, messages, size, timestamp in zip(*columns, strict=True):
+        tally.add(kind, messages, size, timestamp)
+    return tally.result()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing as mp
+import os
 import queue
 import sys
 import time
@@ -33,8 +34,10 @@ from tqdm import tqdm
 from atomickafka.client import AtomicKafkaClient, Delivery, DeliveryError, DestinationError
 from atomickafka.evaluation.clients import ClientJob, ClientResult, client_process, make_sender
 from atomickafka.evaluation.clients import payload as measured_value
+from atomickafka.evaluation.cost import RunCost
 from atomickafka.evaluation.measuring import WARMUP_VALUE, DeliveryCounter, warm_up
-from atomickafka.evaluation.recording import RecordedTopic, SentRow, record_run
+from atomickafka.evaluation.processes import CpuMeter, ProcessRole, track_broker, track_cluster
+from atomickafka.evaluation.recording import RecordedTopic, SentRow, record_run, recorded_traffic
 from atomickafka.evaluation.results import RunInfo
 from atomickafka.evaluation.scenarios import ClientPlan, Scenario, plan_clients
 from atomickafka.evaluation.sequencer import SEQUENCER_ID, running_sequencer
@@ -42,13 +45,14 @@ from atomickafka.evaluation.topic_scan import cluster_topics, end_offset, sequen
 from atomickafka.evaluation.variants import System, Variant
 from atomickafka.kafka.admin import ensure_topics
 from atomickafka.kafka.settings import admin_config
+from atomickafka.kafka.status import STATUS_READ_WINDOW_S, read_statuses
 from atomickafka.kafka.topics import (
     STATUS_TOPIC,
     Layout,
     delivery_topic,
 )
 from atomickafka.node.config import ClusterConfig, NodeConfig
-from atomickafka.node.launch import running_cluster
+from atomickafka.node.launch import cluster_keys, running_cluster
 from atomickafka.verify.checker import check, deliveries_from_client, sent_from_pairs
 
 __all__ = ["RunError", "RunSpec", "run_one"]
@@ -86,6 +90,11 @@ class RunSpec:
     partitions: int = 1
     #: The suite's unmeasured warm-up run (it says so on its progress bar).
     warmup: bool = False
+    #: Bytes of each measured value (0: the probe alone); each multicast's destination
+    #: count drawn from ``fanout`` (``None``: every topic) with ``seed``.
+    record_size: int = 0
+    fanout: tuple[int, int] | None = None
+    seed: int = 0
 
     @property
     def title(self) -> str:
@@ -97,7 +106,14 @@ class RunSpec:
     @property
     def plans(self) -> list[ClientPlan]:
         """Every client's messages."""
-        return plan_clients(self.scenario, self.topics, self.clients, self.messages_per_client)
+        return plan_clients(
+            self.scenario,
+            self.topics,
+            self.clients,
+            self.messages_per_client,
+            fanout=self.fanout,
+            seed=self.seed,
+        )
 
     @property
     def sequencer_topic(self) -> str:
@@ -121,14 +137,17 @@ class RunSpec:
 
 
 @contextlib.contextmanager
-def _running_system(bootstrap: str, spec: RunSpec) -> Iterator[None]:
+def _running_system(bootstrap: str, spec: RunSpec, meter: CpuMeter) -> Iterator[None]:
+    """The run's system for the block, its processes tracked by ``meter``."""
     algorithm = spec.variant.algorithm
     if algorithm is None:  # the sequencer
         ensure_topics(
             AdminClient(admin_config(bootstrap, spec.overrides)),
             [spec.sequencer_topic, *spec.topics],
         )
-        with running_sequencer(bootstrap, spec.sequencer_topic, overrides=spec.overrides):
+        with running_sequencer(bootstrap, spec.sequencer_topic, overrides=spec.overrides) as proc:
+            if proc.pid is not None:
+                meter.track(proc.pid, ProcessRole.SEQUENCER, "sequencer")
             yield
         return
     node = NodeConfig(
@@ -142,7 +161,10 @@ def _running_system(bootstrap: str, spec: RunSpec) -> Iterator[None]:
     )
     with running_cluster(
         ClusterConfig(tuple(spec.topics), node), log_path=spec.run_dir / "nodes.log"
-    ):
+    ) as cluster:
+        keys = set(cluster_keys(spec.topics, spec.partitions))
+        statuses = read_statuses(bootstrap, spec.overrides, window_s=STATUS_READ_WINDOW_S)
+        track_cluster(meter, cluster.pid, [s for k, s in statuses.items() if k in keys])
         yield
 
 
@@ -153,6 +175,7 @@ def _job(bootstrap: str, spec: RunSpec, plan: ClientPlan) -> ClientJob:
         system=spec.variant.system,
         layout=spec.layout,
         pace_ms=spec.pace_ms,
+        record_size=spec.record_size,
         sequencer_topic=spec.sequencer_topic,
         overrides=dict(spec.overrides),
     )
@@ -179,18 +202,23 @@ def _drain(results_queue: Any, into: dict[str, ClientResult]) -> None:
 
 
 def _drive_clients(
-    bootstrap: str, spec: RunSpec, plans: Sequence[ClientPlan], counter: DeliveryCounter
+    bootstrap: str,
+    spec: RunSpec,
+    plans: Sequence[ClientPlan],
+    counter: DeliveryCounter,
+    meter: CpuMeter,
 ) -> tuple[list[ClientResult], bool]:
-    """Start the clients together; count deliveries until all came or progress stalled."""
+    """Start the clients together; count deliveries until all came or progress stalled.
+    ``meter`` measures the window from the start signal to that moment."""
     expected = sum(len(d) for plan in plans for d in plan.destinations)
     ctx = mp.get_context("spawn")
     results_queue = ctx.Queue()
-    go = ctx.Event()
+    go, done = ctx.Event(), ctx.Event()
     readies = [ctx.Event() for _ in plans]
     procs = [
         ctx.Process(
             target=client_process,
-            args=(_job(bootstrap, spec, plan), ready, go, results_queue),
+            args=(_job(bootstrap, spec, plan), ready, go, results_queue, done),
             name=f"atomickafka-eval-{plan.client_id}",
         )
         for plan, ready in zip(plans, readies, strict=True)
@@ -206,6 +234,10 @@ def _drive_clients(
             if time.monotonic() > deadline:
                 raise RunError("client processes not ready within 120s")
             time.sleep(0.05)
+        for plan, proc in zip(plans, procs, strict=True):
+            if proc.pid is not None:
+                meter.track(proc.pid, ProcessRole.CLIENT, plan.client_id)
+        meter.start()
         go.set()
         bar = tqdm(
             total=expected,
@@ -226,6 +258,8 @@ def _drive_clients(
                 last_progress = time.monotonic()
             _drain(results_queue, results)
         bar.close()
+        meter.stop()
+        done.set()
         deadline = time.monotonic() + 120
         while len(results) < len(plans) and time.monotonic() < deadline:
             _drain(results_queue, results)
@@ -234,6 +268,7 @@ def _drive_clients(
             raise RunError(f"only {len(results)} of {len(plans)} clients reported")
         return [results[plan.client_id] for plan in plans], counter.measured >= expected
     finally:
+        done.set()
         if bar is not None:
             bar.close()
         for proc in procs:
@@ -267,7 +302,7 @@ def _read_deliveries(
 
 
 def _sent_rows(
-    plans: Sequence[ClientPlan], results: Sequence[ClientResult]
+    plans: Sequence[ClientPlan], results: Sequence[ClientResult], record_size: int
 ) -> tuple[list[SentRow], dict[str, tuple[tuple[str, ...], Any]]]:
     """What the clients sent, as recording rows and as the checker's ground truth (the
     value rebuilt exactly as the client built it)."""
@@ -294,8 +329,21 @@ def _sent_rows(
         sends = zip(result.message_ids, plan.destinations, result.send_us, strict=True)
         for seq, (mid, dests, sent) in enumerate(sends):
             rows.append(SentRow(mid, plan.client_id, plan.home_topic, dests, sent))
-            values[mid] = (dests, measured_value(plan.index, seq, len(dests) > 1, sent))
+            values[mid] = (
+                dests,
+                measured_value(plan.index, seq, len(dests) > 1, sent, record_size),
+            )
     return rows, values
+
+
+def _cost(spec: RunSpec, meter: CpuMeter, delivered: int, records: Path) -> RunCost:
+    """The run's cost over the window from the clients' start to the last delivery
+    counted: every process's CPU, and the recorded records written in it by type."""
+    window = meter.window
+    if window is None:
+        raise RunError("the run's window was never measured")
+    traffic = recorded_traffic(records, window.start_ms, window.end_ms)
+    return RunCost(spec.variant.system.value, delivered, window.seconds, window.processes, traffic)
 
 
 def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
@@ -316,6 +364,8 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
         clients=spec.clients,
         messages_per_client=spec.messages_per_client,
         pace_ms=spec.pace_ms,
+        record_size=spec.record_size,
+        fanout="" if spec.fanout is None else f"{spec.fanout[0]}-{spec.fanout[1]}",
         sent=sum(len(p.destinations) for p in plans),
         expected_deliveries=sum(len(d) for p in plans for d in p.destinations),
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -326,12 +376,16 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
     try:
         status_start = end_offset(bootstrap, STATUS_TOPIC)
         counter = DeliveryCounter(bootstrap, spec.delivery_topics(), spec.overrides)
+        meter = CpuMeter()
+        track_broker(meter, bootstrap)
+        meter.track(os.getpid(), ProcessRole.MEASURER, "measuring consumer (the suite)")
         with contextlib.closing(counter):
-            with _running_system(bootstrap, spec):
+            with _running_system(bootstrap, spec, meter):
                 warm = _warm_up(bootstrap, spec, counter)
-                results, info.complete = _drive_clients(bootstrap, spec, plans, counter)
+                results, info.complete = _drive_clients(bootstrap, spec, plans, counter, meter)
             info.counted_deliveries = counter.measured
-        rows, values = _sent_rows(plans, results)
+            delivered = len(counter.completed)
+        rows, values = _sent_rows(plans, results, spec.record_size)
         sent = {row.message_id: (row.destinations, WARMUP_VALUE) for row in warm}
         sent.update(values)
         per_topic = {t: sum(t in dests for dests, _ in sent.values()) for t in spec.topics}
@@ -341,7 +395,7 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
         info.check_summary = report.summary()
         info.check_counts = {k.value: n for k, n in report.counts.items()}
         if spec.record:
-            record_run(
+            recording = record_run(
                 bootstrap,
                 spec.run,
                 spec.recorded_topics(status_start),
@@ -349,6 +403,7 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
                 spec.run_dir,
                 overrides=spec.overrides,
             )
+            info.cost = _cost(spec, meter, delivered, recording.records_path).to_dict()
     except _RUN_FAILURES as exc:
         log.exception("run failed", extra={"fields": fields})
         info.error = f"{type(exc).__name__}: {exc}"

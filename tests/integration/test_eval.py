@@ -29,10 +29,13 @@ from atomickafka.core.wire import (
     encode_delivery,
 )
 from atomickafka.evaluation.clients import payload
+from atomickafka.evaluation.cost import RunCost
 from atomickafka.evaluation.measuring import WARMUP_VALUE
+from atomickafka.evaluation.processes import ProcessRole
 from atomickafka.evaluation.recording import RecordedTopic, Role, _RecordColumns
 from atomickafka.evaluation.results import RunInfo, RunMetrics
 from atomickafka.evaluation.spark import load_job, session
+from tests.conftest import KafkaService
 
 pytestmark = pytest.mark.integration
 
@@ -119,6 +122,37 @@ def test_every_run_passes_the_order_check_and_the_report_has_everything(suite: P
     summary = json.loads((suite / "suite.json").read_text())
     assert summary["metrics_error"] is None
     assert len(summary["runs"]) == len(RUNS)
+
+
+def test_every_run_has_its_cost_per_process_and_the_report_shows_it(
+    suite: Path, kafka_service: KafkaService
+) -> None:
+    """Each run's CPU by process (from the OS) and records by type in its window; the
+    records of the two measured types are those the Spark job counted."""
+    for run in RUNS:
+        info = RunInfo.load(suite / "runs" / run / "run.json")
+        assert info.cost is not None, run
+        cost = RunCost.from_dict(info.cost)
+        assert cost.delivered == 2 * MESSAGES
+        measured = {p.role for p in cost.processes if p.cpu_s is not None}
+        system = (
+            {ProcessRole.SEQUENCER}
+            if run.startswith("sequencer")
+            else {ProcessRole.NODE, ProcessRole.SUPERVISOR}
+        )
+        assert {ProcessRole.CLIENT, ProcessRole.MEASURER} | system <= measured, run
+        if kafka_service.source == "local":  # a broker on this machine: found by its port
+            assert ProcessRole.BROKER in measured
+        nodes = {p.name for p in cost.processes if p.role is ProcessRole.NODE}
+        if not run.startswith("sequencer"):
+            assert nodes == {f"node {t}" for t in info.topics}, run
+        by_type = _metrics(suite, run).by_type
+        for kind in ("ClientMessage", "DeliveryMessage"):
+            assert cost.traffic[kind].records == by_type[kind], (run, kind)
+    text = (suite / "report.md").read_text(encoding="utf-8")
+    assert "## Cost per delivered message (CPU time from the OS)" in text
+    assert f"## Projected capacity with one core per process ({DEFAULT}/split and" in text
+    assert "**A projection, not a measurement.**" in text
 
 
 def test_the_spark_job_counts_what_the_clients_sent(suite: Path) -> None:

@@ -25,6 +25,7 @@ from atomickafka.evaluation.cost import (
 )
 from atomickafka.evaluation.processes import (
     CpuMeter,
+    CpuWindow,
     ProcessCpu,
     ProcessRole,
     bootstrap_port,
@@ -125,7 +126,7 @@ def test_the_supervisors_children_are_named_by_the_pids_in_their_statuses() -> N
     ]
 
 
-def _measured_tree() -> tuple[float, list[ProcessCpu]]:
+def _measured_tree() -> CpuWindow:
     """A window over a synthetic run: CPU seconds at its start and its end."""
     tree = {
         1: FakeProcess(1, cpu=[100.0, 104.0]),  # broker: 4 s
@@ -154,8 +155,9 @@ def _measured_tree() -> tuple[float, list[ProcessCpu]]:
 
 
 def test_cpu_per_message_by_role_and_the_projection() -> None:
-    window_s, processes = _measured_tree()
-    assert window_s >= 0
+    window = _measured_tree()
+    processes = window.processes
+    assert window.seconds >= 0 and window.end_ms >= window.start_ms
     spent = {p.name: p.cpu_s for p in processes}
     assert spent == pytest.approx(
         {
@@ -193,7 +195,7 @@ def test_cpu_per_message_by_role_and_the_projection() -> None:
 
 
 def test_the_tables_put_atomickafka_and_the_sequencer_side_by_side() -> None:
-    _, processes = _measured_tree()
+    processes = _measured_tree().processes
     ours = RunCost("atomickafka", 10_000, 2.0, tuple(processes))
     theirs = RunCost(
         "sequencer",
