@@ -102,7 +102,8 @@ def _cost_sections(results: Sequence[BenchResult]) -> list[str]:
     for r in results:
         if r.name.startswith("amcast-") and "@" not in r.name:
             share = r.name.removeprefix("amcast-")
-            shares.append((share, by_name.get(r.name), by_name.get(f"seq-{share}")))
+            seq = by_name.get(f"seq-{share}")
+            shares.append((share, by_name.get(r.name), seq, by_name.get("kafka")))
     lines += ["", "Projected capacity with one core per process (a projection, not a measurement):"]
     lines += [f"  {PROJECTION_FORMULA};", f"  {BROKER_FORMULA}."]
     lines += _text_table(*projection_table(shares))

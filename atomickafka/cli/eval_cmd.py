@@ -64,8 +64,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--compare",
         default="",
-        metavar="algorithms|layouts|sequencer[,...]",
-        help="also run every protocol, both layouts, and/or the single-sequencer baseline",
+        metavar="algorithms|layouts|sequencer|kafka[,...]",
+        help=(
+            "also run every protocol, both layouts, the single-sequencer baseline and/or "
+            "the bare Kafka pipe (no ordering: the cost floor)"
+        ),
     )
     parser.add_argument(
         "--out",

@@ -85,6 +85,10 @@ class ClientResult:
 
 def make_sender(job: ClientJob) -> Sender:
     """The sender of ``job``'s system (imports Kafka clients only in the child)."""
+    if job.system is System.KAFKA:
+        from atomickafka.evaluation.bare import BarePipeSender  # noqa: PLC0415
+
+        return BarePipeSender(job.bootstrap, job.plan.client_id, config=job.overrides)
     if job.system is System.SEQUENCER:
         from atomickafka.evaluation.sequencer import SequencerSender  # noqa: PLC0415
 

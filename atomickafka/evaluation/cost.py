@@ -229,21 +229,22 @@ def cost_table(runs: Sequence[tuple[str, RunCost]]) -> tuple[list[str], list[lis
 
 
 def projection_table(
-    shares: Sequence[tuple[str, RunCost | None, RunCost | None]],
+    shares: Sequence[tuple[str, RunCost | None, RunCost | None, RunCost | None]],
 ) -> tuple[list[str], list[list[str]]]:
     """Headers and rows: per multicast share (its label), AtomicKafka's and the
     sequencer's projected msg/s with one core per process side by side, their ratio,
-    and each one's broker cost per message."""
+    and the broker's cost per message of each, and of the bare pipe (the floor: it has
+    no ordering process, so no projection of its own)."""
     headers = [
         "multicast",
         "AtomicKafka: projected msg/s (busiest µs/msg)",
         "sequencer: projected msg/s (µs/msg)",
         "projected: AtomicKafka ÷ sequencer",
-        "broker µs/msg: AtomicKafka / sequencer",
-        "msg/s per broker core: AtomicKafka / sequencer",
+        "broker µs/msg: AtomicKafka / sequencer / bare pipe",
+        "msg/s per broker core: AtomicKafka / sequencer / bare pipe",
     ]
     rows = []
-    for label, ours, theirs in shares:
+    for label, ours, theirs, bare in shares:
         ours_msgs = ours.projected_msgs_per_s if ours else None
         theirs_msgs = theirs.projected_msgs_per_s if theirs else None
         ratio = ours_msgs / theirs_msgs if ours_msgs and theirs_msgs else None
@@ -253,10 +254,12 @@ def projection_table(
                 _projected(ours),
                 _projected(theirs),
                 "-" if ratio is None else f"{ratio:.2f}x",
-                f"{_num(ours.broker_us_per_message if ours else None)} / "
-                f"{_num(theirs.broker_us_per_message if theirs else None)}",
-                f"{_num(ours.broker_msgs_per_s_per_core if ours else None)} / "
-                f"{_num(theirs.broker_msgs_per_s_per_core if theirs else None)}",
+                " / ".join(
+                    _num(c.broker_us_per_message if c else None) for c in (ours, theirs, bare)
+                ),
+                " / ".join(
+                    _num(c.broker_msgs_per_s_per_core if c else None) for c in (ours, theirs, bare)
+                ),
             ]
         )
     return headers, rows

@@ -35,6 +35,7 @@ __all__ = [
     "Role",
     "classify",
     "cluster_topics",
+    "destination_topics",
     "end_offset",
     "scan_topics",
     "sequencer_topics",
@@ -91,10 +92,12 @@ def sequencer_topics(
     sequencer_topic: str, sequencer_id: str, topics: Sequence[str]
 ) -> list[RecordedTopic]:
     """The single sequencer's topics: its one-partition input, and the destinations."""
-    return [
-        RecordedTopic(sequencer_topic, sequencer_id, Role.INPUT),
-        *(RecordedTopic(t, t, Role.DELIVERY, holds_deliveries=True) for t in topics),
-    ]
+    return [RecordedTopic(sequencer_topic, sequencer_id, Role.INPUT), *destination_topics(topics)]
+
+
+def destination_topics(topics: Sequence[str]) -> list[RecordedTopic]:
+    """The destinations' topics, holding their deliveries (all the bare pipe writes)."""
+    return [RecordedTopic(t, t, Role.DELIVERY, holds_deliveries=True) for t in topics]
 
 
 def end_offset(bootstrap: str, topic: str) -> int:

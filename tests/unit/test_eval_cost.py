@@ -203,9 +203,18 @@ def test_the_tables_put_atomickafka_and_the_sequencer_side_by_side() -> None:
         2.0,
         (ProcessCpu("sequencer", ProcessRole.SEQUENCER, 9, 6.0),),
     )
-    headers, rows = projection_table([("10 %", ours, theirs), ("50 %", ours, None)])
+    bare = RunCost(
+        "kafka",
+        10_000,
+        2.0,
+        (ProcessCpu("broker", ProcessRole.BROKER, 1, 1.0),),
+        {"DeliveryMessage": TypeTraffic(20_000, 20_000, 4_000_000)},
+    )
+    headers, rows = projection_table([("10 %", ours, theirs, bare), ("50 %", ours, None, None)])
     assert len(headers) == len(rows[0])
     assert rows[0][:4] == ["10 %", "3,333 (300)", "1,667 (600)", "2.00x"]
+    # the broker: unknown for these two (no traffic counted), 100 µs/msg for the pipe
+    assert rows[0][4:] == ["- / - / 100", "- / - / 10,000"]
     assert rows[1][2:4] == ["-", "-"]
     headers, rows = cost_table([("amcast-10%", ours), ("seq-10%", theirs)])
     assert len(headers) == len(rows[0]) == len(rows[1])

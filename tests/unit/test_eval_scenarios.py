@@ -103,6 +103,14 @@ def test_layouts_and_the_sequencer_join_once_each() -> None:
     assert got[-1].slug == "sequencer" and got[0].slug == "poc-shared"
 
 
+def test_the_bare_pipe_joins_after_the_sequencer() -> None:
+    primary = Variant.atomickafka("direct", "split")
+    got = variants_for(primary, parse_comparisons("kafka,sequencer,kafka"))
+    assert [v.label for v in got] == ["direct/split", "kafka", "sequencer"]
+    assert got[1] == Variant.bare_pipe() and got[1].system is System.KAFKA
+    assert got[1].algorithm is None
+
+
 def test_a_variant_is_named_by_the_engines_and_the_layouts_enums() -> None:
     variant = Variant.atomickafka("direct", "shared")
     assert (variant.algorithm, variant.layout) == (Algorithm.DIRECT, Layout.SHARED)
