@@ -48,7 +48,7 @@ from atomickafka.kafka.producer import (
     type_headers,
 )
 from atomickafka.kafka.secrets import signer_from
-from atomickafka.kafka.status import Role, Status, StatusWatch
+from atomickafka.kafka.status import STATUS_READ_WINDOW_S, Role, Status, StatusWatch
 from atomickafka.kafka.topics import Layout, input_topic
 
 __all__ = ["AtomicKafkaClient", "client_id_is_valid"]
@@ -96,6 +96,12 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
     (their other destinations then wait until one starts), with ``algorithm`` (default
     :data:`~atomickafka.core.engine.DEFAULT_ALGORITHM`) when no node says which.
 
+    ``idempotent=False`` writes without Kafka's idempotent producer, whose start-up
+    waits up to half a second for a producer id: for one-shot sends (``atomickafka send
+    VALUE``). A record the producer retries may then be written twice, which the nodes
+    drop (the messageID is the same), and two messages of this client may be written
+    out of order, so keep the default when sending several.
+
     Use it as a context manager: leaving the block normally waits until every sent
     message is acknowledged (or raises :class:`~atomickafka.client.DeliveryError`);
     leaving it by an exception waits briefly, logs what was not written and lets the
@@ -114,6 +120,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         max_value_bytes: int = MAX_VALUE_BYTES,
         secret: str | bytes | None = None,
         secret_file: str | None = None,
+        idempotent: bool = True,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self._secret, self._secret_file = secret, secret_file
@@ -130,6 +137,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         self.algorithm = None if algorithm is None else Algorithm(algorithm)
         self.allow_offline = allow_offline
         self.max_value_bytes = max_value_bytes
+        self.idempotent = idempotent
         self._failures: list[tuple[str, KafkaError]] = []
         self._config = dict(config or {})
         self._seq = itertools.count()
@@ -280,11 +288,13 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         if self._producer is None:
             # A copy reaching a log later than the nodes' lateness bound is set aside
             # (docs/DESIGN.md §4.13): give up on a write well before that.
-            settings: dict[str, str | int | bool] = {
+            role: dict[str, str | int | bool] = {
                 "client.id": self.client_id,
                 "message.timeout.ms": CLIENT_TIMEOUT_MS,
             }
-            self._producer = RecordProducer(self.bootstrap_servers, self._config, **settings)
+            if not self.idempotent:
+                role["enable.idempotence"] = False
+            self._producer = RecordProducer(self.bootstrap_servers, self._config, **role)
         return self._producer
 
     # ------------------------------------------------------------------ reading
@@ -375,6 +385,7 @@ def _layer(key: str | bytes | None, seq: int, partitions: int) -> int | None:
 
 def _describe(topic: str, statuses: list[Status], now: float) -> str:
     if not statuses:
-        return f"{topic!r} (no node has ever published a status)"
+        window = f"{STATUS_READ_WINDOW_S:.0f} s"
+        return f"{topic!r} (no node has published a status in the last {window})"
     newest = max(statuses, key=lambda s: s.time)
     return f"{topic!r} (last status {newest.age_s(now):.0f} s ago)"

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from atomickafka.cli.options import (
     add_bootstrap,
+    add_load_shape,
     add_log_level,
     add_overrides,
     guarded,
@@ -51,6 +52,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--messages-per-client", type=int, default=20_000)
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--topics", type=int, default=5, help="topics, one node each")
+    add_load_shape(parser, record_size=0)
     parser.add_argument(
         "--pace-ms", type=float, default=0.0, help="ms between a client's sends (0: unthrottled)"
     )
@@ -67,8 +69,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--compare",
         default="",
-        metavar="algorithms|layouts|sequencer[,...]",
-        help="also run every protocol, both layouts, and/or the single-sequencer baseline",
+        metavar="algorithms|layouts|sequencer|kafka[,...]",
+        help=(
+            "also run every protocol, both layouts, the single-sequencer baseline and/or "
+            "the bare Kafka pipe (no ordering: the cost floor)"
+        ),
     )
     parser.add_argument(
         "--out",
@@ -123,6 +128,8 @@ def _parse_load(args: argparse.Namespace) -> tuple[list[Scenario], list[Comparis
     for name in ("messages_per_client", "clients", "topics", "partitions"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.record_size < 0:
+        raise ValueError("--record-size must be >= 0")
     if args.pace_ms < 0 or args.window_s <= 0 or args.stall_timeout_s <= 0:
         raise ValueError("--pace-ms must be >= 0, --window-s and --stall-timeout-s > 0")
     if args.partitions > 1 and args.layout != Layout.SPLIT.value:
@@ -152,6 +159,9 @@ def _settings(
         stall_timeout_s=args.stall_timeout_s,
         warmup=not args.no_warmup,
         overrides=args.overrides,
+        record_size=args.record_size,
+        fanout=args.fanout,
+        seed=args.seed,
     )
 
 

@@ -6,7 +6,9 @@
   command creates, parsed and checked here so that a malformed pair is one clear line
   and exit status 2, whichever command it was given to;
 - ``--topic`` and ``--to`` (destination lists), checked with the wire format's rules;
-- ``--log-level``.
+- ``--log-level``;
+- the load's shape for ``bench`` and ``eval``: ``--record-size``, ``--fanout LO-HI``
+  (each multicast's destination count, drawn at random) and ``--seed``.
 
 :func:`guarded` turns the errors a user can cause (a bad value, an unknown librdkafka
 property, a broker that cannot be started) into ``atomickafka CMD: reason`` and exit 2.
@@ -30,10 +32,12 @@ __all__ = [
     "OverridesAction",
     "add_bootstrap",
     "add_destinations",
+    "add_load_shape",
     "add_log_level",
     "add_overrides",
     "fail",
     "guarded",
+    "parse_fanout",
     "resolve_bootstrap",
 ]
 
@@ -176,3 +180,34 @@ def add_secret_file(parser: argparse.ArgumentParser) -> None:
         "written are signed with HMAC-SHA256, unsigned or wrongly signed ones are set "
         "aside (nodes) or dropped (readers). Default: no signing",
     )
+
+
+def parse_fanout(text: str) -> tuple[int, int]:
+    """``LO-HI`` (or ``N``) as the range of a multicast's destination count, at least 2
+    (a single destination is not a multicast); ``argparse.ArgumentTypeError`` else."""
+    low, sep, high = text.strip().partition("-")
+    try:
+        bounds = (int(low), int(high) if sep else int(low))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LO-HI, e.g. 2-5, got {text!r}") from None
+    if bounds[0] < 2 or bounds[1] < bounds[0]:
+        raise argparse.ArgumentTypeError(f"need 2 <= LO <= HI, got {text!r}")
+    return bounds
+
+
+def add_load_shape(parser: argparse.ArgumentParser, *, record_size: int) -> None:
+    """``--record-size``, ``--fanout`` and ``--seed``: what each message looks like."""
+    parser.add_argument(
+        "--record-size",
+        type=int,
+        default=record_size,
+        help=f"bytes of each message's value as JSON (default {record_size}; e.g. 1000, 10000)",
+    )
+    parser.add_argument(
+        "--fanout",
+        type=parse_fanout,
+        default=None,
+        metavar="LO-HI",
+        help="each multicast goes to LO..HI topics drawn at random (default: every topic)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the --fanout draws")

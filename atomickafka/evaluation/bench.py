@@ -1,12 +1,17 @@
-"""``atomickafka bench``: AtomicKafka against a bare Kafka pipe, measured in one run.
+"""``atomickafka bench``: AtomicKafka against a bare Kafka pipe and a single sequencer,
+measured in one run.
 
 Every scenario uses the same broker, record size and measuring process:
 
 - ``kafka``: a producer writes N records to one topic and a consumer reads them back
   (the baseline: what Kafka alone moves on this machine).
-- ``amcast-P``: N messages through five AtomicKafka nodes, P % multicast to all five
-  topics, the rest single-topic (round-robin over the topics).
-- ``kafka@half`` and ``amcast-P@half``: the bare pipe and the 50 % multicast scenario
+- ``amcast-P%``: N messages through one AtomicKafka node per topic (5 topics unless
+  ``--topics``), P % multicast, the rest single-topic (round-robin over the topics). A
+  multicast goes to every topic, or, with ``fanout=(lo, hi)``, to ``lo``..``hi`` topics
+  drawn at random (seeded).
+- ``seq-P%``: the same messages through the single-sequencer baseline
+  (:mod:`~atomickafka.evaluation.sequencer`): one partition, one fan-out process.
+- ``kafka@half`` and ``amcast-P%@half``: the bare pipe and the largest multicast share
   again, both paced at half the rate the unpaced multicast run reached, to show latency
   below saturation (an unpaced run's latency is mostly queueing in the burst).
 
@@ -14,10 +19,15 @@ A message's latency is the time from its send to its delivery at the last of its
 destinations, read by a separate consumer process (the evaluation's
 :class:`~atomickafka.evaluation.measuring.DeliveryCounter`, which the evaluation suite
 counts its deliveries with too); throughput counts messages fully delivered over the
-time from the first send to the last delivery. Each AtomicKafka scenario starts with
-the suite's warm-up (:func:`~atomickafka.evaluation.measuring.warm_up`); with
-partition layers, it also reports the merge delay measured on Kafka
+time from the first send to the last delivery. Each multicast scenario starts with the
+suite's warm-up (:func:`~atomickafka.evaluation.measuring.warm_up`); with partition
+layers, it also reports the merge delay measured on Kafka
 (:func:`~atomickafka.evaluation.merge_delay.kafka_merge_delays`).
+
+Every scenario also reports its **cost** (:class:`~atomickafka.evaluation.cost.RunCost`):
+the CPU time of every process over the measured window (from the first send to the
+measuring consumer's last delivery) from the OS, by role, per delivered message, and the
+records and bytes written in that window by type.
 """
 
 from __future__ import annotations
@@ -25,38 +35,58 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import multiprocessing as mp
+import os
+import random
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from atomickafka.client import AtomicKafkaClient
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.core.reader import KafkaRecord
+from atomickafka.evaluation.cost import RunCost
 from atomickafka.evaluation.measuring import (
     MULTICAST_FIELD,
     SEND_TIME_FIELD,
     Arrival,
     DeliveryCounter,
+    Sender,
     delivery_arrival,
     percentile,
     warm_up,
 )
 from atomickafka.evaluation.merge_delay import kafka_merge_delays
-from atomickafka.kafka.admin import ensure_topics, partition_count
-from atomickafka.kafka.consumer import make_consumer, watermarks
+from atomickafka.evaluation.processes import CpuMeter, ProcessRole, track_broker, track_cluster
+from atomickafka.evaluation.sequencer import SEQUENCER_ID, SequencerSender, running_sequencer
+from atomickafka.evaluation.topic_scan import (
+    RecordedTopic,
+    Role,
+    cluster_topics,
+    end_offset,
+    sequencer_topics,
+)
+from atomickafka.evaluation.traffic import TypeTraffic, scan_traffic
+from atomickafka.kafka.admin import ensure_topics
 from atomickafka.kafka.producer import RecordProducer
 from atomickafka.kafka.settings import admin_config
-from atomickafka.kafka.topics import Layout, delivery_topic, input_topic, layers_topic
+from atomickafka.kafka.status import STATUS_READ_WINDOW_S, read_statuses
+from atomickafka.kafka.topics import (
+    STATUS_TOPIC,
+    Layout,
+    delivery_topic,
+)
 from atomickafka.node.config import ClusterConfig, NodeConfig
-from atomickafka.node.launch import running_cluster
+from atomickafka.node.launch import cluster_keys, running_cluster
 
-__all__ = ["BenchResult", "BenchSetup", "run_bench"]
+__all__ = ["BenchLoad", "BenchResult", "BenchSetup", "run_bench"]
+
+#: What the bare pipe's records are called in the cost's traffic (they have no type).
+_PLAIN_KIND = "plain record"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +105,52 @@ class BenchResult:
     #: Partitioned runs: time from a layer's decision to the merged delivery (p50, p99).
     merge_p50_ms: float | None = None
     merge_p99_ms: float | None = None
+    #: CPU by process, records and bytes by type, over the measured window.
+    cost: RunCost | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for ``--json``."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["cost"] = None if self.cost is None else self.cost.to_dict()
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class BenchLoad:
+    """What a multicast scenario sends: how many messages, the multicast share, the
+    value size, the pace (``None``: as fast as possible), and each multicast's
+    destination count (``None``: every topic; ``(lo, hi)``: drawn from ``lo``..``hi``
+    with ``seed``)."""
+
+    messages: int
+    share: float
+    record_size: int = 200
+    rate: float | None = None
+    fanout: tuple[int, int] | None = None
+    seed: int = 0
+
+    def plan(self, prefix: str, topics: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
+        """Each message's id and destinations: every ``round(1/share)``-th a multicast."""
+        rng = random.Random(self.seed)
+        stride = round(1 / self.share) if self.share > 0 else 0
+        out = []
+        for i in range(self.messages):
+            if stride > 0 and i % stride == 0:
+                dests = _multicast_destinations(topics, self.fanout, rng)
+            else:
+                dests = (topics[i % len(topics)],)
+            out.append((f"{prefix}-{i}", dests))
+        return out
+
+
+def _multicast_destinations(
+    topics: Sequence[str], fanout: tuple[int, int] | None, rng: random.Random
+) -> tuple[str, ...]:
+    if fanout is None:
+        return tuple(topics)
+    low, high = fanout
+    count = rng.randint(min(low, len(topics)), min(high, len(topics)))
+    return tuple(sorted(rng.sample(list(topics), count)))
 
 
 def _plain_arrival(record: KafkaRecord, owner: str) -> Arrival | None:
@@ -96,9 +172,11 @@ def _measure(
     timeout_s: float,
     ready: Any,
     results: Any,
+    done: Any,
 ) -> None:
     """Child process: read ``topics`` until ``expected`` measured messages were
-    delivered at every destination (``plain``: the bare pipe's records)."""
+    delivered at every destination (``plain``: the bare pipe's records); then wait for
+    ``done``, so that its CPU time is read while it still runs."""
     read = _plain_arrival if plain else delivery_arrival
     counter = DeliveryCounter(bootstrap, topics, read=read, fetch_wait_ms=5)
     with contextlib.closing(counter):
@@ -114,6 +192,7 @@ def _measure(
             "missing": expected - len(counter.completed),
         }
     )
+    done.wait(60)
 
 
 def _payload(mid: str, multicast: bool, size: int) -> dict[str, Any]:
@@ -128,62 +207,77 @@ def _payload(mid: str, multicast: bool, size: int) -> dict[str, Any]:
     return body
 
 
-def _watermark_total(bootstrap: str, names: Sequence[str]) -> int:
-    """Records in every partition of ``names`` (that exist)."""
-    admin = AdminClient(admin_config(bootstrap))
-    consumer: Consumer = make_consumer(bootstrap)
-    try:
-        total = 0
-        for name in set(names):
-            for partition in range(partition_count(admin, name) or 0):
-                low, high = watermarks(consumer, TopicPartition(name, partition))
-                total += high - low
-        return total
-    finally:
-        consumer.close()
+@dataclass(frozen=True, slots=True)
+class _Measured:
+    """How one scenario is measured: what the measuring consumer reads, what the cost
+    scans, which system it is, and which processes are that system's."""
+
+    name: str
+    read_topics: dict[str, str]
+    scanned: list[RecordedTopic]
+    system: str
+    plain: bool = False
+    track: Callable[[CpuMeter], None] = lambda _meter: None
 
 
 def _run_measured(
-    name: str,
-    bootstrap: str,
-    read_topics: dict[str, str],
-    plain: bool,
-    expected: int,
-    send: Callable[[], None],
-    written_topics: list[str],
-    timeout_s: float,
+    bootstrap: str, how: _Measured, expected: int, send: Callable[[], None], timeout_s: float
 ) -> BenchResult:
-    """Start the measuring process on ``read_topics``, ``send``, and sum up what it saw."""
+    """Start the measuring process on ``how.read_topics``, ``send``, and sum up what it
+    saw and what every process spent meanwhile."""
     ctx = mp.get_context("spawn")
-    ready = ctx.Event()
+    ready, done = ctx.Event(), ctx.Event()
     results = ctx.Queue()
     reader = ctx.Process(
         target=_measure,
-        args=(bootstrap, read_topics, plain, expected, timeout_s, ready, results),
+        args=(bootstrap, how.read_topics, how.plain, expected, timeout_s, ready, results, done),
         daemon=True,  # a failed send must not leave the command waiting for it
     )
     reader.start()
-    ready.wait(60)
-    time.sleep(0.5)  # let the reader's first fetch settle
-    records_before = _watermark_total(bootstrap, written_topics)
-    send()
-    outcome = results.get(timeout=timeout_s + 30)
-    reader.join(30)
+    try:
+        ready.wait(60)
+        meter = CpuMeter()
+        track_broker(meter, bootstrap)
+        meter.track(os.getpid(), ProcessRole.CLIENT, "client (the bench's process)")
+        if reader.pid is not None:
+            meter.track(reader.pid, ProcessRole.MEASURER, "measuring consumer")
+        how.track(meter)
+        time.sleep(0.5)  # let the reader's first fetch settle
+        meter.start()
+        send()
+        outcome = results.get(timeout=timeout_s + 30)
+        window = meter.stop()
+    finally:
+        done.set()
+        reader.join(30)
     lat = sorted(ms for ms, _ in outcome["latencies"])
     multicast = sorted(ms for ms, m in outcome["latencies"] if m)
     seconds = max(outcome["last_delivery"] - outcome["first_send"], 1e-6)
     delivered = len(outcome["latencies"])
-    records = _watermark_total(bootstrap, written_topics) - records_before
+    traffic = scan_traffic(bootstrap, how.scanned, window.start_ms, window.end_ms)
+    if how.plain:
+        traffic = {_PLAIN_KIND: TypeTraffic(*_sum_traffic(traffic.values()))}
+    cost = RunCost(how.system, delivered, window.seconds, window.processes, traffic)
     return BenchResult(
-        name=name,
+        name=how.name,
         messages=delivered,
         seconds=round(seconds, 3),
         messages_per_s=round(delivered / seconds, 1),
-        records_per_s=round(records / seconds, 1),
+        records_per_s=round(cost.records / seconds, 1),
         p50_ms=round(percentile(lat, 0.50), 2),
         p99_ms=round(percentile(lat, 0.99), 2),
         multicast_p99_ms=round(percentile(multicast, 0.99), 2) if multicast else None,
         delivered_ok=outcome["missing"] == 0,
+        cost=cost,
+    )
+
+
+def _sum_traffic(counts: Any) -> tuple[int, int, int]:
+    items = list(counts)
+    return (
+        sum(t.records for t in items),
+        sum(t.messages for t in items),
+        sum(t.value_bytes for t in items),
     )
 
 
@@ -204,8 +298,14 @@ def _bare_kafka(
             producer.poll(0)
         producer.flush(60)
 
-    name = "kafka@half" if rate else "kafka"
-    return _run_measured(name, bootstrap, {topic: topic}, True, messages, send, [topic], timeout_s)
+    how = _Measured(
+        name="kafka@half" if rate else "kafka",
+        read_topics={topic: topic},
+        scanned=[RecordedTopic(topic, topic, Role.DELIVERY)],
+        system="kafka",
+        plain=True,
+    )
+    return _run_measured(bootstrap, how, messages, send, timeout_s)
 
 
 def _pace(start: float, index: int, rate: float) -> None:
@@ -226,7 +326,8 @@ class BenchSetup:
     overrides: Mapping[str, str] = field(default_factory=dict)
 
     def cluster(self, bootstrap: str, topics: list[str]) -> Any:
-        """The nodes of ``topics`` for a block of code."""
+        """The nodes of ``topics`` for a block of code (it gets the supervisor's
+        ``Popen``)."""
         node = NodeConfig(
             bootstrap,
             topics[0],
@@ -238,53 +339,56 @@ class BenchSetup:
         )
         return running_cluster(ClusterConfig(tuple(topics), node))
 
-    def written(self, topics: list[str]) -> list[str]:
-        """Every Kafka topic the nodes write."""
-        out = [input_topic(t, self.layout) for t in topics]
-        out += [delivery_topic(t) for t in topics]
-        if self.partitions > 1:
-            out += [layers_topic(t) for t in topics]
-        return out
+    def scanned(self, bootstrap: str, topics: list[str]) -> list[RecordedTopic]:
+        """Every Kafka topic the nodes write, as the cost counts their records (the
+        status topic from its end now, the cluster's keys only)."""
+        start = end_offset(bootstrap, STATUS_TOPIC)
+        return cluster_topics(topics, self.layout, self.partitions, start)
 
 
-def _amcast(
-    bootstrap: str,
-    topics: list[str],
-    setup: BenchSetup,
-    messages: int,
-    share: float,
-    size: int,
-    rate: float | None,
-    timeout_s: float,
-) -> BenchResult:
-    read = {delivery_topic(t): t for t in topics}
-    with (
-        AtomicKafkaClient(bootstrap, layout=setup.layout, config=setup.overrides) as warming,
-        contextlib.closing(DeliveryCounter(bootstrap, read, setup.overrides)) as counter,
-    ):
-        warm_up(warming, topics, counter)
-    client = AtomicKafkaClient(bootstrap, layout=setup.layout, config=setup.overrides)
-    stride = round(1 / share) if share > 0 else 0
-    plan: list[tuple[str, tuple[str, ...]]] = []
-    client.warm_up(topics)
-    prefix = client.id_prefix
-    for i in range(messages):
-        multicast = stride > 0 and i % stride == 0
-        dests = tuple(topics) if multicast else (topics[i % len(topics)],)
-        plan.append((f"{prefix}-{i}", dests))
-
+def _send_plan(
+    sender: Sender, plan: Sequence[tuple[str, tuple[str, ...]]], load: BenchLoad
+) -> Callable[[], None]:
     def send() -> None:
         start = time.monotonic()
         for i, (mid, dests) in enumerate(plan):
-            if rate:
-                _pace(start, i, rate)
-            sent_id = client.send(_payload(mid, len(dests) > 1, size), dests)
+            if load.rate:
+                _pace(start, i, load.rate)
+            sent_id = sender.send(_payload(mid, len(dests) > 1, load.record_size), dests)
             assert sent_id == mid
-        client.flush(60)
+        sender.flush(60)
 
-    name = f"amcast-{round(share * 100)}%" + ("@half" if rate else "")
-    written = setup.written(topics)
-    result = _run_measured(name, bootstrap, read, False, messages, send, written, timeout_s)
+    return send
+
+
+def _name(prefix: str, load: BenchLoad) -> str:
+    return f"{prefix}-{round(load.share * 100)}%" + ("@half" if load.rate else "")
+
+
+def _amcast(
+    bootstrap: str, topics: list[str], setup: BenchSetup, load: BenchLoad, timeout_s: float
+) -> BenchResult:
+    read = {delivery_topic(t): t for t in topics}
+    with setup.cluster(bootstrap, topics) as cluster:
+        with (
+            AtomicKafkaClient(bootstrap, layout=setup.layout, config=setup.overrides) as warming,
+            contextlib.closing(DeliveryCounter(bootstrap, read, setup.overrides)) as counter,
+        ):
+            warm_up(warming, topics, counter)
+        keys = set(cluster_keys(topics, setup.partitions))
+        statuses = read_statuses(bootstrap, setup.overrides, window_s=STATUS_READ_WINDOW_S)
+        ours = [s for key, s in statuses.items() if key in keys]
+        how = _Measured(
+            name=_name("amcast", load),
+            read_topics=read,
+            scanned=setup.scanned(bootstrap, topics),
+            system="atomickafka",
+            track=lambda meter: track_cluster(meter, cluster.pid, ours),
+        )
+        with AtomicKafkaClient(bootstrap, layout=setup.layout, config=setup.overrides) as client:
+            client.warm_up(topics)
+            send = _send_plan(client, load.plan(client.id_prefix, topics), load)
+            result = _run_measured(bootstrap, how, load.messages, send, timeout_s)
     if setup.partitions > 1:
         delays = sorted(kafka_merge_delays(bootstrap, topics, setup.partitions))
         result = dataclasses.replace(
@@ -293,6 +397,46 @@ def _amcast(
             merge_p99_ms=round(percentile(delays, 0.99), 2),
         )
     return result
+
+
+@contextlib.contextmanager
+def _sequencer(
+    bootstrap: str, topics: list[str], overrides: Mapping[str, str]
+) -> Iterator[tuple[str, int]]:
+    """The single sequencer over ``topics`` for a block: its topic and its fan-out
+    process's pid."""
+    seq_topic = f"{topics[0].rsplit('-', 1)[0]}-seq"
+    ensure_topics(AdminClient(admin_config(bootstrap, overrides)), [seq_topic, *topics])
+    with running_sequencer(bootstrap, seq_topic, overrides=overrides) as proc:
+        assert proc.pid is not None
+        yield seq_topic, proc.pid
+
+
+def _sequenced(
+    bootstrap: str, topics: list[str], setup: BenchSetup, load: BenchLoad, timeout_s: float
+) -> BenchResult:
+    read = {t: t for t in topics}
+    overrides = setup.overrides
+    with _sequencer(bootstrap, topics, overrides) as (seq_topic, pid):
+        with (
+            contextlib.closing(DeliveryCounter(bootstrap, read, overrides)) as counter,
+            contextlib.closing(
+                SequencerSender(bootstrap, seq_topic, "bench-warmup", config=overrides)
+            ) as warming,
+        ):
+            warm_up(warming, topics, counter)
+        how = _Measured(
+            name=_name("seq", load),
+            read_topics=read,
+            scanned=sequencer_topics(seq_topic, SEQUENCER_ID, topics),
+            system="sequencer",
+            track=lambda meter: meter.track(pid, ProcessRole.SEQUENCER, "sequencer"),
+        )
+        sender = SequencerSender(bootstrap, seq_topic, "bench", config=overrides)
+        with contextlib.closing(sender):
+            sender.warm_up(topics)
+            send = _send_plan(sender, load.plan(sender.id_prefix, topics), load)
+            return _run_measured(bootstrap, how, load.messages, send, timeout_s)
 
 
 def run_bench(
@@ -305,6 +449,10 @@ def run_bench(
     timeout_s: float = 300.0,
     warmup: bool = True,
     paced_rate: float | None = None,
+    topics: int = 5,
+    fanout: tuple[int, int] | None = None,
+    seed: int = 0,
+    sequencer: bool = True,
     on_result: Any = None,
 ) -> list[BenchResult]:
     """Run every scenario; return their figures (also passed to ``on_result`` as they come)."""
@@ -317,26 +465,30 @@ def run_bench(
             on_result(result)
 
     run_id = uuid.uuid4().hex[:6]
+
+    def names(tag: str) -> list[str]:
+        return [f"bench-{run_id}-{tag}-t{i}" for i in range(1, topics + 1)]
+
+    def load(count: int, share: float, rate: float | None = None) -> BenchLoad:
+        return BenchLoad(count, share, record_size, rate, fanout, seed)
+
     if warmup:
         # A fresh broker JIT-compiles its hot paths for a while; measured runs start
         # after one unmeasured pass through both kinds of traffic.
         _bare_kafka(bootstrap, 5000, record_size, timeout_s)
-        topics = [f"bench-{run_id}-warm-t{i}" for i in range(1, 6)]
-        with setup.cluster(bootstrap, topics):
-            _amcast(bootstrap, topics, setup, 5000, 0.1, record_size, None, timeout_s)
+        _amcast(bootstrap, names("warm"), setup, load(5000, 0.1), timeout_s)
     # Bare Kafka moves a burst of N records in a fraction of a second; five times as
     # many make its rate less a matter of scheduling luck.
     record(_bare_kafka(bootstrap, 5 * messages, record_size, timeout_s))
     for share in shares:
-        topics = [f"bench-{run_id}-{round(share * 100)}-t{i}" for i in range(1, 6)]
-        with setup.cluster(bootstrap, topics):
-            record(_amcast(bootstrap, topics, setup, messages, share, record_size, None, timeout_s))
+        tag = str(round(share * 100))
+        record(_amcast(bootstrap, names(tag), setup, load(messages, share), timeout_s))
+        if sequencer:
+            record(_sequenced(bootstrap, names(f"s{tag}"), setup, load(messages, share), timeout_s))
     worst = max(shares)
     saturated = next(r for r in results if r.name == f"amcast-{round(worst * 100)}%")
-    topics = [f"bench-{run_id}-half-t{i}" for i in range(1, 6)]
     half = paced_rate or saturated.messages_per_s / 2
     count = max(1000, min(messages, int(half * 10)))
     record(_bare_kafka(bootstrap, count, record_size, timeout_s, rate=half))
-    with setup.cluster(bootstrap, topics):
-        record(_amcast(bootstrap, topics, setup, count, worst, record_size, half, timeout_s))
+    record(_amcast(bootstrap, names("half"), setup, load(count, worst, half), timeout_s))
     return results

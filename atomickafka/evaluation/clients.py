@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from atomickafka.evaluation.measuring import (
     MULTICAST_FIELD,
     SEND_TIME_FIELD,
@@ -29,11 +31,24 @@ from atomickafka.kafka.topics import Layout
 __all__ = ["ClientJob", "ClientResult", "client_process", "make_sender", "payload"]
 
 
-def payload(client_index: int, seq: int, multicast: bool, send_us: int) -> dict[str, Any]:
+def payload(
+    client_index: int, seq: int, multicast: bool, send_us: int, size: int = 0
+) -> dict[str, Any]:
     """The value of a measured message: client, sequence number, multicast flag and the
     send time in microseconds since the epoch (a probe, see
-    :mod:`~atomickafka.evaluation.measuring`; warm-up values have no send time)."""
-    return {"c": client_index, "i": seq, MULTICAST_FIELD: multicast, SEND_TIME_FIELD: send_us}
+    :mod:`~atomickafka.evaluation.measuring`; warm-up values have no send time), padded
+    to ``size`` bytes of JSON when that is more than the probe alone."""
+    value: dict[str, Any] = {
+        "c": client_index,
+        "i": seq,
+        MULTICAST_FIELD: multicast,
+        SEND_TIME_FIELD: send_us,
+    }
+    if size > 0:
+        pad = size - len(orjson.dumps(value)) - len(',"pad":""')
+        if pad > 0:
+            value["pad"] = "x" * pad
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +60,8 @@ class ClientJob:
     system: System
     layout: Layout
     pace_ms: float = 0.0
+    #: Bytes of each measured value as JSON (0: the probe alone, about 60 bytes).
+    record_size: int = 0
     sequencer_topic: str | None = None
     overrides: Mapping[str, str] = field(default_factory=dict)
     flush_timeout_s: float = 300.0
@@ -68,6 +85,10 @@ class ClientResult:
 
 def make_sender(job: ClientJob) -> Sender:
     """The sender of ``job``'s system (imports Kafka clients only in the child)."""
+    if job.system is System.KAFKA:
+        from atomickafka.evaluation.bare import BarePipeSender  # noqa: PLC0415
+
+        return BarePipeSender(job.bootstrap, job.plan.client_id, config=job.overrides)
     if job.system is System.SEQUENCER:
         from atomickafka.evaluation.sequencer import SequencerSender  # noqa: PLC0415
 
@@ -94,15 +115,16 @@ def _send_plan(sender: Sender, job: ClientJob) -> tuple[list[str], list[int]]:
             if delay > 0:
                 time.sleep(delay)
         sent = time.time_ns() // 1000
-        value = payload(plan.index, seq, len(dests) > 1, sent)
+        value = payload(plan.index, seq, len(dests) > 1, sent, job.record_size)
         ids.append(sender.send(value, dests, via=plan.home_topic))
         times.append(sent)
     sender.flush(job.flush_timeout_s)
     return ids, times
 
 
-def client_process(job: ClientJob, ready: Any, go: Any, results: Any) -> None:
-    """Child process body: warm up, signal ``ready``, wait for ``go``, send, report.
+def client_process(job: ClientJob, ready: Any, go: Any, results: Any, done: Any) -> None:
+    """Child process body: warm up, signal ``ready``, wait for ``go``, send, report,
+    then wait for ``done`` (so that its CPU time is read while it still runs).
 
     The outcome (or the error) goes to ``results`` as a :class:`ClientResult`.
     """
@@ -135,3 +157,4 @@ def client_process(job: ClientJob, ready: Any, go: Any, results: Any) -> None:
                 error=traceback.format_exc(),
             )
         )
+    done.wait(job.start_timeout_s)

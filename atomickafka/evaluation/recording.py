@@ -62,17 +62,16 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from confluent_kafka import Consumer, TopicPartition
 
-from atomickafka.core.reader import UNDECODABLE, KafkaRecord, peek, read_delivery
+from atomickafka.core.reader import KafkaRecord, read_delivery
 from atomickafka.core.wire import MessageType
-from atomickafka.kafka.consumer import consume_batch, make_consumer, watermarks
+from atomickafka.evaluation.topic_scan import RecordedTopic, Role, classify, scan_topics
+from atomickafka.evaluation.traffic import TrafficTally, TypeTraffic
 
 __all__ = [
     "MESSAGES_SCHEMA",
@@ -82,6 +81,7 @@ __all__ = [
     "Role",
     "SentRow",
     "record_run",
+    "recorded_traffic",
     "write_table",
 ]
 
@@ -122,36 +122,10 @@ _MESSAGES_FIELDS: list[pa.Field[Any]] = [
 ]
 MESSAGES_SCHEMA: Final = pa.schema(_MESSAGES_FIELDS)
 
-#: ``message_type`` of a status record.
-_STATUS: Final = "NodeStatus"
 #: What a delivery topic's deliveries are called in ``message_type``.
 _DELIVERY_KINDS: Final = frozenset(
     {MessageType.DELIVERY.value, MessageType.PARTITION_DELIVERY.value}
 )
-
-
-class Role(StrEnum):
-    """What a recorded Kafka topic is to its node (the ``role`` column)."""
-
-    INPUT = "input"
-    DELIVERY = "delivery"
-    DEAD_LETTER = "dead-letter"
-    LAYERS = "layers"
-    STATUS = "status"
-
-
-@dataclass(frozen=True, slots=True)
-class RecordedTopic:
-    """A Kafka topic of the run: whose it is, its role, whether it holds the node's
-    deliveries, and (for the shared status topic) where the run starts and which keys
-    are the run's."""
-
-    kafka_topic: str
-    node: str
-    role: Role
-    holds_deliveries: bool = False
-    start_offset: int = 0
-    keys: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,15 +179,8 @@ class _RecordColumns:
         self.delivered: dict[tuple[str, str], _Delivered] = {}
 
     def add(self, where: RecordedTopic, record: KafkaRecord) -> None:
-        seen = peek(record)
-        node = where.node
-        kind, writer = seen.kind, seen.sender_id
-        if where.role is Role.STATUS:
-            node = _key_text(record) or ""
-            kind = _STATUS if kind != UNDECODABLE else UNDECODABLE
-            writer = f"node-{node}"
-        elif where.role is Role.DEAD_LETTER:
-            writer = f"node-{node}"
+        found = classify(where, record)
+        seen, node, kind = found.seen, found.node, found.kind
         kafka_ts = record.timestamp()[1]
         offset = record.offset() or 0
         cols = self.columns
@@ -225,7 +192,7 @@ class _RecordColumns:
         cols["node"].append(node)
         cols["role"].append(where.role.value)
         cols["message_type"].append(kind)
-        cols["writer"].append(writer)
+        cols["writer"].append(found.writer)
         cols["sent_from_topic"].append(seen.sent_from)
         cols["message_id"].append(seen.message_id)
         cols["messages"].append(len(seen.inner) if seen.is_bundle else 1)
@@ -241,70 +208,6 @@ class _RecordColumns:
         key = (message.messageID, node)
         if key not in self.delivered:
             self.delivered[key] = _Delivered(kafka_ts, offset, message.timeStamp)
-
-
-def _assign_from_start(
-    consumer: Consumer, topics: Sequence[RecordedTopic]
-) -> dict[tuple[str, int], int]:
-    """Assign ``consumer`` every non-empty partition of ``topics`` from its start offset;
-    return each assigned partition's current end offset (where reading it stops)."""
-    metadata = consumer.list_topics(timeout=30).topics
-    ends: dict[tuple[str, int], int] = {}
-    assigned: list[TopicPartition] = []
-    for spec in topics:
-        meta = metadata.get(spec.kafka_topic)
-        if meta is None or meta.error is not None:
-            continue  # never created (e.g. no dead letters in the baseline)
-        for partition in meta.partitions:
-            low, high = watermarks(consumer, TopicPartition(spec.kafka_topic, partition))
-            start = max(low, spec.start_offset)
-            if high > start:
-                ends[(spec.kafka_topic, partition)] = high
-                assigned.append(TopicPartition(spec.kafka_topic, partition, start))
-    consumer.assign(assigned)
-    return ends
-
-
-def _is_the_runs(spec: RecordedTopic, record: KafkaRecord) -> bool:
-    """Whether ``record`` belongs to the run: any record of a run's own topic, only the
-    run's keys in a shared one (the status topic)."""
-    return spec.keys is None or _key_text(record) in spec.keys
-
-
-def _read_topics(
-    bootstrap: str,
-    topics: Sequence[RecordedTopic],
-    sink: _RecordColumns,
-    overrides: Mapping[str, str] | None,
-    timeout_s: float,
-) -> None:
-    """Read every partition of ``topics`` from its start offset to its current end."""
-    consumer = make_consumer(
-        bootstrap, None, overrides, **{"enable.partition.eof": False, "fetch.wait.max.ms": 20}
-    )
-    try:
-        ends = _assign_from_start(consumer, topics)
-        by_name = {t.kafka_topic: t for t in topics}
-        deadline = time.monotonic() + timeout_s
-        while ends and time.monotonic() < deadline:
-            for record in consume_batch(consumer, 10_000, 0.5):
-                if record.error() is not None:
-                    continue
-                name, partition = record.topic() or "", record.partition() or 0
-                end = ends.get((name, partition))
-                offset = record.offset() or 0
-                if end is None or offset >= end:
-                    continue
-                if offset + 1 >= end:
-                    del ends[(name, partition)]
-                if _is_the_runs(by_name[name], record):
-                    sink.add(by_name[name], record)
-        if ends:
-            raise TimeoutError(
-                f"recording: {len(ends)} partitions not read to their end in {timeout_s:.0f}s"
-            )
-    finally:
-        consumer.close()
 
 
 def _message_columns(
@@ -344,7 +247,7 @@ def record_run(
     into ``out_dir``."""
     started = time.monotonic()
     sink = _RecordColumns(run)
-    _read_topics(bootstrap, topics, sink, overrides, timeout_s)
+    scan_topics(bootstrap, topics, sink.add, overrides, timeout_s)
     records_path = out_dir / "records.parquet"
     messages_path = out_dir / "messages.parquet"
     records = write_table(sink.columns, RECORDS_SCHEMA, records_path)
@@ -361,3 +264,16 @@ def record_run(
         },
     )
     return Recording(records_path, messages_path, records, len(sink.delivered))
+
+
+def recorded_traffic(records_path: Path, start_ms: int, end_ms: int) -> dict[str, TypeTraffic]:
+    """The records of ``records.parquet`` written between ``start_ms`` and ``end_ms``
+    (Kafka timestamps), by type (:class:`~atomickafka.evaluation.traffic.TrafficTally`)."""
+    table = pq.read_table(
+        records_path, columns=["message_type", "messages", "value_bytes", "kafka_ts_ms"]
+    )
+    tally = TrafficTally(start_ms, end_ms)
+    columns = [table.column(name).to_pylist() for name in table.column_names]
+    for kind, messages, size, timestamp in zip(*columns, strict=True):
+        tally.add(kind, messages, size, timestamp)
+    return tally.result()

@@ -24,6 +24,14 @@ from atomickafka.evaluation.comparison import (
     compare_with_thesis,
     pacing_of,
 )
+from atomickafka.evaluation.cost import (
+    BROKER_FORMULA,
+    PROJECTION_FORMULA,
+    RunCost,
+    cost_table,
+    projection_table,
+    traffic_table,
+)
 from atomickafka.evaluation.plots import node_label, plot_latency, plot_rates, plot_vs_share
 from atomickafka.evaluation.results import NodeMetrics, RunInfo, RunResult
 from atomickafka.evaluation.thesis import (
@@ -91,9 +99,12 @@ def _banner(data: ReportInput) -> list[str]:
     failed = [r for r in data.results if not r.info.ok]
     total = len(data.results)
     if not failed:
+        bare = any(r.info.system == "kafka" for r in data.results)
+        held = "; the bare Kafka pipe, which orders nothing, integrity and validity only"
         return [
             f"**All {total} runs passed the order check** (integrity, validity, and the "
-            "same relative order at every pair of topics, on every delivery).",
+            "same relative order at every pair of topics, on every delivery"
+            f"{held if bare else ''}).",
             "",
         ]
     lines = [
@@ -153,7 +164,24 @@ def _summary(data: ReportInput) -> list[str]:
         "max ms",
         "order check",
     ]
-    return ["## Summary", "", *_pacing_lines(data.results), *_table(headers, rows)]
+    return [
+        "## Summary",
+        "",
+        *_pacing_lines(data.results),
+        *_load_lines(data.results),
+        *_table(headers, rows),
+    ]
+
+
+def _load_lines(results: Sequence[RunResult]) -> list[str]:
+    """The load's shape, said once: topics, value size, multicast destinations."""
+    shapes = dict.fromkeys((len(r.info.topics), r.info.record_size, r.info.fanout) for r in results)
+    lines = []
+    for topics, size, fanout in shapes:
+        value = f"{size:,}-byte values" if size else "values of the probe alone (about 60 bytes)"
+        where = f"{fanout} topics drawn at random" if fanout else "every topic"
+        lines.append(f"{topics} topics, {value}, each multicast to {where}.")
+    return [" ".join(lines), ""] if lines else []
 
 
 def _pacing_lines(results: Sequence[RunResult]) -> list[str]:
@@ -444,9 +472,65 @@ def _comparisons(data: ReportInput) -> list[str]:
         "per node; readers filter); `split` keeps a node's input log apart so a topic holds "
         "only its ordered deliveries. `sequencer` is what a Kafka user does without "
         "AtomicKafka: every message through one partition of one topic, fanned out to its "
-        "destinations by one consumer.",
+        "destinations by one consumer. `kafka` is the bare pipe: each client writes each "
+        "message to each destination, nothing orders them (the floor of the cost); its "
+        "latency reads as about 0 here, since a delivery's time is its record's Kafka "
+        "timestamp, which the client set when it sent (`atomickafka bench` measures a bare "
+        "hop's latency at the reader).",
         "",
     ]
+
+
+def _costs(data: ReportInput) -> list[str]:
+    """What each run cost per delivered message, by process role and by record type,
+    and the projected capacity with one core per process, the primary variant beside
+    the sequencer for each multicast share."""
+    measured = [(r, RunCost.from_dict(r.info.cost)) for r in data.results if r.info.cost]
+    if not measured:
+        return []
+    labelled = [(f"{r.info.scenario} · {r.info.variant}", cost) for r, cost in measured]
+    lines = [
+        "## Cost per delivered message (CPU time from the OS)",
+        "",
+        "Every process's CPU time (user + system, read from the OS) over each run's "
+        "window, from the clients' start signal to the last delivery counted, in µs per "
+        "message delivered at every destination; records and value bytes are those the "
+        "run wrote in that window. Nodes and mergers are told apart by the pids in their "
+        "statuses; the broker is the `kafka.Kafka` JVM on the bootstrap port (it serves "
+        "anything else using it meanwhile). The measuring consumer is the suite's own "
+        "process.",
+        "",
+        *_table(*cost_table(labelled)),
+    ]
+    missing = sorted({p.name for _, cost in measured for p in cost.unmeasured})
+    if missing:
+        lines += [f"Not measured over a whole window: {', '.join(missing)}.", ""]
+    by_key = {(r.info.scenario, r.info.variant): cost for r, cost in measured}
+    shares = []
+    for result, cost in measured:
+        info = result.info
+        if info.variant != data.primary:
+            continue
+        label = f"{info.scenario} ({info.multicast_percent} %)"
+        bare = by_key.get((info.scenario, "kafka"))
+        shares.append((label, cost, by_key.get((info.scenario, "sequencer")), bare))
+    if shares:
+        lines += [
+            f"## Projected capacity with one core per process ({data.primary}, the sequencer)",
+            "",
+            "**A projection, not a measurement.** "
+            f"{PROJECTION_FORMULA[0].upper()}{PROJECTION_FORMULA[1:]}. "
+            f"{BROKER_FORMULA[0].upper()}{BROKER_FORMULA[1:]}; Kafka spreads that over its "
+            "brokers by partition, except that the sequencer's one partition lives on one.",
+            "",
+            *_table(*projection_table(shares)),
+        ]
+    lines += [
+        "### Records and bytes per delivered message, by type",
+        "",
+        *_table(*traffic_table(labelled)),
+    ]
+    return lines
 
 
 def _definitions(data: ReportInput) -> list[str]:
@@ -529,6 +613,7 @@ def render_report(out_dir: Path, data: ReportInput) -> Path:
     lines += _summary(data)
     lines += _against_thesis(data)
     lines += _comparisons(data)
+    lines += _costs(data)
     if across:
         lines += ["## Across scenarios", ""]
         lines += [f"![{p.stem}]({p.relative_to(out_dir)})" for p in across]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing as mp
+import os
 import queue
 import sys
 import time
@@ -27,29 +28,35 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from tqdm import tqdm
 
 from atomickafka.client import AtomicKafkaClient, Delivery, DeliveryError, DestinationError
+from atomickafka.evaluation.bare import UNORDERED
 from atomickafka.evaluation.clients import ClientJob, ClientResult, client_process, make_sender
 from atomickafka.evaluation.clients import payload as measured_value
+from atomickafka.evaluation.cost import RunCost
 from atomickafka.evaluation.measuring import WARMUP_VALUE, DeliveryCounter, warm_up
-from atomickafka.evaluation.recording import RecordedTopic, Role, SentRow, record_run
+from atomickafka.evaluation.processes import CpuMeter, ProcessRole, track_broker, track_cluster
+from atomickafka.evaluation.recording import RecordedTopic, SentRow, record_run, recorded_traffic
 from atomickafka.evaluation.results import RunInfo
 from atomickafka.evaluation.scenarios import ClientPlan, Scenario, plan_clients
 from atomickafka.evaluation.sequencer import SEQUENCER_ID, running_sequencer
+from atomickafka.evaluation.topic_scan import (
+    cluster_topics,
+    destination_topics,
+    end_offset,
+    sequencer_topics,
+)
 from atomickafka.evaluation.variants import System, Variant
 from atomickafka.kafka.admin import ensure_topics
-from atomickafka.kafka.consumer import make_consumer, watermarks
 from atomickafka.kafka.settings import admin_config
+from atomickafka.kafka.status import STATUS_READ_WINDOW_S, read_statuses
 from atomickafka.kafka.topics import (
     STATUS_TOPIC,
     Layout,
-    dead_letter_topic,
     delivery_topic,
-    input_topic,
-    layers_topic,
 )
 from atomickafka.node.config import ClusterConfig, NodeConfig
 from atomickafka.node.launch import cluster_keys, running_cluster
@@ -68,6 +75,12 @@ class RunError(RuntimeError):
 #: run's own failures, Kafka's, time-outs and I/O, writes the broker did not accept, and
 #: a destination whose node went away. Anything else is a bug and is raised.
 _RUN_FAILURES = (RunError, KafkaException, OSError, DeliveryError, DestinationError)
+
+#: What the order check of the bare pipe says first: it is held to less.
+_BARE_PIPE_CHECK = (
+    "bare pipe: nothing orders it, so only integrity and validity are held against it "
+    "(order, gap, cycle and timestamp-order findings are expected)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +103,11 @@ class RunSpec:
     partitions: int = 1
     #: The suite's unmeasured warm-up run (it says so on its progress bar).
     warmup: bool = False
+    #: Bytes of each measured value (0: the probe alone); each multicast's destination
+    #: count drawn from ``fanout`` (``None``: every topic) with ``seed``.
+    record_size: int = 0
+    fanout: tuple[int, int] | None = None
+    seed: int = 0
 
     @property
     def title(self) -> str:
@@ -101,7 +119,14 @@ class RunSpec:
     @property
     def plans(self) -> list[ClientPlan]:
         """Every client's messages."""
-        return plan_clients(self.scenario, self.topics, self.clients, self.messages_per_client)
+        return plan_clients(
+            self.scenario,
+            self.topics,
+            self.clients,
+            self.messages_per_client,
+            fanout=self.fanout,
+            seed=self.seed,
+        )
 
     @property
     def sequencer_topic(self) -> str:
@@ -120,45 +145,28 @@ class RunSpec:
     def recorded_topics(self, status_start: int) -> list[RecordedTopic]:
         """Every Kafka topic the run writes, with its owner and role."""
         if self.variant.system is System.SEQUENCER:
-            return [
-                RecordedTopic(self.sequencer_topic, SEQUENCER_ID, Role.INPUT),
-                *(RecordedTopic(t, t, Role.DELIVERY, holds_deliveries=True) for t in self.topics),
-            ]
-        out: list[RecordedTopic] = []
-        for topic in self.topics:
-            inbox = input_topic(topic, self.layout)
-            out.append(RecordedTopic(inbox, topic, Role.INPUT, holds_deliveries=inbox == topic))
-            if inbox != topic:
-                out.append(RecordedTopic(topic, topic, Role.DELIVERY, holds_deliveries=True))
-            out.append(RecordedTopic(dead_letter_topic(topic), topic, Role.DEAD_LETTER))
-            if self.partitions > 1:
-                out.append(RecordedTopic(layers_topic(topic), topic, Role.LAYERS))
-        keys = frozenset(cluster_keys(self.topics, self.partitions))
-        status = RecordedTopic(STATUS_TOPIC, "", Role.STATUS, start_offset=status_start, keys=keys)
-        return [*out, status]
-
-
-def _status_end(bootstrap: str) -> int:
-    """The status topic's current end offset (0 if it does not exist yet)."""
-    consumer = make_consumer(bootstrap)
-    try:
-        meta = consumer.list_topics(STATUS_TOPIC, timeout=10).topics.get(STATUS_TOPIC)
-        if meta is None or meta.error is not None:
-            return 0
-        return watermarks(consumer, TopicPartition(STATUS_TOPIC, 0))[1]
-    finally:
-        consumer.close()
+            return sequencer_topics(self.sequencer_topic, SEQUENCER_ID, self.topics)
+        if self.variant.system is System.KAFKA:
+            return destination_topics(self.topics)
+        return cluster_topics(self.topics, self.layout, self.partitions, status_start)
 
 
 @contextlib.contextmanager
-def _running_system(bootstrap: str, spec: RunSpec) -> Iterator[None]:
+def _running_system(bootstrap: str, spec: RunSpec, meter: CpuMeter) -> Iterator[None]:
+    """The run's system for the block, its processes tracked by ``meter``."""
     algorithm = spec.variant.algorithm
+    if spec.variant.system is System.KAFKA:  # the bare pipe: topics, and no process
+        ensure_topics(AdminClient(admin_config(bootstrap, spec.overrides)), spec.topics)
+        yield
+        return
     if algorithm is None:  # the sequencer
         ensure_topics(
             AdminClient(admin_config(bootstrap, spec.overrides)),
             [spec.sequencer_topic, *spec.topics],
         )
-        with running_sequencer(bootstrap, spec.sequencer_topic, overrides=spec.overrides):
+        with running_sequencer(bootstrap, spec.sequencer_topic, overrides=spec.overrides) as proc:
+            if proc.pid is not None:
+                meter.track(proc.pid, ProcessRole.SEQUENCER, "sequencer")
             yield
         return
     node = NodeConfig(
@@ -172,7 +180,10 @@ def _running_system(bootstrap: str, spec: RunSpec) -> Iterator[None]:
     )
     with running_cluster(
         ClusterConfig(tuple(spec.topics), node), log_path=spec.run_dir / "nodes.log"
-    ):
+    ) as cluster:
+        keys = set(cluster_keys(spec.topics, spec.partitions))
+        statuses = read_statuses(bootstrap, spec.overrides, window_s=STATUS_READ_WINDOW_S)
+        track_cluster(meter, cluster.pid, [s for k, s in statuses.items() if k in keys])
         yield
 
 
@@ -183,6 +194,7 @@ def _job(bootstrap: str, spec: RunSpec, plan: ClientPlan) -> ClientJob:
         system=spec.variant.system,
         layout=spec.layout,
         pace_ms=spec.pace_ms,
+        record_size=spec.record_size,
         sequencer_topic=spec.sequencer_topic,
         overrides=dict(spec.overrides),
     )
@@ -273,18 +285,23 @@ def _stop_clients(procs: Sequence[BaseProcess]) -> None:
 
 
 def _drive_clients(
-    bootstrap: str, spec: RunSpec, plans: Sequence[ClientPlan], counter: DeliveryCounter
+    bootstrap: str,
+    spec: RunSpec,
+    plans: Sequence[ClientPlan],
+    counter: DeliveryCounter,
+    meter: CpuMeter,
 ) -> tuple[list[ClientResult], bool]:
-    """Start the clients together; count deliveries until all came or progress stalled."""
+    """Start the clients together; count deliveries until all came or progress stalled.
+    ``meter`` measures the window from the start signal to that moment."""
     expected = sum(len(d) for plan in plans for d in plan.destinations)
     ctx = mp.get_context("spawn")
     results_queue = ctx.Queue()
-    go = ctx.Event()
+    go, done = ctx.Event(), ctx.Event()
     readies = [ctx.Event() for _ in plans]
     procs = [
         ctx.Process(
             target=client_process,
-            args=(_job(bootstrap, spec, plan), ready, go, results_queue),
+            args=(_job(bootstrap, spec, plan), ready, go, results_queue, done),
             name=f"atomickafka-eval-{plan.client_id}",
         )
         for plan, ready in zip(plans, readies, strict=True)
@@ -294,11 +311,18 @@ def _drive_clients(
         for proc in procs:
             proc.start()
         _wait_until_ready(readies, results_queue, results)
+        for plan, proc in zip(plans, procs, strict=True):
+            if proc.pid is not None:
+                meter.track(proc.pid, ProcessRole.CLIENT, plan.client_id)
+        meter.start()
         go.set()
         _count_deliveries(spec, counter, expected, results_queue, results)
+        meter.stop()
+        done.set()
         _collect_results(results_queue, results, len(plans))
         return [results[plan.client_id] for plan in plans], counter.measured >= expected
     finally:
+        done.set()
         _stop_clients(procs)
 
 
@@ -324,7 +348,7 @@ def _read_deliveries(
 
 
 def _sent_rows(
-    plans: Sequence[ClientPlan], results: Sequence[ClientResult]
+    plans: Sequence[ClientPlan], results: Sequence[ClientResult], record_size: int
 ) -> tuple[list[SentRow], dict[str, tuple[tuple[str, ...], Any]]]:
     """What the clients sent, as recording rows and as the checker's ground truth (the
     value rebuilt exactly as the client built it)."""
@@ -351,8 +375,21 @@ def _sent_rows(
         sends = zip(result.message_ids, plan.destinations, result.send_us, strict=True)
         for seq, (mid, dests, sent) in enumerate(sends):
             rows.append(SentRow(mid, plan.client_id, plan.home_topic, dests, sent))
-            values[mid] = (dests, measured_value(plan.index, seq, len(dests) > 1, sent))
+            values[mid] = (
+                dests,
+                measured_value(plan.index, seq, len(dests) > 1, sent, record_size),
+            )
     return rows, values
+
+
+def _cost(spec: RunSpec, meter: CpuMeter, delivered: int, records: Path) -> RunCost:
+    """The run's cost over the window from the clients' start to the last delivery
+    counted: every process's CPU, and the recorded records written in it by type."""
+    window = meter.window
+    if window is None:
+        raise RunError("the run's window was never measured")
+    traffic = recorded_traffic(records, window.start_ms, window.end_ms)
+    return RunCost(spec.variant.system.value, delivered, window.seconds, window.processes, traffic)
 
 
 def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
@@ -373,6 +410,8 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
         clients=spec.clients,
         messages_per_client=spec.messages_per_client,
         pace_ms=spec.pace_ms,
+        record_size=spec.record_size,
+        fanout="" if spec.fanout is None else f"{spec.fanout[0]}-{spec.fanout[1]}",
         sent=sum(len(p.destinations) for p in plans),
         expected_deliveries=sum(len(d) for p in plans for d in p.destinations),
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -381,14 +420,18 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
     fields = {"run": spec.run, "topics": list(spec.topics)}
     log.info("run starting", extra={"fields": fields})
     try:
-        status_start = _status_end(bootstrap)
+        status_start = end_offset(bootstrap, STATUS_TOPIC)
         counter = DeliveryCounter(bootstrap, spec.delivery_topics(), spec.overrides)
+        meter = CpuMeter()
+        track_broker(meter, bootstrap)
+        meter.track(os.getpid(), ProcessRole.MEASURER, "measuring consumer (the suite)")
         with contextlib.closing(counter):
-            with _running_system(bootstrap, spec):
+            with _running_system(bootstrap, spec, meter):
                 warm = _warm_up(bootstrap, spec, counter)
-                results, info.complete = _drive_clients(bootstrap, spec, plans, counter)
+                results, info.complete = _drive_clients(bootstrap, spec, plans, counter, meter)
             info.counted_deliveries = counter.measured
-        rows, values = _sent_rows(plans, results)
+            delivered = len(counter.completed)
+        rows, values = _sent_rows(plans, results, spec.record_size)
         sent = {row.message_id: (row.destinations, WARMUP_VALUE) for row in warm}
         sent.update(values)
         per_topic = {t: sum(t in dests for dests, _ in sent.values()) for t in spec.topics}
@@ -396,9 +439,12 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
         report = check(sent_from_pairs(sent), deliveries_from_client(deliveries))
         info.check_ok = report.ok
         info.check_summary = report.summary()
+        if variant.system is System.KAFKA:  # orders nothing: integrity and validity only
+            info.check_ok = not set(report.counts) - UNORDERED
+            info.check_summary = f"{_BARE_PIPE_CHECK}\n{info.check_summary}"
         info.check_counts = {k.value: n for k, n in report.counts.items()}
         if spec.record:
-            record_run(
+            recording = record_run(
                 bootstrap,
                 spec.run,
                 spec.recorded_topics(status_start),
@@ -406,6 +452,7 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
                 spec.run_dir,
                 overrides=spec.overrides,
             )
+            info.cost = _cost(spec, meter, delivered, recording.records_path).to_dict()
     except _RUN_FAILURES as exc:
         log.exception("run failed", extra={"fields": fields})
         info.error = f"{type(exc).__name__}: {exc}"

@@ -6,10 +6,15 @@ the client's own topic, and so on to ``50-50``. Any ``A-B`` with ``A + B = 100``
 accepted. Clients write to topics 1 and 3 as in the thesis (more clients take topics 5,
 2, 4, then start over), and the multicast messages are spread evenly through each
 client's sequence, so a run's load is the same from start to end.
+
+A multicast goes to every topic, as in the thesis, or, with a *fan-out* ``(lo, hi)``,
+to its client's own topic and ``k - 1`` others, ``k`` drawn from ``lo..hi`` and the
+others at random (seeded per client, so a plan is the same every time).
 """
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -94,25 +99,56 @@ def home_topics(topics: Sequence[str], clients: int) -> list[str]:
 
 
 def plan_clients(
-    chosen: Scenario, topics: Sequence[str], clients: int, messages_per_client: int
+    chosen: Scenario,
+    topics: Sequence[str],
+    clients: int,
+    messages_per_client: int,
+    *,
+    fanout: tuple[int, int] | None = None,
+    seed: int = 0,
 ) -> list[ClientPlan]:
     """Every client's plan for ``chosen`` on ``topics``.
 
     Message ``j`` of a client is a multicast when ``⌊(j+1)·p/100⌋ > ⌊j·p/100⌋``: exactly
-    ``⌊n·p/100⌋`` of ``n`` messages are, evenly spaced.
+    ``⌊n·p/100⌋`` of ``n`` messages are, evenly spaced. A multicast goes to every topic,
+    or with ``fanout`` to as many as drawn (see the module's docstring).
     """
     if not topics:
         raise ValueError("a scenario needs at least one topic")
     if clients < 1 or messages_per_client < 1:
         raise ValueError("need at least one client and one message per client")
-    everywhere = tuple(topics)
+    if fanout is not None and not 2 <= fanout[0] <= fanout[1]:
+        raise ValueError(f"a fan-out is LO-HI with 2 <= LO <= HI, not {fanout}")
     percent = chosen.multicast_percent
     plans = []
     for index, home in enumerate(home_topics(topics, clients)):
         alone = (home,)
+        spread = _Spread(topics, home, fanout, random.Random(f"{seed}-{index}"))
         dests = tuple(
-            everywhere if (j + 1) * percent // 100 > j * percent // 100 else alone
+            spread.draw() if (j + 1) * percent // 100 > j * percent // 100 else alone
             for j in range(messages_per_client)
         )
         plans.append(ClientPlan(index, f"client-{index + 1}", home, dests))
     return plans
+
+
+class _Spread:
+    """A client's multicast destinations: every topic, or its own and others drawn."""
+
+    def __init__(
+        self,
+        topics: Sequence[str],
+        home: str,
+        fanout: tuple[int, int] | None,
+        rng: random.Random,
+    ) -> None:
+        self._everywhere = tuple(topics)
+        self._others = [t for t in topics if t != home]
+        self._home, self._fanout, self._rng = home, fanout, rng
+
+    def draw(self) -> tuple[str, ...]:
+        if self._fanout is None:
+            return self._everywhere
+        low, high = (min(bound, len(self._everywhere)) for bound in self._fanout)
+        count = self._rng.randint(low, high)
+        return tuple(sorted([self._home, *self._rng.sample(self._others, count - 1)]))

@@ -12,26 +12,21 @@ carry everything, whatever the destinations.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import multiprocessing as mp
 import time
-import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Final
 
-from confluent_kafka import KafkaError
-
-from atomickafka.client import DeliveryError
 from atomickafka.core.wire import (
     MessageError,
     MessageType,
     client_message,
     decode_record,
     encode_client,
-    encode_delivery,
 )
+from atomickafka.evaluation.senders import ProducingSender, write_deliveries
 from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
 from atomickafka.kafka.producer import RecordProducer, type_headers
 
@@ -43,7 +38,7 @@ log = logging.getLogger("atomickafka.eval.sequencer")
 SEQUENCER_ID: Final = "sequencer"
 
 
-class SequencerSender:
+class SequencerSender(ProducingSender):
     """Writes ClientMessages to the sequencer topic (the sending side of the baseline)."""
 
     def __init__(
@@ -54,28 +49,19 @@ class SequencerSender:
         *,
         config: Mapping[str, str] | None = None,
     ) -> None:
+        super().__init__(bootstrap, client_id, config=config)
         self.topic = topic
-        self.client_id = client_id
-        self.id_prefix = f"{client_id}-{uuid.uuid4().hex[:8]}"
-        self._seq = itertools.count()
-        self._failures: list[tuple[str, KafkaError]] = []
-        self._producer = RecordProducer(bootstrap, config, **{"client.id": client_id})
 
     def send(self, value: Any, destinations: Iterable[str], *, via: str | None = None) -> str:
         """Write one message for ``destinations`` to the sequencer; return its id."""
         del via  # there is one way in
-        message_id = f"{self.id_prefix}-{next(self._seq)}"
+        _, message_id = self._next_id()
         record = client_message(message_id, destinations, value, self.client_id)
-
-        def on_delivery(err: KafkaError | None, _msg: Any) -> None:
-            if err is not None:
-                self._failures.append((message_id, err))
-
         self._producer.send(
             self.topic,
             encode_client(record),
             headers=type_headers(MessageType.CLIENT),
-            on_delivery=on_delivery,
+            on_delivery=self._report_for(message_id),
         )
         self._producer.poll(0)
         return message_id
@@ -84,13 +70,6 @@ class SequencerSender:
         """Fetch the sequencer topic's metadata now."""
         del topics
         self._producer.warm_up([self.topic], timeout_s)
-
-    def flush(self, timeout_s: float = 30.0) -> None:
-        """Wait for every write; raise :class:`DeliveryError` (as the client does) if any
-        failed."""
-        remaining = self._producer.flush(timeout_s)
-        if remaining or self._failures:
-            raise DeliveryError(list(self._failures), remaining, timeout_s)
 
 
 def _fan_out(producer: RecordProducer, record: Any, offset: int) -> int:
@@ -103,17 +82,7 @@ def _fan_out(producer: RecordProducer, record: Any, offset: int) -> int:
     except (MessageError, ValueError) as exc:
         log.warning("skipping a malformed sequencer record at offset %d: %s", offset, exc)
         return 0
-    headers = type_headers(MessageType.DELIVERY)
-    for destination in message.topic:
-        delivery = message._replace(
-            messageType=MessageType.DELIVERY,
-            senderID=SEQUENCER_ID,
-            sentFromTopic=destination,
-            timeStamp=offset,
-        )
-        producer.send(destination, encode_delivery(delivery), headers=headers)
-    producer.poll(0)
-    return len(message.topic)
+    return write_deliveries(producer, message, SEQUENCER_ID, offset)
 
 
 def fan_out_process(

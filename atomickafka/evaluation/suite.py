@@ -62,6 +62,11 @@ class SuiteSettings:
     warmup: bool = True
     progress: bool = True
     overrides: Mapping[str, str] = field(default_factory=dict)
+    #: Bytes of each measured value (0: the probe alone, about 60 bytes).
+    record_size: int = 0
+    #: Each multicast's destination count, drawn from ``LO..HI`` (``None``: every topic).
+    fanout: tuple[int, int] | None = None
+    seed: int = 0
 
     @property
     def primary(self) -> Variant:
@@ -78,6 +83,13 @@ class SuiteSettings:
             ("scenarios", ", ".join(s.name for s in self.scenarios)),
             ("clients x messages per client", f"{self.clients} x {self.messages_per_client}"),
             ("topics (one node each)", str(self.topics)),
+            ("value size (bytes)", f"{self.record_size} (0: the probe alone, about 60)"),
+            (
+                "multicast destinations",
+                "every topic"
+                if self.fanout is None
+                else f"{self.fanout[0]}-{self.fanout[1]} topics drawn at random (seed {self.seed})",
+            ),
             ("partition layers per topic", str(self.partitions)),
             ("pace (ms between a client's sends)", f"{self.pace_ms:g} (0: unthrottled)"),
             ("variants", ", ".join(v.label for v in self.variants())),
@@ -122,6 +134,9 @@ def _spec(settings: SuiteSettings, tag: str, chosen: Scenario, variant: Variant)
         stall_timeout_s=settings.stall_timeout_s,
         progress=settings.progress,
         partitions=settings.partitions,
+        record_size=settings.record_size,
+        fanout=settings.fanout,
+        seed=settings.seed,
     )
 
 
@@ -141,6 +156,9 @@ def _warm_up(bootstrap: str, settings: SuiteSettings, tag: str) -> None:
         record=False,
         partitions=settings.partitions,
         warmup=True,
+        record_size=settings.record_size,
+        fanout=settings.fanout,
+        seed=settings.seed,
     )
     info = run_one(bootstrap, warm)
     if not info.ok:  # not measured, but a failed check is a finding all the same

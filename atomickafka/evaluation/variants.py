@@ -1,10 +1,11 @@
 """What a suite compares: the protocols, the two layouts, and a single-sequencer baseline.
 
 A :class:`Variant` is one way of moving the load: AtomicKafka with a given algorithm and
-layout, or the single sequencer (every message through one partition of one topic,
+layout, the single sequencer (every message through one partition of one topic,
 fanned out to its destinations by one consumer; what a Kafka user does without
-AtomicKafka). The suite's *primary* variant is the one named by ``--algorithm`` and
-``--layout``; ``--compare`` adds the others.
+AtomicKafka), or the bare Kafka pipe (each client writes each message to each
+destination; nothing orders them: the cost floor). The suite's *primary* variant is the
+one named by ``--algorithm`` and ``--layout``; ``--compare`` adds the others.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class System(StrEnum):
 
     ATOMICKAFKA = "atomickafka"
     SEQUENCER = "sequencer"
+    KAFKA = "kafka"  # the bare pipe: nothing orders
 
 
 class Comparison(StrEnum):
@@ -32,12 +34,13 @@ class Comparison(StrEnum):
     ALGORITHMS = "algorithms"
     LAYOUTS = "layouts"
     SEQUENCER = "sequencer"
+    KAFKA = "kafka"
 
 
 @dataclass(frozen=True, slots=True)
 class Variant:
-    """One system configuration; the sequencer has no algorithm (``None``) and writes
-    its topics in the split layout."""
+    """One system configuration; the sequencer and the bare pipe have no algorithm
+    (``None``) and write their topics in the split layout."""
 
     system: System
     algorithm: Algorithm | None = None
@@ -65,6 +68,11 @@ class Variant:
     def sequencer(cls) -> Variant:
         """The single-sequencer baseline (its topics use the split layout)."""
         return cls(System.SEQUENCER, None, Layout.SPLIT)
+
+    @classmethod
+    def bare_pipe(cls) -> Variant:
+        """The bare Kafka pipe (its topics use the split layout)."""
+        return cls(System.KAFKA, None, Layout.SPLIT)
 
 
 def parse_comparisons(text: str) -> list[Comparison]:
@@ -107,6 +115,8 @@ def variants_for(
         elif comparison is Comparison.LAYOUTS and primary.algorithm is not None:
             for layout in Layout:
                 add(Variant.atomickafka(primary.algorithm, layout))
-        else:
+        elif comparison is Comparison.SEQUENCER:
             add(Variant.sequencer())
+        else:
+            add(Variant.bare_pipe())
     return out

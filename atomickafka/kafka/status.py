@@ -6,6 +6,13 @@ node_key` (``T``, ``T/p`` for layer ``p``, ``T/merger``). It is the nodes' heart
 clients refuse destinations whose node has not published within :data:`LIVE_WINDOW_S`
 (§5.3), learn from it which protocol a topic's node runs, and ``atomickafka status``
 prints it.
+
+Reading it costs the same whatever the cluster's age: a client (and ``wait_for_nodes``)
+reads only the records of the last :data:`STATUS_READ_WINDOW_S` seconds (the offsets
+Kafka finds for that time, per partition), since an older status is not live anyway;
+of each key's records in a batch only the newest is parsed. The topic itself stays
+small with :data:`STATUS_TOPIC_CONFIGS` (short segments, eager compaction), which
+``atomickafka status`` relies on, as it reads every key ever published.
 """
 
 from __future__ import annotations
@@ -21,21 +28,33 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
 from atomickafka.core.engine import Algorithm
+from atomickafka.core.reader import KafkaRecord
 from atomickafka.errors import TimedOutError
-from atomickafka.kafka.consumer import consume_batch, make_consumer, usable, watermarks
+from atomickafka.kafka.admin import TopicSpec
+from atomickafka.kafka.consumer import (
+    consume_batch,
+    make_consumer,
+    retry_transient,
+    usable,
+    watermarks,
+)
 from atomickafka.kafka.producer import RecordProducer
 from atomickafka.kafka.topics import STATUS_TOPIC, Layout
 
 __all__ = [
     "LIVE_WINDOW_S",
+    "STATUS_READ_WINDOW_S",
+    "STATUS_TOPIC_CONFIGS",
     "LayerState",
     "Role",
     "Status",
     "StatusWatch",
     "WaitingHead",
+    "newest_statuses",
     "parse_status",
     "publish_status",
     "read_statuses",
+    "status_topic_spec",
     "wait_for_nodes",
 ]
 
@@ -43,6 +62,28 @@ log = logging.getLogger(__name__)
 
 #: A node whose last status is older than this is not live (statuses come each second).
 LIVE_WINDOW_S: Final = 15.0
+#: How far back a :class:`StatusWatch` reads by default: the live window, and a margin
+#: for the clocks of the publishers (Kafka timestamps are the producer's clock).
+STATUS_READ_WINDOW_S: Final = LIVE_WINDOW_S + 15.0
+
+#: The status topic's configs. Compaction only cleans closed segments, so segments
+#: roll every minute (``segment.ms``); a dirty share of 1 % suffices to clean, and no
+#: record waits more than 5 minutes to be compacted (``max.compaction.lag.ms``), so the
+#: topic holds about one record per key plus a few minutes of heartbeats however long
+#: the cluster runs. Tombstones are dropped 5 minutes after compaction.
+STATUS_TOPIC_CONFIGS: Final[Mapping[str, str]] = {
+    "cleanup.policy": "compact",
+    "segment.ms": "60000",
+    "min.cleanable.dirty.ratio": "0.01",
+    "max.compaction.lag.ms": "300000",
+    "delete.retention.ms": "300000",
+}
+
+
+def status_topic_spec() -> TopicSpec:
+    """The status topic as :func:`~atomickafka.kafka.admin.ensure_topics` should create
+    it (and enforce on an existing one): one partition, :data:`STATUS_TOPIC_CONFIGS`."""
+    return TopicSpec(1, STATUS_TOPIC_CONFIGS)
 
 
 class Role(StrEnum):
@@ -78,11 +119,12 @@ class WaitingHead:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> WaitingHead:
         """Inverse of :meth:`to_dict`; other keys (older mergers wrote some) are ignored."""
+        waiting_for = data.get("waiting_for") or ()
         return cls(
-            message_id=str(data["messageID"]),
-            timestamp=int(data.get("timeStamp") or 0),
-            decided=bool(data.get("decided", False)),
-            waiting_for=tuple(str(x) for x in data.get("waiting_for") or ()),
+            str(data["messageID"]),
+            int(data.get("timeStamp") or 0),
+            bool(data.get("decided", False)),
+            tuple(map(str, waiting_for)) if waiting_for else (),
         )
 
 
@@ -173,18 +215,22 @@ class Status:
         """Inverse of :meth:`to_dict`; unknown fields are ignored, missing ones defaulted.
         Raises ``KeyError``, ``ValueError`` or ``TypeError`` on a record that is not a
         status."""
-        plain = {k: v for k, v in data.items() if k in _PLAIN_FIELDS}
-        blocked = set(data.get("blocked_by") or ())
+        plain = {k: data[k] for k in _PLAIN_FIELDS.intersection(data)}
+        waiting = data.get("waiting")
+        marks = data.get("layer_watermarks")
+        layers: tuple[LayerState, ...] = ()
+        if marks:
+            blocked = set(data.get("blocked_by") or ())
+            layers = tuple(
+                LayerState(layer, int(mark), layer in blocked) for layer, mark in enumerate(marks)
+            )
         return cls(
             **plain,
-            role=Role(data["role"]),
-            algorithm=Algorithm(data["algorithm"]),
-            layout=Layout(data["layout"]),
-            waiting=tuple(WaitingHead.from_dict(w) for w in data.get("waiting") or ()),
-            layers=tuple(
-                LayerState(layer, int(mark), layer in blocked)
-                for layer, mark in enumerate(data.get("layer_watermarks") or ())
-            ),
+            role=_ROLES[data["role"]],
+            algorithm=_ALGORITHMS[data["algorithm"]],
+            layout=_LAYOUTS[data["layout"]],
+            waiting=tuple(map(WaitingHead.from_dict, waiting)) if waiting else (),
+            layers=layers,
         )
 
     def age_s(self, now: float | None = None) -> float:
@@ -197,6 +243,10 @@ class Status:
 
 
 _PLAIN_FIELDS: Final = frozenset(f.name for f in fields(Status)) - _ENCODED
+# Enum members by value, looked up without the enum machinery (a KeyError for others).
+_ROLES: Final = {r.value: r for r in Role}
+_ALGORITHMS: Final = {a.value: a for a in Algorithm}
+_LAYOUTS: Final = {x.value: x for x in Layout}
 
 
 def parse_status(raw: bytes | None) -> Status | None:
@@ -224,14 +274,24 @@ class StatusWatch:
     """Follows the status topic with one consumer and keeps each key's latest status.
 
     :meth:`refresh` reads what is new without blocking for long; the first call reads
-    the topic up to its current end.
+    the topic up to its current end, from the first record of the last ``window_s``
+    seconds (Kafka's offsets for that time, per partition), or from the beginning when
+    ``window_s`` is ``None``. A status older than the window is not live, so a window
+    of at least :data:`LIVE_WINDOW_S` misses no live node, and the first read costs the
+    same however long the cluster has run.
     """
 
     def __init__(
-        self, bootstrap: str, overrides: Mapping[str, str] | None = None, timeout_s: float = 10.0
+        self,
+        bootstrap: str,
+        overrides: Mapping[str, str] | None = None,
+        timeout_s: float = 10.0,
+        *,
+        window_s: float | None = STATUS_READ_WINDOW_S,
     ) -> None:
         self._consumer: Consumer = make_consumer(bootstrap, None, overrides)
         self._timeout_s = timeout_s
+        self._window_s = window_s
         self._assigned = False
         self.statuses: dict[str, Status] = {}
 
@@ -244,17 +304,41 @@ class StatusWatch:
             )
             if meta is None or meta.error is not None:
                 return self.statuses  # nobody has published yet
-            parts = [TopicPartition(STATUS_TOPIC, p, OFFSET_BEGINNING) for p in meta.partitions]
-            ends = {p.partition: watermarks(consumer, p, self._timeout_s)[1] for p in parts}
-            consumer.assign(parts)
+            parts = sorted(meta.partitions)
+            ends = {
+                p: watermarks(consumer, TopicPartition(STATUS_TOPIC, p), self._timeout_s)[1]
+                for p in parts
+            }
+            starts = self._starts(parts, ends)
+            consumer.assign([TopicPartition(STATUS_TOPIC, p, starts[p]) for p in parts])
             self._assigned = True
-            self._catch_up(ends)
+            self._catch_up(starts, ends)
         else:
             self._take(consume_batch(consumer, 10_000, 0.0))
         return self.statuses
 
-    def _catch_up(self, ends: dict[int, int]) -> None:
-        todo = {p for p, end in ends.items() if end > 0}
+    def _starts(self, parts: list[int], ends: Mapping[int, int]) -> dict[int, int]:
+        """Where each partition is read from: the first offset of the window (its end
+        when nothing was published within it), or the beginning without a window."""
+        if self._window_s is None:
+            return {p: OFFSET_BEGINNING for p in parts}
+        since_ms = int((time.time() - self._window_s) * 1000)
+        query = [TopicPartition(STATUS_TOPIC, p, since_ms) for p in parts]
+        found = retry_transient(
+            lambda: self._consumer.offsets_for_times(query, timeout=self._timeout_s),
+            "status offsets for the live window",
+            self._timeout_s,
+        )
+        starts = {}
+        for tp in found:
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+            # -1: no record at or after that time, so none within the window
+            starts[tp.partition] = tp.offset if tp.offset >= 0 else ends[tp.partition]
+        return starts
+
+    def _catch_up(self, starts: Mapping[int, int], ends: Mapping[int, int]) -> None:
+        todo = {p for p, end in ends.items() if end > 0 and starts[p] != end}
         deadline = time.monotonic() + self._timeout_s
         while todo and time.monotonic() < deadline:
             for record in self._take(consume_batch(self._consumer, 10_000, 0.2)):
@@ -264,10 +348,7 @@ class StatusWatch:
 
     def _take(self, batch: list[Any]) -> list[Any]:
         records = usable(batch)
-        for record in records:
-            status = parse_status(record.value())
-            if status is not None:
-                self.statuses[status.key] = status
+        self.statuses.update(newest_statuses(records))
         return records
 
     def close(self) -> None:
@@ -275,11 +356,39 @@ class StatusWatch:
         self._consumer.close()
 
 
+def newest_statuses(records: Iterable[KafkaRecord]) -> dict[str, Status]:
+    """The newest status of each key among ``records`` (in log order). Only that one
+    is parsed, unless it is not a status (a tombstone): then the one before it."""
+    by_key: dict[str | bytes, list[bytes | None]] = {}
+    found: dict[str, Status] = {}
+    for record in records:
+        key = record.key()
+        if key is None:  # keyed by its value alone: parse it where it stands
+            status = parse_status(record.value())
+            if status is not None:
+                found[status.key] = status
+        else:
+            by_key.setdefault(key, []).append(record.value())
+    for values in by_key.values():
+        for raw in reversed(values):
+            status = parse_status(raw)
+            if status is not None:
+                found[status.key] = status
+                break
+    return found
+
+
 def read_statuses(
-    bootstrap: str, overrides: Mapping[str, str] | None = None, timeout_s: float = 5.0
+    bootstrap: str,
+    overrides: Mapping[str, str] | None = None,
+    timeout_s: float = 5.0,
+    *,
+    window_s: float | None = None,
 ) -> dict[str, Status]:
-    """The latest status each node and merger published, keyed by its status key."""
-    watch = StatusWatch(bootstrap, overrides, timeout_s)
+    """The latest status each node and merger published, keyed by its status key:
+    every key ever published (``window_s=None``, what ``atomickafka status`` shows), or
+    those that published within the last ``window_s`` seconds."""
+    watch = StatusWatch(bootstrap, overrides, timeout_s, window_s=window_s)
     try:
         return dict(watch.refresh())
     finally:
@@ -297,9 +406,12 @@ def wait_for_nodes(
     """Wait until every key's node (or merger) has published a live, not-replaying
     status taken after ``since`` (default: now)."""
     wanted = set(keys)
-    since = time.time() if since is None else since
+    now = time.time()
+    since = now if since is None else since
     deadline = time.monotonic() + timeout_s
-    watch = StatusWatch(bootstrap, overrides, timeout_s=5.0)
+    # statuses taken before ``since`` do not count: read from a little before it
+    window = max(STATUS_READ_WINDOW_S, now - since + STATUS_READ_WINDOW_S)
+    watch = StatusWatch(bootstrap, overrides, timeout_s=5.0, window_s=window)
     try:
         while True:
             try:

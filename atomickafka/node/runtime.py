@@ -46,7 +46,14 @@ from atomickafka.kafka.consumer import (
 )
 from atomickafka.kafka.producer import RecordProducer
 from atomickafka.kafka.secrets import load_signer
-from atomickafka.kafka.status import Role, Status, WaitingHead, parse_status, publish_status
+from atomickafka.kafka.status import (
+    Role,
+    Status,
+    WaitingHead,
+    parse_status,
+    publish_status,
+    status_topic_spec,
+)
 from atomickafka.kafka.topics import (
     INPUT_PREFIX,
     STATUS_TOPIC,
@@ -102,7 +109,7 @@ def node_topic_specs(config: NodeConfig) -> dict[str, TopicSpec]:
     specs = {
         delivery_topic(topic): TopicSpec(),
         dead_letter_topic(topic): TopicSpec(),
-        STATUS_TOPIC: TopicSpec(configs={"cleanup.policy": "compact"}),
+        STATUS_TOPIC: status_topic_spec(),
         snapshot_topic(topic): TopicSpec(configs=COMPACTED),
         LEASE_TOPIC: TopicSpec(),
     }

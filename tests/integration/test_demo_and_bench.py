@@ -28,7 +28,17 @@ def test_bench_prints_every_scenario_with_a_ratio(kafka_bootstrap: str) -> None:
         "--no-warmup",
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines() if line.strip()}
-    assert {"kafka", "amcast-10%", "kafka@half", "amcast-10%@half"} <= rows.keys()
+    figures, _, costs = out.stdout.partition("\n\n")  # the first table, then the rest
+    rows = {line.split()[0]: line.split() for line in figures.splitlines() if line.strip()}
+    assert {"kafka", "amcast-10%", "seq-10%", "kafka@half", "amcast-10%@half"} <= rows.keys()
     assert float(rows["amcast-10%"][3]) > 0  # msg/s
     assert float(rows["amcast-10%"][-1]) > 0  # ratio to bare Kafka
+    # the cost of every scenario, by role, and the projection beside the sequencer's
+    assert "CPU-µs per delivered message, by role" in costs
+    cost_rows = {line.split()[0]: line.split() for line in costs.splitlines() if line.strip()}
+    for name in ("kafka", "amcast-10%", "seq-10%"):
+        assert name in cost_rows, name
+    assert "Projected capacity with one core per process (a projection" in costs
+    assert "1,000,000 ÷ CPU-µs per delivered message of the busiest" in costs
+    projection = cost_rows["10%"]
+    assert projection[1] != "-" and projection[3] != "-", projection  # AtomicKafka, sequencer

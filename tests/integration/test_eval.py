@@ -1,7 +1,8 @@
 """``atomickafka eval`` end to end on the real broker, small: runs, checks, Spark, report.
 
 One small suite (2 scenarios x 2 clients x 300 messages through the default protocol
-in the split and shared layouts, and the single sequencer) runs once for the module,
+in the split and shared layouts, the single sequencer and the bare Kafka pipe) runs
+once for the module,
 in this process, so that its metrics job and the tests below share one SparkSession.
 """
 
@@ -29,10 +30,13 @@ from atomickafka.core.wire import (
     encode_delivery,
 )
 from atomickafka.evaluation.clients import payload
+from atomickafka.evaluation.cost import RunCost
 from atomickafka.evaluation.measuring import WARMUP_VALUE
+from atomickafka.evaluation.processes import ProcessRole
 from atomickafka.evaluation.recording import RecordedTopic, Role, _RecordColumns
 from atomickafka.evaluation.results import RunInfo, RunMetrics
 from atomickafka.evaluation.spark import load_job, session
+from tests.conftest import KafkaService
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +45,7 @@ DEFAULT = DEFAULT_ALGORITHM.value
 RUNS = [
     f"{variant}--{scenario}"
     for scenario in ("baseline", "90-10")
-    for variant in (f"{DEFAULT}-split", f"{DEFAULT}-shared", "sequencer")
+    for variant in (f"{DEFAULT}-split", f"{DEFAULT}-shared", "sequencer", "kafka")
 ]
 
 
@@ -70,7 +74,7 @@ def suite(kafka_bootstrap: str, spark: Any, tmp_path_factory: pytest.TempPathFac
                 "--messages-per-client",
                 str(MESSAGES),
                 "--compare",
-                "sequencer,layouts",
+                "sequencer,layouts,kafka",
                 "--no-warmup",
                 "--out",
                 str(out),
@@ -90,6 +94,10 @@ def test_every_run_passes_the_order_check_and_the_report_has_everything(suite: P
     for run in RUNS:
         info = RunInfo.load(suite / "runs" / run / "run.json")
         assert info.ok, info.check_summary or info.error
+        if run.startswith("kafka"):  # the bare pipe orders nothing: held to less, and says so
+            assert info.check_summary.startswith("bare pipe: nothing orders it")
+            assert info.verdict == "passed (integrity; no order promised)"
+            continue
         assert "OK: integrity, validity and total order hold" in info.check_summary
         assert info.counted_deliveries == info.expected_deliveries
     text = (suite / "report.md").read_text(encoding="utf-8")
@@ -121,6 +129,41 @@ def test_every_run_passes_the_order_check_and_the_report_has_everything(suite: P
     assert len(summary["runs"]) == len(RUNS)
 
 
+def test_every_run_has_its_cost_per_process_and_the_report_shows_it(
+    suite: Path, kafka_service: KafkaService
+) -> None:
+    """Each run's CPU by process (from the OS) and records by type in its window; the
+    records of the two measured types are those the Spark job counted in its own."""
+    for run in RUNS:
+        info = RunInfo.load(suite / "runs" / run / "run.json")
+        assert info.cost is not None, run
+        cost = RunCost.from_dict(info.cost)
+        assert cost.delivered == 2 * MESSAGES
+        measured = {p.role for p in cost.processes if p.cpu_s is not None}
+        system = {ProcessRole.NODE, ProcessRole.SUPERVISOR}
+        if run.startswith("sequencer"):
+            system = {ProcessRole.SEQUENCER}
+        elif run.startswith("kafka"):
+            system = set()  # no process of its own: the clients write every destination
+        assert {ProcessRole.CLIENT, ProcessRole.MEASURER} | system <= measured, run
+        if kafka_service.source == "local":  # a broker on this machine: found by its port
+            assert ProcessRole.BROKER in measured
+        nodes = {p.name for p in cost.processes if p.role is ProcessRole.NODE}
+        if run.startswith(DEFAULT):
+            assert nodes == {f"node {t}" for t in info.topics}, run
+        # The cost's window opens at the start signal, the job's at the first measured
+        # send: a client's warm-up message (one each) may still be delivered between.
+        by_type = _metrics(suite, run).by_type
+        for kind in ("ClientMessage", "DeliveryMessage"):
+            counted = cost.traffic.get(kind)
+            extra = (counted.records if counted else 0) - by_type.get(kind, 0)
+            assert 0 <= extra <= info.clients, (run, kind, extra)
+    text = (suite / "report.md").read_text(encoding="utf-8")
+    assert "## Cost per delivered message (CPU time from the OS)" in text
+    assert f"## Projected capacity with one core per process ({DEFAULT}/split, the" in text
+    assert "**A projection, not a measurement.**" in text
+
+
 def test_the_spark_job_counts_what_the_clients_sent(suite: Path) -> None:
     """Deliveries and client messages follow from the plans; incoming and outgoing
     messages per node are counted again here, independently, from the Parquet files."""
@@ -143,9 +186,11 @@ def test_the_spark_job_counts_what_the_clients_sent(suite: Path) -> None:
         if multicast:
             expected.update({t: multicast for t in (topics[1], topics[3], topics[4])})
         assert delivered == expected, run
-        # a direct client writes a multicast's ClientMessage to every destination
+        # a direct client writes a multicast's ClientMessage to every destination; the
+        # bare pipe's clients write Deliveries and nothing else
         copies = multicast * (len(topics) - 1) if run.startswith("direct") else 0
-        assert metrics.by_type["ClientMessage"] == 2 * MESSAGES + copies
+        sent = 0 if run.startswith("kafka") else 2 * MESSAGES + copies
+        assert metrics.by_type.get("ClientMessage", 0) == sent
         assert metrics.by_type["DeliveryMessage"] == metrics.deliveries
 
         window = [

@@ -18,6 +18,10 @@ from atomickafka.cli import main
         (["--clients", "0"], "--clients must be at least 1"),
         (["-X", "acks"], "-X expects key=value"),
         (["--pace-ms", "-1"], "--pace-ms must be >= 0"),
+        (["--record-size", "-5"], "--record-size must be >= 0"),
+        (["--fanout", "1-5"], "need 2 <= LO <= HI, got '1-5'"),
+        (["--fanout", "5-2"], "need 2 <= LO <= HI, got '5-2'"),
+        (["--fanout", "two"], "expected LO-HI, e.g. 2-5, got 'two'"),
     ],
 )
 def test_a_bad_option_is_one_line_and_status_2(

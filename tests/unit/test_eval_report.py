@@ -16,10 +16,13 @@ from atomickafka.evaluation.comparison import (
     compare_with_thesis,
     pacing_of,
 )
+from atomickafka.evaluation.cost import RunCost
 from atomickafka.evaluation.plots import coarsen, rates_figure
+from atomickafka.evaluation.processes import ProcessCpu, ProcessRole
 from atomickafka.evaluation.report import ReportInput, render_report
 from atomickafka.evaluation.results import RunInfo, RunMetrics, RunResult
 from atomickafka.evaluation.thesis import THESIS_RUNS
+from atomickafka.evaluation.traffic import TypeTraffic
 
 TOPICS = [f"ev-x-t{i}" for i in range(1, 6)]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -338,3 +341,41 @@ def test_every_node_gets_its_own_panels() -> None:
         "outgoing (written) msg/s",
         "deliveries/s",
     ]
+
+
+def _cost(system: str, busiest_s: float, broker_s: float) -> dict[str, Any]:
+    """A run's cost: 1000 messages in 2 s; the ordering processes' and broker's CPU."""
+    if system == "sequencer":
+        ordering = [ProcessCpu("sequencer", ProcessRole.SEQUENCER, 9, busiest_s)]
+    else:
+        ordering = [
+            ProcessCpu("node ev-x-t1", ProcessRole.NODE, 3, busiest_s),
+            ProcessCpu("node ev-x-t2", ProcessRole.NODE, 4, busiest_s / 2),
+        ]
+    processes = (
+        ProcessCpu("broker", ProcessRole.BROKER, 1, broker_s),
+        *ordering,
+        ProcessCpu("client-1", ProcessRole.CLIENT, 5, 0.2),
+        ProcessCpu("client-2", ProcessRole.CLIENT, 6, None),
+    )
+    traffic = {"ClientMessage": TypeTraffic(1000, 1000, 80_000)}
+    return RunCost(system, 1000, 2.0, processes, traffic).to_dict()
+
+
+def test_the_cost_and_the_projection_sit_beside_the_sequencers(tmp_path: Path) -> None:
+    results = [
+        _renamed(r, cost=_cost(r.info.system, 0.5 if r.info.system == "sequencer" else 0.1, 0.4))
+        for r in _results()
+    ]
+    results = [_renamed(r, record_size=1000, fanout="2-5") for r in results]
+    text = _render(tmp_path, results)
+    assert "5 topics, 1,000-byte values, each multicast to 2-5 topics drawn at random." in text
+    assert "## Cost per delivered message (CPU time from the OS)" in text
+    assert "| 90-10 · optimized/split | 1,000 | 2.00 | 400 | 150 |" in text
+    assert "Not measured over a whole window: client-2." in text
+    heading = "## Projected capacity with one core per process (optimized/split, the sequencer)"
+    assert heading in text
+    assert "**A projection, not a measurement.** Projected msg/s with one core" in text
+    # the busiest node spent 100 µs per message, the sequencer 500: 10,000 and 2,000 msg/s
+    assert "| 90-10 (10 %) | 10,000 (100) | 2,000 (500) | 5.00x | 400 / 400 / - |" in text
+    assert "| baseline · sequencer | ClientMessage | 1.000 | 1.000 | 80 |" in text

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from atomickafka.core.engine import Algorithm
+from atomickafka.evaluation.clients import payload
+from atomickafka.evaluation.measuring import Probe, read_probe
 from atomickafka.evaluation.scenarios import (
     THESIS_SCENARIOS,
     home_topics,
@@ -100,6 +103,14 @@ def test_layouts_and_the_sequencer_join_once_each() -> None:
     assert got[-1].slug == "sequencer" and got[0].slug == "poc-shared"
 
 
+def test_the_bare_pipe_joins_after_the_sequencer() -> None:
+    primary = Variant.atomickafka("direct", "split")
+    got = variants_for(primary, parse_comparisons("kafka,sequencer,kafka"))
+    assert [v.label for v in got] == ["direct/split", "kafka", "sequencer"]
+    assert got[1] == Variant.bare_pipe() and got[1].system is System.KAFKA
+    assert got[1].algorithm is None
+
+
 def test_a_variant_is_named_by_the_engines_and_the_layouts_enums() -> None:
     variant = Variant.atomickafka("direct", "shared")
     assert (variant.algorithm, variant.layout) == (Algorithm.DIRECT, Layout.SHARED)
@@ -112,3 +123,30 @@ def test_an_unknown_comparison_is_refused_with_the_choices() -> None:
     with pytest.raises(ValueError, match="algorithms, layouts, sequencer"):
         parse_comparisons("protocols")
     assert parse_comparisons("") == []
+
+
+def test_a_fanout_multicasts_to_the_home_topic_and_others_drawn_with_the_seed() -> None:
+    topics = [f"t{i}" for i in range(1, 21)]
+    plans = plan_clients(scenario("50-50"), topics, 2, 400, fanout=(2, 5), seed=7)
+    for plan in plans:
+        multicasts = [d for d in plan.destinations if len(d) > 1]
+        assert len(multicasts) == 200
+        assert all(plan.home_topic in d and 2 <= len(d) <= 5 for d in multicasts)
+        assert all(list(d) == sorted(set(d)) for d in multicasts)
+        assert {len(d) for d in multicasts} == {2, 3, 4, 5}
+        assert len({t for d in multicasts for t in d}) > 10  # spread over the topics
+    again = plan_clients(scenario("50-50"), topics, 2, 400, fanout=(2, 5), seed=7)
+    other = plan_clients(scenario("50-50"), topics, 2, 400, fanout=(2, 5), seed=8)
+    assert again == plans and other != plans
+    with pytest.raises(ValueError, match="fan-out"):
+        plan_clients(scenario("50-50"), topics, 2, 10, fanout=(1, 3))
+
+
+@pytest.mark.parametrize("size", [0, 1000, 10_000])
+def test_a_measured_value_is_padded_to_the_record_size(size: int) -> None:
+    value = payload(1, 7, True, 1_700_000_000_000_000, size)
+    assert read_probe(orjson.dumps(value)) == Probe(1_700_000_000_000_000, True)
+    if size:
+        assert len(orjson.dumps(value)) == size
+    else:
+        assert "pad" not in value

@@ -6,12 +6,14 @@ from __future__ import annotations
 import orjson
 
 from atomickafka.core.engine import Algorithm
+from atomickafka.core.reader import PlainRecord
 from atomickafka.core.wire import client_message
 from atomickafka.kafka.status import (
     LayerState,
     Role,
     Status,
     WaitingHead,
+    newest_statuses,
     parse_status,
 )
 from atomickafka.kafka.topics import Layout
@@ -98,3 +100,20 @@ def test_reading_a_merger_status_resets_no_rate() -> None:
     assert first.deliveries_per_s == again.deliveries_per_s == 0.0
     assert first.role is Role.MERGER and len(first.layers) == 2
     assert first.to_dict() | {"time": 0} == again.to_dict() | {"time": 0}
+
+
+def test_only_the_newest_status_of_each_key_counts_and_a_tombstone_falls_back() -> None:
+    def record(key: str, **changes: object) -> PlainRecord:
+        return PlainRecord(orjson.dumps(OLD_NODE | {"key": key} | changes), key=key.encode())
+
+    records = [
+        record("A", clock=1),
+        record("B", clock=1),
+        record("A", clock=2),
+        record("B", clock=2),
+        PlainRecord(None, key=b"B"),  # a tombstone: B's newest status is still clock 2
+        PlainRecord(orjson.dumps(OLD_NODE | {"key": "C", "clock": 5})),  # no Kafka key
+        PlainRecord(b"not a status", key=b"D"),
+    ]
+    newest = newest_statuses(records)
+    assert {k: s.clock for k, s in newest.items()} == {"A": 2, "B": 2, "C": 5}
