@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Final
 
+from atomickafka.audit.config import AuditConfig
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.core.wire import MAX_VALUE_BYTES
 from atomickafka.errors import ConfigError
@@ -107,6 +108,8 @@ class ClusterConfig:
     grace_s: float = 20.0
     #: Longest wait before restarting a child that keeps failing.
     max_backoff_s: float = 10.0
+    #: The live audit to run beside the nodes (``cluster --audit``), if any.
+    audit: AuditConfig | None = None
 
     def __post_init__(self) -> None:
         if not self.topics:
@@ -121,6 +124,7 @@ class ClusterConfig:
             "node": self.node.to_dict(),
             "grace_s": self.grace_s,
             "max_backoff_s": self.max_backoff_s,
+            "audit": None if self.audit is None else self.audit.to_dict(),
         }
 
     @classmethod
@@ -129,8 +133,14 @@ class ClusterConfig:
         unknown = set(data) - {f.name for f in fields(cls)}
         if unknown:
             raise ConfigError(f"unknown cluster settings: {', '.join(sorted(unknown))}")
-        settings = {k: v for k, v in data.items() if k not in ("topics", "node")}
-        return cls(tuple(data["topics"]), NodeConfig.from_dict(data["node"]), **settings)
+        settings = {k: v for k, v in data.items() if k not in ("topics", "node", "audit")}
+        audit = data.get("audit")
+        return cls(
+            tuple(data["topics"]),
+            NodeConfig.from_dict(data["node"]),
+            audit=None if audit is None else AuditConfig.from_dict(audit),
+            **settings,
+        )
 
     def node_configs(self) -> list[NodeConfig]:
         """The configuration of each topic's node (of each layer's, when partitioned)."""
