@@ -79,6 +79,9 @@ class _Message:
         "destinations",
         "digest",
         "due",
+        "first_ms",
+        "first_offset",
+        "first_partition",
         "first_topic",
         "layer",
         "phase",
@@ -96,6 +99,9 @@ class _Message:
         self.destinations = destinations
         self.waiting = waiting
         self.first_topic = first.topic
+        self.first_partition = first.partition
+        self.first_offset = first.offset
+        self.first_ms = first.time_ms
         self.due = expiry_bucket(first.time_ms)
         self.phase = _OPEN if waiting else _DONE
         #: Topics whose delivery of it differs from the first one (or that are not
@@ -233,9 +239,11 @@ class AuditRules:
         found: list[Violation] = []
         content = _content(delivery)
         if content != message.content():  # rule 2
-            found.append(self._mismatch(delivery, message))
             if message.variants is None:
                 message.variants = {}
+            mismatch = self._mismatch(delivery, message)
+            if mismatch is not None:
+                found.append(mismatch)
             message.variants[topic] = content
         if topic in message.waiting:
             message.waiting = tuple(t for t in message.waiting if t != topic)
@@ -305,30 +313,50 @@ class AuditRules:
             reference={"deliveredAt": delivered or [message.first_topic], "boundSeconds": seconds},
         )
 
-    def _mismatch(self, delivery: AuditedDelivery, message: _Message) -> Violation:
-        differs = []
-        if (delivery.timestamp, delivery.layer) != (message.timestamp, message.layer):
-            differs.append(
-                f"key {_fmt_key(delivery.key)} (not "
-                f"{_fmt_key((message.timestamp, message.layer, delivery.message_id))})"
+    def _mismatch(self, delivery: AuditedDelivery, message: _Message) -> Violation | None:
+        """Two deliveries of one message differ: the one later in (Kafka time, topic,
+        partition, offset) is reported, whichever was read first, so that what is
+        reported does not depend on the reading order; the first one read is reported
+        at most once."""
+        mid = delivery.message_id
+        first = (
+            message.first_ms,
+            message.first_topic,
+            message.first_partition,
+            message.first_offset,
+        )
+        here = (delivery.time_ms, delivery.topic, delivery.partition, delivery.offset)
+        if here > first:
+            blamed, content, other, other_content = (
+                here,
+                _content(delivery),
+                first,
+                message.content(),
             )
-        if delivery.digest != message.digest:
-            differs.append(f"digest {delivery.digest} (not {message.digest})")
-        if delivery.destinations != message.destinations:
-            differs.append(
-                f"destinations {list(delivery.destinations)} (not {list(message.destinations)})"
+        else:
+            assert message.variants is not None
+            if message.first_topic in message.variants:
+                return None  # reported already
+            message.variants[message.first_topic] = message.content()
+            blamed, content, other, other_content = (
+                first,
+                message.content(),
+                here,
+                _content(delivery),
             )
+        time_ms, topic, partition, offset = blamed
+        key = (content[0], content[1], mid)
         return Violation(
             Kind.MISMATCH,
-            delivery.topic,
-            delivery.message_id,
-            f"{delivery.topic} delivered {delivery.message_id!r} with {', '.join(differs)} "
-            f"as {message.first_topic} did",
-            delivery.partition,
-            delivery.offset,
-            delivery.time_ms,
-            delivery.key,
-            _reference(message.first_topic, message.content(), delivery.message_id),
+            topic,
+            mid,
+            f"{topic} delivered {mid!r} with {_differences(content, other_content, mid)} "
+            f"as {other[1]} did",
+            partition,
+            offset,
+            time_ms,
+            key,
+            _reference(other[1], other_content, mid),
         )
 
     def _duplicate(
@@ -364,6 +392,21 @@ class AuditRules:
             delivery.key,
             {"destinations": list(destinations)},
         )
+
+
+def _differences(content: _Content, other: _Content, message_id: str) -> str:
+    """How ``content`` differs from ``other``, in words."""
+    differs = []
+    if content[:2] != other[:2]:
+        differs.append(
+            f"key {_fmt_key((content[0], content[1], message_id))} "
+            f"(not {_fmt_key((other[0], other[1], message_id))})"
+        )
+    if content[2] != other[2]:
+        differs.append(f"digest {content[2]} (not {other[2]})")
+    if content[3] != other[3]:
+        differs.append(f"destinations {list(content[3])} (not {list(other[3])})")
+    return ", ".join(differs)
 
 
 def _reference(topic: str, content: _Content, message_id: str) -> dict[str, object]:

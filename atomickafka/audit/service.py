@@ -85,7 +85,7 @@ class LiveAudit:
     ) -> None:
         self.config = config
         self.rules = AuditRules(config.topics, config.bound_s)
-        self.clock = EventClock()
+        self.clock = EventClock()  # its partitions are known once started
         self.metrics = metrics if metrics is not None else AuditMetrics()
         self.report = AuditReport()
         self._on_violation = on_violation
@@ -152,6 +152,7 @@ class LiveAudit:
         partitions = self._partitions(consumer)
         starts = self._resume(consumer, partitions)
         self._at_end = dict.fromkeys(partitions, False)
+        self.clock = EventClock(partitions)
         consumer.assign(starts)
         self.metrics.prepare(config.topics)
         if config.metrics_port is not None:
@@ -246,7 +247,6 @@ class LiveAudit:
             self._read(record, batch)
         now_mono = time.monotonic()
         replaying = self._replaying()
-        self.clock.caught_up(self.caught_up, now_mono)
         now = self.clock.now(now_mono)
         if replaying:
             assert self._clock_cap is not None
@@ -254,7 +254,6 @@ class LiveAudit:
         else:
             if self._clock_cap is not None:  # the replay just ended
                 self.rules.advance(self._clock_cap, replay=True)
-                self.clock.record(self._clock_cap)
                 self._clock_cap = None
             for violation in self.rules.advance(now):
                 self._report(violation, batch)
@@ -283,6 +282,7 @@ class LiveAudit:
         if err is not None:
             if err.code() == KafkaError._PARTITION_EOF:
                 self._at_end[(topic, partition)] = True
+                self.clock.at_end((topic, partition), True, time.monotonic())
             elif err.fatal():
                 raise KafkaException(err)
             else:
@@ -290,11 +290,13 @@ class LiveAudit:
             return
         where = (topic, partition)
         offset = record.offset() or 0
-        self._at_end[where] = False
+        if self._at_end.get(where):
+            self._at_end[where] = False
+            self.clock.at_end(where, False, time.monotonic())
         self._next[where] = offset + 1
         replaying = offset < self._replay_end.get(where, -1)
         time_ms = record.timestamp()[1]
-        self.clock.record(time_ms)
+        self.clock.record(where, time_ms)
         delivery = audited_delivery(record)
         if delivery is None:
             if not replaying:

@@ -113,7 +113,8 @@ OUTCOME_SCHEMA: Final = (
 #: applyInPandasWithState back to Python.
 _MESSAGE_STATE: Final = (
     "ts long, layer int, digest string, dests string, waiting string, "
-    "first_topic string, phase int, due long, variants string"
+    "first_topic string, first_ms long, first_partition int, first_offset long, "
+    "phase int, due long, variants string"
 )
 _TOPIC_STATE: Final = "ts long, layer int, message_id string"
 
@@ -293,6 +294,9 @@ class MessageRules:
             "dests": dests,
             "waiting": waiting,
             "first_topic": topic,
+            "first_ms": int(d["time_ms"]),
+            "first_partition": int(d["partition"]),
+            "first_offset": int(d["offset"]),
             "phase": _OPEN if waiting else _DONE,
             "due": int(d["time_ms"]) // BUCKET_MS,
             "variants": "{}",
@@ -331,7 +335,9 @@ class MessageRules:
         if message["phase"] == _MISSING and topic in waiting:
             out.append(_row(d, LATE))
         if content != reference:  # rule 2
-            out.append(self._mismatch(d, message, content))
+            mismatch = self._mismatch(d, message, content, variants)
+            if mismatch is not None:
+                out.append(mismatch)
             variants[topic] = content
         if topic in waiting:
             waiting.remove(topic)
@@ -356,25 +362,44 @@ class MessageRules:
             out.append(_violation(d, "missing", text, ref))
         return out
 
+    @staticmethod
     def _mismatch(
-        self, d: dict[str, Any], message: dict[str, Any], content: list[Any]
-    ) -> dict[str, Any]:
+        d: dict[str, Any], message: dict[str, Any], content: list[Any], variants: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """The later of the two differing deliveries, in (Kafka time, topic, partition,
+        offset), is reported; the first one read at most once (as in-process)."""
+        mid = d["message_id"]
+        reference = _content_of(message)
+        first = [message["first_topic"], message["first_partition"], message["first_offset"]]
+        here = [d["topic"], int(d["partition"]), int(d["offset"])]
+        if (int(d["time_ms"]), *here) > (int(message["first_ms"]), *first):
+            blamed = {**d, "ts": content[0], "layer": content[1]}
+            ours, other, other_topic = content, reference, message["first_topic"]
+        else:
+            if message["first_topic"] in variants:
+                return None  # reported already
+            variants[message["first_topic"]] = reference
+            blamed = {
+                "topic": first[0],
+                "partition": first[1],
+                "offset": first[2],
+                "time_ms": message["first_ms"],
+                "message_id": mid,
+                "ts": reference[0],
+                "layer": reference[1],
+            }
+            ours, other, other_topic = reference, content, d["topic"]
         differs = []
-        if content[:2] != [message["ts"], message["layer"]]:
+        if ours[:2] != other[:2]:
             differs.append(
-                f"key {_key(content[0], content[1], d['message_id'])} (not "
-                f"{_key(message['ts'], message['layer'], d['message_id'])})"
+                f"key {_key(ours[0], ours[1], mid)} (not {_key(other[0], other[1], mid)})"
             )
-        if content[2] != message["digest"]:
-            differs.append(f"digest {content[2]} (not {message['digest']})")
-        if content[3] != list(message["dests"]):
-            differs.append(f"destinations {content[3]} (not {list(message['dests'])})")
-        text = (
-            f"{d['topic']} delivered {d['message_id']!r} with {', '.join(differs)} "
-            f"as {message['first_topic']} did"
-        )
-        ref = _reference(message["first_topic"], _content_of(message), d["message_id"])
-        return _violation(d, "mismatch", text, ref)
+        if ours[2] != other[2]:
+            differs.append(f"digest {ours[2]} (not {other[2]})")
+        if ours[3] != other[3]:
+            differs.append(f"destinations {ours[3]} (not {other[3]})")
+        text = f"{blamed['topic']} delivered {mid!r} with {', '.join(differs)} as {other_topic} did"
+        return _violation(blamed, "mismatch", text, _reference(other_topic, other, mid))
 
     @staticmethod
     def _not_a_destination(d: dict[str, Any], dests: Sequence[str]) -> dict[str, Any]:

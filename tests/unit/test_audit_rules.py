@@ -401,3 +401,13 @@ def test_pairwise_order_needs_no_pairwise_state() -> None:
         assert Kind.ORDER in {v.kind for v in audit(order)[0]}
     b = [dlv("B", "y", 0, "AB"), dlv("B", "x", 1, "AB")]  # in order here, by another key
     assert {v.kind for v in audit([*a, *b])[0]} == {Kind.MISMATCH}
+
+
+def test_a_mismatch_is_reported_at_the_later_delivery_whatever_was_read_first() -> None:
+    a = dlv("A", "m1", 5, "ABC", at=1_000, offset=3)  # written last
+    b = dlv("B", "m1", 6, "ABC", at=900, offset=7)
+    c = dlv("C", "m1", 6, "ABC", at=950, offset=1)
+    for order in itertools.permutations([a, b, c]):
+        found = observe_all(AuditRules(TOPICS, BOUND_S), order)
+        assert {v.identity for v in found} == {("mismatch", "A", "m1", 3)}, order
+        assert len(found) == 1
