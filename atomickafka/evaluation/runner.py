@@ -30,6 +30,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from tqdm import tqdm
 
+from atomickafka.audit.service import audit_once
 from atomickafka.client import AtomicKafkaClient, Delivery, DeliveryError, DestinationError
 from atomickafka.evaluation.clients import ClientJob, ClientResult, client_process, make_sender
 from atomickafka.evaluation.clients import payload as measured_value
@@ -327,6 +328,19 @@ def _sent_rows(
     return rows, values
 
 
+def _audit(bootstrap: str, spec: RunSpec, info: RunInfo) -> None:
+    """The live audit's rules over the run's delivery topics, read once after the run
+    (cheap: no process beside the measured run), its verdict beside the checker's."""
+    try:
+        audit = audit_once(bootstrap, list(spec.delivery_topics()), overrides=dict(spec.overrides))
+    except KafkaException as exc:
+        info.audit_summary = f"audit not run: {exc}"
+        return
+    info.audit_ok = audit.ok
+    info.audit_summary = audit.summary()
+    info.audit_counts = audit.totals.by_kind()
+
+
 def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
     """Run ``spec``: load, wait, check, record. Never raises for a failed run: the
     returned (and saved) :class:`RunInfo` says what went wrong."""
@@ -369,6 +383,7 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
         info.check_ok = report.ok
         info.check_summary = report.summary()
         info.check_counts = {k.value: n for k, n in report.counts.items()}
+        _audit(bootstrap, spec, info)
         if spec.record:
             record_run(
                 bootstrap,
