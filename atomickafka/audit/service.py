@@ -42,9 +42,12 @@ __all__ = ["AuditReport", "LiveAudit", "audit_once", "run_audit"]
 log = logging.getLogger("atomickafka.audit")
 
 #: Settings of the audit's consumer, over the defaults of :mod:`atomickafka.kafka.settings`.
+#: A 16 MiB prefetch queue (librdkafka's default is 64 MiB): the audit's memory is its
+#: state, and 16 MiB still holds tens of thousands of deliveries ahead.
 _CONSUMER_SETTINGS: Final[dict[str, str | int | bool]] = {
     "isolation.level": "read_committed",
     "enable.partition.eof": True,
+    "queued.max.messages.kbytes": 16384,
 }
 _Partition = tuple[str, int]
 

@@ -10,6 +10,7 @@ A restarted audit resumes from its committed position without a false report.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import urllib.request
@@ -27,12 +28,20 @@ from atomickafka.audit.records import Violation
 from atomickafka.audit.service import LiveAudit
 from atomickafka.kafka.consumer import make_consumer, read_partitions
 from atomickafka.localkafka import free_port_block
+from atomickafka.node import launch
+from atomickafka.node.config import ClusterConfig, NodeConfig
 from atomickafka.verify.checker import DeliveryRecord, SentMessage, check
 from tests.integration.audit_support import (
     clean_run,
     delivery_value,
     wait_for,
     write_bad_records,
+)
+from tests.integration.harness import (
+    Workload,
+    assert_order_checked,
+    collect_deliveries,
+    send_concurrently,
 )
 
 pytestmark = pytest.mark.integration
@@ -165,3 +174,44 @@ def test_a_restarted_audit_resumes_from_its_committed_position(
     sent += [SentMessage("split", frozenset(topics)), SentMessage("late-low", frozenset([a]))]
     report = check(sent, logs)  # the checker agrees: one record out of order at a
     assert {v.kind.value for v in report.violations} == {"timestamp-order"}
+
+
+def test_cluster_runs_the_audit_beside_the_nodes(
+    kafka_bootstrap: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """``cluster --audit``: the supervisor runs the audit as one more child; it checks
+    what the nodes deliver and serves its metrics."""
+    topics = (topic_factory("cluster"), topic_factory("cluster"))
+    port = free_port_block(1)
+    audit = AuditConfig(
+        kafka_bootstrap,
+        topics,
+        group=f"audit-cluster-{uuid.uuid4().hex[:8]}",
+        audit_topic=None,
+        metrics_port=port,
+        metrics_host="127.0.0.1",
+        log_level="warning",
+    )
+    node = NodeConfig(kafka_bootstrap, topics[0], log_level="warning")
+    config = ClusterConfig(topics, node, audit=audit)
+    workload = Workload(list(topics), 50, clients=1, relay_share=0.0)
+    with launch.running_cluster(config, log_path=tmp_path / "cluster.log"):
+        sent = send_concurrently(kafka_bootstrap, workload, "split")
+        expected = {t: sum(t in s.destinations for s in sent) for t in topics}
+        deliveries = collect_deliveries(kafka_bootstrap, topics, expected, "split")
+
+        def checked() -> dict[str, int]:
+            try:
+                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
+            except OSError:
+                return {}
+            found = re.findall(
+                r'^atomickafka_audit_checked_total\{topic="([^"]+)"\} (\S+)$',
+                text.read().decode(),
+                re.M,
+            )
+            return {topic: int(float(n)) for topic, n in found}
+
+        wait_for(lambda: checked() == expected, 60, f"the audit checking {expected}")
+    assert_order_checked(sent, deliveries)
+    assert "violation" not in (tmp_path / "cluster.log").read_text()

@@ -338,3 +338,19 @@ def test_every_node_gets_its_own_panels() -> None:
         "outgoing (written) msg/s",
         "deliveries/s",
     ]
+
+
+def test_the_live_audits_verdict_stands_beside_the_order_checks(tmp_path: Path) -> None:
+    results = _results()
+    results[0].info.audit_ok = True
+    results[0].info.audit_summary = "audit passed: 1000 deliveries checked"
+    results[1].info.audit_ok = False
+    results[1].info.audit_counts = {"missing": 2, "order": 1}
+    text = _render(tmp_path, results)
+    summary = text.split("## Summary")[1].split("\n## ")[0]
+    assert "| order check | live audit |" in summary
+    assert "| passed | passed |" in summary
+    assert "**❌ FAILED (2 missing, 1 order)**" in summary
+    assert "| passed | - |" in summary  # runs the audit did not see
+    assert "Live audit: passed (audit passed: 1000 deliveries checked)." in text
+    assert RunInfo.from_dict(results[1].info.to_dict()).audit_counts == {"missing": 2, "order": 1}
