@@ -85,6 +85,7 @@ class LiveAudit:
         on_violation: Callable[[Violation], None] | None = None,
         metrics: AuditMetrics | None = None,
         commits: bool = True,
+        wait_for_topics: bool = True,
     ) -> None:
         self.config = config
         self.rules = AuditRules(config.topics, config.bound_s)
@@ -93,6 +94,7 @@ class LiveAudit:
         self.report = AuditReport()
         self._on_violation = on_violation
         self._commits = commits
+        self._wait_for_topics = wait_for_topics
         self._stopping = False
         self._consumer: Consumer | None = None
         self._sink: ViolationSink | None = None
@@ -122,7 +124,7 @@ class LiveAudit:
     @property
     def caught_up(self) -> bool:
         """True when every partition has been read to its end (none is replaying)."""
-        return bool(self._at_end) and all(self._at_end.values()) and not self._replaying()
+        return all(self._at_end.values()) and not self._replaying()
 
     def run(self, *, max_seconds: float | None = None, until_caught_up: bool = False) -> int:
         """Audit until stopped (or ``max_seconds`` passed, or, with ``until_caught_up``,
@@ -187,7 +189,8 @@ class LiveAudit:
                 self._consumer = None
 
     def _partitions(self, consumer: Consumer) -> list[_Partition]:
-        """Every partition of the audited topics, waiting for topics not created yet."""
+        """Every partition of the audited topics, waiting for topics not created yet
+        (or, when not waiting for them, leaving them out)."""
         found: list[_Partition] = []
         waiting_logged: set[str] = set()
         for topic in self.config.topics:
@@ -195,6 +198,9 @@ class LiveAudit:
                 meta = _topic_metadata(consumer, topic)
                 if meta is not None and meta.error is None and meta.partitions:
                     found.extend((topic, p) for p in sorted(meta.partitions))
+                    break
+                if not self._wait_for_topics:
+                    log.warning("topic %s does not exist: not audited", topic)
                     break
                 if topic not in waiting_logged:
                     log.info("waiting for topic %s to exist", topic)
@@ -400,7 +406,7 @@ def audit_once(
         audit_topic=None,
         overrides=overrides or {},
     )
-    audit = LiveAudit(config, commits=False)
+    audit = LiveAudit(config, commits=False, wait_for_topics=False)
     audit.start()
     try:
         deadline = time.monotonic() + max_seconds
