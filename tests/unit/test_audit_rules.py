@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from atomickafka.audit.records import AuditedDelivery, Kind, Violation
@@ -20,6 +20,9 @@ from atomickafka.audit.rules import BUCKET_MS, AuditRules
 from atomickafka.verify.checker import DeliveryRecord, SentMessage, check
 
 TOPICS = ("A", "B", "C", "D")
+#: A third of the profile's examples each (60 with dev, 500 with ci): the unit tier stays
+#: about a minute.
+EXAMPLES = settings(max_examples=max(20, settings().max_examples // 3))
 BOUND_S = 10.0
 BOUND_MS = 10_000
 
@@ -273,6 +276,7 @@ def audit(reading: Sequence[AuditedDelivery]) -> tuple[list[Violation], Counter[
     return found, checked
 
 
+@EXAMPLES
 @given(correct_runs(), st.integers(0, 2**32))
 def test_a_correct_run_is_clean_whatever_the_reading_order(
     run: tuple[list[Msg], dict[str, list[AuditedDelivery]]], seed: int
@@ -333,6 +337,7 @@ def inject(
     return out
 
 
+@EXAMPLES
 @given(correct_runs(), st.sampled_from(FAULTS), st.integers(0, 2**32))
 def test_any_one_fault_is_reported_with_its_kind(
     run: tuple[list[Msg], dict[str, list[AuditedDelivery]]], fault: str, seed: int
@@ -368,6 +373,7 @@ def checker_view(
     return sent, logs
 
 
+@EXAMPLES
 @given(
     correct_runs(),
     st.lists(st.sampled_from(FAULTS), max_size=3),
