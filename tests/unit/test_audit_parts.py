@@ -158,3 +158,19 @@ def test_the_spark_job_names_the_same_kinds_and_settings() -> None:
         MessageType.DELIVERY.value,
         MessageType.PARTITION_DELIVERY.value,
     ) == spark_job.DELIVERY_TYPES
+
+
+def test_the_audit_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from atomickafka.cli import main  # noqa: PLC0415
+
+    assert main(["audit", "--print-job"]) == 0
+    assert capsys.readouterr().out.strip() == str(spark_job_path())
+    assert main(["audit", "--topics", "A"]) == 2
+    assert "--bootstrap-server and --topics are required" in capsys.readouterr().err
+    assert main(["audit", "--bootstrap-server", "b:1", "--topics", "A", "--spark"]) == 2
+    assert "--spark needs --out DIR and --checkpoint DIR" in capsys.readouterr().err
+    assert main(["audit", "--bootstrap-server", "b:1", "--topics", "bad name!"]) == 2
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["cluster", "--help"])
+    assert "--audit-bound" in capsys.readouterr().out
