@@ -23,6 +23,7 @@ _COMMAND_MODULES = (
     "tail_cmd",
     "status_cmd",
     "check_cmd",
+    "audit_cmd",
     "bench_cmd",
     "demo_cmd",
     "eval_cmd",

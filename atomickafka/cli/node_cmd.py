@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from atomickafka.audit.config import AuditConfig
+from atomickafka.audit.rules import DEFAULT_BOUND_S
 from atomickafka.cli.options import (
     add_bootstrap,
     add_log_level,
@@ -48,6 +50,18 @@ def register(subparsers: Any) -> None:
         "--standby",
         action="store_true",
         help="run a standby beside every node and merger: it takes over when the active one dies",
+    )
+    cluster.add_argument(
+        "--audit", action="store_true", help="run the live order audit beside the nodes"
+    )
+    cluster.add_argument(
+        "--audit-bound",
+        type=float,
+        default=DEFAULT_BOUND_S,
+        help=f"the audit's bound in seconds ({DEFAULT_BOUND_S:g}; see atomickafka audit)",
+    )
+    cluster.add_argument(
+        "--audit-metrics-port", type=int, default=None, help="the audit's Prometheus port"
     )
     _add_node_options(cluster)
     cluster.set_defaults(func=guarded("cluster", _run_cluster))
@@ -184,8 +198,17 @@ def _run_cluster(args: argparse.Namespace) -> int:
     from atomickafka.node.supervisor import Supervisor  # noqa: PLC0415
 
     parse_destinations(list(topics))  # the same name rules as destinations
-    supervisor = Supervisor(
-        ClusterConfig(topics, _node_config(args, topics[0], None), standby=args.standby)
-    )
+    node = _node_config(args, topics[0], None)
+    audit = None
+    if args.audit:
+        audit = AuditConfig(
+            node.bootstrap,
+            topics,
+            bound_s=args.audit_bound,
+            metrics_port=args.audit_metrics_port,
+            overrides=node.overrides,
+            log_level=node.log_level,
+        )
+    supervisor = Supervisor(ClusterConfig(topics, node, audit=audit, standby=args.standby))
     supervisor.install_signal_handlers()
     return supervisor.run(max_seconds=args.max_seconds)

@@ -92,6 +92,17 @@ def _verdict(result: RunResult) -> str:
     return verdict if result.info.ok else f"**❌ {verdict}**"
 
 
+def _audit_verdict(result: RunResult) -> str:
+    """The live audit's verdict on the run (atomickafka/audit), beside the checker's."""
+    info = result.info
+    if info.audit_ok is None:
+        return info.audit_summary or "-"
+    if info.audit_ok:
+        return "passed"
+    kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(info.audit_counts.items()))
+    return f"**❌ FAILED ({kinds})**"
+
+
 # ----------------------------------------------------------------------------- sections
 
 
@@ -149,6 +160,7 @@ def _summary(data: ReportInput) -> list[str]:
                 _num(lat.p99, 0) if lat else "-",
                 _num(lat.max, 0) if lat else "-",
                 _verdict(result),
+                _audit_verdict(result),
             ]
         )
     headers = [
@@ -163,6 +175,7 @@ def _summary(data: ReportInput) -> list[str]:
         "p99 ms",
         "max ms",
         "order check",
+        "live audit",
     ]
     return [
         "## Summary",
@@ -353,8 +366,9 @@ def _node_caption(result: RunResult) -> list[str]:
 def _run_facts(result: RunResult) -> list[str]:
     info, m = result.info, result.metrics
     facts = [
-        f"Order check: {_verdict(result)}. Run wall time (start of nodes to recorded) "
-        f"{info.wall_s:,.1f} s."
+        f"Order check: {_verdict(result)}. Live audit: {_audit_verdict(result)}"
+        f"{f' ({info.audit_summary})' if info.audit_ok else ''}. Run wall time (start of "
+        f"nodes to recorded) {info.wall_s:,.1f} s."
     ]
     if m is None:
         return [*facts, "", "_No metrics for this run (see above)._", ""]

@@ -41,6 +41,11 @@ class RunInfo:
     check_ok: bool = False
     check_summary: str = ""
     check_counts: dict[str, int] = field(default_factory=dict)
+    #: The live audit over the run's delivery topics (``None``: not run); beside the
+    #: checker's verdict, not part of :attr:`ok` (the checker is the authority).
+    audit_ok: bool | None = None
+    audit_summary: str = ""
+    audit_counts: dict[str, int] = field(default_factory=dict)
     error: str | None = None
     #: Bytes of each measured value (0: the probe alone), and each multicast's
     #: destination count (``""``: every topic; ``"2-5"``: drawn from 2 to 5).

@@ -32,6 +32,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from tqdm import tqdm
 
+from atomickafka.audit.service import audit_once
 from atomickafka.client import AtomicKafkaClient, Delivery, DeliveryError, DestinationError
 from atomickafka.evaluation.bare import UNORDERED
 from atomickafka.evaluation.clients import ClientJob, ClientResult, client_process, make_sender
@@ -392,6 +393,19 @@ def _cost(spec: RunSpec, meter: CpuMeter, delivered: int, records: Path) -> RunC
     return RunCost(spec.variant.system.value, delivered, window.seconds, window.processes, traffic)
 
 
+def _audit(bootstrap: str, spec: RunSpec, info: RunInfo) -> None:
+    """The live audit's rules over the run's delivery topics, read once after the run
+    (cheap: no process beside the measured run), its verdict beside the checker's."""
+    try:
+        audit = audit_once(bootstrap, list(spec.delivery_topics()), overrides=dict(spec.overrides))
+    except KafkaException as exc:
+        info.audit_summary = f"audit not run: {exc}"
+        return
+    info.audit_ok = audit.ok
+    info.audit_summary = audit.summary()
+    info.audit_counts = audit.totals.by_kind()
+
+
 def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
     """Run ``spec``: load, wait, check, record. Never raises for a failed run: the
     returned (and saved) :class:`RunInfo` says what went wrong."""
@@ -443,6 +457,7 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
             info.check_ok = not set(report.counts) - UNORDERED
             info.check_summary = f"{_BARE_PIPE_CHECK}\n{info.check_summary}"
         info.check_counts = {k.value: n for k, n in report.counts.items()}
+        _audit(bootstrap, spec, info)
         if spec.record:
             recording = record_run(
                 bootstrap,

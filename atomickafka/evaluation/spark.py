@@ -103,11 +103,13 @@ def kafka_source_jars() -> list[str]:
     return jars
 
 
-def session(master: str = DEFAULT_MASTER, *, kafka_source: bool = False) -> SparkSession:
+def session(
+    master: str = DEFAULT_MASTER, *, kafka_source: bool = False, app_name: str = "atomickafka-eval"
+) -> SparkSession:
     """The SparkSession (the running one, if any): the job's builder, in local mode
     by default, with the Kafka connector on ``spark.jars`` when ``kafka_source``."""
     jars = kafka_source_jars() if kafka_source else []
-    spark: SparkSession = load_job().build_session(master, jars, "atomickafka-eval")
+    spark: SparkSession = load_job().build_session(master, jars, app_name)
     return spark
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Final
 
+from atomickafka.audit.config import AuditConfig
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.core.memory import DEFAULT_WINDOW_MS
 from atomickafka.core.wire import MAX_VALUE_BYTES
@@ -122,6 +123,8 @@ class ClusterConfig:
     max_backoff_s: float = 10.0
     #: Run a standby beside every node and merger (it takes over when the active dies).
     standby: bool = False
+    #: The live audit to run beside the nodes (``cluster --audit``), if any.
+    audit: AuditConfig | None = None
 
     def __post_init__(self) -> None:
         if not self.topics:
@@ -137,6 +140,7 @@ class ClusterConfig:
             "grace_s": self.grace_s,
             "max_backoff_s": self.max_backoff_s,
             "standby": self.standby,
+            "audit": None if self.audit is None else self.audit.to_dict(),
         }
 
     @classmethod
@@ -145,8 +149,14 @@ class ClusterConfig:
         unknown = set(data) - {f.name for f in fields(cls)}
         if unknown:
             raise ConfigError(f"unknown cluster settings: {', '.join(sorted(unknown))}")
-        settings = {k: v for k, v in data.items() if k not in ("topics", "node")}
-        return cls(tuple(data["topics"]), NodeConfig.from_dict(data["node"]), **settings)
+        settings = {k: v for k, v in data.items() if k not in ("topics", "node", "audit")}
+        audit = data.get("audit")
+        return cls(
+            tuple(data["topics"]),
+            NodeConfig.from_dict(data["node"]),
+            audit=None if audit is None else AuditConfig.from_dict(audit),
+            **settings,
+        )
 
     def node_configs(self) -> list[NodeConfig]:
         """The configuration of each topic's node (of each layer's, when partitioned)."""

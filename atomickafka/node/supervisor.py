@@ -1,4 +1,5 @@
-"""``atomickafka cluster``: one process per node (and per merger), restarted when it dies.
+"""``atomickafka cluster``: one process per node (and per merger, and the live audit with
+``--audit``), restarted when it dies.
 
 The supervisor hands each child its :class:`~atomickafka.node.config.NodeConfig` as an
 object (multiprocessing's ``spawn`` start method: a fresh interpreter, no Kafka client
@@ -17,6 +18,7 @@ from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import Any
 
+from atomickafka.audit.config import AuditConfig
 from atomickafka.logs import configure_logging
 from atomickafka.node.config import ClusterConfig, NodeConfig
 
@@ -49,6 +51,12 @@ def run_merger(config: NodeConfig) -> int:
 
 def _child(role: str, data: dict[str, Any]) -> None:
     """A child process's entry point (module level: ``spawn`` imports it by name)."""
+    if role == "audit":
+        from atomickafka.audit.service import run_audit  # noqa: PLC0415
+
+        audit = AuditConfig.from_dict(data)
+        configure_logging(audit.log_level)
+        raise SystemExit(run_audit(audit))
     config = NodeConfig.from_dict(data)
     configure_logging(config.log_level)
     status = run_merger(config) if role == "merger" else run_node(config)
@@ -58,7 +66,7 @@ def _child(role: str, data: dict[str, Any]) -> None:
 @dataclass(slots=True)
 class _Child:
     role: str
-    config: NodeConfig
+    config: NodeConfig | AuditConfig
     process: BaseProcess | None = None
     restarts: int = 0
     next_start: float = 0.0
@@ -67,7 +75,10 @@ class _Child:
 
     @property
     def name(self) -> str:
-        return self.config.key if self.role == "node" else f"{self.config.topic}/merger"
+        config = self.config
+        if isinstance(config, AuditConfig) or self.role == "node":
+            return config.key
+        return f"{config.topic}/merger"
 
 
 class Supervisor:
@@ -83,6 +94,8 @@ class Supervisor:
         self.children += [
             _Child("merger", c) for c in config.merger_configs() for _ in range(copies)
         ]
+        if config.audit is not None:
+            self.children.append(_Child("audit", config.audit))
         self._context = multiprocessing.get_context("spawn")
         self._stopping = False
 

@@ -100,8 +100,12 @@ def test_every_run_passes_the_order_check_and_the_report_has_everything(suite: P
             continue
         assert "OK: integrity, validity and total order hold" in info.check_summary
         assert info.counted_deliveries == info.expected_deliveries
+        # the live audit ran on the run's delivery topics and agrees with the checker
+        assert info.audit_ok, info.audit_summary
+        assert info.audit_summary.startswith("audit passed: ")
     text = (suite / "report.md").read_text(encoding="utf-8")
     assert f"**All {len(RUNS)} runs passed the order check**" in text
+    assert "| order check | live audit |" in text
     for heading in (
         "## Summary",
         f"## Capacity against the 2019 thesis: our unpaced runs, its paced runs ({DEFAULT}/split)",

@@ -379,3 +379,19 @@ def test_the_cost_and_the_projection_sit_beside_the_sequencers(tmp_path: Path) -
     # the busiest node spent 100 µs per message, the sequencer 500: 10,000 and 2,000 msg/s
     assert "| 90-10 (10 %) | 10,000 (100) | 2,000 (500) | 5.00x | 400 / 400 / - |" in text
     assert "| baseline · sequencer | ClientMessage | 1.000 | 1.000 | 80 |" in text
+
+
+def test_the_live_audits_verdict_stands_beside_the_order_checks(tmp_path: Path) -> None:
+    results = _results()
+    results[0].info.audit_ok = True
+    results[0].info.audit_summary = "audit passed: 1000 deliveries checked"
+    results[1].info.audit_ok = False
+    results[1].info.audit_counts = {"missing": 2, "order": 1}
+    text = _render(tmp_path, results)
+    summary = text.split("## Summary")[1].split("\n## ")[0]
+    assert "| order check | live audit |" in summary
+    assert "| passed | passed |" in summary
+    assert "**❌ FAILED (2 missing, 1 order)**" in summary
+    assert "| passed | - |" in summary  # runs the audit did not see
+    assert "Live audit: passed (audit passed: 1000 deliveries checked)." in text
+    assert RunInfo.from_dict(results[1].info.to_dict()).audit_counts == {"missing": 2, "order": 1}

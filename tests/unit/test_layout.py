@@ -16,7 +16,8 @@ ALLOWED = {
     "core": set(),
     "verify": {"core"},
     "kafka": {"core"},
-    "node": {"core", "kafka", "logs"},
+    "audit": {"core", "kafka", "logs"},
+    "node": {"core", "kafka", "logs", "audit"},
     "localkafka": set(),
 }
 #: Modules every layer may import: they import nothing of AtomicKafka themselves.
