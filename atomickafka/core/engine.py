@@ -123,6 +123,9 @@ __all__ = [
 ]
 
 _DELIVERY_TYPES: Final = frozenset({MessageType.DELIVERY, MessageType.PARTITION_DELIVERY})
+#: How long (log time) a message naming a destination not known to have a node waits
+#: for a members record that names it before it is refused (§4.9.5).
+MEMBERS_GRACE_MS: Final = 10_000
 
 
 class _Refused(Exception):  # noqa: N818 (a control-flow signal, not an error)
@@ -132,6 +135,14 @@ class _Refused(Exception):  # noqa: N818 (a control-flow signal, not an error)
         super().__init__(reason)
         self.reason = reason
         self.outputs = outputs
+
+
+class _AwaitingMembers(Exception):  # noqa: N818 (a control-flow signal, not an error)
+    """Raised before anything changes: the message names a destination not known yet."""
+
+    def __init__(self, until_ms: int) -> None:
+        super().__init__(until_ms)
+        self.until_ms = until_ms
 
 
 class _Held(Exception):  # noqa: N818 (a control-flow signal, not an error)
@@ -213,6 +224,10 @@ class Engine:
         #: The topics that have a node, as this node last wrote them into its log
         #: (§4.9.5); ``None``: not known, every destination is taken on trust.
         self.members: frozenset[str] | None = None
+        #: Messages naming a destination not (yet) a member: they wait for a members
+        #: record that names it, until their log time plus MEMBERS_GRACE_MS (§4.9.5).
+        self._awaiting: list[tuple[int, Message]] = []
+        self._members_changed = False
 
     # ------------------------------------------------------------------ public API
 
@@ -238,6 +253,9 @@ class Engine:
             seen += 1
             self._advance(record, result)
             self._take(index, record, result)
+            if self._members_changed:
+                self._members_changed = False
+                self._retake_awaiting(result)
         self.stats.records_in += seen
         self.stats.records_out += len(result.outputs)
         return result
@@ -254,6 +272,19 @@ class Engine:
         self.stats.forgotten += self._memory.expire(log_time) + self._expire_orphans(log_time)
         for held in self._held.due(log_time * 1000):
             self._take(None, held, result, released=True)
+        self._retake_awaiting(result, expired_only=True)
+
+    def _retake_awaiting(self, result: Step, *, expired_only: bool = False) -> None:
+        """Take the messages that waited for members again: all of them after a members
+        record, or (``expired_only``) those whose grace has ended, to be refused."""
+        if not self._awaiting:
+            return
+        due = [m for t, m in self._awaiting if not expired_only or t <= self.now_ms]
+        if not due:
+            return
+        self._awaiting = [(t, m) for t, m in self._awaiting if expired_only and t > self.now_ms]
+        for message in due:
+            self._take(None, message, result, released=True)
 
     def _expire_orphans(self, now_ms: int) -> int:
         """Forget entries a stray Ack created a window ago for a message this node never
@@ -290,6 +321,8 @@ class Engine:
             pushed_out = self._held.hold(record, held.ts)
             if pushed_out is not None:
                 self._refuse_held(pushed_out, result)
+        except _AwaitingMembers as awaiting:
+            self._awaiting.append((awaiting.until_ms, record))
 
     def _refuse_held(self, record: Message, result: Step) -> None:
         reason = (
@@ -369,8 +402,15 @@ class Engine:
 
     @property
     def held_count(self) -> int:
-        """Messages waiting for the log's time to reach their timestamp (§4.11)."""
-        return len(self._held)
+        """Messages waiting for the log's time to reach their timestamp (§4.11), or for
+        their destinations to be known members (§4.9.5)."""
+        return len(self._held) + len(self._awaiting)
+
+    @property
+    def awaiting_members(self) -> tuple[str, ...]:
+        """Destinations that messages here wait to see in a members record (§4.9.5)."""
+        members = self.members or frozenset()
+        return tuple(sorted({t for _, m in self._awaiting for t in m.topic if t not in members}))
 
     @property
     def next_due_ms(self) -> int | None:
@@ -609,17 +649,24 @@ class Engine:
 
     def _check_members(self, record: Message) -> None:
         """§4.9.5 on first hearing: every destination has a node. A destination no node
-        has ever served would hold the message -- and every later one here -- forever."""
+        has ever served would hold the message -- and every later one here -- forever.
+        One this node has not heard of yet waits (a brand-new topic's node may have just
+        started) until a members record names it or the grace period ends."""
         members = self.members
         if members is None:
             return
         unknown = [t for t in record.topic if t not in members]
-        if unknown:
-            self._refuse_version(
-                record,
-                f"destination {_names(unknown)} has no node (no node of it has ever "
-                "published a status); start one, or check the destination's name",
-            )
+        if not unknown:
+            return
+        since = record.logTime if record.logTime is not None else self.now_ms
+        if self.now_ms < since + MEMBERS_GRACE_MS:
+            raise _AwaitingMembers(since + MEMBERS_GRACE_MS)
+        self._refuse_version(
+            record,
+            f"destination {_names(unknown)} has no node (no node of it has published a "
+            f"status within {MEMBERS_GRACE_MS // 1000} s of this message); start one, or check "
+            "the destination's name",
+        )
 
     def _check_late(self, record: Message) -> None:
         """§4.13: a client copy of a message unknown here that reached the log too late
@@ -881,6 +928,7 @@ class Engine:
                 "node writes its own"
             )
         self.members = frozenset(record.topic) | {self.topic}
+        self._members_changed = True
         return []
 
     # ------------------------------------------------------------------ helpers

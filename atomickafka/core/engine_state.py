@@ -116,6 +116,7 @@ def engine_to_data(engine: Engine) -> dict[str, Any]:
         "links": engine._links.to_data(),
         "members": None if engine.members is None else sorted(engine.members),
         "orphans": [list(o) for o in engine._orphans],
+        "awaiting": [[t, _message_data(m)] for t, m in engine._awaiting],
         "stats": {name: getattr(engine.stats, name) for name in EngineStats.__dataclass_fields__},
     }
 
@@ -177,6 +178,7 @@ def _load(engine: Engine, data: dict[str, Any]) -> None:
     engine._memory = SettledMemory.from_data(data["memory"])
     engine._links = LinkSequences.from_data(data["links"])
     engine._orphans.extend((int(t), str(mid)) for t, mid in data.get("orphans", []))
+    engine._awaiting = [(int(t), _message_from(m)) for t, m in data.get("awaiting", [])]
     members = data.get("members")
     engine.members = None if members is None else frozenset(str(t) for t in members)
     engine.stats = EngineStats(**data["stats"])

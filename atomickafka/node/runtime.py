@@ -388,7 +388,10 @@ class NodeRuntime(Stoppable):
         """Every couple of seconds (and after a replay), tell the batch layer which
         topics have a node; it writes a MembersMessage when that grew (§4.9.5)."""
         now = time.monotonic()
-        if self._membership is None or self.batch.replaying or now - self._members_at < 2.0:
+        if self._membership is None or self.batch.replaying:
+            return
+        awaited = self.batch.engine.awaiting_members
+        if now - self._members_at < (0.2 if awaited else 2.0):
             return
         self._members_at = now
         ready = self.batch.members(self._membership.poll())

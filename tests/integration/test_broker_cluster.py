@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from atomickafka.core.reader import delivery_order_key, read_delivery
+from atomickafka.kafka.consumer import read_to_end
+from atomickafka.kafka.status import read_statuses
 from atomickafka.localkafka import broker_status, ensure_broker, free_port_block, stop_broker
+from tests.integration.harness import (
+    Workload,
+    assert_order_checked,
+    collect_deliveries,
+    running_cluster,
+    send_concurrently,
+)
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -48,6 +61,32 @@ def topic_config(bootstrap: str, topic: str, key: str) -> str:
             time.sleep(0.2)
 
 
+def _ordering_survives_a_broker_killed_mid_run(
+    bootstrap: str, data_dir: Path, log_dir: Path
+) -> None:
+    """AtomicKafka on the three brokers (replication 3, min ISR 2, transactions): one
+    broker is SIGKILLed while messages flow; the order checker passes on everything
+    sent, and each delivery topic holds each delivery once (read_committed)."""
+    topics = [f"three-{i}" for i in range(3)]
+    with running_cluster(bootstrap, topics, log_dir=log_dir, session_timeout_ms=2000):
+        sent = send_concurrently(bootstrap, Workload(topics, 1500, clients=2, seed=1), "split")
+        brokers = {s.node_id: s for s in broker_status(data_dir)}
+        statuses = read_statuses(bootstrap)
+        assert statuses, "the nodes publish their status on three brokers"
+        victim = brokers[2]
+        assert victim.pid is not None
+        os.kill(victim.pid, signal.SIGKILL)
+        sent += send_concurrently(bootstrap, Workload(topics, 1500, clients=2, seed=2), "split")
+        expected = Counter(t for s in sent for t in s.destinations)
+        deliveries = collect_deliveries(bootstrap, topics, dict(expected), "split", timeout_s=240)
+        for topic in topics:
+            records = read_to_end(bootstrap, topic, [0], timeout_s=120)
+            keys = [delivery_order_key(m) for m in map(read_delivery, records) if m is not None]
+            assert len(keys) == len(set(keys)) == expected[topic]
+            assert keys == sorted(keys)
+    assert_order_checked(sent, deliveries)
+
+
 def test_three_broker_cluster(
     tmp_path: Path,
     unique_topic: str,
@@ -73,6 +112,8 @@ def test_three_broker_cluster(
         produce_values(unique_topic, values, bootstrap=bootstrap, acks="all")
         consumed = consume_values(unique_topic, len(values), bootstrap=bootstrap)
         assert sorted(consumed) == sorted(values)
+
+        _ordering_survives_a_broker_killed_mid_run(bootstrap, data_dir, tmp_path)
     finally:
         stopped = stop_broker(data_dir)
     assert stopped == 3

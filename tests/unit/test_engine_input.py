@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from atomickafka.core.engine import Algorithm, Engine, Output
+from atomickafka.core.engine import MEMBERS_GRACE_MS, Algorithm, Engine, Output
 from atomickafka.core.timebounds import CLOCK_HOLD_US, CLOCK_LEAD_US
 from atomickafka.core.wire import (
     MAX_TIMESTAMP,
@@ -400,12 +400,31 @@ def test_a_destination_without_a_node_is_refused_and_aborted_not_waited_for(
     everything after it, forever: once A's log says which topics have a node, A refuses
     such a message on first hearing and tells its other destinations (§4.9.5)."""
     node = Engine("A", algorithm=algorithm)
-    node.step([members("A", "B")])
-    step = node.step([client("m", "A", "B", "nosuch")])
+    node.step([at(NOW, members("A", "B"))])
+    step = node.step([at(NOW, client("m", "A", "B", "nosuch"))])
+    assert not step.rejected and node.held_count == 1  # it waits a grace period
+    assert node.awaiting_members == ("nosuch",)
+    assert [o.message.messageID for o in node.step([at(NOW + 1, client("n", "A"))]).outputs] == [
+        "n"
+    ]  # nothing queues behind a message that waits for members
+    step = node.step([at(NOW + MEMBERS_GRACE_MS, tick(0, topic="A"))])
     assert "has no node" in step.rejected[0].reason
     assert types(step.outputs) == [("B", "AbortMessage", "m")]
-    assert node.pending_count == 0
-    assert [o.message.messageID for o in node.step([client("n", "A")]).outputs] == ["n"]
+    assert node.pending_count == 0 and node.held_count == 0
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_destination_whose_node_just_started_is_taken_once_it_is_a_member(
+    algorithm: Algorithm,
+) -> None:
+    """A brand-new topic's node may publish its first status after a client has seen
+    it: the message waits until this node's members record names the topic."""
+    node = Engine("A", algorithm=algorithm)
+    node.step([at(NOW, members("A", "B"))])
+    node.step([at(NOW, client("m", "A", "C"))])
+    step = node.step([at(NOW + 500, members("A", "B", "C"))])
+    assert not step.rejected and node.held_count == 0 and node.is_pending("m")
+    assert types(step.outputs) == [("C", "NotifyMessage", "m")]
 
 
 def test_membership_comes_only_from_the_node_itself_and_only_grows_by_its_records() -> None:
