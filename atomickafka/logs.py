@@ -1,7 +1,10 @@
 """Structured logging: one JSON object per line on stderr.
 
 Pass machine-readable fields with ``log.info("what", extra={"fields": {...}})``; they
-become keys of the JSON object.
+become keys of the JSON object. A long-running shell names what it runs once, with
+:func:`log_context` (``node``, ``topic``, ``layer``): every line logged while the
+context is open -- by the shell or by anything it calls, in the same thread -- carries
+those keys too, and a line's own fields win over them.
 """
 
 from __future__ import annotations
@@ -9,10 +12,29 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from types import MappingProxyType
 
 import orjson
 
-__all__ = ["configure_logging"]
+__all__ = ["configure_logging", "log_context"]
+
+_CONTEXT: ContextVar[Mapping[str, object]] = ContextVar(
+    "atomickafka_log_context", default=MappingProxyType({})
+)
+
+
+@contextmanager
+def log_context(**fields: object) -> Iterator[None]:
+    """Add ``fields`` to every JSON log line of this thread while the block runs (on top
+    of an enclosing context's)."""
+    token = _CONTEXT.set({**_CONTEXT.get(), **fields})
+    try:
+        yield
+    finally:
+        _CONTEXT.reset(token)
 
 
 class _JsonFormatter(logging.Formatter):
@@ -23,6 +45,7 @@ class _JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        entry.update(_CONTEXT.get())
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
             entry.update(fields)
