@@ -60,6 +60,11 @@ class NodeConfig:
     secret_file: str | None = None
     #: How long the lease group waits for a silent active instance (standby takeover).
     session_timeout_ms: int = 6000
+    #: Port of the Prometheus endpoint (``/metrics``; 0: any free port, logged);
+    #: ``None``: none. Under ``cluster`` the supervisor serves every child's on it.
+    metrics_port: int | None = None
+    #: Address the endpoint listens on.
+    metrics_host: str = "0.0.0.0"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "algorithm", Algorithm(self.algorithm))
@@ -73,6 +78,8 @@ class NodeConfig:
             raise ConfigError("partitioned topics need the split layout (--layout split)")
         if self.layer is not None and not 0 <= self.layer < self.partitions:
             raise ConfigError(f"layer {self.layer} is not one of 0..{self.partitions - 1}")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(f"metrics port {self.metrics_port} is not one of 0..65535")
 
     @property
     def layered(self) -> bool:
@@ -159,11 +166,13 @@ class ClusterConfig:
         )
 
     def node_configs(self) -> list[NodeConfig]:
-        """The configuration of each topic's node (of each layer's, when partitioned)."""
+        """The configuration of each topic's node (of each layer's, when partitioned);
+        no child serves metrics itself (the supervisor serves them all)."""
+        child = replace(self.node, metrics_port=None)
         if not self.node.layered:
-            return [replace(self.node, topic=topic, layer=None) for topic in self.topics]
+            return [replace(child, topic=topic, layer=None) for topic in self.topics]
         return [
-            replace(self.node, topic=topic, layer=layer)
+            replace(child, topic=topic, layer=layer)
             for topic in self.topics
             for layer in range(self.node.partitions)
         ]
@@ -172,4 +181,5 @@ class ClusterConfig:
         """One merger per topic when the topics are partitioned, else none."""
         if not self.node.layered:
             return []
-        return [replace(self.node, topic=topic, layer=None) for topic in self.topics]
+        child = replace(self.node, metrics_port=None)
+        return [replace(child, topic=topic, layer=None) for topic in self.topics]

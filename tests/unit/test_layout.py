@@ -17,7 +17,8 @@ ALLOWED = {
     "verify": {"core"},
     "kafka": {"core"},
     "audit": {"core", "kafka", "logs"},
-    "node": {"core", "kafka", "logs", "audit"},
+    "metrics": {"core"},
+    "node": {"core", "kafka", "logs", "audit", "metrics"},
     "localkafka": set(),
 }
 #: Modules every layer may import: they import nothing of AtomicKafka themselves.

@@ -1,0 +1,131 @@
+"""What the metrics read off records, cheaply and without decoding them: an input
+record's type, a delivery's ``sentAt``, a dead letter's reason as a short label.
+
+These run for every record a node reads or writes, so none of them parses JSON: they
+look at headers and at a bounded stretch of the record's bytes. Every label they return
+is from a fixed set, so a metric's label values stay few whatever the input holds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Final
+
+from atomickafka.core.reader import TYPE_HEADER
+from atomickafka.core.signing import SIGNATURE_HEADER
+from atomickafka.core.wire import MessageType
+
+__all__ = [
+    "REASONS",
+    "SENT_HEADER",
+    "UNKNOWN",
+    "dead_letter_reason",
+    "record_type",
+    "sent_at_ms",
+]
+
+#: The label of a record whose type cannot be seen, and of a reason no rule names.
+UNKNOWN: Final = "unknown"
+OTHER: Final = "other"
+#: Header carrying ``sentAt`` (ms) on records whose value is the user's bytes (the raw
+#: record form, docs/DESIGN.md §3).
+SENT_HEADER: Final = "atomickafka-sent"
+#: How far into a record the ``messageType`` field is looked for: past the longest
+#: ``messageID`` and ``senderID`` a ClientMessage puts before it.
+_SNIFF_BYTES: Final = 2048
+_TYPES: Final = frozenset(t.value for t in MessageType)
+_TYPE_FIELD: Final = re.compile(rb'"messageType"\s*:\s*"(\w{1,40})"')
+#: ``sentAt`` as the JSON envelope writes it: the last field of a Delivery record, so
+#: within the record's last bytes (the field, 16 digits, the closing brace).
+_SENT_AT_FIELD: Final = b',"sentAt":'
+_TAIL_BYTES: Final = len(_SENT_AT_FIELD) + 17
+_CLOSING_BRACE: Final = ord("}")
+
+Headers = Sequence[tuple[str, str | bytes | None]] | Mapping[str, str | bytes | None]
+
+#: Dead-letter reasons as labels: the first rule whose pattern matches the start of the
+#: reason's text names it; anything else is ``other``.
+REASONS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = tuple(
+    (label, re.compile(pattern))
+    for label, pattern in (
+        ("protocol mismatch", r"protocol mismatch\b"),
+        ("conflict", r"conflict:"),
+        ("unsigned", r"unsigned:"),
+        (
+            "bad signature",
+            rf"wrong signature|more than one {SIGNATURE_HEADER} header|{SIGNATURE_HEADER} header",
+        ),
+        ("late", r"late:"),
+        ("clock skew", r"dated \d+ ms ahead"),
+        ("timestamp ahead", r"timestamp \d+ is more than"),
+        ("held overflow", r"held with \d+ other messages"),
+        ("clock exhausted", r"the clock is exhausted"),
+        ("no node", r"destination .+ has no node"),
+        ("too large", r"value of \d+ bytes is over|an output to \S+ of \d+ bytes"),
+        ("output refused", r"output to \S+ refused"),
+        ("aborted", r"aborted:"),
+        ("wrong layer", r"a record of layer \d+ in"),
+        ("merger refused", r"merger refused:"),
+        ("not a layer record", r"not a layer record|\w+ is not a layer record|a layer record from"),
+        (
+            "misaddressed",
+            r"\w+ (?:carries no value digest|not addressed to |from .*, which is not another)",
+        ),
+        ("invalid record", r"field '|record:"),
+    )
+)
+
+
+def _header(headers: Headers | None, name: str) -> bytes | None:
+    if not headers:
+        return None
+    pairs: Iterable[tuple[str, str | bytes | None]] = (
+        headers.items() if isinstance(headers, Mapping) else headers
+    )
+    for key, value in pairs:
+        if key == name:
+            return value.encode() if isinstance(value, str) else value
+    return None
+
+
+def record_type(value: bytes | None, headers: Headers | None) -> str:
+    """The ``messageType`` of a record (``Bundle`` for a bundle) from its type header or
+    the first ``messageType`` field of its first bytes; :data:`UNKNOWN` when neither
+    names a known type."""
+    declared = _header(headers, TYPE_HEADER)
+    if declared is not None:
+        text = declared.decode(errors="replace")
+        return text if text in _TYPES else UNKNOWN
+    if not value:
+        return UNKNOWN
+    found = _TYPE_FIELD.search(value, 0, _SNIFF_BYTES)
+    if found is None:
+        return UNKNOWN
+    text = found.group(1).decode()
+    return text if text in _TYPES else UNKNOWN
+
+
+def sent_at_ms(value: bytes | None, headers: Headers | None) -> int | None:
+    """When the client sent a delivered message (ms since the epoch), from the
+    delivery record's ``sentAt`` header or the envelope's last field; ``None`` when
+    the record does not say."""
+    stated = _header(headers, SENT_HEADER)
+    if stated is not None:
+        return int(stated) if stated.isdigit() else None
+    if not value or value[-1] != _CLOSING_BRACE:
+        return None
+    start = value.rfind(_SENT_AT_FIELD, max(0, len(value) - _TAIL_BYTES))
+    if start < 0:
+        return None
+    digits = value[start + len(_SENT_AT_FIELD) : -1]
+    return int(digits) if digits.isdigit() else None
+
+
+def dead_letter_reason(text: str) -> str:
+    """A dead letter's reason (its ``atomickafka-error`` header) as a short label from
+    :data:`REASONS`, or ``other``."""
+    for label, pattern in REASONS:
+        if pattern.match(text):
+            return label
+    return OTHER
