@@ -139,10 +139,28 @@ def _add_node_options(parser: argparse.ArgumentParser) -> None:
         "(the lease group's session timeout; default 6)",
     )
     add_secret_file(parser)
+    _add_metrics_options(parser)
     parser.add_argument(
         "--max-seconds", type=float, default=None, help="stop after this long (for scripts)"
     )
     add_log_level(parser)
+
+
+def _add_metrics_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics (0: any free port, "
+        "logged); cluster serves every node's and merger's on this one port. Default: none",
+    )
+    parser.add_argument(
+        "--metrics-host",
+        default="0.0.0.0",
+        metavar="HOST",
+        help="the address the metrics endpoint listens on (default 0.0.0.0)",
+    )
 
 
 def _node_config(args: argparse.Namespace, topic: str, layer: int | None) -> NodeConfig:
@@ -163,6 +181,8 @@ def _node_config(args: argparse.Namespace, topic: str, layer: int | None) -> Nod
         window_ms=int(args.memory_window * 1000),
         session_timeout_ms=int(args.takeover_after * 1000),
         secret_file=args.secret_file,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
     )
 
 

@@ -40,12 +40,15 @@ from atomickafka.kafka.topics import (
     merger_key,
     snapshot_topic,
 )
+from atomickafka.logs import log_context
+from atomickafka.metrics.serving import MetricsServer, serve
+from atomickafka.metrics.shell import ShellMetrics
 from atomickafka.node.batch import Ready
 from atomickafka.node.config import NodeConfig
 from atomickafka.node.lease import Lease
 from atomickafka.node.lifecycle import Stoppable
 from atomickafka.node.merger_batch import MergerBatch, MergerSpec, own_delivery_key
-from atomickafka.node.metrics import Rates, status_of
+from atomickafka.node.metrics import HeadWatch, Rates, status_of
 from atomickafka.node.runtime import EXIT_FENCED, node_topic_specs, read_snapshots
 from atomickafka.node.snapshots import LoadedSnapshot
 from atomickafka.node.writers import (
@@ -104,6 +107,11 @@ class MergerRuntime(Stoppable):
         self._lease: Lease | None = None
         self._replay_ends: dict[int, int] = {}
         self._blocked_since: float | None = None
+        self.recovery_s: float | None = None
+        self._recovery_started = 0.0
+        self.metrics = ShellMetrics("merger", config.topic)
+        self._metrics_server: MetricsServer | None = None
+        self._head_watch = HeadWatch(config.stuck_after_s)  # the head's age, for the metrics
 
     @property
     def merger(self) -> object:
@@ -113,8 +121,16 @@ class MergerRuntime(Stoppable):
     # ------------------------------------------------------------------ lifecycle
 
     def run(self, *, max_seconds: float | None = None) -> int:
-        """Run the merger; return an exit status (0 after a clean stop)."""
+        """Run the merger; return an exit status (0 after a clean stop). Its log lines
+        carry its ``node`` (``T/merger``) and ``topic``."""
+        with log_context(node=self.key, topic=self.config.topic, layer=None):
+            return self._run(max_seconds)
+
+    def _run(self, max_seconds: float | None) -> int:
         cfg = self.config
+        if cfg.metrics_port is not None:
+            self._metrics_server = serve(self.metrics.registry, cfg.metrics_port, cfg.metrics_host)
+            log.info("merger %s: metrics on %s", cfg.topic, self._metrics_server.url)
         if cfg.create_topics:
             ensure_topics(admin_client(cfg.bootstrap, cfg.overrides), node_topic_specs(cfg))
         self._status = RecordProducer(cfg.bootstrap, cfg.overrides)
@@ -152,6 +168,7 @@ class MergerRuntime(Stoppable):
 
     def _open(self) -> None:
         cfg = self.config
+        started = time.monotonic()
         source = layers_topic(cfg.topic)
         consumer = make_consumer(
             cfg.bootstrap, None, cfg.overrides, **{"isolation.level": "read_committed"}
@@ -182,6 +199,9 @@ class MergerRuntime(Stoppable):
             start.append(TopicPartition(source, layer, position))
         consumer.assign(start)
         self.active = True
+        self.metrics.became_active()
+        self._recovery_started = started
+        self._note_recovered()
         log.info(
             "merger %s active: snapshot %s, resumes after %s, %s",
             cfg.topic,
@@ -263,8 +283,11 @@ class MergerRuntime(Stoppable):
             ready = (
                 self.batch.step(records, wall_s=wall) if records else self.batch.idle(wall_s=wall)
             )
+            self.metrics.read(records)
             self._note_progress(records)
+            self._note_recovered()
             writer.write(ready.records, None)
+            self.metrics.wrote(ready.records, time.time())
             self._retry_ticks_if_blocked(writer)
             writer.settle()
             if not lease.poll(0):
@@ -295,6 +318,7 @@ class MergerRuntime(Stoppable):
             self._blocked_since = now
             ready: Ready = self.batch.retry_ticks()
             writer.write(ready.records, None)
+            self.metrics.wrote(ready.records, time.time())
 
     def _shutdown(self) -> None:
         if self._writer is not None:
@@ -308,6 +332,8 @@ class MergerRuntime(Stoppable):
             self._lease.close()
         if self._status is not None:
             self._status.close(5)
+        if self._metrics_server is not None:
+            self._metrics_server.close()
 
     # ------------------------------------------------------------------ status
 
@@ -355,4 +381,42 @@ class MergerRuntime(Stoppable):
             return
         assert self._status is not None
         self.measure(now)
-        publish_status(self._status, self.status())
+        status = self.status()
+        self._export_metrics(status, now)
+        publish_status(self._status, status)
+
+    def _note_recovered(self) -> None:
+        """The replay of the layers is over: note how long the start took."""
+        if self.recovery_s is None and not self._replay_ends:
+            self.recovery_s = round(time.monotonic() - self._recovery_started, 3)
+            self.metrics.recovered(self.recovery_s)
+
+    def _export_metrics(self, status: Status, now: float) -> None:
+        """Set the gauges from the status just taken (once per status interval)."""
+        self._head_watch.observe(status.oldest_pending_id, now)
+        self.metrics.measure(
+            pending=status.pending,
+            head_age_s=self._head_watch.age(now),
+            input_lag=self._input_lag(),
+        )
+
+    def _input_lag(self) -> int | None:
+        """Records of the layers topic past the merger's positions, from the high
+        watermarks the consumer last fetched (no request to the broker)."""
+        consumer = self._consumer
+        if consumer is None:
+            return None
+        source = layers_topic(self.config.topic)
+        parts = [TopicPartition(source, layer) for layer in range(self.config.partitions)]
+        try:
+            positions = consumer.position(parts)
+            marks = [consumer.get_watermark_offsets(p, cached=True) for p in parts]
+        except KafkaException:
+            return None
+        lag = 0
+        for part, mark in zip(positions, marks, strict=True):
+            if mark is None or mark[1] < 0:
+                return None
+            position = max(self.batch.positions.get(part.partition, 0), part.offset)
+            lag += max(0, mark[1] - position)
+        return lag

@@ -26,7 +26,12 @@ from typing import Final
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
-from atomickafka.core.reader import DEAD_LETTER_ERROR_HEADER, PlainRecord, header_value
+from atomickafka.core.reader import (
+    DEAD_LETTER_ERROR_HEADER,
+    DEAD_LETTER_OFFSET_HEADER,
+    PlainRecord,
+    header_value,
+)
 from atomickafka.core.signing import Signer
 from atomickafka.errors import AtomicKafkaError
 from atomickafka.kafka.admin import (
@@ -65,6 +70,9 @@ from atomickafka.kafka.topics import (
     node_group,
     snapshot_topic,
 )
+from atomickafka.logs import log_context
+from atomickafka.metrics.serving import MetricsServer, serve
+from atomickafka.metrics.shell import ShellMetrics
 from atomickafka.node.batch import NodeBatch, NodeSpec, OutKind, OutRecord, Ready
 from atomickafka.node.config import NodeConfig
 from atomickafka.node.lease import LEASE_TOPIC, Lease
@@ -157,7 +165,13 @@ def read_snapshots(config: NodeConfig, role: str, signer: Signer | None) -> list
         if signer is not None:
             problem = signer.problem(topic, key_bytes, value, record.headers())
             if problem is not None:
-                log.warning("snapshot record %s@%s ignored: %s", topic, record.offset(), problem)
+                log.warning(
+                    "snapshot record %s@%s ignored: %s",
+                    topic,
+                    record.offset(),
+                    problem,
+                    extra={"fields": {"offset": record.offset()}},
+                )
                 continue
         rows.append((key_bytes, value))
     return newest_snapshots(rows, role)
@@ -218,12 +232,24 @@ class NodeRuntime(Stoppable):
         self._mismatch_logged: set[str] = set()
         self._membership: Membership | None = None
         self._members_at = 0.0
+        self.metrics = ShellMetrics("node", config.topic, config.layer if config.layered else None)
+        self._metrics_server: MetricsServer | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
     def run(self, *, max_seconds: float | None = None) -> int:
-        """Run the node; return an exit status (0 after a clean stop)."""
+        """Run the node; return an exit status (0 after a clean stop). Its log lines
+        carry its ``node``, ``topic`` and ``layer``."""
         cfg = self.config
+        layer = cfg.layer if cfg.layered else None
+        with log_context(node=cfg.key, topic=cfg.topic, layer=layer):
+            return self._run(max_seconds)
+
+    def _run(self, max_seconds: float | None) -> int:
+        cfg = self.config
+        if cfg.metrics_port is not None:
+            self._metrics_server = serve(self.metrics.registry, cfg.metrics_port, cfg.metrics_host)
+            log.info("node %s: metrics on %s", cfg.key, self._metrics_server.url)
         self._prepare_topics()
         self._status = RecordProducer(cfg.bootstrap, cfg.overrides)
         self._start_clock(cfg.status_interval_s, max_seconds)
@@ -311,6 +337,7 @@ class NodeRuntime(Stoppable):
         self._membership = Membership(cfg.bootstrap, cfg.overrides)
         self._membership.poll(2.0)
         self.active = True
+        self.metrics.became_active()
         self._recovery_started = started
         log.info(
             "node %s active: input %s[%d] from offset %d (snapshot %s), replaying to %d, "
@@ -324,6 +351,7 @@ class NodeRuntime(Stoppable):
             cfg.algorithm.value,
             cfg.layout.value,
             "exactly-once" if cfg.exactly_once else "at-least-once",
+            extra={"fields": {"offset": self.batch.position}},
         )
 
     def _committed_offset(self, consumer: Consumer) -> int:
@@ -375,6 +403,7 @@ class NodeRuntime(Stoppable):
             ready = (
                 self.batch.step(records, wall_s=wall) if records else self.batch.idle(wall_s=wall)
             )
+            self.metrics.read(records, ready.replayed)
             self._write(ready, len(records))
             self._note_members()
             writer.settle()
@@ -406,6 +435,7 @@ class NodeRuntime(Stoppable):
         if self.recovery_s is None and not self.batch.replaying:
             self.recovery_s = round(time.monotonic() - self._recovery_started, 3)
             log.info("node %s recovered in %.3f s", self.config.key, self.recovery_s)
+            self.metrics.recovered(self.recovery_s, self.batch.engine.stats.protocol_mismatches)
         self._log_dead_letters(ready.records)
         commit = None if ready.commit is None else {self._partition: ready.commit}
         if isinstance(writer, TransactionalWriter):
@@ -417,6 +447,7 @@ class NodeRuntime(Stoppable):
                 snapshot=ready.snapshot_records(),
                 snapshot_offset=ready.snapshot_offset,
             )
+        self.metrics.wrote(ready.records, time.time())
 
     def _unwritable(self, ticket: Ticket, topic: str, value: bytes | None, reason: str) -> None:
         """At-least-once: an output the broker refuses for good is set aside (§6.3)."""
@@ -425,6 +456,7 @@ class NodeRuntime(Stoppable):
         writer = self._writer
         assert isinstance(writer, AckedWriter)
         writer.send_dead_letter(ticket, letter)
+        self.metrics.wrote([letter], time.time())
 
     def _log_dead_letters(self, records: list[OutRecord]) -> None:
         for record in records:
@@ -439,7 +471,11 @@ class NodeRuntime(Stoppable):
                 if sender in self._mismatch_logged:
                     continue
                 self._mismatch_logged.add(sender)
-            log.warning("set aside in %s: %s", record.topic, text)
+            offset = header_value(
+                PlainRecord(None, headers=list(record.headers)), DEAD_LETTER_OFFSET_HEADER
+            )
+            fields = {"offset": int(offset)} if offset is not None and offset.isdigit() else {}
+            log.warning("set aside in %s: %s", record.topic, text, extra={"fields": fields})
 
     def _shutdown(self) -> None:
         writer, consumer = self._writer, self._consumer
@@ -456,6 +492,8 @@ class NodeRuntime(Stoppable):
             self._lease.close()
         if self._status is not None:
             self._status.close(5)
+        if self._metrics_server is not None:
+            self._metrics_server.close()
         log.info("node %s stopped", self.config.key)
 
     # ------------------------------------------------------------------ status
@@ -506,6 +544,7 @@ class NodeRuntime(Stoppable):
         assert self._status is not None
         self.measure(now)
         status = self.status(now)
+        self._export_metrics(status)
         self._status_count += 1
         level = logging.INFO if self._status_count % 10 == 1 else logging.DEBUG
         log.log(level, "status", extra={"fields": status.to_dict()})
@@ -525,3 +564,28 @@ class NodeRuntime(Stoppable):
                 extra={"fields": {"stuck": head.to_dict()}},
             )
         publish_status(self._status, status)
+
+    def _export_metrics(self, status: Status) -> None:
+        """Set the gauges from the status just taken (once per status interval)."""
+        self.metrics.measure(
+            pending=status.pending,
+            head_age_s=status.oldest_pending_age_s,
+            input_lag=self._input_lag(),
+        )
+        self.metrics.count_protocol_mismatches(self.batch.engine.stats.protocol_mismatches)
+
+    def _input_lag(self) -> int | None:
+        """Records of the input log past the node's position, from the high watermark
+        the consumer last fetched (no request to the broker)."""
+        consumer = self._consumer
+        if consumer is None:
+            return None
+        part = TopicPartition(self._input, self._partition)
+        try:
+            marks = consumer.get_watermark_offsets(part, cached=True)
+            position = consumer.position([part])[0].offset
+        except KafkaException:
+            return None
+        if marks is None or marks[1] < 0:
+            return None
+        return marks[1] - max(self.batch.position, position)

@@ -5,6 +5,9 @@ The supervisor hands each child its :class:`~atomickafka.node.config.NodeConfig`
 object (multiprocessing's ``spawn`` start method: a fresh interpreter, no Kafka client
 crosses a fork) and restarts a child that exits, after a back-off that doubles while it
 keeps failing fast.
+
+With ``metrics_port`` set, the supervisor serves the metrics of every node and merger
+child on that one port, and its restart counter (:mod:`atomickafka.metrics.cluster`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import logging
 import multiprocessing
 import signal
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from types import FrameType
@@ -20,6 +24,7 @@ from typing import Any
 
 from atomickafka.audit.config import AuditConfig
 from atomickafka.logs import configure_logging
+from atomickafka.metrics.cluster import ClusterMetrics
 from atomickafka.node.config import ClusterConfig, NodeConfig
 
 __all__ = ["Supervisor", "run_merger", "run_node"]
@@ -98,6 +103,9 @@ class Supervisor:
             self.children.append(_Child("audit", config.audit))
         self._context = multiprocessing.get_context("spawn")
         self._stopping = False
+        #: Restarts per (role, key) since the supervisor started.
+        self.restarts: dict[tuple[str, str], int] = {(c.role, c.name): 0 for c in self.children}
+        self.metrics: ClusterMetrics | None = None
 
     def install_signal_handlers(self) -> None:
         """Stop on SIGINT and SIGTERM."""
@@ -112,6 +120,10 @@ class Supervisor:
     def run(self, *, max_seconds: float | None = None) -> int:
         """Supervise until stopped (or ``max_seconds`` passed); return an exit status."""
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
+        node = self.config.node
+        if node.metrics_port is not None:
+            self.metrics = ClusterMetrics(node.metrics_host, node.metrics_port, self.restarts.copy)
+            log.info("metrics of %d processes on %s", len(self.children), self.metrics.server.url)
         try:
             while not self._stopping:
                 now = time.monotonic()
@@ -122,6 +134,8 @@ class Supervisor:
                 time.sleep(0.2)
         finally:
             self._stop_all()
+            if self.metrics is not None:
+                self.metrics.close()
         return 0
 
     def _tend(self, child: _Child, now: float) -> None:
@@ -145,6 +159,9 @@ class Supervisor:
             )
             child.process = None
             child.restarts += 1
+            self.restarts[(child.role, child.name)] += 1
+            if self.metrics is not None:
+                self.metrics.process_exited(proc.pid)
             child.next_start = now + backoff
         if now >= child.next_start:
             proc = self._context.Process(
@@ -152,10 +169,18 @@ class Supervisor:
                 args=(child.role, child.config.to_dict()),
                 name=f"atomickafka-{child.role}-{child.name}",
             )
-            proc.start()
+            with self._child_environment(child):
+                proc.start()
             child.process = proc
             child.started_at = now
             log.info("%s %s started (pid %s)", child.role, child.name, proc.pid)
+
+    def _child_environment(self, child: _Child) -> AbstractContextManager[None]:
+        """Nodes and mergers record their metrics for the supervisor to serve; the
+        audit serves its own (``--audit-metrics-port``)."""
+        if self.metrics is None or child.role == "audit":
+            return nullcontext()
+        return self.metrics.child_environment()
 
     def _stop_all(self) -> None:
         running = [c.process for c in self.children if c.process and c.process.is_alive()]
