@@ -172,20 +172,18 @@ class ShellMetrics:
         if not records:
             return
         labels = self._labels
-        kinds: Tally[str] = Tally()
+        kinds = Tally(record.kind for record in records)
         reasons: Tally[str] = Tally()
         latencies: list[float] = []
         for record in records:
-            kind = str(record.kind)
-            kinds[kind] += 1
-            if kind == DELIVERY:
+            if record.kind == DELIVERY:
                 sent = sent_at_ms(record.value, record.headers)
                 if sent is not None:
                     latencies.append(max(0.0, wall_s - sent / 1000))
-            elif kind == DEAD_LETTER:
+            elif record.kind == DEAD_LETTER:
                 reasons[_reason_of(record)] += 1
         for kind, n in kinds.items():
-            self.records_out.labels(*labels, kind).inc(n)
+            self.records_out.labels(*labels, str(kind)).inc(n)
         delivered = kinds.get(DELIVERY, 0)
         if delivered:
             self.deliveries.labels(*labels).inc(delivered)
