@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import logging
+import os
+import signal
 import socket
 import threading
 import time
@@ -14,15 +16,16 @@ import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from atomickafka.client import AtomicKafkaClient, Delivery
+from atomickafka.kafka.status import read_statuses, wait_for_nodes
 from atomickafka.logs import _JsonFormatter
-from atomickafka.node.config import NodeConfig
+from atomickafka.node import launch
+from atomickafka.node.config import ClusterConfig, NodeConfig
 from atomickafka.node.runtime import NodeRuntime
 from tests.integration.harness import (
     Sent,
@@ -93,16 +96,32 @@ def run_and_scrape(
     topics: list[str],
     workload: Workload,
     done: Callable[[Samples, Mapping[str, list[Delivery]]], bool],
-    log_dir: Path,
-    **cluster: Any,
+    log_path: Path,
+    *,
+    partitions: int = 1,
+    standby: bool = False,
 ) -> tuple[list[Sent], dict[str, list[Delivery]], Samples]:
     """Run a cluster with its metrics on a free port of 127.0.0.1, send ``workload``,
     read every topic's deliveries, then scrape until ``done`` holds; the order checker
-    runs on the deliveries."""
+    runs on the deliveries.
+
+    The cluster is up once every node has published a live status and every merger
+    shows active on the endpoint. (A merger's own status may say "replaying" until
+    traffic arrives: one that opens after a layer's first watermark transaction waits
+    for an offset the commit marker holds.)"""
     port = free_port()
-    with running_cluster(
-        bootstrap, topics, log_dir=log_dir, metrics_port=port, metrics_host="127.0.0.1", **cluster
-    ):
+    node = NodeConfig(
+        bootstrap, topics[0], partitions=partitions, metrics_port=port, metrics_host="127.0.0.1"
+    )
+    config = ClusterConfig(tuple(topics), node, standby=standby)
+    with launch.running_cluster(config, log_path=log_path, wait_s=None):
+        keys = [k for k in launch.cluster_keys(topics, partitions) if not k.endswith("/merger")]
+        wait_for_nodes(bootstrap, keys, timeout_s=90)
+        if partitions > 1:
+            up = scrape_until(
+                port, lambda s: total(s, "atomickafka_merger_active") == len(topics), 90
+            )
+            assert total(up, "atomickafka_merger_active") == len(topics), up
         sent = send_concurrently(bootstrap, workload, "split")
         expected = {t: sum(t in s.destinations for s in sent) for t in topics}
         deliveries = collect_deliveries(bootstrap, topics, expected, "split")
@@ -121,12 +140,13 @@ def test_cluster_metrics_count_what_the_nodes_delivered(
         return all(
             total(samples, "atomickafka_node_deliveries_total", topic=t) == len(deliveries[t])
             and total(samples, "atomickafka_node_pending_messages", topic=t) == 0
+            and max(values(samples, "atomickafka_node_input_lag_records", topic=t) or [9]) <= 1
             for t in topics
         )
 
     workload = Workload(topics, 150, clients=2, seed=17)
     sent, deliveries, samples = run_and_scrape(
-        kafka_bootstrap, topics, workload, settled, tmp_path, standby=True, name="metrics"
+        kafka_bootstrap, topics, workload, settled, tmp_path / "cluster.log", standby=True
     )
     assert sum(values(samples, "atomickafka_node_records_in_total", type="ClientMessage")) == (
         client_records(sent)
@@ -164,7 +184,7 @@ def test_partitioned_cluster_metrics_count_the_mergers_deliveries(
 
     workload = Workload(topics, 100, clients=2, seed=5)
     _, deliveries, samples = run_and_scrape(
-        kafka_bootstrap, topics, workload, settled, tmp_path, partitions=2, name="metrics-layers"
+        kafka_bootstrap, topics, workload, settled, tmp_path / "cluster.log", partitions=2
     )
     for topic in topics:
         delivered = len(deliveries[topic])
@@ -178,6 +198,56 @@ def test_partitioned_cluster_metrics_count_the_mergers_deliveries(
         assert values(samples, "atomickafka_merger_active", topic=topic) == [1.0]
         merger = {"role": "merger", "key": f"{topic}/merger"}
         assert values(samples, "atomickafka_cluster_restarts_total", **merger) == [0.0]
+
+
+def test_counters_go_on_across_a_restart_and_the_restart_is_counted(
+    kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
+) -> None:
+    """kill -9 a node: cluster restarts it; its counters add up over both processes (the
+    replay is not counted again), its dead process's gauges are gone."""
+    topic, port = topic_factory(), free_port()
+    labels = {"topic": topic, "layer": ""}
+    sent: list[Sent] = []
+
+    def send(n: int) -> Samples:
+        with AtomicKafkaClient(kafka_bootstrap) as client:
+            for _ in range(n):
+                value = {"i": len(sent)}
+                sent.append(Sent(client.send(value, [topic]), (topic,), value, ""))
+        return scrape_until(
+            port, lambda s: total(s, "atomickafka_node_deliveries_total", **labels) == len(sent)
+        )
+
+    with running_cluster(
+        kafka_bootstrap,
+        [topic],
+        log_dir=tmp_path,
+        name="metrics-restart",
+        metrics_port=port,
+        metrics_host="127.0.0.1",
+    ):
+        send(20)
+        victim = read_statuses(kafka_bootstrap)[topic].pid
+        os.kill(victim, signal.SIGKILL)
+        restarted = {"role": "node", "key": topic}
+
+        def back(samples: Samples) -> bool:
+            return values(samples, "atomickafka_cluster_restarts_total", **restarted) == [1] and (
+                values(samples, "atomickafka_node_active", **labels) == [1]
+            )
+
+        after_restart = scrape_until(port, back)
+        samples = send(20)
+        deliveries = collect_deliveries(kafka_bootstrap, [topic], {topic: 40}, "split")
+    assert_order_checked(sent, deliveries)
+    assert back(after_restart), after_restart
+    pids = {dict(k[1])["pid"] for k in after_restart if k[0] == "atomickafka_node_active"}
+    assert pids and str(victim) not in pids  # the dead process's gauge is dropped
+    assert total(samples, "atomickafka_node_deliveries_total", **labels) == 40
+    assert total(samples, "atomickafka_node_delivery_latency_seconds_count", **labels) == 40
+    assert total(samples, "atomickafka_node_records_replayed_total", **labels) >= 20
+    typed = {**labels, "type": "ClientMessage"}
+    assert total(samples, "atomickafka_node_records_in_total", **typed) == 40
 
 
 @contextmanager
