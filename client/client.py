@@ -16,7 +16,7 @@ import logging
 import time
 import uuid
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Final
 
@@ -33,11 +33,10 @@ from atomickafka.client.errors import (
 )
 from atomickafka.client.reader import DeliveryReader
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
+from atomickafka.core.raw import encode_raw_client
 from atomickafka.core.wire import (
     MAX_VALUE_BYTES,
-    MessageType,
     client_message,
-    encode_client,
     is_valid_topic_name,
     parse_destinations,
 )
@@ -45,7 +44,6 @@ from atomickafka.kafka.producer import (
     CLOSE_ON_ERROR_TIMEOUT_S,
     CLOSE_TIMEOUT_S,
     RecordProducer,
-    type_headers,
 )
 from atomickafka.kafka.secrets import signer_from
 from atomickafka.kafka.status import STATUS_READ_WINDOW_S, Role, Status, StatusWatch
@@ -145,7 +143,6 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         self._watch: StatusWatch | None = None
         self._watched_at = 0.0
         self._routes: dict[tuple[str, ...], tuple[Algorithm, int] | DestinationError] = {}
-        self._headers = type_headers(MessageType.CLIENT) if self.layout is Layout.SHARED else None
 
     # ------------------------------------------------------------------ sending
 
@@ -156,10 +153,15 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         *,
         via: str | None = None,
         key: str | bytes | None = None,
+        headers: Mapping[str, str | bytes] | Sequence[tuple[str, str | bytes]] | None = None,
         on_delivery: OnDelivery | None = None,
     ) -> str:
-        """Publish ``value`` (any JSON value) to every topic in ``destinations``; return
-        its messageID.
+        """Publish ``value`` to every topic in ``destinations``; return its messageID.
+
+        ``value`` as ``bytes`` is delivered exactly as given (any encoding); anything
+        else is a JSON value. ``key`` becomes the Kafka key of every delivery (and on a
+        partitioned topic chooses the layer), ``headers`` are delivered unchanged
+        (names starting ``atomickafka-`` are reserved).
 
         Asynchronous: :meth:`flush` waits until the broker has every sent message, and
         ``on_delivery(err, sent)`` (:data:`~atomickafka.client.OnDelivery`) is called
@@ -181,7 +183,14 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         algorithm, partitions = self._serving(route)
         layer = _layer(key, seq, partitions)
         message = client_message(
-            message_id, topics, value, self.client_id, layer, sent_at=int(time.time() * 1000)
+            message_id,
+            topics,
+            value,
+            self.client_id,
+            layer,
+            sent_at=int(time.time() * 1000),
+            key=key.encode() if isinstance(key, str) else key,
+            headers=_user_headers(headers),
         )
         size = len(message.value or b"")
         if size > self.max_value_bytes:
@@ -199,17 +208,21 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         else:
             targets = [topics[zlib.crc32(message_id.encode()) % len(topics)]]
         producer = self._ensure_producer()
-        payload = encode_client(message)
+        record_key, payload, record_headers = encode_raw_client(message)
         sent = SentMessage(message_id, topics, value, via, key, layer, len(targets))
         pending = _Pending(sent, self._failed, on_delivery)
         for target in targets:
             where = input_topic(target, self.layout)
-            headers = self._headers
+            written: list[tuple[str, bytes]] = record_headers
             if self._signer is not None:
-                plain = [(k, v) for k, v in headers or () if isinstance(v, bytes)]
-                headers = list(self._signer.signed_headers(where, None, payload, plain))
+                written = self._signer.signed_headers(where, record_key, payload, record_headers)
             producer.send(
-                where, payload, partition=layer, headers=headers, on_delivery=pending.on_delivery
+                where,
+                payload,
+                key=record_key,
+                partition=layer,
+                headers=list(written),
+                on_delivery=pending.on_delivery,
             )
         producer.poll(0)
         return message_id
@@ -371,6 +384,21 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
 def client_id_is_valid(client_id: str) -> bool:
     """Client ids become messageID prefixes: keep them short and plain."""
     return 0 < len(client_id) <= 64 and is_valid_topic_name(client_id)
+
+
+def _user_headers(
+    headers: Mapping[str, str | bytes] | Sequence[tuple[str, str | bytes]] | None,
+) -> tuple[tuple[str, bytes], ...]:
+    """The user's headers as (name, bytes) pairs; names AtomicKafka reserves refused."""
+    if not headers:
+        return ()
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    out = []
+    for name, value in pairs:
+        if not isinstance(name, str) or name.startswith("atomickafka-"):
+            raise MessageError("headers", "names starting atomickafka- are reserved", name)
+        out.append((name, value.encode() if isinstance(value, str) else bytes(value)))
+    return tuple(out)
 
 
 def _layer(key: str | bytes | None, seq: int, partitions: int) -> int | None:

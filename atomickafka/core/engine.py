@@ -381,7 +381,7 @@ class Engine:
                 entry.value,
                 ts,
                 sent_at=entry.sent_at,
-            )
+            )._replace(key=entry.key, headers=entry.headers, encoding=entry.encoding)
             out.append(Output(self.topic, delivery))
         self.stats.deliveries += len(out)
         self.stats.records_out += len(out)
@@ -642,6 +642,8 @@ class Engine:
                 f"(max value {self.max_value_bytes} bytes; its copies must fit a "
                 f"{self.max_record_bytes}-byte record)",
             )
+        if record.encoding is not None:
+            return  # raw bytes (§3.8): any value is a value
         try:
             check_json_value(value)
         except MessageError as exc:
@@ -703,11 +705,18 @@ class Engine:
         entry = self._pending.get(mid)
         if entry is None:
             entry = self._pending[mid] = PendingMessage(
-                record.topic, record.digest, record.value, record.sentAt
+                record.topic,
+                record.digest,
+                record.value,
+                record.sentAt,
+                record.key,
+                record.headers,
+                record.encoding,
             )
         elif entry.value is None:
             entry.value = record.value
-            entry.sent_at = record.sentAt
+            entry.sent_at, entry.key = record.sentAt, record.key
+            entry.headers, entry.encoding = record.headers, record.encoding
         return entry
 
     def _settled(self, mid: str) -> bool:
@@ -769,7 +778,7 @@ class Engine:
         forwarded = self._outgoing(
             MessageType.CLIENT, mid, destinations, record.digest, record.value,
             sent_at=record.sentAt,
-        )  # fmt: skip
+        )._replace(key=record.key, headers=record.headers, encoding=record.encoding)  # fmt: skip
         if self.algorithm is Algorithm.DIRECT:
             return [Output(t, forwarded) for t in destinations]
         target = destinations[zlib.crc32(mid.encode()) % len(destinations)]
@@ -965,10 +974,13 @@ class Engine:
         *,
         with_value: bool = True,
     ) -> Message:
-        value = entry.value if with_value else None
+        if not with_value:
+            return self._outgoing(
+                kind, mid, entry.destinations, entry.digest, None, ts, sent_at=entry.sent_at
+            )
         return self._outgoing(
-            kind, mid, entry.destinations, entry.digest, value, ts, sent_at=entry.sent_at
-        )
+            kind, mid, entry.destinations, entry.digest, entry.value, ts, sent_at=entry.sent_at
+        )._replace(key=entry.key, headers=entry.headers, encoding=entry.encoding)
 
     def _outgoing(
         self,

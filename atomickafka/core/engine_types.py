@@ -91,6 +91,9 @@ class PendingMessage:
     digest: str | None
     value: bytes | None  # None: not known here yet
     sent_at: int | None = None
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+    encoding: str | None = None
     proposals: dict[str, int] = field(default_factory=dict)
     local: int | None = None  # this node's proposal
     final: int | None = None

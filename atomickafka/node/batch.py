@@ -35,6 +35,7 @@ from typing import Final
 import orjson
 
 from atomickafka.core.engine import Algorithm, Engine, Output, Step
+from atomickafka.core.raw import decode_any, encode_raw_delivery
 from atomickafka.core.reader import (
     DEAD_LETTER_ERROR_HEADER,
     DEAD_LETTER_MESSAGES_HEADER,
@@ -51,7 +52,6 @@ from atomickafka.core.wire import (
     Message,
     MessageError,
     MessageType,
-    decode_record,
     encode_delivery,
     encode_members,
     encode_tick,
@@ -67,6 +67,9 @@ __all__ = ["NodeBatch", "NodeSpec", "OutKind", "OutRecord", "Ready"]
 DEAD_LETTER_KEEP: Final = 990_000
 _DELIVERY_TYPE: Final = b"DeliveryMessage"
 _LOG_APPEND_TIME: Final = 2  # confluent-kafka's TIMESTAMP_LOG_APPEND_TIME
+#: The delivery formats (§3.8).
+RAW: Final = "raw"
+JSON: Final = "json"
 
 
 class OutKind(StrEnum):
@@ -139,6 +142,9 @@ class NodeSpec:
     snapshot_every_s: float = 30.0
     tick_every_s: float = 0.1
     signer: Signer | None = None
+    #: How deliveries are written to the topic: ``raw`` (the value as sent, metadata in
+    #: headers) or ``json`` (the JSON envelope), §3.8.
+    delivery_format: str = "raw"
 
 
 class NodeBatch:
@@ -286,13 +292,12 @@ class NodeBatch:
             self.unsigned += 1
             out.append(self._dead_letter(raw, problem, record))
             return []
-        if raw is None:
-            out.append(self._dead_letter(raw, "record: record has no value", record))
-            return []
         kind, stamp = record.timestamp()
         log_time = stamp if kind == _LOG_APPEND_TIME or stamp > 0 else None
         try:
-            return decode_record(raw, log_time=log_time, origin=record.offset())
+            return decode_any(
+                raw, record.key(), record.headers(), log_time=log_time, origin=record.offset()
+            )
         except MessageError as exc:
             out.append(self._dead_letter(raw, str(exc), record))
             return []
@@ -370,22 +375,28 @@ class NodeBatch:
                         headers=bundle_headers,
                     )
                 )
-        where = spec.layers_topic or spec.delivery_topic
-        delivery_headers = self._type_headers(MessageType.DELIVERY)
         for output in deliveries:
-            out.append(
-                self._sized(
-                    OutRecord(
-                        OutKind.DELIVERY,
-                        where,
-                        encode_delivery(output.message),
-                        spec.input_partition if spec.layers_topic else None,
-                        headers=delivery_headers,
-                    )
-                )
-            )
+            out.append(self._sized(self._delivery(output.message)))
         out.extend(self._watermark())
         return out
+
+    def _delivery(self, message: Message) -> OutRecord:
+        """A delivery as the topic's format says (§3.8): raw (the user's bytes, key and
+        headers, our metadata in headers) or the JSON envelope; a layer's deliveries
+        always go to its merger as JSON envelopes."""
+        spec = self.spec
+        if spec.layers_topic is not None:
+            value = encode_delivery(message)
+            return OutRecord(OutKind.DELIVERY, spec.layers_topic, value, spec.input_partition)
+        if spec.delivery_format == RAW:
+            key, value, headers = encode_raw_delivery(message)
+            return OutRecord(
+                OutKind.DELIVERY, spec.delivery_topic, value, None, key, tuple(headers)
+            )
+        headers_json = self._type_headers(MessageType.DELIVERY)
+        return OutRecord(
+            OutKind.DELIVERY, spec.delivery_topic, encode_delivery(message), headers=headers_json
+        )
 
     def _watermark(self) -> list[OutRecord]:
         spec = self.spec

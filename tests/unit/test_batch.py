@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from atomickafka.core.engine import Algorithm
+from atomickafka.core.raw import decode_any
 from atomickafka.core.reader import (
     DEAD_LETTER_ERROR_HEADER,
     DEAD_LETTER_OFFSET_HEADER,
@@ -22,7 +23,6 @@ from atomickafka.core.wire import (
     Message,
     MessageType,
     client_message,
-    decode_record,
     encode_bundle,
     encode_client,
     value_bytes,
@@ -67,7 +67,7 @@ def delivered(ready: Ready) -> list[str]:
     out = []
     for r in ready.records:
         if r.kind is OutKind.DELIVERY:
-            message = read_delivery(PlainRecord(r.value))
+            message = read_delivery(PlainRecord(r.value, key=r.key, headers=list(r.headers)))
             assert message is not None
             out.append(message.messageID)
     return out
@@ -188,7 +188,7 @@ def _comparable(records: list[OutRecord]) -> dict[str, list[tuple[object, ...]]]
     for r in records:
         if r.kind is OutKind.WATERMARK or r.value is None:
             continue
-        for m in decode_record(r.value):
+        for m in decode_any(r.value, r.key, list(r.headers)):
             out.setdefault(r.topic, []).append(
                 (m.messageID, m.messageType, m.timeStamp, m.seq, m.value)
             )
