@@ -21,6 +21,7 @@ from atomickafka.client.errors import MessageError
 from atomickafka.core.reader import read_delivery
 from atomickafka.core.wire import is_valid_topic_name
 from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
+from atomickafka.kafka.guarantees import refuse_unsafe
 from atomickafka.kafka.topics import delivery_topic
 
 __all__ = ["DeliveryReader"]
@@ -30,9 +31,10 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
     """Reads ``topic``'s deliveries in order, hiding control records and repeated
     deliveries (a node that crashed may write one again).
 
-    ``config`` holds librdkafka settings (``-X``). Use it as a context manager, or call
-    :meth:`close`: either closes its Kafka consumer, whether or not every delivery was
-    read. Successive :meth:`deliveries` calls go on where the last one stopped.
+    ``config`` holds librdkafka settings (``-X``); one that would show uncommitted
+    records is refused (:class:`~atomickafka.client.ConfigError`). Use it as a context
+    manager, or call :meth:`close`: either closes its Kafka consumer, whether or not
+    every delivery was read. Successive :meth:`deliveries` calls go on where the last one stopped.
     """
 
     def __init__(
@@ -45,6 +47,7 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
     ) -> None:
         if not is_valid_topic_name(topic):
             raise MessageError("topic", "not a valid topic name", topic)
+        refuse_unsafe(config or {}, node=False)  # e.g. isolation.level=read_uncommitted
         self.topic = topic
         self._seen: set[str] = set()
         self._backlog: deque[KafkaMessage] = deque()  # fetched, not yet looked at

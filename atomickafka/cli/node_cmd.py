@@ -1,12 +1,25 @@
 """``atomickafka node`` (one node, or one topic's merger) and ``atomickafka cluster``
-(one process per node, and per merger when the topics are partitioned)."""
+(one process per node, and per merger when the topics are partitioned).
+
+Both check first that Kafka answers (one line and exit status 1 when it does not);
+``cluster`` stops, with one line and a non-zero status, rather than restart nodes that
+cannot start or cannot reach Kafka.
+"""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from atomickafka.cli.options import add_bootstrap, add_log_level, add_overrides, fail, guarded
+from atomickafka.cli.options import (
+    add_bootstrap,
+    add_log_level,
+    add_overrides,
+    add_secret_file,
+    fail,
+    guarded,
+    reach,
+)
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.kafka.topics import Layout
 from atomickafka.logs import configure_logging
@@ -43,6 +56,7 @@ def register(subparsers: Any) -> None:
 
 def _add_node_options(parser: argparse.ArgumentParser) -> None:
     add_overrides(parser)
+    add_secret_file(parser)
     parser.add_argument(
         "--algorithm",
         choices=[a.value for a in Algorithm],
@@ -102,6 +116,7 @@ def _run_node(args: argparse.Namespace) -> int:
     if args.partitions <= 1 and (args.layer is not None or args.merger):
         return fail("node", "--layer and --merger need --partitions N > 1")
     config = _node_config(args, args.topic, args.layer)
+    reach(args)
     if args.merger:
         from atomickafka.node.merger_runtime import MergerRuntime  # noqa: PLC0415
 
@@ -128,5 +143,9 @@ def _run_cluster(args: argparse.Namespace) -> int:
 
     parse_destinations(list(topics))  # the same name rules as destinations
     supervisor = Supervisor(ClusterConfig(topics, _node_config(args, topics[0], None)))
+    reach(args)
     supervisor.install_signal_handlers()
-    return supervisor.run(max_seconds=args.max_seconds)
+    status = supervisor.run(max_seconds=args.max_seconds)
+    if supervisor.failure is not None:
+        return fail("cluster", f"stopped: {supervisor.failure}", status)
+    return status

@@ -20,7 +20,15 @@ from typing import Any
 import orjson
 from confluent_kafka import KafkaError
 
-from atomickafka.cli.options import add_bootstrap, add_destinations, add_overrides, fail, guarded
+from atomickafka.cli.options import (
+    add_bootstrap,
+    add_destinations,
+    add_overrides,
+    add_secret_file,
+    fail,
+    guarded,
+    reach,
+)
 from atomickafka.client import (
     AtomicKafkaClient,
     DeliveryError,
@@ -43,6 +51,7 @@ def register(subparsers: Any) -> None:
     )
     add_bootstrap(parser)
     add_overrides(parser)
+    add_secret_file(parser)
     add_destinations(parser)
     parser.add_argument(
         "--via", default=None, help="topic to write to (relays if not a destination)"
@@ -108,6 +117,7 @@ def _values(args: argparse.Namespace) -> Iterator[tuple[int, bytes | str]]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    reach(args)  # a wrong --bootstrap-server: one line, before reading any input
     client = AtomicKafkaClient(
         args.bootstrap_server,
         layout=args.layout,

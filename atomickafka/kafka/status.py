@@ -5,7 +5,9 @@ Every node and merger publishes a :class:`Status` to the compacted topic
 node_key` (``T``, ``T/p`` for layer ``p``, ``T/merger``). It is the nodes' heartbeat:
 clients refuse destinations whose node has not published within :data:`LIVE_WINDOW_S`
 (§5.3), learn from it which protocol a topic's node runs, and ``atomickafka status``
-prints it.
+prints it. A node that stops cleanly publishes a last status in state
+:attr:`NodeState.STOPPED` (:meth:`Status.stopped`): it is no longer live at once, and
+``status`` forgets it instead of calling it stale.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from typing import Any, Final
 
@@ -29,6 +31,7 @@ from atomickafka.kafka.topics import STATUS_TOPIC, Layout
 __all__ = [
     "LIVE_WINDOW_S",
     "LayerState",
+    "NodeState",
     "Role",
     "Status",
     "StatusWatch",
@@ -50,6 +53,13 @@ class Role(StrEnum):
 
     NODE = "node"
     MERGER = "merger"
+
+
+class NodeState(StrEnum):
+    """What a node says of itself: running, or stopped cleanly (its last status)."""
+
+    RUNNING = "running"
+    STOPPED = "stopped"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +108,7 @@ class LayerState:
 
 
 #: Status fields whose JSON form is not the attribute itself.
-_ENCODED: Final = frozenset({"role", "algorithm", "layout", "waiting", "layers"})
+_ENCODED: Final = frozenset({"role", "algorithm", "layout", "waiting", "layers", "state"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +153,8 @@ class Status:
     replaying: bool = False
     #: A merger: each layer's watermark and whether the head waits for it.
     layers: tuple[LayerState, ...] = ()
+    #: ``stopped`` in the last status of a node that stopped cleanly.
+    state: NodeState = NodeState.RUNNING
 
     @property
     def head(self) -> WaitingHead | None:
@@ -163,7 +175,7 @@ class Status:
             elif f.name == "waiting":
                 out["waiting"] = [w.to_dict() for w in self.waiting]
             elif f.name != "layers":
-                out[f.name] = getattr(self, f.name).value
+                out[f.name] = getattr(self, f.name).value  # role, algorithm, layout, state
         out["layer_watermarks"] = [state.watermark for state in self.layers]
         out["blocked_by"] = list(self.blocked_by)
         return out
@@ -185,6 +197,7 @@ class Status:
                 LayerState(layer, int(mark), layer in blocked)
                 for layer, mark in enumerate(data.get("layer_watermarks") or ())
             ),
+            state=NodeState(data.get("state") or NodeState.RUNNING),
         )
 
     def age_s(self, now: float | None = None) -> float:
@@ -192,8 +205,21 @@ class Status:
         return (time.time() if now is None else now) - self.time
 
     def live(self, now: float | None = None) -> bool:
-        """Published recently enough to count as running."""
-        return self.age_s(now) <= LIVE_WINDOW_S
+        """Running, and published recently enough to count as running."""
+        return self.state is NodeState.RUNNING and self.age_s(now) <= LIVE_WINDOW_S
+
+    @property
+    def is_stopped(self) -> bool:
+        """True for the last status of a node (or merger) that stopped cleanly."""
+        return self.state is NodeState.STOPPED
+
+    def stopped(self, now: float | None = None) -> Status:
+        """This status as the last one of a clean stop: state ``stopped``, taken at
+        ``now`` (default: the current time). Publish it (:func:`publish_status`) and
+        flush before exiting: ``status`` then forgets the node, and clients refuse its
+        topic at once rather than after :data:`LIVE_WINDOW_S`."""
+        when = time.time() if now is None else now
+        return replace(self, state=NodeState.STOPPED, time=when)
 
 
 _PLAIN_FIELDS: Final = frozenset(f.name for f in fields(Status)) - _ENCODED
@@ -310,7 +336,7 @@ def wait_for_nodes(
             live = {
                 k: s
                 for k, s in statuses.items()
-                if k in wanted and s.time >= since and not s.replaying
+                if k in wanted and s.time >= since and not s.replaying and not s.is_stopped
             }
             if len(live) == len(wanted):
                 return live

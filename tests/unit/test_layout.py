@@ -18,6 +18,7 @@ ALLOWED = {
     "kafka": {"core"},
     "node": {"core", "kafka", "logs"},
     "localkafka": set(),
+    "config": {"kafka"},
 }
 #: Modules every layer may import: they import nothing of AtomicKafka themselves.
 EVERYWHERE = {"errors"}

@@ -8,7 +8,9 @@ import orjson
 from atomickafka.core.engine import Algorithm
 from atomickafka.core.wire import client_message
 from atomickafka.kafka.status import (
+    LIVE_WINDOW_S,
     LayerState,
+    NodeState,
     Role,
     Status,
     WaitingHead,
@@ -59,13 +61,28 @@ def test_the_json_form_keeps_the_field_names_and_strings() -> None:
     merger = parse_status(orjson.dumps(OLD_MERGER))
     assert merger is not None
     data = merger.to_dict()
-    assert set(OLD_NODE) == set(data)
+    assert set(OLD_NODE) | {"state"} == set(data)  # "state" came with clean stops
     assert data["role"] == "merger" and data["algorithm"] == "direct"
+    assert data["state"] == "running"  # what a record without the field means
     assert data["layer_watermarks"] == [15, 9] and data["blocked_by"] == [1]
     assert data["waiting"] == [
         {"messageID": "c-1", "timeStamp": 12, "decided": False, "waiting_for": ["layer 1"]}
     ]
     assert Status.from_dict(orjson.loads(orjson.dumps(data))) == merger
+
+
+def test_a_cleanly_stopped_node_is_not_live_at_once_and_says_so_in_json() -> None:
+    node = parse_status(orjson.dumps(OLD_NODE))
+    assert node is not None and node.state is NodeState.RUNNING
+    assert node.live(now=node.time + 1)
+    last = node.stopped(now=node.time + 2)
+    assert last.is_stopped and last.time == node.time + 2
+    assert not last.live(now=last.time)  # not live although just published
+    assert last.pending == node.pending and last.key == node.key  # the rest is kept
+    data = orjson.loads(orjson.dumps(last.to_dict()))
+    assert data["state"] == "stopped"
+    assert Status.from_dict(data) == last
+    assert not node.live(now=node.time + LIVE_WINDOW_S + 1)  # stale as before
 
 
 def test_what_is_not_a_status_is_skipped() -> None:
@@ -74,6 +91,7 @@ def test_what_is_not_a_status_is_skipped() -> None:
     assert parse_status(b'{"key": "A"}') is None  # no role, protocol, ...
     assert parse_status(orjson.dumps(OLD_NODE | {"algorithm": "gossip"})) is None
     assert parse_status(orjson.dumps(OLD_NODE | {"waiting": ["c-1"]})) is None
+    assert parse_status(orjson.dumps(OLD_NODE | {"state": "sleeping"})) is None
 
 
 def test_reading_a_node_status_resets_no_rate() -> None:
