@@ -49,6 +49,8 @@ _COMMAND_MODULES = (
     "send_cmd",
     "tail_cmd",
     "status_cmd",
+    "topics_cmd",
+    "doctor_cmd",
     "check_cmd",
     "bench_cmd",
     "demo_cmd",

@@ -19,6 +19,7 @@ ALLOWED = {
     "node": {"core", "kafka", "logs"},
     "localkafka": set(),
     "config": {"kafka"},
+    "doctor": {"core", "kafka", "node"},
 }
 #: Modules every layer may import: they import nothing of AtomicKafka themselves.
 EVERYWHERE = {"errors"}
