@@ -137,9 +137,9 @@ class RunSpec:
         return [*out, status]
 
 
-def _status_end(bootstrap: str) -> int:
+def _status_end(bootstrap: str, overrides: Mapping[str, str]) -> int:
     """The status topic's current end offset (0 if it does not exist yet)."""
-    consumer = make_consumer(bootstrap)
+    consumer = make_consumer(bootstrap, None, overrides)
     try:
         meta = consumer.list_topics(STATUS_TOPIC, timeout=10).topics.get(STATUS_TOPIC)
         if meta is None or meta.error is not None:
@@ -353,7 +353,7 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
     fields = {"run": spec.run, "topics": list(spec.topics)}
     log.info("run starting", extra={"fields": fields})
     try:
-        status_start = _status_end(bootstrap)
+        status_start = _status_end(bootstrap, spec.overrides)
         counter = DeliveryCounter(bootstrap, spec.delivery_topics(), spec.overrides)
         with contextlib.closing(counter):
             with _running_system(bootstrap, spec):

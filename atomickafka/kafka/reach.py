@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -79,6 +80,15 @@ def reason_of(lines: list[str]) -> str | None:
     return None
 
 
+def _unreachable(bootstrap: str, timeout_s: float, lines: _Lines, error: str) -> str:
+    reason = reason_of(lines.errors) or error
+    if "authentication" in reason.lower():
+        return f"Kafka at {bootstrap} refused the login: {reason}"
+    if "closed by peer" in reason or "Disconnected" in reason:
+        reason += " (does the listener want TLS or SASL? set security.protocol)"
+    return f"no answer from Kafka at {bootstrap} within {timeout_s:g} s: {reason}"
+
+
 def probe(
     bootstrap: str,
     overrides: Mapping[str, str] | None = None,
@@ -94,16 +104,19 @@ def probe(
     quiet = logging.Logger("atomickafka.librdkafka.probe")  # not registered: no parents
     quiet.addHandler(lines)
     admin = AdminClient(admin_config(bootstrap, overrides), logger=quiet)
-    try:
-        metadata = admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        admin.poll(0)  # serves the log lines librdkafka queued meanwhile
-        err = exc.args[0] if exc.args else exc
-        text = getattr(err, "str", lambda: str(err))()
-        reason = reason_of(lines.errors) or text
-        raise KafkaUnreachableError(
-            f"no answer from Kafka at {bootstrap} within {timeout_s:g} s: {reason}"
-        ) from None
+    deadline = time.monotonic() + timeout_s
+    while True:  # short tries, so that a refused login ends the wait at once
+        try:
+            metadata = admin.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+            break
+        except KafkaException as exc:
+            admin.poll(0)  # serves the log lines librdkafka queued meanwhile
+            login_refused = any("authentication" in line.lower() for line in lines.errors)
+            if not login_refused and time.monotonic() < deadline:
+                continue
+            err = exc.args[0] if exc.args else None
+            text = err.str() if isinstance(err, KafkaError) else str(exc)
+            raise KafkaUnreachableError(_unreachable(bootstrap, timeout_s, lines, text)) from None
     missing = [t for t in dict.fromkeys(topics) if t not in metadata.topics]
     if missing:
         names = ", ".join(missing)

@@ -17,6 +17,7 @@ from atomickafka.localkafka.errors import BrokerError
 from atomickafka.localkafka.jars import cache_dir
 
 __all__ = [
+    "SASL_USERS",
     "STATE_FILE",
     "BrokerSpec",
     "ClusterState",
@@ -30,6 +31,9 @@ __all__ = [
 ]
 
 STATE_FILE = "state.json"
+#: The users of a local broker started with ``--sasl`` (SASL PLAIN; loopback only, for
+#: development and tests): name to password. ``admin`` is the brokers' own login.
+SASL_USERS = {"admin": "admin-secret", "alice": "alice-secret"}
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,8 @@ class ClusterState:
     cluster_id: str
     kafka_version: str
     brokers: tuple[BrokerSpec, ...] = field(default_factory=tuple)
+    #: Clients log in with SASL PLAIN (``broker start --sasl``; users in :data:`SASL_USERS`).
+    sasl: bool = False
 
     @property
     def bootstrap(self) -> str:
@@ -103,7 +109,9 @@ def load_state(data_dir: Path) -> ClusterState | None:
             BrokerSpec(int(b["node_id"]), int(b["port"]), int(b["controller_port"]), b.get("pid"))
             for b in raw["nodes"]
         )
-        return ClusterState(str(raw["cluster_id"]), str(raw["kafka_version"]), brokers)
+        return ClusterState(
+            str(raw["cluster_id"]), str(raw["kafka_version"]), brokers, bool(raw.get("sasl"))
+        )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise BrokerError(
             f"{path} is unreadable ({exc}); stop any broker by hand and delete {data_dir}"
@@ -116,6 +124,7 @@ def save_state(data_dir: Path, state: ClusterState) -> None:
         "cluster_id": state.cluster_id,
         "kafka_version": state.kafka_version,
         "bootstrap": state.bootstrap,
+        "sasl": state.sasl,
         "nodes": [  # the key predates BrokerSpec; kept so existing data dirs stay readable
             {
                 "node_id": b.node_id,
