@@ -74,21 +74,24 @@ def merge_kafka_settings(
     every client before the role-prefixed ones, so that a role's own setting wins at
     its level. A setting for every client removes the role-prefixed settings of the
     same name from lower levels: ``-X linger.ms=20`` beats a file's
-    ``[producer] linger.ms = 5``.
+    ``[producer] linger.ms = 5``. A ``.file`` setting counts as the setting it names;
+    only the files of the settings that win are read.
     """
     ordered: Sequence[KafkaSetting] = sorted(
         settings, key=lambda s: (s.level, _role_prefixed(s.key))
     )
-    values: dict[str, str] = {}
-    origins: dict[str, str] = {}
+    winners: dict[str, KafkaSetting] = {}
     for setting in ordered:
-        key, value = _read_value(setting, read_file)
+        key = setting.key.removesuffix(FILE_SUFFIX) if setting.key != FILE_SUFFIX else ""
         if not key.strip():
             raise ConfigError(f"{setting.origin}: empty setting name")
         if not _role_prefixed(key):
             for prefix in _PREFIXES:
-                values.pop(prefix + key, None)
-                origins.pop(prefix + key, None)
-        values[key] = value
+                winners.pop(prefix + key, None)
+        winners[key] = setting
+    values: dict[str, str] = {}
+    origins: dict[str, str] = {}
+    for key, setting in winners.items():
+        values[key] = _read_value(setting, read_file)[1]
         origins[key] = setting.origin
     return values, origins

@@ -234,6 +234,25 @@ def test_merging_within_one_level_lets_the_role_setting_win() -> None:
     assert origins["consumer.client.id"] == "e"
 
 
+def test_only_the_winning_file_is_read() -> None:
+    read: list[str] = []
+
+    def read_file(path: str) -> str:
+        read.append(path)
+        return f"from {path}"
+
+    settings = [
+        KafkaSetting("sasl.password.file", "/nonexistent/file-level", Level.FILE, "f"),
+        KafkaSetting("sasl.password.file", "/run/creds/pw", Level.ENVIRONMENT, "e"),
+        KafkaSetting("ssl.key.password", "plain", Level.FILE, "f"),
+        KafkaSetting("ssl.key.password.file", "/k", Level.COMMAND_LINE, "-X"),
+    ]
+    values, origins = merge_kafka_settings(settings, read_file)
+    assert values == {"sasl.password": "from /run/creds/pw", "ssl.key.password": "from /k"}
+    assert origins == {"sasl.password": "e", "ssl.key.password": "-X"}
+    assert read == ["/run/creds/pw", "/k"]
+
+
 def test_java_properties_and_a_jaas_login_become_librdkafka_settings() -> None:
     text = (
         "! comment\nsecurity.protocol = SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
