@@ -1,15 +1,16 @@
 """``atomickafka broker``: run a local Apache Kafka without Docker.
 
-    atomickafka broker start [--brokers 1|3] [--data-dir DIR] [--port BASEPORT] [--sasl]
+    atomickafka broker start [--brokers 1|3] [--data-dir DIR] [--port BASEPORT] [--sasl [--acls]]
     atomickafka broker stop [--data-dir DIR] [--purge]
     atomickafka broker status [--data-dir DIR]
     atomickafka broker fetch [--spark [VERSION]]
 
 ``start`` prints the bootstrap servers as the last line of stdout, so
 ``export KAFKA_BOOTSTRAP_SERVERS=$(atomickafka broker start | tail -n1)`` works; progress
-goes to stderr. With ``--sasl`` clients must log in (SASL PLAIN over SASL_PLAINTEXT,
-users ``admin`` and ``alice``): the data dir then holds ``client.properties`` and
-``atomickafka.toml`` with alice's settings (``atomickafka send --config DIR/atomickafka.toml``).
+goes to stderr. With ``--sasl`` clients must log in (SASL PLAIN over SASL_PLAINTEXT, users
+``admin``, ``alice``, ``node``, ``ops``; ``--acls`` adds an authorizer, ``admin`` the only
+super user): the data dir then holds ``client.properties`` and ``atomickafka.toml`` with
+alice's settings (``atomickafka send --config DIR/atomickafka.toml``).
 Errors print one message and exit with status 2.
 """
 
@@ -36,6 +37,7 @@ def _start(args: argparse.Namespace) -> int:
         port=args.port,
         timeout=args.timeout,
         sasl=args.sasl,
+        acls=args.acls,
     )
     if args.sasl:
         data_dir = localkafka.state.resolve_data_dir(args.data_dir)
@@ -143,7 +145,13 @@ def register(subparsers: Any) -> None:
     start.add_argument(
         "--sasl",
         action="store_true",
-        help="clients log in with SASL PLAIN (users admin, alice; settings in the data dir)",
+        help="clients log in with SASL PLAIN (users admin, alice, node, ops; alice's "
+        "settings in the data dir)",
+    )
+    start.add_argument(
+        "--acls",
+        action="store_true",
+        help="with --sasl: an authorizer checks Kafka ACLs; admin is the only super user",
     )
     start.set_defaults(func=_guarded(_start))
 

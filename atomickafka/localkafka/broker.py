@@ -156,12 +156,14 @@ def ensure_broker(
     log: Log = log_stderr,
     *,
     sasl: bool = False,
+    acls: bool = False,
 ) -> str:
     """Make sure a cluster of ``brokers`` brokers runs from ``data_dir``; return its bootstrap.
 
     With ``sasl`` its client listener takes SASL PLAIN logins only
     (:data:`~atomickafka.localkafka.state.SASL_USERS`), and the data dir holds the client
-    settings (:func:`~atomickafka.localkafka.configs.write_client_configs`).
+    settings (:func:`~atomickafka.localkafka.configs.write_client_configs`); with
+    ``acls`` too an authorizer checks Kafka ACLs, and only ``admin`` is a super user.
 
     Reuses a running cluster (and the cluster id and ports of a stopped one), otherwise
     fetches the jars if needed, writes configs, formats storage and starts the brokers,
@@ -169,6 +171,8 @@ def ensure_broker(
     port of the first broker (default :data:`DEFAULT_PORT`). Raises :class:`BrokerError`
     with an actionable message (missing Java or Maven, a port taken, a broker that died).
     """
+    if acls and not sasl:
+        raise BrokerError("--acls needs --sasl: ACLs name the users who log in")
     if brokers not in SUPPORTED_SIZES:
         raise BrokerError(f"--brokers must be one of {SUPPORTED_SIZES}, not {brokers}")
     data = resolve_data_dir(data_dir)
@@ -178,6 +182,11 @@ def ensure_broker(
         state = previous = load_state(data)
         if state is not None:
             _check_compatible(state, brokers, port, data, sasl)
+            if state.acls != acls:
+                raise BrokerError(
+                    f"{data} holds a cluster {'with' if state.acls else 'without'} ACLs; "
+                    f"{'add' if state.acls else 'omit'} --acls, or use another --data-dir"
+                )
             alive = alive_brokers(data, state.brokers)
             if len(alive) == len(state.brokers):
                 _wait_ready(data, state, deadline)
@@ -189,7 +198,11 @@ def ensure_broker(
             state = _without_pids(state)
         else:
             state = ClusterState(
-                new_cluster_id(), kafka_version(), layout(brokers, port or DEFAULT_PORT), sasl
+                new_cluster_id(),
+                kafka_version(),
+                layout(brokers, port or DEFAULT_PORT),
+                sasl,
+                acls,
             )
         taken = [p for b in state.brokers for p in (b.port, b.controller_port) if port_taken(p)]
         if taken:

@@ -43,7 +43,13 @@ def _security(state: ClusterState) -> str:
         return ""
     admin = SASL_USERS["admin"]
     users = " ".join(f'user_{name}="{password}"' for name, password in SASL_USERS.items())
-    return (
+    authorizer = ""
+    if state.acls:  # the controllers talk PLAINTEXT on loopback: ANONYMOUS among them
+        authorizer = (
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer\n"
+            "super.users=User:admin;User:ANONYMOUS\n"
+        )
+    return authorizer + (
         "sasl.enabled.mechanisms=PLAIN\n"
         "sasl.mechanism.inter.broker.protocol=PLAIN\n"
         "listener.name.sasl_plaintext.plain.sasl.jaas.config="

@@ -32,8 +32,14 @@ __all__ = [
 
 STATE_FILE = "state.json"
 #: The users of a local broker started with ``--sasl`` (SASL PLAIN; loopback only, for
-#: development and tests): name to password. ``admin`` is the brokers' own login.
-SASL_USERS = {"admin": "admin-secret", "alice": "alice-secret"}
+#: development and tests): name to password. ``admin`` is the brokers' own login and,
+#: with ``--acls``, the one super user; ``node`` and ``ops`` are there for ACL examples.
+SASL_USERS = {
+    "admin": "admin-secret",
+    "alice": "alice-secret",
+    "node": "node-secret",
+    "ops": "ops-secret",
+}
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,8 @@ class ClusterState:
     brokers: tuple[BrokerSpec, ...] = field(default_factory=tuple)
     #: Clients log in with SASL PLAIN (``broker start --sasl``; users in :data:`SASL_USERS`).
     sasl: bool = False
+    #: An authorizer checks ACLs (``--acls``, with ``sasl``): only ``admin`` may do all.
+    acls: bool = False
 
     @property
     def bootstrap(self) -> str:
@@ -110,7 +118,11 @@ def load_state(data_dir: Path) -> ClusterState | None:
             for b in raw["nodes"]
         )
         return ClusterState(
-            str(raw["cluster_id"]), str(raw["kafka_version"]), brokers, bool(raw.get("sasl"))
+            str(raw["cluster_id"]),
+            str(raw["kafka_version"]),
+            brokers,
+            bool(raw.get("sasl")),
+            bool(raw.get("acls")),
         )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise BrokerError(
@@ -125,6 +137,7 @@ def save_state(data_dir: Path, state: ClusterState) -> None:
         "kafka_version": state.kafka_version,
         "bootstrap": state.bootstrap,
         "sasl": state.sasl,
+        "acls": state.acls,
         "nodes": [  # the key predates BrokerSpec; kept so existing data dirs stay readable
             {
                 "node_id": b.node_id,
