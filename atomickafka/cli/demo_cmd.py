@@ -6,7 +6,13 @@ import argparse
 import uuid
 from typing import Any
 
-from atomickafka.cli.options import add_bootstrap, add_overrides, guarded, resolve_bootstrap
+from atomickafka.cli.options import (
+    add_bootstrap,
+    add_overrides,
+    guarded,
+    reach,
+    resolve_bootstrap,
+)
 from atomickafka.client import AtomicKafkaClient, Delivery, DeliveryReader
 from atomickafka.node.config import ClusterConfig, NodeConfig
 from atomickafka.node.launch import running_cluster
@@ -34,6 +40,8 @@ _SCRIPT: list[tuple[str, tuple[str, ...], str | None]] = [
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.bootstrap_server is not None:
+        reach(args)  # a wrong --bootstrap-server: one line, before any node starts
     bootstrap = resolve_bootstrap(args.bootstrap_server)
     run = uuid.uuid4().hex[:6]
     names = {base: f"demo-{run}-{base}" for base in ("orders", "payments", "audit")}

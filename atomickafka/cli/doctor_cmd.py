@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from atomickafka.cli.options import add_bootstrap, add_overrides, guarded, reach
+from atomickafka.core.wire import parse_destinations
 from atomickafka.doctor import (
     DEFAULT_MAX_LAG,
     DEFAULT_STUCK_AFTER_S,
@@ -84,6 +85,8 @@ def register(subparsers: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     if args.partitions < 1:
         raise ValueError("--partitions must be at least 1")
+    if args.topics:
+        parse_destinations([t.strip() for t in args.topics.split(",") if t.strip()])
     reach(args)
     deployment: Deployment | None
     if args.topics:

@@ -56,7 +56,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--via", default=None, help="topic to write to (relays if not a destination)"
     )
-    parser.add_argument("--layout", choices=[x.value for x in Layout], default=Layout.SPLIT.value)
+    parser.add_argument(
+        "--layout",
+        choices=[x.value for x in Layout],
+        default=Layout.SPLIT.value,
+        help="the nodes' layout (where the input logs are)",
+    )
     parser.add_argument(
         "--json-value", action="store_true", help="parse VALUE / each line as JSON, not a string"
     )

@@ -10,6 +10,7 @@ import orjson
 
 from atomickafka.cli.options import add_bootstrap, add_overrides, guarded, reach
 from atomickafka.client import DeliveryReader
+from atomickafka.core.wire import parse_destinations
 from atomickafka.errors import UnknownTopicError
 from atomickafka.kafka.topics import Layout, delivery_topic
 
@@ -38,6 +39,7 @@ def register(subparsers: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     timeout_s = None if args.timeout_ms is None else args.timeout_ms / 1000
     out = sys.stdout
+    parse_destinations([args.topic])  # a name Kafka cannot have: one line, at once
     try:  # a wrong --bootstrap-server or --topic: one line, at once
         reach(args, [delivery_topic(args.topic)])
     except UnknownTopicError as exc:

@@ -33,7 +33,6 @@ from typing import Any
 
 import orjson
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from atomickafka.client import AtomicKafkaClient
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
@@ -48,10 +47,9 @@ from atomickafka.evaluation.measuring import (
     warm_up,
 )
 from atomickafka.evaluation.merge_delay import kafka_merge_delays
-from atomickafka.kafka.admin import ensure_topics, partition_count
+from atomickafka.kafka.admin import admin_client, ensure_topics, partition_count
 from atomickafka.kafka.consumer import make_consumer, watermarks
 from atomickafka.kafka.producer import RecordProducer
-from atomickafka.kafka.settings import admin_config
 from atomickafka.kafka.topics import Layout, delivery_topic, input_topic, layers_topic
 from atomickafka.node.config import ClusterConfig, NodeConfig
 from atomickafka.node.launch import running_cluster
@@ -130,7 +128,7 @@ def _payload(mid: str, multicast: bool, size: int) -> dict[str, Any]:
 
 def _watermark_total(bootstrap: str, names: Sequence[str]) -> int:
     """Records in every partition of ``names`` (that exist)."""
-    admin = AdminClient(admin_config(bootstrap))
+    admin = admin_client(bootstrap)
     consumer: Consumer = make_consumer(bootstrap)
     try:
         total = 0
@@ -191,7 +189,7 @@ def _bare_kafka(
     bootstrap: str, messages: int, size: int, timeout_s: float, rate: float | None = None
 ) -> BenchResult:
     topic = f"bench-kafka-{uuid.uuid4().hex[:8]}"
-    ensure_topics(AdminClient(admin_config(bootstrap)), [topic])
+    ensure_topics(admin_client(bootstrap), [topic])
 
     def send() -> None:
         producer = RecordProducer(bootstrap)

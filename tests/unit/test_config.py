@@ -353,3 +353,20 @@ def test_help_lists_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
     text = " ".join(capsys.readouterr().out.split())
     assert "(default: 5.0)" in text and "(default: warning)" in text
     assert isinstance(build_parser(), argparse.ArgumentParser)
+
+
+def test_every_command_help_lists_every_default() -> None:
+    """Each option with a default shows it in its command's --help."""
+    from atomickafka.config.commands import _walk  # noqa: PLC0415
+
+    for words, parser in _walk(build_parser()):
+        text = " ".join(parser.format_help().split())
+        for action in parser._actions:
+            default = action.default
+            if not action.option_strings or default in (None, False, argparse.SUPPRESS, {}, []):
+                continue
+            shown = str(default.value if hasattr(default, "value") else default)
+            assert "default" in (action.help or "").lower() or f"(default: {shown})" in text, (
+                " ".join(words),
+                action.option_strings,
+            )
