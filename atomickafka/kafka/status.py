@@ -5,7 +5,8 @@ Every node and merger publishes a :class:`Status` to the compacted topic
 node_key` (``T``, ``T/p`` for layer ``p``, ``T/merger``). It is the nodes' heartbeat:
 clients refuse destinations whose node has not published within :data:`LIVE_WINDOW_S`
 (§5.3), learn from it which protocol a topic's node runs, and ``atomickafka status``
-prints it. A node that stops cleanly publishes a last status in state
+prints it. A tombstone (a record without a value) under a key forgets that node for
+good (for a topic that is retired). A node that stops cleanly publishes a last status in state
 :attr:`NodeState.STOPPED` (:meth:`Status.stopped`): it is no longer live at once, and
 ``status`` forgets it instead of calling it stale.
 """
@@ -291,7 +292,11 @@ class StatusWatch:
     def _take(self, batch: list[Any]) -> list[Any]:
         records = usable(batch)
         for record in records:
-            status = parse_status(record.value())
+            value, key = record.value(), record.key()
+            if value is None and key:  # a tombstone: that node is forgotten
+                self.statuses.pop(key.decode("utf-8", "replace"), None)
+                continue
+            status = parse_status(value)
             if status is not None:
                 self.statuses[status.key] = status
         return records

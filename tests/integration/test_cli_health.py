@@ -105,9 +105,10 @@ def test_a_closed_pipe_ends_a_command_quietly(tmp_path: Path) -> None:
     assert out.stderr == "", out.stderr
 
 
-def publish_status(bootstrap: str, status: Status) -> None:
+def publish_status(bootstrap: str, status: Status, *, tombstone: bool = False) -> None:
     producer = Producer({"bootstrap.servers": bootstrap})
-    producer.produce(STATUS_TOPIC, orjson.dumps(status.to_dict()), key=status.key.encode())
+    value = None if tombstone else orjson.dumps(status.to_dict())
+    producer.produce(STATUS_TOPIC, value, key=status.key.encode())
     assert producer.flush(10) == 0
 
 
@@ -124,8 +125,25 @@ def test_status_is_a_health_check(
     kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
 ) -> None:
     live, ghost, gone, stopped = (topic_factory() for _ in range(4))
-    publish_status(kafka_bootstrap, fake_status(gone, time=time.time() - LIVE_WINDOW_S - 30))
-    publish_status(kafka_bootstrap, fake_status(stopped, time=time.time()).stopped())
+    fakes = [
+        fake_status(gone, time=time.time() - LIVE_WINDOW_S - 30),
+        fake_status(stopped, time=time.time()).stopped(),
+    ]
+    for fake in fakes:
+        publish_status(kafka_bootstrap, fake)
+    try:
+        check_health(kafka_bootstrap, tmp_path, live, ghost, gone, stopped)
+    finally:  # tombstones: the other tests' `status` never sees these nodes
+        for fake in [*fakes, fake_status(live)]:
+            publish_status(kafka_bootstrap, fake, tombstone=True)
+    forgotten = run_cli("status", "--bootstrap-server", kafka_bootstrap, "--topics", gone)
+    assert forgotten.returncode == 1 and "no node of" in forgotten.stderr
+
+
+def check_health(
+    kafka_bootstrap: str, tmp_path: Path, live: str, ghost: str, gone: str, stopped: str
+) -> None:
+    """Stale fails, a clean stop is forgotten, live passes, a stuck head fails."""
 
     def status(*topics: str, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
         return run_cli(
