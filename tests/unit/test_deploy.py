@@ -150,8 +150,8 @@ def test_the_dockerfile_copies_what_exists_and_runs_atomickafka() -> None:
     assert f"EXPOSE {METRICS_PORT}" in text
     ignored = (DEPLOY / "Dockerfile.dockerignore").read_text().split()
     assert all(f"!{s.rstrip('/')}" in [i.rstrip("/") for i in ignored] for s in sources)
-    image = atomickafka_services()["topics"]["build"]
-    assert image == {"context": "..", "dockerfile": "deploy/Dockerfile"}
+    for service in atomickafka_services().values():
+        assert service["build"] == {"context": "..", "dockerfile": "deploy/Dockerfile"}
 
 
 def unit(name: str) -> configparser.ConfigParser:
