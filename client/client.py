@@ -40,6 +40,7 @@ from atomickafka.core.wire import (
     is_valid_topic_name,
     parse_destinations,
 )
+from atomickafka.kafka.guarantees import refuse_unsafe
 from atomickafka.kafka.producer import (
     CLOSE_ON_ERROR_TIMEOUT_S,
     CLOSE_TIMEOUT_S,
@@ -87,7 +88,10 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
     """Send atomic-multicast messages and read a topic's ordered deliveries.
 
     ``layout`` must match the nodes' ``--layout``. ``config`` holds librdkafka settings
-    (``-X``) applied to every Kafka client this object creates. Before sending to a
+    (``-X``; ``producer.``/``consumer.`` prefixes address one kind of client) applied to
+    the Kafka clients this object creates; settings that would break the guarantees
+    (idempotence off, ``acks`` below all, ``isolation.level=read_uncommitted``) raise
+    :class:`~atomickafka.client.ConfigError`. Before sending to a
     topic the client checks, in the status topic, that a node serves it and which
     protocol it runs (``direct``: the message is written to every destination's input
     log; otherwise to one). ``allow_offline`` sends anyway to topics without a live node
@@ -138,6 +142,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         self.idempotent = idempotent
         self._failures: list[tuple[str, KafkaError]] = []
         self._config = dict(config or {})
+        refuse_unsafe(self._config, node=False)  # ConfigError, before anything is created
         self._seq = itertools.count()
         self._producer: RecordProducer | None = None
         self._watch: StatusWatch | None = None
@@ -416,4 +421,6 @@ def _describe(topic: str, statuses: list[Status], now: float) -> str:
         window = f"{STATUS_READ_WINDOW_S:.0f} s"
         return f"{topic!r} (no node has published a status in the last {window})"
     newest = max(statuses, key=lambda s: s.time)
+    if newest.is_stopped:
+        return f"{topic!r} (its node stopped {newest.age_s(now):.0f} s ago)"
     return f"{topic!r} (last status {newest.age_s(now):.0f} s ago)"

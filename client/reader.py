@@ -21,6 +21,7 @@ from atomickafka.client.errors import MessageError
 from atomickafka.core.reader import delivery_order_key, read_delivery
 from atomickafka.core.wire import Message, is_valid_topic_name
 from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
+from atomickafka.kafka.guarantees import refuse_unsafe
 from atomickafka.kafka.secrets import signer_from
 from atomickafka.kafka.topics import delivery_topic
 
@@ -37,9 +38,10 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
     signing secret (``secret`` or ``secret_file``, §4.14) it drops deliveries that are
     not validly signed and counts them in :attr:`forged`.
 
-    ``config`` holds librdkafka settings (``-X``). Use it as a context manager, or call
-    :meth:`close`: either closes its Kafka consumer, whether or not every delivery was
-    read. Successive :meth:`deliveries` calls go on where the last one stopped.
+    ``config`` holds librdkafka settings (``-X``); one that would show uncommitted
+    records is refused (:class:`~atomickafka.client.ConfigError`). Use it as a context
+    manager, or call :meth:`close`: either closes its Kafka consumer, whether or not
+    every delivery was read. Successive :meth:`deliveries` calls go on where the last one stopped.
     """
 
     def __init__(
@@ -54,6 +56,7 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
     ) -> None:
         if not is_valid_topic_name(topic):
             raise MessageError("topic", "not a valid topic name", topic)
+        refuse_unsafe(config or {}, node=False)  # e.g. isolation.level=read_uncommitted
         self.topic = topic
         self.forged = 0
         self.repeats = 0

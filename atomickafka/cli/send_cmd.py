@@ -27,6 +27,7 @@ from atomickafka.cli.options import (
     add_secret_file,
     fail,
     guarded,
+    reach,
 )
 from atomickafka.client import (
     AtomicKafkaClient,
@@ -50,11 +51,17 @@ def register(subparsers: Any) -> None:
     )
     add_bootstrap(parser)
     add_overrides(parser)
+    add_secret_file(parser)
     add_destinations(parser)
     parser.add_argument(
         "--via", default=None, help="topic to write to (relays if not a destination)"
     )
-    parser.add_argument("--layout", choices=[x.value for x in Layout], default=Layout.SPLIT.value)
+    parser.add_argument(
+        "--layout",
+        choices=[x.value for x in Layout],
+        default=Layout.SPLIT.value,
+        help="the nodes' layout (where the input logs are)",
+    )
     parser.add_argument(
         "--json-value", action="store_true", help="parse VALUE / each line as JSON, not a string"
     )
@@ -66,7 +73,6 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="send even to topics no live node serves (their other destinations wait)",
     )
-    add_secret_file(parser)
     parser.add_argument("value", nargs="?", default=None, metavar="VALUE")
     parser.set_defaults(func=guarded("send", _run))
 
@@ -116,6 +122,7 @@ def _values(args: argparse.Namespace) -> Iterator[tuple[int, bytes | str]]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    reach(args)  # a wrong --bootstrap-server: one line, before reading any input
     client = AtomicKafkaClient(
         args.bootstrap_server,
         layout=args.layout,

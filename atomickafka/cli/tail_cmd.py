@@ -8,9 +8,11 @@ from typing import Any
 
 import orjson
 
-from atomickafka.cli.options import add_bootstrap, add_overrides, add_secret_file, guarded
+from atomickafka.cli.options import add_bootstrap, add_overrides, add_secret_file, guarded, reach
 from atomickafka.client import DeliveryReader
-from atomickafka.kafka.topics import Layout
+from atomickafka.core.wire import parse_destinations
+from atomickafka.errors import UnknownTopicError
+from atomickafka.kafka.topics import Layout, delivery_topic
 
 
 def register(subparsers: Any) -> None:
@@ -38,22 +40,26 @@ def register(subparsers: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     timeout_s = None if args.timeout_ms is None else args.timeout_ms / 1000
     out = sys.stdout
-    try:
-        with DeliveryReader(
-            args.bootstrap_server,
-            args.topic,
-            from_beginning=args.from_beginning,
-            config=args.overrides,
-            secret_file=args.secret_file,
-        ) as reader:
-            for delivery in reader.deliveries(timeout_s=timeout_s, max_messages=args.max_messages):
-                if args.json:
-                    out.write(orjson.dumps(delivery.to_json_dict()).decode() + "\n")
-                else:
-                    value = delivery.value
-                    shown = value if isinstance(value, str) else orjson.dumps(value).decode()
-                    out.write(f"{delivery.timeStamp}\t{delivery.messageID}\t{shown}\n")
-                out.flush()
-    except BrokenPipeError:
-        return 0
+    parse_destinations([args.topic])  # a name Kafka cannot have: one line, at once
+    try:  # a wrong --bootstrap-server or --topic: one line, at once
+        reach(args, [delivery_topic(args.topic)])
+    except UnknownTopicError as exc:
+        raise UnknownTopicError(
+            f"{exc}: no node has served it (start one: atomickafka node --topic {args.topic})"
+        ) from None
+    with DeliveryReader(
+        args.bootstrap_server,
+        args.topic,
+        from_beginning=args.from_beginning,
+        config=args.overrides,
+        secret_file=args.secret_file,
+    ) as reader:
+        for delivery in reader.deliveries(timeout_s=timeout_s, max_messages=args.max_messages):
+            if args.json:
+                out.write(orjson.dumps(delivery.to_json_dict()).decode() + "\n")
+            else:
+                value = delivery.value
+                shown = value if isinstance(value, str) else orjson.dumps(value).decode()
+                out.write(f"{delivery.timeStamp}\t{delivery.messageID}\t{shown}\n")
+            out.flush()
     return 0

@@ -599,6 +599,24 @@ def write_results(results: Iterable[dict[str, Any]], out_dir: str | Path) -> lis
 # ----------------------------------------------------------------------------- main
 
 
+def read_properties(path: str | Path) -> dict[str, str]:
+    """The ``key=value`` lines of a Java properties file (``#`` and ``!`` comments, a
+    line ending in a backslash goes on), as the Kafka clients read them (this job
+    imports nothing of AtomicKafka, so it reads them itself)."""
+    out: dict[str, str] = {}
+    pending = ""
+    for raw in Path(path).read_text(encoding="utf-8").splitlines():
+        line = pending + raw.strip()
+        pending = ""
+        if line.endswith("\\"):
+            pending = line[:-1]
+            continue
+        match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+        if match and line[0] not in "#!":
+            out[match.group(1)] = match.group(2)
+    return out
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="metrics.py", description="Metrics of AtomicKafka evaluation runs (PySpark)."
@@ -615,6 +633,12 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help="Kafka client setting for the source, e.g. security.protocol=SASL_SSL",
+    )
+    parser.add_argument(
+        "--command-config",
+        metavar="PATH",
+        help="properties file of Kafka client settings for the source (the Kafka tools' "
+        "client.properties: security.protocol, sasl.jaas.config...); --kafka-option wins",
     )
     parser.add_argument("--out", help="folder for <run>.json (required to compute)")
     parser.add_argument("--master", help="Spark master (default: spark-submit's, or local)")
@@ -645,7 +669,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--runs is required with --source parquet")
     if args.source == "kafka" and not (args.bootstrap_server and args.topics):
         parser.error("--bootstrap-server and --topics are required with --source kafka")
-    options = {}
+    options = read_properties(args.command_config) if args.command_config else {}
     for pair in args.kafka_option:
         key, sep, value = pair.partition("=")
         if not sep:

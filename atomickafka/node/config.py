@@ -17,6 +17,8 @@ from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.core.memory import DEFAULT_WINDOW_MS
 from atomickafka.core.wire import MAX_VALUE_BYTES
 from atomickafka.errors import ConfigError
+from atomickafka.kafka.guarantees import refuse_unsafe
+from atomickafka.kafka.properties import masked
 from atomickafka.kafka.topics import Layout, node_key
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_STUCK_AFTER_S", "ClusterConfig", "NodeConfig"]
@@ -27,9 +29,14 @@ DEFAULT_BATCH_SIZE: Final = 2000
 DEFAULT_STUCK_AFTER_S: Final = 10.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class NodeConfig:
-    """Everything one node needs to run (see ``docs/DESIGN.md`` §5 for the topics)."""
+    """Everything one node needs to run (see ``docs/DESIGN.md`` §5 for the topics).
+
+    ``overrides`` are the user's librdkafka settings; those that would break the
+    guarantees are refused (:mod:`atomickafka.kafka.guarantees`), and secrets among
+    them never show in the ``repr``.
+    """
 
     bootstrap: str
     topic: str
@@ -73,6 +80,11 @@ class NodeConfig:
             raise ConfigError("partitioned topics need the split layout (--layout split)")
         if self.layer is not None and not 0 <= self.layer < self.partitions:
             raise ConfigError(f"layer {self.layer} is not one of 0..{self.partitions - 1}")
+        refuse_unsafe(self.overrides, node=True)
+
+    def __repr__(self) -> str:
+        shown = self.to_dict() | {"overrides": masked(self.overrides)}
+        return f"NodeConfig({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
     @property
     def layered(self) -> bool:
@@ -95,7 +107,8 @@ class NodeConfig:
         return f"node-{self.key}"
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (for logs and for handing the configuration on)."""
+        """Plain data, secrets included (to hand the configuration on; for logs, mask
+        them with :func:`~atomickafka.kafka.properties.masked`)."""
         data = asdict(self)
         data["algorithm"] = self.algorithm.value
         data["layout"] = self.layout.value

@@ -307,6 +307,8 @@ class MergerRuntime(Stoppable):
         if self._lease is not None:
             self._lease.close()
         if self._status is not None:
+            if self.active:  # the last status: stopped cleanly, not live any more
+                publish_status(self._status, self.status().stopped())
             self._status.close(5)
 
     # ------------------------------------------------------------------ status

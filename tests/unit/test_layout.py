@@ -19,6 +19,8 @@ ALLOWED = {
     "audit": {"core", "kafka", "logs"},
     "node": {"core", "kafka", "logs", "audit"},
     "localkafka": set(),
+    "config": {"kafka"},
+    "doctor": {"core", "kafka", "node"},
 }
 #: Modules every layer may import: they import nothing of AtomicKafka themselves.
 EVERYWHERE = {"errors"}
