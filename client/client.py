@@ -317,7 +317,9 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
 
     # ------------------------------------------------------------------ reading
 
-    def reader(self, topic: str, *, from_beginning: bool = True) -> DeliveryReader:
+    def reader(
+        self, topic: str, *, from_beginning: bool = True, group: str | None = None
+    ) -> DeliveryReader:
         """A :class:`~atomickafka.client.DeliveryReader` of ``topic``'s deliveries, with
         this client's settings; use it in a ``with`` block, which closes its consumer."""
         return DeliveryReader(
@@ -327,6 +329,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
             config=self._config,
             secret=self._secret,
             secret_file=self._secret_file,
+            group=group,
         )
 
     def deliveries(
@@ -336,15 +339,17 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         from_beginning: bool = True,
         timeout_s: float | None = None,
         max_messages: int | None = None,
+        group: str | None = None,
     ) -> Iterator[Delivery]:
         """Yield ``topic``'s deliveries in order, hiding control records and duplicates.
 
         Stops after ``max_messages`` deliveries, or once no delivery arrived for
-        ``timeout_s`` seconds (``None``: wait forever). Its consumer is closed when the
-        iteration ends; stopping early leaves it open until the iterator is collected,
-        so prefer :meth:`reader` there.
+        ``timeout_s`` seconds (``None``: wait forever). With ``group`` (a consumer
+        group), it goes on where that group's reader stopped, without repeating
+        anything. Its consumer is closed when the iteration ends; stopping early leaves
+        it open until the iterator is collected, so prefer :meth:`reader` there.
         """
-        with self.reader(topic, from_beginning=from_beginning) as reader:
+        with self.reader(topic, from_beginning=from_beginning, group=group) as reader:
             yield from reader.deliveries(timeout_s=timeout_s, max_messages=max_messages)
 
     # ------------------------------------------------------------------ lifecycle

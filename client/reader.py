@@ -13,7 +13,8 @@ from collections import deque
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 
 from atomickafka.client.delivery import Delivery
@@ -53,6 +54,7 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
         config: Mapping[str, str] | None = None,
         secret: str | bytes | None = None,
         secret_file: str | None = None,
+        group: str | None = None,
     ) -> None:
         if not is_valid_topic_name(topic):
             raise MessageError("topic", "not a valid topic name", topic)
@@ -67,9 +69,16 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
             "enable.partition.eof": False,
             "isolation.level": "read_committed",
         }
-        self._consumer: Consumer | None = make_consumer(bootstrap_servers, None, config, **settings)
+        self.group = group
+        self._consumer: Consumer | None = make_consumer(
+            bootstrap_servers, group, config, **settings
+        )
+        self._part = TopicPartition(delivery_topic(topic), 0)
+        self._position: int | None = None  # after the last delivery handed out (a group's)
         start = OFFSET_BEGINNING if from_beginning else OFFSET_END
-        self._consumer.assign([TopicPartition(delivery_topic(topic), 0, start)])
+        if group is not None:
+            start = self._resume_point(start)
+        self._consumer.assign([TopicPartition(self._part.topic, 0, start)])
 
     def deliveries(
         self, *, timeout_s: float | None = None, max_messages: int | None = None
@@ -88,9 +97,11 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
             if not backlog:
                 if self._consumer is None:
                     return  # closed while the caller held this iterator
+                self.commit()
                 backlog.extend(usable(consume_batch(consumer, 1000, 0.1)))
             while backlog:
                 record = backlog.popleft()
+                self._position = (record.offset() or 0) + 1
                 message = self._take(record)
                 if message is None:
                     continue
@@ -100,6 +111,37 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
                     return
                 if timeout_s is not None:
                     idle_deadline = time.monotonic() + timeout_s
+
+    def _resume_point(self, default: int) -> int:
+        """Where a group's reader goes on: after the last delivery it handed out before,
+        whose key the commit's metadata keeps (so nothing at or below it is repeated)."""
+        assert self._consumer is not None
+        (committed,) = self._consumer.committed([self._part], timeout=10)
+        if committed.offset < 0:
+            return default
+        if committed.metadata:
+            try:
+                ts, layer, mid = orjson.loads(committed.metadata)
+                self._last = (int(ts), int(layer), str(mid))
+            except (orjson.JSONDecodeError, ValueError, TypeError):
+                pass  # not ours: resume by offset alone
+        return int(committed.offset)
+
+    def commit(self, *, wait: bool = False) -> None:
+        """A group's reader: commit where it stands (the deliveries handed out so far),
+        with the last one's key; done after every fetched batch and on close."""
+        consumer, position = self._consumer, self._position
+        if self.group is None or consumer is None or position is None:
+            return
+        metadata = None if self._last is None else orjson.dumps(list(self._last)).decode()
+        offsets = [TopicPartition(self._part.topic, 0, position, metadata=metadata)]
+        try:
+            if wait:
+                consumer.commit(offsets=offsets, asynchronous=False)
+            else:
+                consumer.commit(offsets=offsets, asynchronous=True)
+        except KafkaException:  # the next commit covers it
+            return
 
     def _take(self, record: KafkaMessage) -> Message | None:
         """The delivery ``record`` holds, unless it is none, forged or a repeat."""
@@ -123,7 +165,9 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
         return self.deliveries()
 
     def close(self) -> None:
-        """Close the Kafka consumer (closing twice does nothing)."""
+        """Close the Kafka consumer (a group's reader first commits where it stands;
+        closing twice does nothing)."""
+        self.commit(wait=True)
         consumer, self._consumer = self._consumer, None
         self._backlog.clear()
         if consumer is not None:

@@ -138,6 +138,14 @@ def _add_node_options(parser: argparse.ArgumentParser) -> None:
         "of it late (default 60)",
     )
     parser.add_argument(
+        "--delivery-format",
+        choices=["raw", "json"],
+        default="raw",
+        help="raw: a delivery record's value is the value as sent, its key the key as sent, "
+        "the sender's headers carried, AtomicKafka's metadata in atomickafka-* headers; "
+        "json: a JSON envelope (messageID, value, timeStamp, ...)",
+    )
+    parser.add_argument(
         "--takeover-after",
         type=float,
         default=6.0,
@@ -168,6 +176,7 @@ def _node_config(args: argparse.Namespace, topic: str, layer: int | None) -> Nod
         snapshot_every_s=args.snapshot_interval,
         window_ms=int(args.memory_window * 1000),
         session_timeout_ms=int(args.takeover_after * 1000),
+        delivery_format=args.delivery_format,
         secret_file=None if args.secret_file is None else str(args.secret_file),
     )
 

@@ -73,6 +73,13 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="send even to topics no live node serves (their other destinations wait)",
     )
+    parser.add_argument(
+        "--json",
+        dest="json_out",
+        action="store_true",
+        help="print each sent message as a JSON line (messageID, topic, value): the "
+        "SENT.jsonl that atomickafka check reads; default: the messageID alone",
+    )
     parser.add_argument("value", nargs="?", default=None, metavar="VALUE")
     parser.set_defaults(func=guarded("send", _run))
 
@@ -83,6 +90,8 @@ class _Line:
     message_id: str = ""
     done: bool = False
     error: KafkaError | None = None
+    #: With ``--json``: the line printed once the message is acknowledged.
+    record: bytes | None = None
 
 
 class _Printer:
@@ -104,7 +113,7 @@ class _Printer:
             line = self.lines[self.printed]
             self.printed += 1
             if line.error is None:
-                print(line.message_id, flush=True)
+                print(line.record.decode() if line.record else line.message_id, flush=True)
             else:
                 self.failed += 1
                 print(
@@ -148,6 +157,9 @@ def _run(args: argparse.Namespace) -> int:
                     key=args.key,
                     on_delivery=printer.on_delivery(line),
                 )
+                if args.json_out:
+                    sent = {"messageID": line.message_id, "topic": list(args.to), "value": value}
+                    line.record = orjson.dumps(sent)
             except DestinationError as exc:  # nothing sent: a usage problem
                 return fail("send", exc)
             except UnicodeDecodeError as exc:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import sys
 from typing import Any
 
 import orjson
 
 from atomickafka.cli.options import add_bootstrap, add_overrides, add_secret_file, guarded, reach
-from atomickafka.client import DeliveryReader
+from atomickafka.client import Delivery, DeliveryReader
 from atomickafka.core.wire import parse_destinations
 from atomickafka.errors import UnknownTopicError
 from atomickafka.kafka.topics import Layout, delivery_topic
@@ -26,7 +27,19 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--timeout-ms", type=int, default=None, help="exit after this long without a delivery"
     )
-    parser.add_argument("--json", action="store_true", help="one JSON object per delivery")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per delivery (what atomickafka check reads); default: "
+        "TIMESTAMP<tab>MESSAGEID<tab>VALUE with the value as JSON (a string value in "
+        'quotes, tabs and newlines escaped; bytes as {"base64": ...})',
+    )
+    parser.add_argument(
+        "--group",
+        default=None,
+        help="a consumer group: go on where this group's reader stopped, repeating nothing "
+        "(default: no group, read from --from-beginning or the end)",
+    )
     parser.add_argument(
         "--layout",
         choices=[x.value for x in Layout],
@@ -35,6 +48,15 @@ def register(subparsers: Any) -> None:
     )
     add_secret_file(parser)
     parser.set_defaults(func=guarded("tail", _run))
+
+
+def text_value(delivery: Delivery) -> str:
+    """A delivery's value on one line that cannot be mistaken for another: its JSON
+    text (a string in quotes, tabs and newlines escaped); bytes sent as bytes as
+    ``{"base64": ...}``."""
+    if delivery.is_bytes:
+        return orjson.dumps({"base64": base64.b64encode(delivery.raw).decode()}).decode()
+    return orjson.dumps(delivery.value).decode()
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -53,13 +75,12 @@ def _run(args: argparse.Namespace) -> int:
         from_beginning=args.from_beginning,
         config=args.overrides,
         secret_file=args.secret_file,
+        group=args.group,
     ) as reader:
         for delivery in reader.deliveries(timeout_s=timeout_s, max_messages=args.max_messages):
             if args.json:
                 out.write(orjson.dumps(delivery.to_json_dict()).decode() + "\n")
             else:
-                value = delivery.value
-                shown = value if isinstance(value, str) else orjson.dumps(value).decode()
-                out.write(f"{delivery.timeStamp}\t{delivery.messageID}\t{shown}\n")
+                out.write(f"{delivery.timeStamp}\t{delivery.messageID}\t{text_value(delivery)}\n")
             out.flush()
     return 0

@@ -67,6 +67,9 @@ class NodeConfig:
     secret_file: str | None = None
     #: How long the lease group waits for a silent active instance (standby takeover).
     session_timeout_ms: int = 6000
+    #: How deliveries are written (§3.8): ``raw`` (the value as sent, the key as sent,
+    #: the user's headers, AtomicKafka's metadata in headers) or ``json`` (an envelope).
+    delivery_format: str = "raw"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "algorithm", Algorithm(self.algorithm))
@@ -78,6 +81,8 @@ class NodeConfig:
             raise ConfigError(f"partitions must be at least 1, not {self.partitions}")
         if self.partitions > 1 and self.layout is Layout.SHARED:
             raise ConfigError("partitioned topics need the split layout (--layout split)")
+        if self.delivery_format not in ("raw", "json"):
+            raise ConfigError(f"delivery format must be raw or json, not {self.delivery_format!r}")
         if self.layer is not None and not 0 <= self.layer < self.partitions:
             raise ConfigError(f"layer {self.layer} is not one of 0..{self.partitions - 1}")
         refuse_unsafe(self.overrides, node=True)

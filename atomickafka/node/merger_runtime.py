@@ -79,6 +79,7 @@ def merger_spec(config: NodeConfig, signer: Signer | None = None) -> MergerSpec:
         snapshot_every_records=config.snapshot_every_records,
         snapshot_every_s=config.snapshot_every_s,
         signer=signer,
+        delivery_format=config.delivery_format,
     )
 
 

@@ -144,6 +144,7 @@ def node_spec(config: NodeConfig, signer: Signer | None) -> NodeSpec:
         snapshot_every_records=config.snapshot_every_records,
         snapshot_every_s=config.snapshot_every_s,
         signer=signer,
+        delivery_format=config.delivery_format,
     )
 
 
