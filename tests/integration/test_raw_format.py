@@ -110,9 +110,10 @@ def test_a_group_reader_resumes_where_it_stopped_without_repeats(
         expected = Counter(t for s in sent for t in s.destinations)
         collect_deliveries(kafka_bootstrap, topics, dict(expected), "split")
         second = list(reader_client.deliveries(topics[0], group=group, timeout_s=5))
-        tail = run_cli(
+        tail = run_cli(  # a new group starts where --from-beginning says, as Kafka's tools
             "tail", "--bootstrap-server", kafka_bootstrap, "--topic", topics[0],
-            "--group", f"{group}-cli", "--max-messages", "5", "--timeout-ms", "10000",
+            "--group", f"{group}-cli", "--from-beginning", "--max-messages", "5",
+            "--timeout-ms", "10000",
         )  # fmt: skip
         tail_again = run_cli(
             "tail", "--bootstrap-server", kafka_bootstrap, "--topic", topics[0],
