@@ -58,11 +58,9 @@ first read by a merger and released (:class:`MergeDelay`; the merge-delay benchm
 from __future__ import annotations
 
 import random  # noqa: F401  (the module doctest uses it)
-import zlib
 from collections import Counter, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from itertools import pairwise
 from typing import Any, Final
 
@@ -77,13 +75,7 @@ from atomickafka.core.merger import (
 )
 from atomickafka.core.reader import PlainRecord, delivery_order_key
 from atomickafka.core.signing import Signer
-from atomickafka.core.wire import (
-    Message,
-    MessageError,
-    MessageType,
-    client_message,
-    decode_record,
-)
+from atomickafka.core.wire import Message, MessageError, MessageType, decode_record
 from atomickafka.node.batch import OutKind, OutRecord, Ready
 from atomickafka.node.merger_batch import MergerBatch, MergerSpec, own_delivery_key
 from atomickafka.node.snapshots import LoadedSnapshot, newest_snapshots
@@ -102,6 +94,7 @@ from atomickafka.verify.simulator import (
     random_workload,  # noqa: F401  (the module doctest uses it)
 )
 from atomickafka.verify.streams import Log, SimClock, StreamReader
+from atomickafka.verify.workload import LayerPolicy, LayerSend, assign_layers
 
 __all__ = [
     "MERGER_CALM",
@@ -116,101 +109,6 @@ __all__ = [
 
 #: How often a merger whose head stays blocked once everything went quiet asks again.
 MAX_TICK_RETRIES: Final = 3
-
-
-# ---------------------------------------------------------------------------- workload
-
-
-@dataclass(frozen=True, slots=True)
-class LayerSend(Send):
-    """A :class:`Send` routed to layer ``layer``: its ClientMessage carries the layer."""
-
-    layer: int = 0
-
-    def to_message(self, sent_at: int | None = None) -> Message:
-        """The ClientMessage record, with ``partitionID = layer``."""
-        return client_message(
-            self.messageID,
-            self.destinations,
-            self.value,
-            self.client,
-            self.layer,
-            sent_at=sent_at,
-        )
-
-
-class LayerPolicy(StrEnum):
-    """How :func:`assign_layers` picks a message's layer among the active ones."""
-
-    ROUND_ROBIN = "round_robin"  # in order of first appearance
-    KEY = "key"  # a hash of ``key(send)`` (by default the client: Kafka's keyed partitioning)
-    DRAWN = "drawn"  # drawn by the chooser
-
-
-def _by_client(send: Send) -> str:
-    return send.client
-
-
-def assign_layers(
-    workload: Workload,
-    layers: int,
-    *,
-    policy: LayerPolicy | str = LayerPolicy.ROUND_ROBIN,
-    chooser: Chooser | None = None,
-    key: Callable[[Send], str] = _by_client,
-    silent: Sequence[int] = (),
-    phases: int = 1,
-) -> Workload:
-    """``workload`` with every send turned into a :class:`LayerSend`.
-
-    A message id gets one layer, at its first appearance; a client's retry of it (the
-    same id, later) goes to the same layer. Layers in ``silent`` never get a message.
-    With ``phases > 1`` each client's list is cut into ``phases`` consecutive stretches
-    (the preload belongs to the first) and each stretch gets a drawn non-empty subset
-    of the other layers: the rest are idle for that stretch. ``chooser`` (default
-    ``RandomChooser(0)``) draws those subsets and, with ``DRAWN``, the layers.
-    """
-    policy = LayerPolicy(policy)
-    if layers < 1:
-        raise ValueError(f"at least one layer, not {layers}")
-    usable = [layer for layer in range(layers) if layer not in set(silent)]
-    if not usable:
-        raise ValueError("every layer is silent: nothing could be sent")
-    chooser = chooser if chooser is not None else RandomChooser(0)
-    active: list[list[int]] = [usable]
-    if phases > 1:
-        active = []
-        for _ in range(phases):
-            subset = [layer for layer in usable if chooser.chance(0.5)]
-            active.append(subset or [usable[chooser.integer(0, len(usable) - 1)]])
-    layer_of: dict[str, int] = {}
-    turn = 0
-
-    def route(send: Send, phase: int) -> LayerSend:
-        nonlocal turn
-        layer = layer_of.get(send.messageID)
-        if layer is None:
-            candidates = active[phase]
-            if policy is LayerPolicy.ROUND_ROBIN:
-                layer = candidates[turn % len(candidates)]
-                turn += 1
-            elif policy is LayerPolicy.KEY:
-                layer = candidates[zlib.crc32(key(send).encode()) % len(candidates)]
-            else:
-                layer = candidates[chooser.integer(0, len(candidates) - 1)]
-            layer_of[send.messageID] = layer
-        return LayerSend(
-            send.client, send.messageID, send.destinations, send.value, send.via, layer
-        )
-
-    preload: list[Send] = [route(send, 0) for send in workload.preload]
-    clients: dict[str, list[Send]] = {}
-    for client, sends in workload.clients.items():
-        count = len(sends)
-        clients[client] = [
-            route(send, index * len(active) // count) for index, send in enumerate(sends)
-        ]
-    return Workload(clients=clients, preload=preload)
 
 
 # ---------------------------------------------------------------------------- chaos

@@ -65,11 +65,11 @@ limit is hit.
 
 from __future__ import annotations
 
-import random
+import random  # noqa: F401  (the module doctest uses it)
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final, Protocol, TypeVar, cast
+from dataclasses import dataclass
+from typing import Any, Final
 
 import orjson
 
@@ -84,16 +84,14 @@ from atomickafka.core.wire import (
     Message,
     MessageError,
     MessageType,
-    client_message,
     decode_record,
     encode_bundle,
     encode_client,
-    encode_delivery,
-    encode_tick,
 )
 from atomickafka.node.batch import NodeBatch, NodeSpec, OutKind, OutRecord, Ready
 from atomickafka.node.snapshots import LoadedSnapshot, newest_snapshots
 from atomickafka.verify.checker import CheckReport, SentMessage, check, deliveries_from_wire
+from atomickafka.verify.choosers import Chooser, DataChooser, RandomChooser, pick
 from atomickafka.verify.hostile import (
     INTRUDER,
     StrayBound,
@@ -102,7 +100,22 @@ from atomickafka.verify.hostile import (
     stray_tick,
     stray_timestamp,
 )
-from atomickafka.verify.streams import INPUT_PREFIX, Log, SimClock, StreamReader
+from atomickafka.verify.streams import (
+    INPUT_PREFIX,
+    Log,
+    SimClock,
+    StreamReader,
+    decoded_log,
+    encode_message,
+    stated_protocol,
+)
+from atomickafka.verify.workload import (
+    Send,
+    Workload,
+    client_ids,
+    integer_ids,
+    random_workload,
+)
 
 __all__ = [
     "CALM",
@@ -123,195 +136,12 @@ __all__ = [
 
 #: Records between automatic snapshots of a node (small, so that crashes use them).
 SNAPSHOT_EVERY: Final = 12
-#: Stray bounds an Ack or Notify is drawn from: not one held for long, which would be
-#: judged against the node's memory only an hour later (see :meth:`Simulator.stray`).
-_SHORT_BOUNDS: Final = (
-    StrayBound.UNDER_LEAD,
-    StrayBound.OVER_LEAD,
-    StrayBound.OVER_HOLD,
-    StrayBound.MAXIMUM,
-)
-
-_T = TypeVar("_T")
-
-# ---------------------------------------------------------------------------- choices
-
-
-class Chooser(Protocol):
-    """Where the scheduler's choices come from."""
-
-    def integer(self, low: int, high: int) -> int:
-        """An integer in ``[low, high]`` (both included)."""
-        ...
-
-    def chance(self, probability: float) -> bool:
-        """True with ``probability``; a shrinking chooser prefers False."""
-        ...
-
-
-class RandomChooser:
-    """Choices from a :class:`random.Random` (or a seed): deterministic given the seed."""
-
-    def __init__(self, rng: random.Random | int) -> None:
-        self.rng = rng if isinstance(rng, random.Random) else random.Random(rng)
-
-    def integer(self, low: int, high: int) -> int:
-        """An integer in ``[low, high]``."""
-        return self.rng.randint(low, high)
-
-    def chance(self, probability: float) -> bool:
-        """True with ``probability``."""
-        return probability > 0 and self.rng.random() < probability
-
-
-class DataChooser:
-    """Choices drawn from Hypothesis's ``data`` object (``st.data()``).
-
-    Every choice is a draw, so Hypothesis can shrink a failing schedule towards fewer
-    misbehaviours (``chance`` shrinks to False) and smaller batches and indices.
-    """
-
-    def __init__(self, data: Any) -> None:
-        from hypothesis import strategies as st  # noqa: PLC0415 (tests only)
-
-        self._data = data
-        self._st = st
-
-    def integer(self, low: int, high: int) -> int:
-        """An integer in ``[low, high]``, drawn."""
-        if low == high:
-            return low
-        value: int = self._data.draw(self._st.integers(low, high))
-        return value
-
-    def chance(self, probability: float) -> bool:
-        """True with roughly ``probability``; shrinks to False."""
-        if probability <= 0:
-            return False
-        threshold = 1000 - max(1, round(probability * 1000))
-        drawn: int = self._data.draw(self._st.integers(0, 999))
-        return drawn >= threshold
-
-
-def _pick(chooser: Chooser, items: Sequence[_T]) -> _T:
-    return items[chooser.integer(0, len(items) - 1)]
-
-
-# ---------------------------------------------------------------------------- workload
-
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    """One ClientMessage a client appends to topic ``via`` (a destination, or a relay).
-
-    With the ``direct`` protocol a client writes a message to every destination; the
-    simulator does so for a send whose ``via`` is a destination.
-    """
-
-    client: str
-    messageID: str
-    destinations: tuple[str, ...]
-    value: Any
-    via: str
-
-    def to_message(self, sent_at: int | None = None) -> Message:
-        """The ClientMessage record, sent at ``sent_at`` (ms) when given."""
-        return client_message(
-            self.messageID, self.destinations, self.value, self.client, sent_at=sent_at
-        )
-
-
-@dataclass(slots=True)
-class Workload:
-    """What the clients send: ``preload`` is in the logs before the run starts, and
-    each client's list in ``clients`` is sent in order, when the scheduler says so."""
-
-    clients: dict[str, list[Send]] = field(default_factory=dict)
-    preload: list[Send] = field(default_factory=list)
-
-    @property
-    def sends(self) -> list[Send]:
-        """Every send, preload first."""
-        out = list(self.preload)
-        for sends in self.clients.values():
-            out.extend(sends)
-        return out
-
-
-def client_ids(client: str, seq: int) -> str:
-    """Globally unique ids, ``<clientId>-<seq>`` (docs/DESIGN.md §3)."""
-    return f"{client}-{seq}"
-
-
-def integer_ids(client: str, seq: int) -> str:
-    """The 2019 defect: per-client integer ids, which collide across clients."""
-    return str(seq)
-
-
-_VALUES: tuple[Any, ...] = (
-    "",
-    "x",
-    "héllo wörld",
-    "😀 emoji",
-    None,
-    0,
-    -1.5,
-    True,
-    [],
-    [1, "two", None],
-    {"nested": {"list": [1, 2, {"k": "v"}]}},
-)
-
-
-def random_workload(
-    rng: random.Random,
-    topics: Sequence[str],
-    *,
-    clients: int = 2,
-    messages: int = 30,
-    multicast: float = 0.5,
-    relay: float = 0.1,
-    retry: float = 0.0,
-    skew: int = 0,
-    all_topics: bool = False,
-    ids: Callable[[str, int], str] = client_ids,
-) -> Workload:
-    """A random workload over ``topics``.
-
-    ``messages`` messages in all, spread over ``clients`` clients. A share
-    ``multicast`` has 2..all destinations (all of them with ``all_topics``), the rest
-    one. A share ``relay`` is sent via a topic that is not a destination. A share
-    ``retry`` is sent a second time, later, via another topic (a client retrying after
-    a timeout). ``skew`` preloads that many single-topic messages for ``topics[0]``
-    from client ``skew`` so that its clock runs ahead. ``ids`` makes message ids.
-    """
-    names = [f"c{i}" for i in range(clients)]
-    workload = Workload(clients={name: [] for name in names})
-    seq: Counter[str] = Counter()
-    for _ in range(skew):
-        seq["skew"] += 1
-        workload.preload.append(
-            Send("skew", ids("skew", seq["skew"]), (topics[0],), "skew", topics[0])
-        )
-    for _ in range(messages):
-        client = names[rng.randrange(clients)]
-        seq[client] += 1
-        if len(topics) > 1 and rng.random() < multicast:
-            size = len(topics) if all_topics else rng.randint(2, len(topics))
-            destinations = tuple(sorted(rng.sample(list(topics), size)))
-        else:
-            destinations = (rng.choice(list(topics)),)
-        others = [t for t in topics if t not in destinations]
-        via = rng.choice(others) if others and rng.random() < relay else rng.choice(destinations)
-        value = rng.choice(_VALUES)
-        send = Send(client, ids(client, seq[client]), destinations, value, via)
-        sends = workload.clients[client]
-        sends.append(send)
-        if rng.random() < retry:
-            again = Send(client, send.messageID, destinations, value, rng.choice(list(topics)))
-            sends.insert(rng.randint(len(sends), len(sends) + 3), again)
-    return workload
-
+#: Stray bounds an Ack or Notify is drawn from: those whose verdict stays the same
+#: however late the record (or a copy of it) is read -- applied, held a moment, refused.
+#: Near ``CLOCK_HOLD_US`` a record about a delivered message is held for up to an hour
+#: and judged against the node's memory only then, when its id may be forgotten
+#: (§4.13's window is a minute): a new message there, as any forged record can be.
+_SHORT_BOUNDS: Final = (StrayBound.UNDER_LEAD, StrayBound.OVER_LEAD, StrayBound.MAXIMUM)
 
 # ---------------------------------------------------------------------------- chaos
 
@@ -449,20 +279,6 @@ def _reason(letter: OutRecord) -> str:
     return (raw or b"").decode(errors="replace")
 
 
-def decoded_log(records: Sequence[PlainRecord]) -> list[Message]:
-    """The messages of ``records`` as a node decodes them; undecodable ones left out."""
-    out: list[Message] = []
-    for record in records:
-        raw = record.value()
-        if raw is None:
-            continue
-        try:
-            out.extend(decode_record(raw, log_time=record.timestamp()[1], origin=record.offset()))
-        except MessageError:
-            continue
-    return out
-
-
 def replayed_deliveries(spec: NodeSpec, records: Sequence[PlainRecord]) -> list[Message]:
     """Rule 8 through the batch layer: what a fresh node of ``spec`` delivers (or writes
     to its merger) reading ``records`` -- a node's final input log -- in one batch."""
@@ -515,6 +331,8 @@ class Simulator:
     and nodes set aside what is not signed. ``layer``, ``clock``: set by
     :class:`~atomickafka.verify.layered.LayeredSimulator` for one layer of partitioned
     topics, whose nodes write to the layer streams of ``atomickafka-layers.T``.
+    ``gapless=False`` is the negative control of the at-least-once producer gaps: the
+    producer of issue 15's item 6, which writes what follows a failed record.
     """
 
     def __init__(
@@ -533,6 +351,7 @@ class Simulator:
         record_trace: bool = False,
         layer: int | None = None,
         clock: SimClock | None = None,
+        gapless: bool = True,
     ) -> None:
         if len(set(topics)) != len(topics) or not topics:
             raise ValueError("topics must be distinct and not empty")
@@ -543,6 +362,7 @@ class Simulator:
         self.exactly_once = exactly_once
         self.commit_lag = commit_lag
         self.signer = signer
+        self.gapless = gapless
         self.layer = layer
         self.clock = clock if clock is not None else SimClock()
         self.protocols = self._protocols(protocols)
@@ -572,13 +392,16 @@ class Simulator:
         self.determinism_errors: list[str] = []
         self.trace: list[str] | None = [] if record_trace else None
         self._sent_at: dict[tuple[str, str], int] = {}
+        #: (topic, id) -> the node's log time when it wrote the Delivery (when it began to
+        #: remember the id as delivered, §4.13).
+        self._settled_at: dict[tuple[str, str], int] = {}
         self._forged = 0
 
     def _protocols(self, given: Mapping[str, Algorithm | str] | None) -> dict[str, Algorithm]:
         if given is not None:
             return {t: Algorithm(given.get(t, self.algorithm)) for t in self.topics}
         if self.chaos.mixed_protocols:
-            return {t: _pick(self.chooser, list(Algorithm)) for t in self.topics}
+            return {t: pick(self.chooser, list(Algorithm)) for t in self.topics}
         return dict.fromkeys(self.topics, self.algorithm)
 
     def _spec(self, engine: Engine, snapshot_every: int) -> NodeSpec:
@@ -772,7 +595,7 @@ class Simulator:
             [m._replace(seq=None) for m in messages],
             sender_id=first.senderID,
             sent_from=first.sentFromTopic or "",
-            protocol=_stated(first.protocol),
+            protocol=stated_protocol(first.protocol),
             partition=first.partitionID,
         )
         self.append_input(topic, value, signed=True)
@@ -790,8 +613,11 @@ class Simulator:
     def stray(self, topic: str, kind: int, bound: StrayBound) -> None:
         """Append a stray record to ``topic``'s input log with a timestamp at ``bound``:
         ``kind`` 0 a Tick from the merger's id, 1 a Tick from an intruder, 2 an Ack and
-        3 a Notify about a message ``topic`` has delivered, from another of its
-        destinations (when there is none yet: a Tick). Unsigned, without ``seq``."""
+        3 a Notify about a message ``topic`` has delivered and still remembers, from
+        another of its destinations (when there is none: a Tick). Unsigned, without
+        ``seq``. (A record about an id the node has forgotten (§4.13) is a new message
+        there, which a writer without the secret can forge anyway: signing is the
+        answer to that, not the bounds under test here.)"""
         ts = stray_timestamp(self.clock.now_ms, bound)
         about = self._delivered_multicast(topic) if kind >= 2 else None
         if about is None:
@@ -814,20 +640,26 @@ class Simulator:
     def _delivered_multicast(self, topic: str) -> tuple[Message, str] | None:
         reader = self.readers[topic]
         reader.poll()
-        multicasts = [m for m in reader.read if len(m.topic) > 1]
+        window = self.nodes[topic].spec.window_ms
+        multicasts = [  # remembered when the stray is read: not a new message there
+            m
+            for m in reader.read
+            if len(m.topic) > 1
+            and self._settled_at.get((topic, m.messageID), 0) + window // 2 > self.clock.now_ms
+        ]
         if not multicasts:
             return None
-        message = _pick(self.chooser, multicasts)
+        message = pick(self.chooser, multicasts)
         others = [t for t in message.topic if t != topic and t in self.protocols]
-        return (message, _pick(self.chooser, others)) if others else None
+        return (message, pick(self.chooser, others)) if others else None
 
     def bad_value(self, topic: str) -> None:
         """Append a forged Bundle whose relayed ClientMessage value is not JSON."""
         self._forged += 1
         mid = f"forged-{self._forged}"
         others = [t for t in self.topics if t != topic]
-        destinations = tuple(sorted({topic, _pick(self.chooser, others)})) if others else (topic,)
-        sender = _pick(self.chooser, list(self.topics))
+        destinations = tuple(sorted({topic, pick(self.chooser, others)})) if others else (topic,)
+        sender = pick(self.chooser, list(self.topics))
         value = bad_value_bundle(
             mid,
             destinations,
@@ -924,24 +756,24 @@ class Simulator:
             if recent is not None:
                 self.unsequenced_copy(*recent)
         if chooser.chance(chaos.delay):
-            self.delay(_pick(chooser, topics), chooser.integer(1, chaos.max_delay))
+            self.delay(pick(chooser, topics), chooser.integer(1, chaos.max_delay))
         if chooser.chance(chaos.checkpoint):
-            self.checkpoint(_pick(chooser, topics))
+            self.checkpoint(pick(chooser, topics))
         if chooser.chance(chaos.crash):
-            self.crash(_pick(chooser, topics))
+            self.crash(pick(chooser, topics))
         if chooser.chance(chaos.stray):
             kind = chooser.integer(0, 3)
             bounds = list(StrayBound) if kind < 2 else list(_SHORT_BOUNDS)
-            self.stray(_pick(chooser, topics), kind, _pick(chooser, bounds))
+            self.stray(pick(chooser, topics), kind, pick(chooser, bounds))
         if chooser.chance(chaos.bad_value):
-            self.bad_value(_pick(chooser, topics))
+            self.bad_value(pick(chooser, topics))
 
     def _recent_record(self) -> tuple[str, int] | None:
         """A drawn topic and one of the last ``duplicate_window`` offsets of its log."""
         nonempty = [t for t in self.topics if len(self.inputs[t])]
         if not nonempty:
             return None
-        topic = _pick(self.chooser, nonempty)
+        topic = pick(self.chooser, nonempty)
         size = len(self.inputs[topic])
         low = max(0, size - self.chaos.duplicate_window)
         return topic, self.chooser.integer(low, size - 1)
@@ -994,10 +826,11 @@ class Simulator:
         outputs = ready.outputs()
         if outputs and self.chooser.chance(self.chaos.producer_gap):
             failed = self.chooser.integer(0, len(outputs) - 1)
-            for record in outputs[:failed]:
+            written = outputs[:failed] if self.gapless else outputs[:failed] + outputs[failed + 1 :]
+            for record in written:
                 self._route(topic, record)
             self.events["producer_gap"] += 1
-            self._note(f"{topic}: write {failed} of {len(outputs)} fails; nothing after it")
+            self._note(f"{topic}: write {failed} of {len(outputs)} fails ({len(written)} written)")
             self.crash(topic)
             return
         for record in outputs:
@@ -1028,6 +861,10 @@ class Simulator:
             self.inputs[target].append(record.value, key=record.key, headers=record.headers)
         elif kind is OutKind.DELIVERY or kind is OutKind.WATERMARK:
             self.streams[source].append(record.value, key=record.key, headers=record.headers)
+            if self.chaos.stray and kind is OutKind.DELIVERY and record.value is not None:
+                (message,) = decode_record(record.value)
+                now = self.nodes[source].batch.engine.now_ms
+                self._settled_at.setdefault((source, message.messageID), now)
             if self.trace is not None and kind is OutKind.DELIVERY:
                 self._note(f"{source} DELIVERS {(record.value or b'')[:80]!r}")
         elif kind is OutKind.DEAD_LETTER:
@@ -1039,28 +876,3 @@ class Simulator:
     def _note(self, text: str) -> None:
         if self.trace is not None:
             self.trace.append(f"{self.clock.step:5d} {text}")
-
-
-def _stated(protocol: str | None) -> str:
-    """A bundle header's protocol as the writer stated it: ``None`` is written as JSON
-    null, a writer that names none (the engine refuses its control messages)."""
-    return cast(str, protocol)
-
-
-def encode_message(message: Message) -> bytes:
-    """``message`` as the record its writer puts in a log: a ClientMessage or Delivery
-    as itself, a Tick as a Tick, a control message in a Bundle of one."""
-    kind = message.messageType
-    if kind is MessageType.CLIENT:
-        return encode_client(message)
-    if kind is MessageType.TICK:
-        return encode_tick(message.senderID, message.timeStamp or 0, message.partitionID)
-    if kind in (MessageType.DELIVERY, MessageType.PARTITION_DELIVERY):
-        return encode_delivery(message)
-    return encode_bundle(
-        [message],
-        sender_id=message.senderID,
-        sent_from=message.sentFromTopic or "",
-        protocol=_stated(message.protocol),
-        partition=message.partitionID,
-    )

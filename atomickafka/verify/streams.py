@@ -7,6 +7,8 @@ reader a client runs on a delivery stream.
 - :class:`Log`: one Kafka partition. Every record appended gets the next offset and the
   clock's time as its log append time (input logs are ``LogAppendTime`` topics), so the
   engine's time bounds (§4.11) and its memory window (§4.13) see what they see on Kafka.
+- :func:`encode_message`, :func:`decoded_log`: a message as its writer puts it in a
+  log, and a log's messages as a node decodes them.
 - :class:`StreamReader`: a client of one delivery stream (or a merger's view of a
   layer's stream). It takes only Deliveries of its topic (with a signer, only validly
   signed ones) and drops anything at or below the last ``(timeStamp, layer,
@@ -18,13 +20,31 @@ reader a client runs on a delivery stream.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, cast
 
 from atomickafka.core.reader import PlainRecord, delivery_order_key, read_delivery
 from atomickafka.core.signing import Signer
-from atomickafka.core.wire import Message
+from atomickafka.core.wire import (
+    Message,
+    MessageError,
+    MessageType,
+    decode_record,
+    encode_bundle,
+    encode_client,
+    encode_delivery,
+    encode_tick,
+)
 
-__all__ = ["BASE_LOG_MS", "INPUT_PREFIX", "Log", "SimClock", "StreamReader"]
+__all__ = [
+    "BASE_LOG_MS",
+    "INPUT_PREFIX",
+    "Log",
+    "SimClock",
+    "StreamReader",
+    "decoded_log",
+    "encode_message",
+    "stated_protocol",
+]
 
 #: Log time (ms since the epoch) at step 0: late 2026, a realistic magnitude for §4.11.
 BASE_LOG_MS: Final = 1_795_000_000_000
@@ -156,3 +176,42 @@ class StreamReader:
                 f"{self.topic}@{offset}: {message.messageID}@{message.timeStamp} is below "
                 f"{self._last} and not a repeat of a delivery read before"
             )
+
+
+def decoded_log(records: Sequence[PlainRecord]) -> list[Message]:
+    """The messages of ``records`` as a node decodes them; undecodable ones left out."""
+    out: list[Message] = []
+    for record in records:
+        raw = record.value()
+        if raw is None:
+            continue
+        try:
+            out.extend(decode_record(raw, log_time=record.timestamp()[1], origin=record.offset()))
+        except MessageError:
+            continue
+    return out
+
+
+def stated_protocol(protocol: str | None) -> str:
+    """A bundle header's protocol as the writer stated it: ``None`` is written as JSON
+    null, a writer that names none (the engine refuses its control messages)."""
+    return cast(str, protocol)
+
+
+def encode_message(message: Message) -> bytes:
+    """``message`` as the record its writer puts in a log: a ClientMessage or Delivery
+    as itself, a Tick as a Tick, a control message in a Bundle of one."""
+    kind = message.messageType
+    if kind is MessageType.CLIENT:
+        return encode_client(message)
+    if kind is MessageType.TICK:
+        return encode_tick(message.senderID, message.timeStamp or 0, message.partitionID)
+    if kind in (MessageType.DELIVERY, MessageType.PARTITION_DELIVERY):
+        return encode_delivery(message)
+    return encode_bundle(
+        [message],
+        sender_id=message.senderID,
+        sent_from=message.sentFromTopic or "",
+        protocol=stated_protocol(message.protocol),
+        partition=message.partitionID,
+    )
