@@ -219,7 +219,7 @@ def test_drawn_schedules_keep_atomic_multicast(
     algorithm: Algorithm, data: st.DataObject, n_topics: int
 ) -> None:
     """Every scheduling choice is a Hypothesis draw, so a failure shrinks to a minimal
-    schedule: fewest duplicates, replays, delays and crashes, smallest batches."""
+    schedule: fewest copies, delays and crashes, smallest batches."""
     topics = topic_names(n_topics)
     workload = data.draw(workloads(topics))
     chaos = Chaos(
