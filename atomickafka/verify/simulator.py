@@ -3,10 +3,10 @@
 Each topic has an input log (a :class:`~atomickafka.verify.streams.Log` of encoded
 records with offsets and log append times, standing in for ``atomickafka-in.T``) and
 one node: the production batch layer, a :class:`~atomickafka.node.batch.NodeBatch`,
-stepped with the records it has not read yet. What its :class:`~atomickafka.node.batch.
-Ready` holds goes where the node's shell writes it: control bundles and the node's own
-ticks to the end of the target topic's input log, deliveries to the topic's delivery
-stream, dead letters to a per-topic list, snapshots to a per-topic snapshot store. So
+stepped with the records it has not read yet. What its ``Ready`` holds goes where the
+node's shell writes it: control bundles and the node's own ticks to the end of the
+target topic's input log, deliveries to the topic's delivery stream, dead letters to
+a per-topic list, snapshots to a per-topic snapshot store. So
 the code under test is the code that runs: decoding, signatures, bundling, dead
 letters, replay cuts and snapshots included. Clients append ClientMessages (stamped
 ``sentAt`` with the simulated clock) to any topic -- a destination, or another topic,
@@ -29,11 +29,13 @@ store and the committed offset, then a replay. Snapshots are taken every
 
 A *scheduler* decides, step by step, what happens next: a client sends its next
 message, or a node consumes a batch of the next 1..``max_batch`` records of its log (or
-ticks it while it holds a message, §4.11). One step is one millisecond of log time.
+ticks it while it holds a message, §4.11). One step is one millisecond of log time;
+when nothing is left to do but wait for a held message, time jumps to when it is due.
 It can misbehave the way Kafka, crashes and careless writers do (:class:`Chaos`):
 
 - DELAY: a node does not step for a while;
-- DUPLICATE: a record already in a log is appended again, later (a writer's retry);
+- DUPLICATE: a record already in a log is appended again, later (a writer's retry),
+  byte for byte or (UNSEQUENCED) without the ``seq`` of its messages;
 - PARTIAL WRITE (``direct``): a client dies after writing to some destinations only;
 - CHECKPOINT, CRASH: a snapshot now; a node restarts as above;
 - PRODUCER GAP: a step's write fails at one of its records -- those before it are
@@ -198,8 +200,9 @@ class SimulationResult:
     ``deliveries`` is what a client reads from each delivery stream: in exactly-once
     mode every delivery record, as a plain ``read_committed`` consumer reads it; in
     at-least-once mode with repeats dropped (``raw`` has them; ``streams`` every
-    record). ``logs`` holds the messages of each input log,
-    decoded as the node decodes them; ``records`` the logs themselves.
+    record). ``logs`` holds the messages of each input log, decoded as the node decodes
+    them; ``records`` the logs themselves. ``doomed`` names the messages that must be
+    delivered nowhere (forged, or to destinations of different protocols).
     """
 
     topics: tuple[str, ...]
@@ -235,7 +238,7 @@ class SimulationResult:
 
     def rejected_reasons(self) -> dict[str, list[str]]:
         """Per topic, the reasons its node gave for setting input aside (when any);
-        notes about aborted messages are in :meth:`aborted_ids`."""
+        the notes about aborted messages are in :attr:`aborted`."""
         out: dict[str, list[str]] = {}
         for topic, letters in self.dead_letters.items():
             reasons = [r for r in map(_reason, letters) if not r.startswith("aborted: ")]
@@ -332,8 +335,8 @@ class Simulator:
     (or ``chaos.mixed_protocols`` draws one per topic). ``engine_factory(topic,
     algorithm)`` builds each node's first engine (its node id is the spec's): its
     class is kept across crashes (the mutation tests pass subclasses) and its limits
-    go into the node's spec. ``signer``: every member (clients, nodes) signs what it writes
-    and nodes set aside what is not signed. ``layer``, ``clock``: set by
+    go into the node's spec. ``signer``: every member (clients, nodes) signs what it
+    writes and nodes set aside what is not signed. ``layer``, ``clock``: set by
     :class:`~atomickafka.verify.layered.LayeredSimulator` for one layer of partitioned
     topics, whose nodes write to the layer streams of ``atomickafka-layers.T``.
     ``gapless=False`` is the negative control of the at-least-once producer gaps: the
