@@ -177,9 +177,10 @@ class NodeBatch:
     # ------------------------------------------------------------------ starting
 
     @classmethod
-    def fresh_engine(cls, spec: NodeSpec) -> Engine:
-        """The engine of a node that starts from the beginning of its log."""
-        return Engine(
+    def fresh_engine(cls, spec: NodeSpec, engine_class: type[Engine] = Engine) -> Engine:
+        """The engine of a node that starts from the beginning of its log
+        (``engine_class``: an :class:`Engine` subclass, for the mutation tests)."""
+        return engine_class(
             spec.topic,
             spec.node_id,
             spec.algorithm,
@@ -190,17 +191,25 @@ class NodeBatch:
         )
 
     @classmethod
-    def recover(cls, spec: NodeSpec, snapshot: LoadedSnapshot | None, committed: int) -> NodeBatch:
+    def recover(
+        cls,
+        spec: NodeSpec,
+        snapshot: LoadedSnapshot | None,
+        committed: int,
+        *,
+        engine_class: type[Engine] = Engine,
+    ) -> NodeBatch:
         """A node restarting from ``snapshot`` (or from nothing) with ``committed`` the
         committed input offset: it replays from the snapshot's offset, dropping outputs
-        below ``committed``."""
+        below ``committed``. ``engine_class`` is what the engine is rebuilt as (the
+        simulators' mutation tests keep their mutant across a crash)."""
         if snapshot is None or snapshot.state is None:
             start = 0
-            engine = cls.fresh_engine(spec)
+            engine = cls.fresh_engine(spec, engine_class)
             seq = snapshot.seq if snapshot is not None else 0
         else:
             start = snapshot.offsets.get(spec.input_partition, 0)
-            engine = Engine.restore(snapshot.state["engine"])
+            engine = engine_class.restore(snapshot.state["engine"])
             seq = snapshot.seq
         return cls(
             spec, engine, position=start, replay_until=max(committed, start), snapshot_seq=seq
