@@ -76,6 +76,7 @@ from typing import Any, Final
 import orjson
 
 from atomickafka.core.engine import Algorithm, Engine
+from atomickafka.core.raw import decode_any
 from atomickafka.core.reader import (
     DEAD_LETTER_ERROR_HEADER,
     PlainRecord,
@@ -295,7 +296,7 @@ def replayed_deliveries(spec: NodeSpec, records: Sequence[PlainRecord]) -> list[
     out: list[Message] = []
     for record in ready.records:
         if record.kind is OutKind.DELIVERY and record.value is not None:
-            out.extend(decode_record(record.value))
+            out.extend(decode_any(record.value, record.key, list(record.headers)))
     return out
 
 
@@ -875,7 +876,7 @@ class Simulator:
         elif kind is OutKind.DELIVERY or kind is OutKind.WATERMARK:
             self.streams[source].append(record.value, key=record.key, headers=record.headers)
             if self.chaos.stray and kind is OutKind.DELIVERY and record.value is not None:
-                (message,) = decode_record(record.value)
+                (message,) = decode_any(record.value, record.key, list(record.headers))
                 now = self.nodes[source].batch.engine.now_ms
                 self._settled_at.setdefault((source, message.messageID), now)
             if self.trace is not None and kind is OutKind.DELIVERY:

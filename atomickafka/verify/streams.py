@@ -22,13 +22,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final, cast
 
+from atomickafka.core.raw import decode_any
 from atomickafka.core.reader import PlainRecord, delivery_order_key, read_delivery
 from atomickafka.core.signing import Signer
 from atomickafka.core.wire import (
     Message,
     MessageError,
     MessageType,
-    decode_record,
     encode_bundle,
     encode_client,
     encode_delivery,
@@ -186,7 +186,15 @@ def decoded_log(records: Sequence[PlainRecord]) -> list[Message]:
         if raw is None:
             continue
         try:
-            out.extend(decode_record(raw, log_time=record.timestamp()[1], origin=record.offset()))
+            out.extend(
+                decode_any(
+                    raw,
+                    record.key(),
+                    record.headers(),
+                    log_time=record.timestamp()[1],
+                    origin=record.offset(),
+                )
+            )
         except MessageError:
             continue
     return out
