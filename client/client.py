@@ -318,7 +318,12 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
     # ------------------------------------------------------------------ reading
 
     def reader(
-        self, topic: str, *, from_beginning: bool = True, group: str | None = None
+        self,
+        topic: str,
+        *,
+        from_beginning: bool = True,
+        group: str | None = None,
+        writers: Iterable[str] | None = None,
     ) -> DeliveryReader:
         """A :class:`~atomickafka.client.DeliveryReader` of ``topic``'s deliveries, with
         this client's settings; use it in a ``with`` block, which closes its consumer."""
@@ -330,6 +335,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
             secret=self._secret,
             secret_file=self._secret_file,
             group=group,
+            writers=writers,
         )
 
     def deliveries(
@@ -340,6 +346,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         timeout_s: float | None = None,
         max_messages: int | None = None,
         group: str | None = None,
+        writers: Iterable[str] | None = None,
     ) -> Iterator[Delivery]:
         """Yield ``topic``'s deliveries in order, hiding control records and duplicates.
 
@@ -349,7 +356,9 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         anything. Its consumer is closed when the iteration ends; stopping early leaves
         it open until the iterator is collected, so prefer :meth:`reader` there.
         """
-        with self.reader(topic, from_beginning=from_beginning, group=group) as reader:
+        with self.reader(
+            topic, from_beginning=from_beginning, group=group, writers=writers
+        ) as reader:
             yield from reader.deliveries(timeout_s=timeout_s, max_messages=max_messages)
 
     # ------------------------------------------------------------------ lifecycle

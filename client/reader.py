@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 
 import orjson
@@ -19,7 +19,7 @@ from confluent_kafka import Message as KafkaMessage
 
 from atomickafka.client.delivery import Delivery
 from atomickafka.client.errors import MessageError
-from atomickafka.core.reader import delivery_order_key, read_delivery
+from atomickafka.core.reader import delivery_order_key, delivery_writers, read_delivery
 from atomickafka.core.wire import Message, is_valid_topic_name
 from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
 from atomickafka.kafka.guarantees import refuse_unsafe
@@ -37,7 +37,11 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
     (docs/DESIGN.md §4.4, §8), so a repeat is anything at or below the last one read:
     the reader remembers one key, not every id. It reads ``read_committed``. With a
     signing secret (``secret`` or ``secret_file``, §4.14) it drops deliveries that are
-    not validly signed and counts them in :attr:`forged`.
+    not validly signed and counts them in :attr:`forged`. Without one it still drops
+    deliveries whose sender is not ``topic``'s node or merger (``writers`` names other
+    writers, e.g. an evaluation baseline's) and counts them in :attr:`foreign`: a record
+    someone else wrote into the topic must not pass for a delivery, nor -- its
+    timestamp ahead of the real ones -- hide them as repeats.
 
     ``config`` holds librdkafka settings (``-X``); one that would show uncommitted
     records is refused (:class:`~atomickafka.client.ConfigError`). Use it as a context
@@ -55,12 +59,15 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
         secret: str | bytes | None = None,
         secret_file: str | None = None,
         group: str | None = None,
+        writers: Iterable[str] | None = None,
     ) -> None:
         if not is_valid_topic_name(topic):
             raise MessageError("topic", "not a valid topic name", topic)
         refuse_unsafe(config or {}, node=False)  # e.g. isolation.level=read_uncommitted
         self.topic = topic
         self.forged = 0
+        self.foreign = 0
+        self._writers = delivery_writers(topic) if writers is None else frozenset(writers)
         self.repeats = 0
         self._signer = signer_from(secret, secret_file)
         self._last: tuple[int, int, str] | None = None
@@ -147,6 +154,9 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
         """The delivery ``record`` holds, unless it is none, forged or a repeat."""
         message = read_delivery(record, at=self.topic)
         if message is None:
+            return None
+        if message.senderID not in self._writers:
+            self.foreign += 1
             return None
         signer = self._signer
         if signer is not None and signer.problem(

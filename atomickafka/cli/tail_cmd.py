@@ -83,4 +83,8 @@ def _run(args: argparse.Namespace) -> int:
             else:
                 out.write(f"{delivery.timeStamp}\t{delivery.messageID}\t{text_value(delivery)}\n")
             out.flush()
+    skipped = {"wrongly signed": reader.forged, "not written by its node or merger": reader.foreign}
+    for what, count in skipped.items():
+        if count:
+            sys.stderr.write(f"atomickafka tail: skipped {count} records {what}\n")
     return 0

@@ -314,6 +314,8 @@ class Engine:
         if not released and self._repeated(record):
             self.stats.duplicates += 1
             return
+        if released and record.origin is not None:
+            result.released.append(record.origin)  # until it is kept again, below
         if released and self._held_too_long(record):
             self.stats.late += 1
             self.stats.rejected += 1
@@ -336,10 +338,21 @@ class Engine:
         except _Held as held:
             self.stats.held += 1
             pushed_out = self._held.hold(record, held.ts)
+            self._kept(position, record, result, released)
             if pushed_out is not None:
                 self._refuse_held(pushed_out, result)
         except _AwaitingMembers as awaiting:
             self._awaiting.append((awaiting.until_ms, record))
+            self._kept(position, record, result, released)
+
+    @staticmethod
+    def _kept(position: int | None, record: Message, result: Step, released: bool) -> None:
+        """Tell the caller that ``record`` is kept for later (its input record is the
+        dead letter should a later batch refuse it)."""
+        if position is not None:
+            result.deferred.append(position)
+        elif released and result.released and result.released[-1] == record.origin:
+            result.released.pop()  # kept again: not released after all
 
     def _held_too_long(self, record: Message) -> bool:
         """A record held for longer than a record may be late is a stray's: an honest

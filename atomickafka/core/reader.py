@@ -49,6 +49,7 @@ __all__ = [
     "PlainRecord",
     "declares_delivery",
     "delivery_order_key",
+    "delivery_writers",
     "header_value",
     "peek",
     "read_dead_letter",
@@ -207,6 +208,12 @@ def read_delivery(record: KafkaRecord, *, at: str | None = None) -> Message | No
     if message.value is None or (at is not None and message.sentFromTopic != at):
         return None
     return message
+
+
+def delivery_writers(topic: str) -> frozenset[str]:
+    """The sender ids that write deliveries into ``topic``: its node (unpartitioned)
+    and its merger (partitioned). A delivery from anyone else is not AtomicKafka's."""
+    return frozenset({f"node-{topic}", f"merger-{topic}"})
 
 
 def delivery_order_key(message: Message) -> tuple[int, int, str]:

@@ -65,6 +65,9 @@ __all__ = ["NodeBatch", "NodeSpec", "OutKind", "OutRecord", "Ready"]
 #: How much of a set-aside record a dead letter keeps (all of any record a producer
 #: with the default limits can write).
 DEAD_LETTER_KEEP: Final = 990_000
+#: The input records of held or waiting messages are kept (up to this many bytes, the
+#: oldest dropped first) so that a later refusal sets the record aside verbatim.
+DEFERRED_KEEP_BYTES: Final = 64 * 1024 * 1024
 _DELIVERY_TYPE: Final = b"DeliveryMessage"
 _LOG_APPEND_TIME: Final = 2  # confluent-kafka's TIMESTAMP_LOG_APPEND_TIME
 #: The delivery formats (§3.8).
@@ -173,6 +176,7 @@ class NodeBatch:
         self._last_tick_s: float | None = None
         self._watermark_sent = -1
         self._members_written: set[str] | None = None
+        self._deferred = DeferredRecords(DEFERRED_KEEP_BYTES)
 
     # ------------------------------------------------------------------ starting
 
@@ -284,7 +288,11 @@ class NodeBatch:
             sources.extend([record] * len(decoded))
         step = self.engine.step(messages)
         self.position = (records[-1].offset() or 0) + 1
+        for position in step.deferred:
+            self._deferred.keep(sources[position])
         out.extend(self._refused(step, sources))
+        for origin in step.released:
+            self._deferred.pop(origin)  # taken up (or refused above): no longer needed
         out.extend(self._aborted(step))
         out.extend(self._outputs(step))
         return [self._signed(r) for r in out]
@@ -325,9 +333,8 @@ class NodeBatch:
         out: list[OutRecord] = []
         groups: dict[int, tuple[KafkaRecord, list[tuple[Message, str]]]] = {}
         for rejection in step.rejected:
-            if rejection.position is None:  # held in an earlier batch (§4.11)
-                note = {"messageID": rejection.message.messageID, "held": True}
-                out.append(self._dead_letter(orjson.dumps(note), rejection.reason, None))
+            if rejection.position is None:  # kept in an earlier batch (§4.11, §4.9.5)
+                out.append(self._refused_later(rejection.message, rejection.reason))
                 continue
             source = sources[rejection.position]
             groups.setdefault(id(source), (source, []))[1].append(
@@ -344,6 +351,17 @@ class NodeBatch:
                 )
             )
         return out
+
+    def _refused_later(self, message: Message, reason: str) -> OutRecord:
+        """The dead letter of a message refused after it was held or waited: its record
+        verbatim while kept, else a note naming the record's offset in the input log."""
+        origin = message.origin
+        kept = self._deferred.pop(origin)
+        if kept is not None:
+            ids = ((DEAD_LETTER_MESSAGES_HEADER, message.messageID),)
+            return self._dead_letter(kept.value(), reason, kept, ids)
+        note = {"messageID": message.messageID, "held": True, "offset": origin}
+        return self._dead_letter(orjson.dumps(note), reason, None)
 
     def _aborted(self, step: Step) -> list[OutRecord]:
         return [
@@ -515,3 +533,29 @@ class NodeBatch:
             for r in records
         )
         ready.snapshot_offset = self.position
+
+
+class DeferredRecords:
+    """Input records of messages the engine kept for later, by offset, within a byte
+    budget (oldest dropped first): only for verbatim dead letters, never for state."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self._budget = budget_bytes
+        self._records: dict[int, KafkaRecord] = {}  # insertion order = oldest first
+        self._bytes = 0
+
+    def keep(self, record: KafkaRecord) -> None:
+        offset = record.offset()
+        if offset is None or offset in self._records:
+            return
+        self._records[offset] = record
+        self._bytes += len(record.value() or b"")
+        while self._bytes > self._budget and self._records:
+            oldest = next(iter(self._records))
+            self._bytes -= len(self._records.pop(oldest).value() or b"")
+
+    def pop(self, offset: int | None) -> KafkaRecord | None:
+        record = self._records.pop(offset, None) if offset is not None else None
+        if record is not None:
+            self._bytes -= len(record.value() or b"")
+        return record

@@ -265,6 +265,8 @@ class MergerRuntime(Stoppable):
                 self.batch.step(records, wall_s=wall) if records else self.batch.idle(wall_s=wall)
             )
             self._note_progress(records)
+            if self._replay_ends and not records:
+                self._note_position(consumer)
             writer.write(ready.records, None)
             self._retry_ticks_if_blocked(writer)
             writer.settle()
@@ -283,6 +285,16 @@ class MergerRuntime(Stoppable):
                 and offset + 1 >= self._replay_ends.get(part, 0)
             ):
                 self._replay_ends.pop(part, None)
+
+    def _note_position(self, consumer: Consumer) -> None:
+        """A layer's replay also ends where the consumer's position passes the end it had
+        at start: a layer writes transactionally, so its last offset may be a commit
+        marker, which is never returned as a record."""
+        source = layers_topic(self.config.topic)
+        positions = consumer.position([TopicPartition(source, p) for p in self._replay_ends])
+        for tp in positions:
+            if tp.offset >= self._replay_ends.get(tp.partition, 0):
+                self._replay_ends.pop(tp.partition, None)
 
     def _retry_ticks_if_blocked(self, writer: TransactionalWriter | GaplessWriter) -> None:
         """Rule 3: a head blocked for :data:`TICK_RETRY_S` asks its blockers again."""
