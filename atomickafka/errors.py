@@ -15,7 +15,14 @@ AtomicKafka, so that every layer may use it.
 
 from __future__ import annotations
 
-__all__ = ["AtomicKafkaError", "ConfigError", "QueueFullError", "TimedOutError"]
+__all__ = [
+    "AtomicKafkaError",
+    "ConfigError",
+    "KafkaUnreachableError",
+    "QueueFullError",
+    "TimedOutError",
+    "UnknownTopicError",
+]
 
 
 class AtomicKafkaError(Exception):
@@ -35,3 +42,13 @@ class TimedOutError(AtomicKafkaError, TimeoutError):
 class QueueFullError(AtomicKafkaError):
     """librdkafka's local send queue stayed full for longer than the producer waits: the
     broker is not taking records (unreachable, or far slower than the sender)."""
+
+
+class KafkaUnreachableError(AtomicKafkaError, ConnectionError):
+    """No broker of the bootstrap answered in time (a wrong address, a broker down, a
+    failed TLS handshake or SASL login); the message gives librdkafka's reason."""
+
+
+class UnknownTopicError(ConfigError):
+    """A topic that was named does not exist on the cluster (a typo, or no node has
+    served it yet)."""

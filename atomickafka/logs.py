@@ -4,7 +4,11 @@ Pass machine-readable fields with ``log.info("what", extra={"fields": {...}})``;
 become keys of the JSON object. A long-running shell names what it runs once, with
 :func:`log_context` (``node``, ``topic``, ``layer``): every line logged while the
 context is open -- by the shell or by anything it calls, in the same thread -- carries
-those keys too, and a line's own fields win over them.
+those keys too, and a line's own fields win over them. librdkafka's own lines arrive
+through the ``atomickafka.librdkafka`` logger (every client AtomicKafka creates is
+given it), so they are JSON lines too. Secrets registered with :func:`hide_in_logs`
+(the SASL password of the configuration...) are replaced by ``********`` in every
+line, whatever logged them.
 """
 
 from __future__ import annotations
@@ -12,15 +16,26 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from types import MappingProxyType
+from typing import Final
 
 import orjson
 
-__all__ = ["configure_logging", "log_context"]
+__all__ = [
+    "LIBRDKAFKA_LOGGER_NAME",
+    "configure_logging",
+    "hide_in_logs",
+    "log_context",
+    "redacted",
+]
 
+#: The logger librdkafka's lines go to (``atomickafka.kafka.settings.LIBRDKAFKA_LOGGER``).
+LIBRDKAFKA_LOGGER_NAME: Final = "atomickafka.librdkafka"
+_MASK: Final = "********"
+_SECRETS: set[str] = set()
 _CONTEXT: ContextVar[Mapping[str, object]] = ContextVar(
     "atomickafka_log_context", default=MappingProxyType({})
 )
@@ -37,6 +52,18 @@ def log_context(**fields: object) -> Iterator[None]:
         _CONTEXT.reset(token)
 
 
+def hide_in_logs(secrets: Iterable[str]) -> None:
+    """Never show any of ``secrets`` in a log line from now on (in this process)."""
+    _SECRETS.update(s for s in secrets if s)
+
+
+def redacted(text: str) -> str:
+    """``text`` with every secret given to :func:`hide_in_logs` replaced by ``********``."""
+    for secret in sorted(_SECRETS, key=len, reverse=True):
+        text = text.replace(secret, _MASK)
+    return text
+
+
 class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry = {
@@ -51,16 +78,29 @@ class _JsonFormatter(logging.Formatter):
             entry.update(fields)
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return orjson.dumps(entry).decode()
+        return redacted(orjson.dumps(entry).decode())
 
 
-def configure_logging(level: str = "info", *, json: bool = True) -> None:
-    """Send log records to stderr, as JSON lines (default) or plain text."""
+class _TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return redacted(super().format(record))
+
+
+def configure_logging(
+    level: str = "info", *, json: bool = True, librdkafka_level: str | None = None
+) -> None:
+    """Send log records to stderr, as JSON lines (default) or plain text.
+
+    ``librdkafka_level`` sets librdkafka's lines apart (the short-lived commands show
+    them only when debugging: the error they lead to is reported once, in one line).
+    """
     handler = logging.StreamHandler(sys.stderr)
     if json:
         handler.setFormatter(_JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(_TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    librdkafka = logging.getLogger(LIBRDKAFKA_LOGGER_NAME)
+    librdkafka.setLevel(logging.NOTSET if librdkafka_level is None else librdkafka_level.upper())

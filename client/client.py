@@ -16,7 +16,7 @@ import logging
 import time
 import uuid
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Final
 
@@ -33,19 +33,18 @@ from atomickafka.client.errors import (
 )
 from atomickafka.client.reader import DeliveryReader
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
+from atomickafka.core.raw import encode_raw_client
 from atomickafka.core.wire import (
     MAX_VALUE_BYTES,
-    MessageType,
     client_message,
-    encode_client,
     is_valid_topic_name,
     parse_destinations,
 )
+from atomickafka.kafka.guarantees import refuse_unsafe
 from atomickafka.kafka.producer import (
     CLOSE_ON_ERROR_TIMEOUT_S,
     CLOSE_TIMEOUT_S,
     RecordProducer,
-    type_headers,
 )
 from atomickafka.kafka.secrets import signer_from
 from atomickafka.kafka.status import STATUS_READ_WINDOW_S, Role, Status, StatusWatch
@@ -89,7 +88,10 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
     """Send atomic-multicast messages and read a topic's ordered deliveries.
 
     ``layout`` must match the nodes' ``--layout``. ``config`` holds librdkafka settings
-    (``-X``) applied to every Kafka client this object creates. Before sending to a
+    (``-X``; ``producer.``/``consumer.`` prefixes address one kind of client) applied to
+    the Kafka clients this object creates; settings that would break the guarantees
+    (idempotence off, ``acks`` below all, ``isolation.level=read_uncommitted``) raise
+    :class:`~atomickafka.client.ConfigError`. Before sending to a
     topic the client checks, in the status topic, that a node serves it and which
     protocol it runs (``direct``: the message is written to every destination's input
     log; otherwise to one). ``allow_offline`` sends anyway to topics without a live node
@@ -140,12 +142,12 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         self.idempotent = idempotent
         self._failures: list[tuple[str, KafkaError]] = []
         self._config = dict(config or {})
+        refuse_unsafe(self._config, node=False)  # ConfigError, before anything is created
         self._seq = itertools.count()
         self._producer: RecordProducer | None = None
         self._watch: StatusWatch | None = None
         self._watched_at = 0.0
         self._routes: dict[tuple[str, ...], tuple[Algorithm, int] | DestinationError] = {}
-        self._headers = type_headers(MessageType.CLIENT) if self.layout is Layout.SHARED else None
 
     # ------------------------------------------------------------------ sending
 
@@ -156,10 +158,15 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         *,
         via: str | None = None,
         key: str | bytes | None = None,
+        headers: Mapping[str, str | bytes] | Sequence[tuple[str, str | bytes]] | None = None,
         on_delivery: OnDelivery | None = None,
     ) -> str:
-        """Publish ``value`` (any JSON value) to every topic in ``destinations``; return
-        its messageID.
+        """Publish ``value`` to every topic in ``destinations``; return its messageID.
+
+        ``value`` as ``bytes`` is delivered exactly as given (any encoding); anything
+        else is a JSON value. ``key`` becomes the Kafka key of every delivery (and on a
+        partitioned topic chooses the layer), ``headers`` are delivered unchanged
+        (names starting ``atomickafka-`` are reserved).
 
         Asynchronous: :meth:`flush` waits until the broker has every sent message, and
         ``on_delivery(err, sent)`` (:data:`~atomickafka.client.OnDelivery`) is called
@@ -181,7 +188,14 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         algorithm, partitions = self._serving(route)
         layer = _layer(key, seq, partitions)
         message = client_message(
-            message_id, topics, value, self.client_id, layer, sent_at=int(time.time() * 1000)
+            message_id,
+            topics,
+            value,
+            self.client_id,
+            layer,
+            sent_at=int(time.time() * 1000),
+            key=key.encode() if isinstance(key, str) else key,
+            headers=_user_headers(headers),
         )
         size = len(message.value or b"")
         if size > self.max_value_bytes:
@@ -199,17 +213,21 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         else:
             targets = [topics[zlib.crc32(message_id.encode()) % len(topics)]]
         producer = self._ensure_producer()
-        payload = encode_client(message)
+        record_key, payload, record_headers = encode_raw_client(message)
         sent = SentMessage(message_id, topics, value, via, key, layer, len(targets))
         pending = _Pending(sent, self._failed, on_delivery)
         for target in targets:
             where = input_topic(target, self.layout)
-            headers = self._headers
+            written: list[tuple[str, bytes]] = record_headers
             if self._signer is not None:
-                plain = [(k, v) for k, v in headers or () if isinstance(v, bytes)]
-                headers = list(self._signer.signed_headers(where, None, payload, plain))
+                written = self._signer.signed_headers(where, record_key, payload, record_headers)
             producer.send(
-                where, payload, partition=layer, headers=headers, on_delivery=pending.on_delivery
+                where,
+                payload,
+                key=record_key,
+                partition=layer,
+                headers=list(written),
+                on_delivery=pending.on_delivery,
             )
         producer.poll(0)
         return message_id
@@ -299,7 +317,14 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
 
     # ------------------------------------------------------------------ reading
 
-    def reader(self, topic: str, *, from_beginning: bool = True) -> DeliveryReader:
+    def reader(
+        self,
+        topic: str,
+        *,
+        from_beginning: bool = True,
+        group: str | None = None,
+        writers: Iterable[str] | None = None,
+    ) -> DeliveryReader:
         """A :class:`~atomickafka.client.DeliveryReader` of ``topic``'s deliveries, with
         this client's settings; use it in a ``with`` block, which closes its consumer."""
         return DeliveryReader(
@@ -309,6 +334,8 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
             config=self._config,
             secret=self._secret,
             secret_file=self._secret_file,
+            group=group,
+            writers=writers,
         )
 
     def deliveries(
@@ -318,15 +345,20 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         from_beginning: bool = True,
         timeout_s: float | None = None,
         max_messages: int | None = None,
+        group: str | None = None,
+        writers: Iterable[str] | None = None,
     ) -> Iterator[Delivery]:
         """Yield ``topic``'s deliveries in order, hiding control records and duplicates.
 
         Stops after ``max_messages`` deliveries, or once no delivery arrived for
-        ``timeout_s`` seconds (``None``: wait forever). Its consumer is closed when the
-        iteration ends; stopping early leaves it open until the iterator is collected,
-        so prefer :meth:`reader` there.
+        ``timeout_s`` seconds (``None``: wait forever). With ``group`` (a consumer
+        group), it goes on where that group's reader stopped, without repeating
+        anything. Its consumer is closed when the iteration ends; stopping early leaves
+        it open until the iterator is collected, so prefer :meth:`reader` there.
         """
-        with self.reader(topic, from_beginning=from_beginning) as reader:
+        with self.reader(
+            topic, from_beginning=from_beginning, group=group, writers=writers
+        ) as reader:
             yield from reader.deliveries(timeout_s=timeout_s, max_messages=max_messages)
 
     # ------------------------------------------------------------------ lifecycle
@@ -373,6 +405,21 @@ def client_id_is_valid(client_id: str) -> bool:
     return 0 < len(client_id) <= 64 and is_valid_topic_name(client_id)
 
 
+def _user_headers(
+    headers: Mapping[str, str | bytes] | Sequence[tuple[str, str | bytes]] | None,
+) -> tuple[tuple[str, bytes], ...]:
+    """The user's headers as (name, bytes) pairs; names AtomicKafka reserves refused."""
+    if not headers:
+        return ()
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    out = []
+    for name, value in pairs:
+        if not isinstance(name, str) or name.startswith("atomickafka-"):
+            raise MessageError("headers", "names starting atomickafka- are reserved", name)
+        out.append((name, value.encode() if isinstance(value, str) else bytes(value)))
+    return tuple(out)
+
+
 def _layer(key: str | bytes | None, seq: int, partitions: int) -> int | None:
     """The layer of a message: by key, else round-robin; ``None`` when unpartitioned."""
     if partitions <= 1:
@@ -388,4 +435,6 @@ def _describe(topic: str, statuses: list[Status], now: float) -> str:
         window = f"{STATUS_READ_WINDOW_S:.0f} s"
         return f"{topic!r} (no node has published a status in the last {window})"
     newest = max(statuses, key=lambda s: s.time)
+    if newest.is_stopped:
+        return f"{topic!r} (its node stopped {newest.age_s(now):.0f} s ago)"
     return f"{topic!r} (last status {newest.age_s(now):.0f} s ago)"

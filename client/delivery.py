@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import orjson
 from confluent_kafka import KafkaError
 
+from atomickafka.core.raw import BYTES
 from atomickafka.core.reader import KafkaRecord
 from atomickafka.core.wire import Message
 
@@ -58,15 +60,28 @@ class Delivery:
     offset: int
     kafka_timestamp_ms: int | None = None
     layer: int | None = None  # the partition layer that ordered it (partitioned topics)
+    #: The Kafka key and the headers the sender gave, delivered unchanged.
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+    #: The value's bytes as they were sent; ``value`` is them read as JSON, unless they
+    #: were sent as bytes (then ``value`` is these bytes too).
+    raw: bytes = b""
+
+    @property
+    def is_bytes(self) -> bool:
+        """True when the value was sent as bytes, not as a JSON value."""
+        return isinstance(self.value, bytes)
 
     @classmethod
     def of(cls, message: Message, record: KafkaRecord, topic: str) -> Delivery:
         """The delivery ``message`` (read from ``record`` at ``topic``) stands for."""
         assert message.timeStamp is not None  # a Delivery always has its final timestamp
         ts_type, ts = record.timestamp()
+        raw = message.value or b""
+        value: Any = raw if message.encoding == BYTES else orjson.loads(raw or b"null")
         return cls(
             messageID=message.messageID,
-            value=orjson.loads(message.value or b"null"),
+            value=value,
             timeStamp=message.timeStamp,
             destinations=message.topic,
             topic=topic,
@@ -74,16 +89,31 @@ class Delivery:
             offset=record.offset() or 0,
             kafka_timestamp_ms=ts if ts_type else None,
             layer=message.partitionID,
+            key=message.key,
+            headers=message.headers,
+            raw=raw,
         )
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The ``--json`` form: the wire names plus where the record sits."""
-        return {
-            "messageID": self.messageID,
-            "value": self.value,
+        """The ``--json`` form (what ``atomickafka check`` reads): the wire names plus
+        where the record sits. A value sent as bytes is ``valueBase64``; a key and
+        headers, when there are any, are base64 too."""
+        out: dict[str, Any] = {"messageID": self.messageID}
+        if self.is_bytes:
+            out["valueBase64"] = base64.b64encode(self.raw).decode()
+        else:
+            out["value"] = self.value
+        out |= {
             "timeStamp": self.timeStamp,
             "topic": list(self.destinations),
             "deliveredAt": self.topic,
             "partition": self.partition,
             "offset": self.offset,
         }
+        if self.layer is not None:
+            out["layer"] = self.layer
+        if self.key is not None:
+            out["key"] = base64.b64encode(self.key).decode()
+        if self.headers:
+            out["headers"] = [[n, base64.b64encode(v).decode()] for n, v in self.headers]
+        return out

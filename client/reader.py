@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 
 from atomickafka.client.delivery import Delivery
 from atomickafka.client.errors import MessageError
-from atomickafka.core.reader import delivery_order_key, read_delivery
+from atomickafka.core.reader import delivery_order_key, delivery_writers, read_delivery
 from atomickafka.core.wire import Message, is_valid_topic_name
 from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
+from atomickafka.kafka.guarantees import refuse_unsafe
 from atomickafka.kafka.secrets import signer_from
 from atomickafka.kafka.topics import delivery_topic
 
@@ -35,11 +37,16 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
     (docs/DESIGN.md §4.4, §8), so a repeat is anything at or below the last one read:
     the reader remembers one key, not every id. It reads ``read_committed``. With a
     signing secret (``secret`` or ``secret_file``, §4.14) it drops deliveries that are
-    not validly signed and counts them in :attr:`forged`.
+    not validly signed and counts them in :attr:`forged`. Without one it still drops
+    deliveries whose sender is not ``topic``'s node or merger (``writers`` names other
+    writers, e.g. an evaluation baseline's) and counts them in :attr:`foreign`: a record
+    someone else wrote into the topic must not pass for a delivery, nor -- its
+    timestamp ahead of the real ones -- hide them as repeats.
 
-    ``config`` holds librdkafka settings (``-X``). Use it as a context manager, or call
-    :meth:`close`: either closes its Kafka consumer, whether or not every delivery was
-    read. Successive :meth:`deliveries` calls go on where the last one stopped.
+    ``config`` holds librdkafka settings (``-X``); one that would show uncommitted
+    records is refused (:class:`~atomickafka.client.ConfigError`). Use it as a context
+    manager, or call :meth:`close`: either closes its Kafka consumer, whether or not
+    every delivery was read. Successive :meth:`deliveries` calls go on where the last one stopped.
     """
 
     def __init__(
@@ -51,11 +58,16 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
         config: Mapping[str, str] | None = None,
         secret: str | bytes | None = None,
         secret_file: str | None = None,
+        group: str | None = None,
+        writers: Iterable[str] | None = None,
     ) -> None:
         if not is_valid_topic_name(topic):
             raise MessageError("topic", "not a valid topic name", topic)
+        refuse_unsafe(config or {}, node=False)  # e.g. isolation.level=read_uncommitted
         self.topic = topic
         self.forged = 0
+        self.foreign = 0
+        self._writers = delivery_writers(topic) if writers is None else frozenset(writers)
         self.repeats = 0
         self._signer = signer_from(secret, secret_file)
         self._last: tuple[int, int, str] | None = None
@@ -64,9 +76,16 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
             "enable.partition.eof": False,
             "isolation.level": "read_committed",
         }
-        self._consumer: Consumer | None = make_consumer(bootstrap_servers, None, config, **settings)
+        self.group = group
+        self._consumer: Consumer | None = make_consumer(
+            bootstrap_servers, group, config, **settings
+        )
+        self._part = TopicPartition(delivery_topic(topic), 0)
+        self._position: int | None = None  # after the last delivery handed out (a group's)
         start = OFFSET_BEGINNING if from_beginning else OFFSET_END
-        self._consumer.assign([TopicPartition(delivery_topic(topic), 0, start)])
+        if group is not None:
+            start = self._resume_point(start)
+        self._consumer.assign([TopicPartition(self._part.topic, 0, start)])
 
     def deliveries(
         self, *, timeout_s: float | None = None, max_messages: int | None = None
@@ -85,9 +104,11 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
             if not backlog:
                 if self._consumer is None:
                     return  # closed while the caller held this iterator
+                self.commit()
                 backlog.extend(usable(consume_batch(consumer, 1000, 0.1)))
             while backlog:
                 record = backlog.popleft()
+                self._position = (record.offset() or 0) + 1
                 message = self._take(record)
                 if message is None:
                     continue
@@ -98,10 +119,44 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
                 if timeout_s is not None:
                     idle_deadline = time.monotonic() + timeout_s
 
+    def _resume_point(self, default: int) -> int:
+        """Where a group's reader goes on: after the last delivery it handed out before,
+        whose key the commit's metadata keeps (so nothing at or below it is repeated)."""
+        assert self._consumer is not None
+        (committed,) = self._consumer.committed([self._part], timeout=10)
+        if committed.offset < 0:
+            return default
+        if committed.metadata:
+            try:
+                ts, layer, mid = orjson.loads(committed.metadata)
+                self._last = (int(ts), int(layer), str(mid))
+            except (orjson.JSONDecodeError, ValueError, TypeError):
+                pass  # not ours: resume by offset alone
+        return int(committed.offset)
+
+    def commit(self, *, wait: bool = False) -> None:
+        """A group's reader: commit where it stands (the deliveries handed out so far),
+        with the last one's key; done after every fetched batch and on close."""
+        consumer, position = self._consumer, self._position
+        if self.group is None or consumer is None or position is None:
+            return
+        metadata = None if self._last is None else orjson.dumps(list(self._last)).decode()
+        offsets = [TopicPartition(self._part.topic, 0, position, metadata=metadata)]
+        try:
+            if wait:
+                consumer.commit(offsets=offsets, asynchronous=False)
+            else:
+                consumer.commit(offsets=offsets, asynchronous=True)
+        except KafkaException:  # the next commit covers it
+            return
+
     def _take(self, record: KafkaMessage) -> Message | None:
         """The delivery ``record`` holds, unless it is none, forged or a repeat."""
         message = read_delivery(record, at=self.topic)
         if message is None:
+            return None
+        if message.senderID not in self._writers:
+            self.foreign += 1
             return None
         signer = self._signer
         if signer is not None and signer.problem(
@@ -120,7 +175,9 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
         return self.deliveries()
 
     def close(self) -> None:
-        """Close the Kafka consumer (closing twice does nothing)."""
+        """Close the Kafka consumer (a group's reader first commits where it stands;
+        closing twice does nothing)."""
+        self.commit(wait=True)
         consumer, self._consumer = self._consumer, None
         self._backlog.clear()
         if consumer is not None:

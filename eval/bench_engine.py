@@ -62,7 +62,7 @@ def collect_logs(
         names,
         algorithm=algorithm,
         chooser=RandomChooser(rng),
-        chaos=Chaos(max_batch=200, duplicate=0.0, replay=0.0, delay=0.0, checkpoint=0.0),
+        chaos=Chaos(max_batch=200, duplicate=0.0, delay=0.0, checkpoint=0.0),
     )
     result = sim.run(workload, max_steps=10_000_000)
     report = result.check()

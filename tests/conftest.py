@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from atomickafka.localkafka import (
+    SASL_USERS,
     BrokerError,
     broker_status,
     ensure_broker,
@@ -134,6 +135,48 @@ def kafka_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaSer
         yield from _container_kafka()
     else:
         yield from _local_kafka(tmp_path_factory.mktemp("kafka"))
+
+
+@dataclass(frozen=True)
+class SaslKafka:
+    """A local broker whose clients must log in (SASL PLAIN over SASL_PLAINTEXT)."""
+
+    bootstrap: str
+    data_dir: Path
+
+    @property
+    def properties(self) -> Path:
+        """alice's settings as the Kafka tools take them (``sasl.jaas.config``)."""
+        return self.data_dir / "client.properties"
+
+    @property
+    def settings(self) -> dict[str, str]:
+        """alice's settings as librdkafka takes them."""
+        return {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "alice",
+            "sasl.password": SASL_USERS["alice"],
+        }
+
+
+@pytest.fixture(scope="session")
+def sasl_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SaslKafka]:
+    """A local broker of its own, started with ``--sasl`` (users admin and alice), for
+    the session; always local (Java), whatever Kafka the other tests use."""
+    data_dir = tmp_path_factory.mktemp("kafka-sasl")
+    try:
+        bootstrap = ensure_broker(1, data_dir, port=free_port_block(2), timeout=180, sasl=True)
+    except BrokerError as exc:
+        problem = str(exc)
+    else:
+        problem = ""
+    if problem:
+        pytest.fail(f"could not start the SASL broker: {problem}", pytrace=False)
+    try:
+        yield SaslKafka(bootstrap, data_dir)
+    finally:
+        stop_broker(data_dir)
 
 
 @pytest.fixture(scope="session")

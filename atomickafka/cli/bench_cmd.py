@@ -16,6 +16,7 @@ from atomickafka.cli.options import (
     add_load_shape,
     add_overrides,
     guarded,
+    reach,
     resolve_bootstrap,
 )
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
@@ -40,10 +41,15 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--topics", type=int, default=5, help="topics (one node each)")
     parser.add_argument(
-        "--algorithm", choices=[a.value for a in Algorithm], default=DEFAULT_ALGORITHM.value
+        "--algorithm",
+        choices=[a.value for a in Algorithm],
+        default=DEFAULT_ALGORITHM.value,
+        help="the nodes' protocol",
     )
     parser.add_argument("--partitions", type=int, default=1, help="partition layers per topic")
-    parser.add_argument("--layout", choices=[x.value for x in Layout], default=Layout.SPLIT.value)
+    parser.add_argument(
+        "--layout", choices=[x.value for x in Layout], default=Layout.SPLIT.value, help="layout"
+    )
     parser.add_argument("--json", dest="json_out", default=None, help="also write results here")
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up pass")
     parser.add_argument(
@@ -119,6 +125,8 @@ def _run(args: argparse.Namespace) -> int:
     # imported here: only this command needs the bench (and the client it drives)
     from atomickafka.evaluation.bench import BenchSetup, run_bench  # noqa: PLC0415
 
+    if args.bootstrap_server is not None:
+        reach(args)  # a wrong --bootstrap-server: one line, before any node starts
     bootstrap = resolve_bootstrap(args.bootstrap_server)
     shares = [int(x) / 100 for x in args.shares.split(",") if x.strip()]
     fanout = args.fanout

@@ -1,13 +1,17 @@
 """``atomickafka broker``: run a local Apache Kafka without Docker.
 
-    atomickafka broker start [--brokers 1|3] [--data-dir DIR] [--port BASEPORT]
+    atomickafka broker start [--brokers 1|3] [--data-dir DIR] [--port BASEPORT] [--sasl [--acls]]
     atomickafka broker stop [--data-dir DIR] [--purge]
     atomickafka broker status [--data-dir DIR]
     atomickafka broker fetch [--spark [VERSION]]
 
 ``start`` prints the bootstrap servers as the last line of stdout, so
 ``export KAFKA_BOOTSTRAP_SERVERS=$(atomickafka broker start | tail -n1)`` works; progress
-goes to stderr. Errors print one message and exit with status 2.
+goes to stderr. With ``--sasl`` clients must log in (SASL PLAIN over SASL_PLAINTEXT, users
+``admin``, ``alice``, ``node``, ``ops``; ``--acls`` adds an authorizer, ``admin`` the only
+super user): the data dir then holds ``client.properties`` and ``atomickafka.toml`` with
+alice's settings (``atomickafka send --config DIR/atomickafka.toml``).
+Errors print one message and exit with status 2.
 """
 
 from __future__ import annotations
@@ -21,14 +25,27 @@ from typing import Any
 
 from atomickafka import localkafka
 from atomickafka.localkafka import BrokerError, fetch_kafka, fetch_spark_kafka, log_stderr
+from atomickafka.localkafka.configs import CLIENT_PROPERTIES, CLIENT_TOML
 
 EXIT_ERROR = 2
 
 
 def _start(args: argparse.Namespace) -> int:
     bootstrap = localkafka.ensure_broker(
-        brokers=args.brokers, data_dir=args.data_dir, port=args.port, timeout=args.timeout
+        brokers=args.brokers,
+        data_dir=args.data_dir,
+        port=args.port,
+        timeout=args.timeout,
+        sasl=args.sasl,
+        acls=args.acls,
     )
+    if args.sasl:
+        data_dir = localkafka.state.resolve_data_dir(args.data_dir)
+        log_stderr(
+            f"SASL PLAIN logins only; client settings (user alice): "
+            f"{data_dir / CLIENT_TOML} (--config), {data_dir / CLIENT_PROPERTIES} "
+            "(--command-config)"
+        )
     print(bootstrap, flush=True)
     return 0
 
@@ -125,6 +142,17 @@ def register(subparsers: Any) -> None:
         "PORT+2(i-1), its controller the port after that",
     )
     start.add_argument("--timeout", type=float, default=90.0, help="seconds to wait (90)")
+    start.add_argument(
+        "--sasl",
+        action="store_true",
+        help="clients log in with SASL PLAIN (users admin, alice, node, ops; alice's "
+        "settings in the data dir)",
+    )
+    start.add_argument(
+        "--acls",
+        action="store_true",
+        help="with --sasl: an authorizer checks Kafka ACLs; admin is the only super user",
+    )
     start.set_defaults(func=_guarded(_start))
 
     stop = actions.add_parser("stop", help="stop the brokers started from the data dir")

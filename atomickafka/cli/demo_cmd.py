@@ -6,7 +6,13 @@ import argparse
 import uuid
 from typing import Any
 
-from atomickafka.cli.options import add_bootstrap, guarded, resolve_bootstrap
+from atomickafka.cli.options import (
+    add_bootstrap,
+    add_overrides,
+    guarded,
+    reach,
+    resolve_bootstrap,
+)
 from atomickafka.client import AtomicKafkaClient, Delivery, DeliveryReader
 from atomickafka.node.config import ClusterConfig, NodeConfig
 from atomickafka.node.launch import running_cluster
@@ -19,6 +25,7 @@ def register(subparsers: Any) -> None:
         "demo", help="start three nodes, multicast a few messages, print and check the order"
     )
     add_bootstrap(parser, local_fallback=True)
+    add_overrides(parser)
     parser.set_defaults(func=guarded("demo", _run))
 
 
@@ -33,16 +40,20 @@ _SCRIPT: list[tuple[str, tuple[str, ...], str | None]] = [
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.bootstrap_server is not None:
+        reach(args)  # a wrong --bootstrap-server: one line, before any node starts
     bootstrap = resolve_bootstrap(args.bootstrap_server)
     run = uuid.uuid4().hex[:6]
     names = {base: f"demo-{run}-{base}" for base in ("orders", "payments", "audit")}
     print(f"bootstrap {bootstrap}; topics {', '.join(names.values())}")
     topics = tuple(names.values())
     with running_cluster(
-        ClusterConfig(topics, NodeConfig(bootstrap, topics[0], log_level="warning"))
+        ClusterConfig(
+            topics, NodeConfig(bootstrap, topics[0], overrides=args.overrides, log_level="warning")
+        )
     ):
         sent: dict[str, tuple[tuple[str, ...], str]] = {}
-        with AtomicKafkaClient(bootstrap) as client:
+        with AtomicKafkaClient(bootstrap, config=args.overrides) as client:
             for value, bases, via in _SCRIPT:
                 dests = tuple(names[b] for b in bases)
                 mid = client.send(value, dests, via=names[via] if via else None)
@@ -52,7 +63,7 @@ def _run(args: argparse.Namespace) -> int:
         deliveries: dict[str, list[Delivery]] = {}
         for base, topic in names.items():
             want = sum(topic in d for d, _ in sent.values())
-            with DeliveryReader(bootstrap, topic) as reader:
+            with DeliveryReader(bootstrap, topic, config=args.overrides) as reader:
                 deliveries[topic] = list(reader.deliveries(timeout_s=15, max_messages=want))
             print(f"\n{base} delivered, in order:")
             for d in deliveries[topic]:

@@ -14,6 +14,7 @@ from atomickafka.cli.options import (
     add_log_level,
     add_overrides,
     guarded,
+    reach,
     resolve_bootstrap,
 )
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
@@ -49,8 +50,10 @@ def register(subparsers: Any) -> None:
         default="baseline,90-10,80-20,70-30,60-40,50-50",
         help="comma-separated: baseline, or A-B with B %% multicast to every topic",
     )
-    parser.add_argument("--messages-per-client", type=int, default=20_000)
-    parser.add_argument("--clients", type=int, default=2)
+    parser.add_argument(
+        "--messages-per-client", type=int, default=20_000, help="messages each client sends"
+    )
+    parser.add_argument("--clients", type=int, default=2, help="client processes")
     parser.add_argument("--topics", type=int, default=5, help="topics, one node each")
     add_load_shape(parser, record_size=0)
     parser.add_argument(
@@ -65,7 +68,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--partitions", type=int, default=1, help="partition layers per topic (split layout)"
     )
-    parser.add_argument("--layout", choices=[x.value for x in Layout], default=Layout.SPLIT.value)
+    parser.add_argument(
+        "--layout", choices=[x.value for x in Layout], default=Layout.SPLIT.value, help="layout"
+    )
     parser.add_argument(
         "--compare",
         default="",
@@ -208,6 +213,8 @@ def _run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     settings = _settings(args, scenarios, comparisons)
     embedded = args.bootstrap_server is None
+    if not embedded:
+        reach(args)  # a wrong --bootstrap-server: one line, before any node starts
     started = embedded and running_bootstrap() is None
     bootstrap = resolve_bootstrap(args.bootstrap_server)
     if embedded:

@@ -1,5 +1,10 @@
 """``atomickafka node`` (one node, or one topic's merger) and ``atomickafka cluster``
-(one process per node, and per merger when the topics are partitioned)."""
+(one process per node, and per merger when the topics are partitioned).
+
+Both check first that Kafka answers (one line and exit status 1 when it does not);
+``cluster`` stops, with one line and a non-zero status, rather than restart nodes that
+cannot start or cannot reach Kafka.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from atomickafka.cli.options import (
     add_secret_file,
     fail,
     guarded,
+    reach,
 )
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.kafka.topics import Layout
@@ -69,6 +75,7 @@ def register(subparsers: Any) -> None:
 
 def _add_node_options(parser: argparse.ArgumentParser) -> None:
     add_overrides(parser)
+    add_secret_file(parser)
     parser.add_argument(
         "--algorithm",
         choices=[a.value for a in Algorithm],
@@ -131,6 +138,14 @@ def _add_node_options(parser: argparse.ArgumentParser) -> None:
         "of it late (default 60)",
     )
     parser.add_argument(
+        "--delivery-format",
+        choices=["raw", "json"],
+        default="raw",
+        help="raw: a delivery record's value is the value as sent, its key the key as sent, "
+        "the sender's headers carried, AtomicKafka's metadata in atomickafka-* headers; "
+        "json: a JSON envelope (messageID, value, timeStamp, ...)",
+    )
+    parser.add_argument(
         "--takeover-after",
         type=float,
         default=6.0,
@@ -138,7 +153,6 @@ def _add_node_options(parser: argparse.ArgumentParser) -> None:
         help="a standby takes over once the active instance has been silent this long "
         "(the lease group's session timeout; default 6)",
     )
-    add_secret_file(parser)
     _add_metrics_options(parser)
     parser.add_argument(
         "--max-seconds", type=float, default=None, help="stop after this long (for scripts)"
@@ -180,9 +194,10 @@ def _node_config(args: argparse.Namespace, topic: str, layer: int | None) -> Nod
         snapshot_every_s=args.snapshot_interval,
         window_ms=int(args.memory_window * 1000),
         session_timeout_ms=int(args.takeover_after * 1000),
-        secret_file=args.secret_file,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
+        delivery_format=args.delivery_format,
+        secret_file=None if args.secret_file is None else str(args.secret_file),
     )
 
 
@@ -193,6 +208,7 @@ def _run_node(args: argparse.Namespace) -> int:
     if args.partitions <= 1 and (args.layer is not None or args.merger):
         return fail("node", "--layer and --merger need --partitions N > 1")
     config = _node_config(args, args.topic, args.layer)
+    reach(args)
     if args.merger:
         from atomickafka.node.merger_runtime import MergerRuntime  # noqa: PLC0415
 
@@ -230,5 +246,9 @@ def _run_cluster(args: argparse.Namespace) -> int:
             log_level=node.log_level,
         )
     supervisor = Supervisor(ClusterConfig(topics, node, audit=audit, standby=args.standby))
+    reach(args)
     supervisor.install_signal_handlers()
-    return supervisor.run(max_seconds=args.max_seconds)
+    status = supervisor.run(max_seconds=args.max_seconds)
+    if supervisor.failure is not None:
+        return fail("cluster", f"stopped: {supervisor.failure}", status)
+    return status

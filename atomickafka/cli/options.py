@@ -1,68 +1,62 @@
 """The options every command shares, spelled as the Kafka tools spell them.
 
 - ``--bootstrap-server HOST:PORT[,...]`` (required, or optional where the embedded
-  local broker is the fallback);
-- ``-X key=value`` (repeatable): librdkafka settings passed through to every client the
-  command creates, parsed and checked here so that a malformed pair is one clear line
-  and exit status 2, whichever command it was given to;
+  local broker is the fallback; ``KAFKA_BOOTSTRAP_SERVERS`` and the configuration file
+  can give it too: :mod:`atomickafka.config`);
+- ``-X key=value`` (repeatable): librdkafka settings passed through to the Kafka
+  clients the command creates, ``--producer-property``/``--consumer-property``/
+  ``--admin-property`` for one kind of client, ``--command-config PATH`` for a
+  properties file; a malformed pair is one clear line and exit status 2;
 - ``--topic`` and ``--to`` (destination lists), checked with the wire format's rules;
 - ``--log-level``;
 - the load's shape for ``bench`` and ``eval``: ``--record-size``, ``--fanout LO-HI``
   (each multicast's destination count, drawn at random) and ``--seed``.
+- ``--secret-file``.
 
 :func:`guarded` turns the errors a user can cause (a bad value, an unknown librdkafka
-property, a broker that cannot be started) into ``atomickafka CMD: reason`` and exit 2.
+property, a broker that cannot be started or reached) into ``atomickafka CMD: reason``
+and a non-zero exit status; secrets never show in it.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, Final
 
 from confluent_kafka import KafkaException
 
+from atomickafka.config import KafkaPairAction
 from atomickafka.core.wire import MessageError, parse_destinations
+from atomickafka.errors import KafkaUnreachableError
+from atomickafka.kafka.reach import is_unreachable, probe
 from atomickafka.localkafka import BrokerError
+from atomickafka.logs import redacted
 
 __all__ = [
+    "EXIT_FAILURE",
     "EXIT_USAGE",
     "LOG_LEVELS",
-    "OverridesAction",
     "add_bootstrap",
     "add_destinations",
     "add_load_shape",
     "add_log_level",
     "add_overrides",
+    "add_secret_file",
     "fail",
     "guarded",
     "parse_fanout",
+    "reach",
     "resolve_bootstrap",
 ]
 
 #: Exit status for bad input (argparse uses it too).
 EXIT_USAGE: Final = 2
+#: Exit status when the command could not do its work (Kafka unreachable, unhealthy).
+EXIT_FAILURE: Final = 1
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
-
-
-class OverridesAction(argparse.Action):
-    """``-X key=value``: collect the pairs into a dict, rejecting malformed ones."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[Any] | None,
-        option_string: str | None = None,
-    ) -> None:
-        pair = str(values)
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            parser.error(f"-X expects key=value, got {pair!r}")
-        current = dict(getattr(namespace, self.dest, None) or {})
-        current[key.strip()] = value
-        setattr(namespace, self.dest, current)
 
 
 def add_bootstrap(parser: argparse.ArgumentParser, *, local_fallback: bool = False) -> None:
@@ -84,19 +78,54 @@ def add_bootstrap(parser: argparse.ArgumentParser, *, local_fallback: bool = Fal
             dest="bootstrap_server",
             required=True,
             metavar="HOST:PORT[,...]",
-            help="Kafka brokers to connect to",
+            help="Kafka brokers to connect to (or KAFKA_BOOTSTRAP_SERVERS, or "
+            "bootstrap_server in the --config file)",
         )
 
 
 def add_overrides(parser: argparse.ArgumentParser) -> None:
-    """``-X key=value`` (repeatable) into ``args.overrides`` (a dict, empty by default)."""
+    """librdkafka settings: ``-X key=value`` and the per-role properties (repeatable)
+    into ``args.overrides`` (a dict, empty by default; role-prefixed keys such as
+    ``producer.linger.ms`` go to one kind of client), and ``--command-config``."""
     parser.add_argument(
         "-X",
         dest="overrides",
-        action=OverridesAction,
+        action=KafkaPairAction,
         default={},
         metavar="KEY=VALUE",
-        help="librdkafka setting passed through to every Kafka client (repeatable)",
+        help="librdkafka setting for every Kafka client (repeatable; KEY.file=PATH reads "
+        "the value from a file)",
+    )
+    for role in ("producer", "consumer", "admin"):
+        parser.add_argument(
+            f"--{role}-property",
+            dest="overrides",
+            action=KafkaPairAction,
+            prefix=f"{role}.",
+            default={},
+            metavar="KEY=VALUE",
+            help=f"librdkafka setting for the {role} clients only (repeatable)",
+        )
+    parser.add_argument(
+        "--command-config",
+        default=None,
+        metavar="PATH",
+        help="properties file of librdkafka settings (key=value lines, as the Kafka tools' "
+        "--command-config; -X pairs win)",
+    )
+
+
+def add_secret_file(parser: argparse.ArgumentParser) -> None:
+    """``--secret-file PATH``: sign what is written and check what is read (§4.14); only
+    the path is ever shown."""
+    parser.add_argument(
+        "--secret-file",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="signing secrets, one per line (the first signs, all are accepted); records "
+        "written are signed with HMAC-SHA256, unsigned or wrongly signed ones are set "
+        "aside (nodes) or dropped (readers); its content is never shown. Default: no signing",
     )
 
 
@@ -140,46 +169,51 @@ def resolve_bootstrap(bootstrap: str | None) -> str:
     return ensure_broker()
 
 
+def reach(args: argparse.Namespace, topics: Iterable[str] = ()) -> Any:
+    """Ask the cluster of ``args.bootstrap_server`` for its metadata, within a bounded
+    time (see :func:`~atomickafka.kafka.reach.probe`); return it."""
+    return probe(args.bootstrap_server, getattr(args, "overrides", None), topics=topics)
+
+
 def fail(command: str, reason: object, status: int = EXIT_USAGE) -> int:
-    """Print ``atomickafka COMMAND: reason`` on stderr; return ``status``."""
-    print(f"atomickafka {command}: {reason}", file=sys.stderr)
+    """Print ``atomickafka COMMAND: reason`` on stderr (one line, secrets hidden);
+    return ``status``."""
+    text = " ".join(redacted(str(reason)).split("\n"))
+    print(f"atomickafka{' ' + command if command else ''}: {text}", file=sys.stderr)
     return status
 
 
 def guarded(
     command: str, run: Callable[[argparse.Namespace], int]
 ) -> Callable[[argparse.Namespace], int]:
-    """Wrap a command so that the errors a user causes are one line and exit status 2.
+    """Wrap a command so that the errors a user causes are one line and a non-zero
+    status.
 
-    ``ValueError`` (bad values, including :class:`~atomickafka.core.wire.MessageError`),
-    an embedded broker that cannot start, and librdkafka's errors (an unknown ``-X``
-    property, a bad value for one) are reported; anything else is a bug and keeps its
-    traceback.
+    ``ValueError`` (bad values, including :class:`~atomickafka.core.wire.MessageError`
+    and :class:`~atomickafka.errors.ConfigError`), an embedded broker that cannot start,
+    a file that cannot be read or written, and librdkafka's errors about settings (an
+    unknown ``-X`` property, a bad value for one) exit with status 2; a Kafka that
+    cannot be reached with status 1. Anything else is a bug and keeps its traceback.
     """
 
     def wrapped(args: argparse.Namespace) -> int:
         try:
             return run(args)
+        except KafkaUnreachableError as exc:
+            return fail(command, exc, EXIT_FAILURE)
         except (ValueError, BrokerError) as exc:
+            return fail(command, exc)
+        except OSError as exc:
+            if isinstance(exc, BrokenPipeError):
+                raise  # the reader went away: main() handles it
             return fail(command, exc)
         except KafkaException as exc:
             err = exc.args[0] if exc.args else exc
             text = getattr(err, "str", lambda: str(err))()
-            return fail(command, f"Kafka: {text}")
+            status = EXIT_FAILURE if is_unreachable(exc) else EXIT_USAGE
+            return fail(command, f"Kafka: {text}", status)
 
     return wrapped
-
-
-def add_secret_file(parser: argparse.ArgumentParser) -> None:
-    """``--secret-file PATH``: sign what is written and check what is read (§4.14)."""
-    parser.add_argument(
-        "--secret-file",
-        default=None,
-        metavar="PATH",
-        help="signing secrets, one per line (the first signs, all are accepted); records "
-        "written are signed with HMAC-SHA256, unsigned or wrongly signed ones are set "
-        "aside (nodes) or dropped (readers). Default: no signing",
-    )
 
 
 def parse_fanout(text: str) -> tuple[int, int]:

@@ -27,6 +27,7 @@ from atomickafka.cli.options import (
     add_secret_file,
     fail,
     guarded,
+    reach,
 )
 from atomickafka.client import (
     AtomicKafkaClient,
@@ -50,11 +51,17 @@ def register(subparsers: Any) -> None:
     )
     add_bootstrap(parser)
     add_overrides(parser)
+    add_secret_file(parser)
     add_destinations(parser)
     parser.add_argument(
         "--via", default=None, help="topic to write to (relays if not a destination)"
     )
-    parser.add_argument("--layout", choices=[x.value for x in Layout], default=Layout.SPLIT.value)
+    parser.add_argument(
+        "--layout",
+        choices=[x.value for x in Layout],
+        default=Layout.SPLIT.value,
+        help="the nodes' layout (where the input logs are)",
+    )
     parser.add_argument(
         "--json-value", action="store_true", help="parse VALUE / each line as JSON, not a string"
     )
@@ -66,7 +73,13 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="send even to topics no live node serves (their other destinations wait)",
     )
-    add_secret_file(parser)
+    parser.add_argument(
+        "--json",
+        dest="json_out",
+        action="store_true",
+        help="print each sent message as a JSON line (messageID, topic, value): the "
+        "SENT.jsonl that atomickafka check reads; default: the messageID alone",
+    )
     parser.add_argument("value", nargs="?", default=None, metavar="VALUE")
     parser.set_defaults(func=guarded("send", _run))
 
@@ -77,6 +90,8 @@ class _Line:
     message_id: str = ""
     done: bool = False
     error: KafkaError | None = None
+    #: With ``--json``: the line printed once the message is acknowledged.
+    record: bytes | None = None
 
 
 class _Printer:
@@ -98,7 +113,7 @@ class _Printer:
             line = self.lines[self.printed]
             self.printed += 1
             if line.error is None:
-                print(line.message_id, flush=True)
+                print(line.record.decode() if line.record else line.message_id, flush=True)
             else:
                 self.failed += 1
                 print(
@@ -116,6 +131,7 @@ def _values(args: argparse.Namespace) -> Iterator[tuple[int, bytes | str]]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    reach(args)  # a wrong --bootstrap-server: one line, before reading any input
     client = AtomicKafkaClient(
         args.bootstrap_server,
         layout=args.layout,
@@ -141,6 +157,9 @@ def _run(args: argparse.Namespace) -> int:
                     key=args.key,
                     on_delivery=printer.on_delivery(line),
                 )
+                if args.json_out:
+                    sent = {"messageID": line.message_id, "topic": list(args.to), "value": value}
+                    line.record = orjson.dumps(sent)
             except DestinationError as exc:  # nothing sent: a usage problem
                 return fail("send", exc)
             except UnicodeDecodeError as exc:

@@ -1,5 +1,11 @@
 """``atomickafka status``: every node's and merger's pending work, rates and liveness,
-and the messages that hold a queue's head with what they wait for."""
+and the messages that hold a queue's head with what they wait for.
+
+It serves as a health check: the exit status is 0 when every node and merger shown is
+live and none has held its queue head longer than ``--stuck-after``, 1 when one is
+stale or stuck (or none has published), 2 for bad usage. Nodes that stopped cleanly
+are forgotten (``--all`` shows them).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,14 @@ from typing import Any
 
 import orjson
 
-from atomickafka.cli.options import add_bootstrap, add_overrides, fail, guarded
+from atomickafka.cli.options import (
+    EXIT_FAILURE,
+    add_bootstrap,
+    add_overrides,
+    fail,
+    guarded,
+    reach,
+)
 from atomickafka.kafka.status import Role, Status, read_statuses
 from atomickafka.kafka.topics import dead_letter_topic
 
@@ -25,15 +38,36 @@ def register(subparsers: Any) -> None:
     add_overrides(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object per node")
     parser.add_argument(
-        "--stuck-after", type=float, default=5.0, help="list heads waiting longer (seconds)"
+        "--stuck-after",
+        type=float,
+        default=5.0,
+        help="a head waiting longer is stuck: listed, and the exit status is 1 (seconds)",
+    )
+    parser.add_argument(
+        "--all", action="store_true", help="also show the nodes that stopped cleanly"
+    )
+    parser.add_argument(
+        "--topics",
+        default=None,
+        metavar="T1,T2,...",
+        help="only these topics' nodes and mergers (default: every one that published)",
     )
     parser.set_defaults(func=guarded("status", _run))
 
 
-def _state(status: Status, now: float) -> str:
+def _state(status: Status, now: float, stuck_after_s: float) -> str:
+    """``stopped``, ``stale``, ``stuck``, ``replaying`` or ``live``."""
+    if status.is_stopped:
+        return "stopped"
     if not status.live(now):
         return "stale"
+    if (status.oldest_pending_age_s or 0.0) >= stuck_after_s and status.head is not None:
+        return "stuck"
     return "replaying" if status.replaying else "live"
+
+
+#: States that make the exit status 1.
+_UNHEALTHY = frozenset({"stale", "stuck"})
 
 
 def _held_head(status: Status, stuck_after_s: float) -> str | None:
@@ -50,19 +84,21 @@ def _held_head(status: Status, stuck_after_s: float) -> str | None:
     return f"{head.message_id} holds the head for {head_age:.0f}s, waiting for {what}"
 
 
-def _run(args: argparse.Namespace) -> int:
-    statuses = read_statuses(args.bootstrap_server, args.overrides)
+def _chosen(args: argparse.Namespace, statuses: dict[str, Status]) -> dict[str, Status] | str:
+    """The statuses ``args`` asks for (``--topics``), or why there are none."""
     if not statuses:
-        return fail("status", "no node has published a status yet", 1)
-    now = time.time()
-    if args.json:
-        for key in sorted(statuses):
-            entry = statuses[key].to_dict() | {
-                "status_age_s": round(statuses[key].age_s(now), 1),
-                "state": _state(statuses[key], now),
-            }
-            print(orjson.dumps(entry).decode())
-        return 0
+        return "no node has published a status yet"
+    if args.topics:
+        wanted = {t.strip() for t in args.topics.split(",") if t.strip()}
+        statuses = {k: s for k, s in statuses.items() if s.topic in wanted}
+        if not statuses:
+            return f"no node of {args.topics} has published"
+    return statuses
+
+
+def _print_table(statuses: dict[str, Status], states: dict[str, str], args: argparse.Namespace,
+                 now: float) -> list[str]:  # fmt: skip
+    """One line per node; return what waits (stuck heads, other protocols)."""
     print(
         f"{'NODE':<28} {'PROTOCOL':<9} {'PENDING':>8} {'HEAD AGE':>9} {'DELIV/S':>9} "
         f"{'IN/S':>9} {'DLQ':>5} {'WATERMARK':>10}  SEEN"
@@ -78,7 +114,7 @@ def _run(args: argparse.Namespace) -> int:
         print(
             f"{key:<28} {s.algorithm:<9} {s.pending:>8} {age:>9} {s.deliveries_per_s:>9.1f} "
             f"{s.records_in_per_s:>9.1f} {s.dead_letters:>5} {mark:>10}  "
-            f"{s.age_s(now):.0f}s ago ({_state(s, now)})"
+            f"{s.age_s(now):.0f}s ago ({states[key]})"
         )
         if s.protocol_mismatches:
             stuck.append(
@@ -88,8 +124,36 @@ def _run(args: argparse.Namespace) -> int:
         line = _held_head(s, args.stuck_after)
         if line is not None:
             stuck.append(f"{key}: {line}")
+    return stuck
+
+
+def _run(args: argparse.Namespace) -> int:
+    reach(args)
+    chosen = _chosen(args, read_statuses(args.bootstrap_server, args.overrides))
+    if isinstance(chosen, str):
+        return fail("status", chosen, EXIT_FAILURE)
+    statuses = chosen
+    now = time.time()
+    states = {key: _state(s, now, args.stuck_after) for key, s in statuses.items()}
+    if not args.all:
+        statuses = {k: s for k, s in statuses.items() if states[k] != "stopped"}
+        if not statuses:
+            return fail("status", "every node has stopped (--all shows them)", EXIT_FAILURE)
+    unhealthy = sorted(k for k in statuses if states[k] in _UNHEALTHY)
+    code = EXIT_FAILURE if unhealthy else 0
+    if args.json:
+        for key in sorted(statuses):
+            entry = statuses[key].to_dict() | {
+                "status_age_s": round(statuses[key].age_s(now), 1),
+                "state": states[key],
+            }
+            print(orjson.dumps(entry).decode())
+        return code
+    stuck = _print_table(statuses, states, args, now)
     if stuck:
         print("\nwaiting:")
         for line in stuck:
             print(f"  {line}")
-    return 0
+    if unhealthy:
+        print(f"\nunhealthy: {', '.join(f'{k} ({states[k]})' for k in unhealthy)}")
+    return code

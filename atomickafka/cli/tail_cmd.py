@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import sys
 from typing import Any
 
 import orjson
 
-from atomickafka.cli.options import add_bootstrap, add_overrides, add_secret_file, guarded
-from atomickafka.client import DeliveryReader
-from atomickafka.kafka.topics import Layout
+from atomickafka.cli.options import add_bootstrap, add_overrides, add_secret_file, guarded, reach
+from atomickafka.client import Delivery, DeliveryReader
+from atomickafka.core.wire import parse_destinations
+from atomickafka.errors import UnknownTopicError
+from atomickafka.kafka.topics import Layout, delivery_topic
 
 
 def register(subparsers: Any) -> None:
@@ -24,7 +27,19 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--timeout-ms", type=int, default=None, help="exit after this long without a delivery"
     )
-    parser.add_argument("--json", action="store_true", help="one JSON object per delivery")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per delivery (what atomickafka check reads); default: "
+        "TIMESTAMP<tab>MESSAGEID<tab>VALUE with the value as JSON (a string value in "
+        'quotes, tabs and newlines escaped; bytes as {"base64": ...})',
+    )
+    parser.add_argument(
+        "--group",
+        default=None,
+        help="a consumer group: go on where this group's reader stopped, repeating nothing "
+        "(default: no group, read from --from-beginning or the end)",
+    )
     parser.add_argument(
         "--layout",
         choices=[x.value for x in Layout],
@@ -35,25 +50,41 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=guarded("tail", _run))
 
 
+def text_value(delivery: Delivery) -> str:
+    """A delivery's value on one line that cannot be mistaken for another: its JSON
+    text (a string in quotes, tabs and newlines escaped); bytes sent as bytes as
+    ``{"base64": ...}``."""
+    if delivery.is_bytes:
+        return orjson.dumps({"base64": base64.b64encode(delivery.raw).decode()}).decode()
+    return orjson.dumps(delivery.value).decode()
+
+
 def _run(args: argparse.Namespace) -> int:
     timeout_s = None if args.timeout_ms is None else args.timeout_ms / 1000
     out = sys.stdout
-    try:
-        with DeliveryReader(
-            args.bootstrap_server,
-            args.topic,
-            from_beginning=args.from_beginning,
-            config=args.overrides,
-            secret_file=args.secret_file,
-        ) as reader:
-            for delivery in reader.deliveries(timeout_s=timeout_s, max_messages=args.max_messages):
-                if args.json:
-                    out.write(orjson.dumps(delivery.to_json_dict()).decode() + "\n")
-                else:
-                    value = delivery.value
-                    shown = value if isinstance(value, str) else orjson.dumps(value).decode()
-                    out.write(f"{delivery.timeStamp}\t{delivery.messageID}\t{shown}\n")
-                out.flush()
-    except BrokenPipeError:
-        return 0
+    parse_destinations([args.topic])  # a name Kafka cannot have: one line, at once
+    try:  # a wrong --bootstrap-server or --topic: one line, at once
+        reach(args, [delivery_topic(args.topic)])
+    except UnknownTopicError as exc:
+        raise UnknownTopicError(
+            f"{exc}: no node has served it (start one: atomickafka node --topic {args.topic})"
+        ) from None
+    with DeliveryReader(
+        args.bootstrap_server,
+        args.topic,
+        from_beginning=args.from_beginning,
+        config=args.overrides,
+        secret_file=args.secret_file,
+        group=args.group,
+    ) as reader:
+        for delivery in reader.deliveries(timeout_s=timeout_s, max_messages=args.max_messages):
+            if args.json:
+                out.write(orjson.dumps(delivery.to_json_dict()).decode() + "\n")
+            else:
+                out.write(f"{delivery.timeStamp}\t{delivery.messageID}\t{text_value(delivery)}\n")
+            out.flush()
+    skipped = {"wrongly signed": reader.forged, "not written by its node or merger": reader.foreign}
+    for what, count in skipped.items():
+        if count:
+            sys.stderr.write(f"atomickafka tail: skipped {count} records {what}\n")
     return 0

@@ -269,7 +269,8 @@ class Engine:
         if log_time is None or log_time <= self.now_ms:
             return
         self.now_ms = log_time
-        self.stats.forgotten += self._memory.expire(log_time) + self._expire_orphans(log_time)
+        self.stats.forgotten += self._memory.expire(log_time)
+        result.outputs.extend(self._numbered(self._abandon_orphans(log_time)))
         for held in self._held.due(log_time * 1000):
             self._take(None, held, result, released=True)
         self._retake_awaiting(result, expired_only=True)
@@ -286,19 +287,22 @@ class Engine:
         for message in due:
             self._take(None, message, result, released=True)
 
-    def _expire_orphans(self, now_ms: int) -> int:
-        """Forget entries a stray Ack created a window ago for a message this node never
-        heard of since: an honest Ack's Notify is written in the same batch as the
-        Notify that caused the Ack, so it arrives within moments, not a window."""
-        forgotten = 0
+    def _abandon_orphans(self, now_ms: int) -> list[Output]:
+        """An entry a peer's Ack created a window ago for a message this node has not
+        heard of since is a stray's (an honest Ack's Notify is written in the same batch
+        as the Notify that caused the Ack): refuse the version, which this node never
+        proposed for, and tell the other destinations, so none waits for this node."""
+        out: list[Output] = []
         orphans = self._orphans
         while orphans and orphans[0][0] <= now_ms:
             _, mid = orphans.popleft()
             entry = self._pending.get(mid)
-            if entry is not None and entry.local is None:
-                del self._pending[mid]
-                forgotten += 1
-        return forgotten
+            if entry is None or entry.local is not None:
+                continue
+            del self._pending[mid]
+            self.stats.forgotten += 1
+            out.extend(self._abort_version(mid, entry.version, entry.sent_at))
+        return out
 
     def _take(
         self, position: int | None, record: Message, result: Step, *, released: bool = False
@@ -310,6 +314,21 @@ class Engine:
         if not released and self._repeated(record):
             self.stats.duplicates += 1
             return
+        if released and record.origin is not None:
+            result.released.append(record.origin)  # until it is kept again, below
+        if released and self._held_too_long(record):
+            self.stats.late += 1
+            self.stats.rejected += 1
+            result.rejected.append(
+                Rejection(
+                    position,
+                    record,
+                    f"held until the log's time reached its timestamp, longer than the "
+                    f"{self.window.max_age_ms} ms a record may be late (§4.11, §4.13): "
+                    "a stray, not a proposal anyone waits for",
+                )
+            )
+            return
         try:
             result.outputs.extend(self._numbered(handler(record)))
         except _Refused as refusal:
@@ -319,10 +338,30 @@ class Engine:
         except _Held as held:
             self.stats.held += 1
             pushed_out = self._held.hold(record, held.ts)
+            self._kept(position, record, result, released)
             if pushed_out is not None:
                 self._refuse_held(pushed_out, result)
         except _AwaitingMembers as awaiting:
             self._awaiting.append((awaiting.until_ms, record))
+            self._kept(position, record, result, released)
+
+    @staticmethod
+    def _kept(position: int | None, record: Message, result: Step, released: bool) -> None:
+        """Tell the caller that ``record`` is kept for later (its input record is the
+        dead letter should a later batch refuse it)."""
+        if position is not None:
+            result.deferred.append(position)
+        elif released and result.released and result.released[-1] == record.origin:
+            result.released.pop()  # kept again: not released after all
+
+    def _held_too_long(self, record: Message) -> bool:
+        """A record held for longer than a record may be late is a stray's: an honest
+        proposal is at most the apply bound ahead of the log, so it is never held for
+        long, and the memory window may have forgotten what this one was about (§4.13).
+        Decided by log times alone, so a replay in other batches decides the same."""
+        if record.messageType is MessageType.TICK or record.logTime is None:
+            return False
+        return self.now_ms - record.logTime > self.window.max_age_ms
 
     def _refuse_held(self, record: Message, result: Step) -> None:
         reason = (
@@ -381,7 +420,7 @@ class Engine:
                 entry.value,
                 ts,
                 sent_at=entry.sent_at,
-            )
+            )._replace(key=entry.key, headers=entry.headers, encoding=entry.encoding)
             out.append(Output(self.topic, delivery))
         self.stats.deliveries += len(out)
         self.stats.records_out += len(out)
@@ -545,22 +584,27 @@ class Engine:
             raise _Refused(reason)  # a bad record about a message this node goes on with
         aborts: list[Output] = []
         if not self._memory.is_refused(mid, version):
-            self._memory.refuse(mid, version, self.now_ms)
             if ours:
                 self._drop(mid, reason)
-            elif self._known_version(mid) is None:  # never take this version up again
-                self._memory.settle(mid, Outcome.ABORTED, version, self.now_ms)
-            if self.topic in record.topic:
-                abort = self._outgoing(
-                    MessageType.ABORT, mid, record.topic, record.digest, sent_at=record.sentAt
-                )
-                members = self.members
-                aborts = [
-                    Output(t, abort)
-                    for t in record.topic
-                    if t != self.topic and (members is None or t in members)
-                ]
+            aborts = self._abort_version(mid, version, record.sentAt)
         raise _Refused(reason, aborts)
+
+    def _abort_version(self, mid: str, version: Version, sent_at: int | None) -> list[Output]:
+        """Refuse ``mid``'s ``version`` for good here and tell its other destinations
+        (those known to have a node): the Aborts to write (§4.9.4)."""
+        self._memory.refuse(mid, version, self.now_ms)
+        if self._known_version(mid) is None:  # never take this version up again
+            self._memory.settle(mid, Outcome.ABORTED, version, self.now_ms)
+        destinations, digest = version
+        if self.topic not in destinations:
+            return []
+        abort = self._outgoing(MessageType.ABORT, mid, destinations, digest, sent_at=sent_at)
+        members = self.members
+        return [
+            Output(t, abort)
+            for t in destinations
+            if t != self.topic and (members is None or t in members)
+        ]
 
     def _drop(self, mid: str, reason: str) -> None:
         """Forget the undelivered message ``mid`` here: it is aborted."""
@@ -642,6 +686,8 @@ class Engine:
                 f"(max value {self.max_value_bytes} bytes; its copies must fit a "
                 f"{self.max_record_bytes}-byte record)",
             )
+        if record.encoding is not None:
+            return  # raw bytes (§3.8): any value is a value
         try:
             check_json_value(value)
         except MessageError as exc:
@@ -703,11 +749,18 @@ class Engine:
         entry = self._pending.get(mid)
         if entry is None:
             entry = self._pending[mid] = PendingMessage(
-                record.topic, record.digest, record.value, record.sentAt
+                record.topic,
+                record.digest,
+                record.value,
+                record.sentAt,
+                record.key,
+                record.headers,
+                record.encoding,
             )
         elif entry.value is None:
             entry.value = record.value
-            entry.sent_at = record.sentAt
+            entry.sent_at, entry.key = record.sentAt, record.key
+            entry.headers, entry.encoding = record.headers, record.encoding
         return entry
 
     def _settled(self, mid: str) -> bool:
@@ -769,7 +822,7 @@ class Engine:
         forwarded = self._outgoing(
             MessageType.CLIENT, mid, destinations, record.digest, record.value,
             sent_at=record.sentAt,
-        )  # fmt: skip
+        )._replace(key=record.key, headers=record.headers, encoding=record.encoding)  # fmt: skip
         if self.algorithm is Algorithm.DIRECT:
             return [Output(t, forwarded) for t in destinations]
         target = destinations[zlib.crc32(mid.encode()) % len(destinations)]
@@ -846,8 +899,15 @@ class Engine:
         ts = record.timeStamp
         assert sender is not None and ts is not None
         self._check_peer(record)
-        self._observe(ts)
-        if self._settled(mid):
+        settled = self._settled(mid)  # pending or settled does not depend on batching
+        if self.algorithm is Algorithm.OPTIMIZED and not settled and mid not in self._pending:
+            self._refuse_version(  # only a coordinator gets Acks, and it knows its own
+                record,
+                f"an Ack for {mid!r}, which this node never coordinated (a forged Notify "
+                "elsewhere?)",
+            )
+        self._observe(ts)  # before the settled answer: the clock must not depend on batching
+        if settled:
             return self._answer_settled(record)
         if mid not in self._pending:
             self._orphans.append((self.now_ms + self.window.window_ms, mid))
@@ -965,10 +1025,13 @@ class Engine:
         *,
         with_value: bool = True,
     ) -> Message:
-        value = entry.value if with_value else None
+        if not with_value:
+            return self._outgoing(
+                kind, mid, entry.destinations, entry.digest, None, ts, sent_at=entry.sent_at
+            )
         return self._outgoing(
-            kind, mid, entry.destinations, entry.digest, value, ts, sent_at=entry.sent_at
-        )
+            kind, mid, entry.destinations, entry.digest, entry.value, ts, sent_at=entry.sent_at
+        )._replace(key=entry.key, headers=entry.headers, encoding=entry.encoding)
 
     def _outgoing(
         self,

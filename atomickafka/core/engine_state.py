@@ -5,11 +5,12 @@ settings, clock and log time, undelivered messages, held messages (§4.11), the 
 memory of settled ids and refused versions (§4.13), the last sequence taken from each
 peer (§4.12) and the counters. Restoring it and feeding the rest of the log gives the
 same state and outputs as a run that never stopped (property-tested). Values are JSON
-text (every path a value comes by validates it, §3.1), so they are stored as strings.
+bytes (raw values are any bytes, §3.8), so they are stored as base64.
 """
 
 from __future__ import annotations
 
+import base64
 from typing import TYPE_CHECKING, Any, Final
 
 from atomickafka.core.engine_types import EngineStats, PendingMessage
@@ -36,11 +37,19 @@ class SnapshotError(ValueError):
 
 
 def _text(value: bytes | None) -> str | None:
-    return None if value is None else value.decode()
+    return None if value is None else base64.b64encode(value).decode()
 
 
 def _bytes(value: str | None) -> bytes | None:
-    return None if value is None else value.encode()
+    return None if value is None else base64.b64decode(value)
+
+
+def _headers_data(headers: tuple[tuple[str, bytes], ...]) -> list[list[str]]:
+    return [[n, base64.b64encode(v).decode()] for n, v in headers]
+
+
+def _headers_from(data: list[list[str]]) -> tuple[tuple[str, bytes], ...]:
+    return tuple((str(n), base64.b64decode(v)) for n, v in data)
 
 
 def _message_data(m: Message) -> list[Any]:
@@ -59,12 +68,15 @@ def _message_data(m: Message) -> list[Any]:
         None if m.seq is None else list(m.seq),
         m.logTime,
         m.origin,
+        _text(m.key),
+        _headers_data(m.headers),
+        m.encoding,
     ]
 
 
 def _message_from(data: list[Any]) -> Message:
     (mid, kind, topic, value, sender, sent_from, ts, layer, digest, protocol) = data[:10]
-    sent_at, seq, log_time, origin = data[10:14]
+    sent_at, seq, log_time, origin, key, headers, encoding = data[10:17]
     return Message(
         messageID=mid,
         messageType=MessageType(kind),
@@ -80,6 +92,9 @@ def _message_from(data: list[Any]) -> Message:
         seq=None if seq is None else (int(seq[0]), int(seq[1])),
         logTime=log_time,
         origin=origin,
+        key=_bytes(key),
+        headers=_headers_from(headers),
+        encoding=encoding,
     )
 
 
@@ -108,6 +123,9 @@ def engine_to_data(engine: Engine) -> dict[str, Any]:
                 e.final,
                 e.coordinator,
                 sorted(e.acked_to),
+                _text(e.key),
+                _headers_data(e.headers),
+                e.encoding,
             ]
             for mid, e in engine._pending.items()
         },
@@ -156,7 +174,8 @@ def _load(engine: Engine, data: dict[str, Any]) -> None:
     engine.now_ms = int(data["now_ms"])
     engine._origin, engine._next_index = data["origin"][0], int(data["origin"][1])
     for mid, e in data["pending"].items():
-        destinations, digest, value, sent_at, proposals, local, final, coord, acked = e
+        destinations, digest, value, sent_at, proposals, local, final, coord, acked = e[:9]
+        key, headers, encoding = e[9:12]
         entry = PendingMessage(
             destinations=tuple(destinations),
             digest=digest,
@@ -167,6 +186,9 @@ def _load(engine: Engine, data: dict[str, Any]) -> None:
             final=final,
             coordinator=bool(coord),
             acked_to=set(acked),
+            key=_bytes(key),
+            headers=_headers_from(headers),
+            encoding=encoding,
         )
         engine._pending[mid] = entry
         if entry.key_ts is not None:

@@ -71,6 +71,11 @@ class Step:
     outputs: list[Output] = field(default_factory=list)
     rejected: list[Rejection] = field(default_factory=list)
     aborted: list[Aborted] = field(default_factory=list)
+    #: Positions of input messages kept for later (held, §4.11, or waiting for members,
+    #: §4.9.5): a later batch may refuse them, with :attr:`Rejection.position` ``None``.
+    deferred: list[int] = field(default_factory=list)
+    #: Input offsets (``origin``) of kept messages taken up again in this batch.
+    released: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +96,9 @@ class PendingMessage:
     digest: str | None
     value: bytes | None  # None: not known here yet
     sent_at: int | None = None
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+    encoding: str | None = None
     proposals: dict[str, int] = field(default_factory=dict)
     local: int | None = None  # this node's proposal
     final: int | None = None

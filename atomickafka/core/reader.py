@@ -29,7 +29,8 @@ from typing import Final, Protocol
 
 import orjson
 
-from atomickafka.core.wire import Message, MessageError, MessageType, decode_record
+from atomickafka.core.raw import H_FROM, H_ID, H_SENDER, H_TS, decode_any, is_raw
+from atomickafka.core.wire import Message, MessageError, MessageType
 
 __all__ = [
     "DEAD_LETTER_ERROR_HEADER",
@@ -48,6 +49,7 @@ __all__ = [
     "PlainRecord",
     "declares_delivery",
     "delivery_order_key",
+    "delivery_writers",
     "header_value",
     "peek",
     "read_dead_letter",
@@ -165,15 +167,19 @@ def header_value(record: KafkaRecord, name: str) -> bytes | None:
 
 
 def read_messages(record: KafkaRecord) -> list[Message] | None:
-    """Every message ``record`` holds, strictly decoded, or ``None`` when it is not a
-    valid AtomicKafka record (a node would set it aside)."""
-    raw = record.value()
-    if raw is None:
-        return None
+    """Every message ``record`` holds, strictly decoded (the raw form or JSON), or
+    ``None`` when it is not a valid AtomicKafka record (a node would set it aside)."""
     try:
-        return decode_record(raw)
+        return decode_any(record.value(), record.key(), _header_list(record))
     except (MessageError, ValueError):
         return None
+
+
+def _header_list(record: KafkaRecord) -> list[tuple[str, str | bytes | None]] | None:
+    headers = record.headers()
+    if not headers:
+        return None
+    return list(headers.items()) if isinstance(headers, Mapping) else list(headers)
 
 
 def declares_delivery(record: KafkaRecord) -> bool:
@@ -202,6 +208,12 @@ def read_delivery(record: KafkaRecord, *, at: str | None = None) -> Message | No
     if message.value is None or (at is not None and message.sentFromTopic != at):
         return None
     return message
+
+
+def delivery_writers(topic: str) -> frozenset[str]:
+    """The sender ids that write deliveries into ``topic``: its node (unpartitioned)
+    and its merger (partitioned). A delivery from anyone else is not AtomicKafka's."""
+    return frozenset({f"node-{topic}", f"merger-{topic}"})
 
 
 def delivery_order_key(message: Message) -> tuple[int, int, str]:
@@ -249,8 +261,11 @@ def peek(record: KafkaRecord) -> Peek:
     """Type, writer and inner messages of ``record``, without decoding values; never
     raises."""
     raw = record.value()
-    obj = _json_object(raw)
     size = len(raw) if raw else 0
+    headers = _header_list(record)
+    if headers and is_raw(headers):
+        return _peek_raw(record, size)
+    obj = _json_object(raw)
     if obj is None:
         return Peek(UNDECODABLE, None, None, None, (), size)
     kind = _text(obj.get("messageType")) or "<none>"
@@ -263,6 +278,22 @@ def peek(record: KafkaRecord) -> Peek:
         return Peek(kind, sender, sent_from, None, inner, size)
     one = _inner(obj, sent_from)
     return Peek(kind, sender, sent_from, one.message_id, (one,), size)
+
+
+def _peek_raw(record: KafkaRecord, size: int) -> Peek:
+    """What a raw-form record holds, from its headers (its value is the user's)."""
+
+    def text(name: str) -> str | None:
+        value = header_value(record, name)
+        return None if value is None else value.decode(errors="replace")
+
+    kind = text(TYPE_HEADER) or "<none>"
+    sent_from = text(H_FROM)
+    stamp = text(H_TS)
+    inner = InnerMessage(
+        kind, text(H_ID), int(stamp) if stamp and stamp.isdigit() else None, sent_from
+    )
+    return Peek(kind, text(H_SENDER), sent_from, inner.message_id, (inner,), size)
 
 
 def _inner(item: object, sent_from: str | None) -> InnerMessage:

@@ -43,6 +43,8 @@ same order.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import hashlib
 import re
@@ -64,6 +66,7 @@ __all__ = [
     "Message",
     "MessageError",
     "MessageType",
+    "b64decode_field",
     "check_json_value",
     "client_message",
     "decode_record",
@@ -75,6 +78,7 @@ __all__ = [
     "encode_watermark",
     "envelope_bytes",
     "is_valid_topic_name",
+    "message_digest",
     "pack_bundles",
     "parse_destinations",
     "value_bytes",
@@ -131,6 +135,8 @@ MAX_RECORD_BYTES: Final = 1_000_000
 _TOPIC_NAME: Final = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _SHOWN: Final = 60
 _BUNDLE_PREFIX: Final = b'{"messageType":"Bundle"'
+#: ``Message.encoding`` of a value that is not JSON (raw form, §3.8).
+BYTES_ENCODING: Final = "bytes"
 
 
 class MessageError(AtomicKafkaError, ValueError):
@@ -186,6 +192,12 @@ class Message(NamedTuple):
     #: input record this message came in (§4.11, §4.12).
     logTime: int | None = None
     origin: int | None = None
+    #: The Kafka key the client gave, and its own headers: carried to every destination
+    #: and delivered unchanged (raw delivery form, §3.8).
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+    #: ``None``: the value is one JSON text; ``"bytes"``: any bytes (raw form, §3.8).
+    encoding: str | None = None
 
 
 # ---------------------------------------------------------------------------- values
@@ -208,6 +220,25 @@ def value_digest(value: bytes, sent_at: int | None = None) -> str:
     return hashlib.blake2b(value + b"\0" + str(sent_at).encode(), digest_size=8).hexdigest()
 
 
+def message_digest(
+    value: bytes,
+    sent_at: int | None = None,
+    key: bytes | None = None,
+    headers: Sequence[tuple[str, bytes]] = (),
+    encoding: str | None = None,
+) -> str:
+    """The digest of a message version's content: its value, send time, key, headers and
+    encoding (§3.2); the same as :func:`value_digest` when there is no key, header or
+    encoding."""
+    if key is None and not headers and encoding is None:
+        return value_digest(value, sent_at)
+    parts = [value, str(sent_at).encode(), encoding.encode() if encoding else b"", key or b"-"]
+    for name, data in headers:
+        parts += [name.encode(), data]
+    blob = b"".join(len(part).to_bytes(4, "big") + part for part in parts)
+    return hashlib.blake2b(blob, digest_size=8).hexdigest()
+
+
 def check_json_value(value: bytes, field: str = "value") -> bytes:
     """``value`` itself when it is one valid UTF-8 JSON text, else :class:`MessageError`
     (§3.1: every value a node carries is JSON, whatever path it came by)."""
@@ -226,13 +257,18 @@ def client_message(
     partition: int | None = None,
     *,
     sent_at: int | None = None,
+    key: bytes | None = None,
+    headers: Sequence[tuple[str, bytes]] = (),
 ) -> Message:
-    """A validated ClientMessage for ``value`` (a Python value) to ``destinations``,
-    sent at ``sent_at`` (the client's wall clock, ms) when given."""
+    """A validated ClientMessage for ``value`` to ``destinations``, sent at ``sent_at``
+    (the client's wall clock, ms) when given. ``value`` as ``bytes`` is carried as it is
+    (raw form, any encoding); anything else is a JSON value."""
     _check_id("messageID", message_id)
-    data = value_bytes(value)
+    encoding = BYTES_ENCODING if isinstance(value, bytes | bytearray) else None
+    data = bytes(value) if encoding else value_bytes(value)
     if sent_at is not None:
         _check_time("sentAt", sent_at)
+    carried = tuple((str(n), bytes(v)) for n, v in headers)
     return Message(
         messageID=message_id,
         messageType=MessageType.CLIENT,
@@ -240,8 +276,11 @@ def client_message(
         value=data,
         senderID=sender_id,
         partitionID=partition,
-        digest=value_digest(data, sent_at),
+        digest=message_digest(data, sent_at, key, carried, encoding),
         sentAt=sent_at,
+        key=key,
+        headers=carried,
+        encoding=encoding,
     )
 
 
@@ -468,13 +507,22 @@ def decode_record(
     if "topic" not in obj:
         raise MessageError("topic", "is missing")
     destinations = parse_destinations(obj["topic"])
-    value = value_bytes(obj["value"]) if "value" in obj else None
+    extras = _extras(obj, "")
+    if extras.encoding == BYTES_ENCODING:
+        value: bytes | None = b64decode_field("valueBase64", obj.get("valueBase64"))
+    else:
+        value = value_bytes(obj["value"]) if "value" in obj else None
     if kind is MessageType.CLIENT and value is None:
         raise MessageError("value", "is missing (use null for no value)")
     sent_from = _optional_str(obj, "sentFromTopic")
     if kind in CONTROL_TYPES and sent_from is None:
         raise MessageError("sentFromTopic", f"required on {kind}")
     sent_at = _optional_time(obj, "sentAt")
+    digest = (
+        message_digest(value, sent_at, extras.key, extras.headers, extras.encoding)
+        if value is not None
+        else _optional_str(obj, "digest")
+    )
     return [
         Message(
             messageID=message_id,
@@ -485,15 +533,59 @@ def decode_record(
             sentFromTopic=sent_from,
             timeStamp=_timestamp(obj, kind in _TIMESTAMPED, kind),
             partitionID=_optional_partition(obj),
-            digest=(
-                value_digest(value, sent_at) if value is not None else _optional_str(obj, "digest")
-            ),
+            digest=digest,
             protocol=_optional_str(obj, "protocol"),
             sentAt=sent_at,
             logTime=log_time,
             origin=origin,
+            key=extras.key,
+            headers=extras.headers,
+            encoding=extras.encoding,
         )
     ]
+
+
+class _Extras(NamedTuple):
+    key: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    encoding: str | None
+
+
+def b64decode_field(field: str, text: object) -> bytes:
+    """Bytes from a base64 field; :class:`MessageError` when it is not base64 text."""
+    if not isinstance(text, str):
+        raise MessageError(field, "must be base64 text", text)
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise MessageError(field, "is not valid base64", text) from None
+
+
+def _extras(obj: dict[str, Any], where: str) -> _Extras:
+    """A message's key, headers and encoding, from the JSON fields carrying them."""
+    encoding = obj.get("encoding")
+    if encoding not in (None, BYTES_ENCODING):
+        raise MessageError(f"{where}encoding", "must be bytes (or absent: JSON)", encoding)
+    key = b64decode_field(f"{where}key", obj["key"]) if obj.get("key") is not None else None
+    raw_headers = obj.get("headers") or []
+    if not isinstance(raw_headers, list):
+        raise MessageError(f"{where}headers", "must be a list of [name, base64] pairs", raw_headers)
+    headers = []
+    for pair in raw_headers:
+        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)):
+            raise MessageError(f"{where}headers", "must be a list of [name, base64] pairs", pair)
+        headers.append((pair[0], b64decode_field(f"{where}headers", pair[1])))
+    return _Extras(key, tuple(headers), encoding)
+
+
+def _put_extras(out: dict[str, Any], message: Message) -> None:
+    """Add a message's key, headers and encoding to a JSON record (when it has them)."""
+    if message.encoding is not None:
+        out["encoding"] = message.encoding
+    if message.key is not None:
+        out["key"] = base64.b64encode(message.key).decode()
+    if message.headers:
+        out["headers"] = [[n, base64.b64encode(v).decode()] for n, v in message.headers]
 
 
 def _json_object(raw: bytes) -> dict[str, Any]:
@@ -533,18 +625,19 @@ def _decode_bundle(raw: bytes, log_time: int | None, origin: int | None) -> list
                 raise MessageError(
                     f"messages[{index}].valueBytes", "does not fit the bundle's body", size
                 )
-            value = check_json_value(
-                bytes(body[position : position + size]), f"messages[{index}].value"
-            )
+            value = bytes(body[position : position + size])
             position += size
         elif kind is MessageType.CLIENT:
             raise MessageError(f"messages[{index}].valueBytes", "required on a ClientMessage")
+        extras = _extras(entry, f"messages[{index}].")
+        if value is not None and extras.encoding is None:
+            check_json_value(value, f"messages[{index}].value")
         sent_at = _optional_time(entry, "sentAt")
         digest = _optional_str(entry, "digest")
         if digest is None:
             if value is None:
                 raise MessageError(f"messages[{index}].digest", f"required on {kind}")
-            digest = value_digest(value, sent_at)
+            digest = message_digest(value, sent_at, extras.key, extras.headers, extras.encoding)
         if "topic" not in entry:
             raise MessageError(f"messages[{index}].topic", "is missing")
         out.append(
@@ -563,6 +656,9 @@ def _decode_bundle(raw: bytes, log_time: int | None, origin: int | None) -> list
                 seq=_optional_seq(entry, "seq"),
                 logTime=log_time,
                 origin=origin,
+                key=extras.key,
+                headers=extras.headers,
+                encoding=extras.encoding,
             )
         )
     if position != len(body):
@@ -579,10 +675,11 @@ def encode_client(message: Message) -> bytes:
         "messageID": message.messageID,
         "senderID": message.senderID,
         "messageType": MessageType.CLIENT,
-        "value": orjson.Fragment(message.value if message.value is not None else b"null"),
-        "topic": list(message.topic),
-        "formatVersion": FORMAT_VERSION,
     }
+    _put_value(out, message)
+    out["topic"] = list(message.topic)
+    out["formatVersion"] = FORMAT_VERSION
+    _put_extras(out, message)
     if message.sentFromTopic is not None:
         out["sentFromTopic"] = message.sentFromTopic
     if message.partitionID is not None:
@@ -599,7 +696,9 @@ def encode_delivery(message: Message) -> bytes:
         "messageID": message.messageID,
         "senderID": message.senderID,
         "messageType": message.messageType,
-        "value": orjson.Fragment(message.value),
+    }
+    _put_value(out, message)
+    out |= {
         "topic": list(message.topic),
         "sentFromTopic": message.sentFromTopic,
         "timeStamp": message.timeStamp,
@@ -612,7 +711,16 @@ def encode_delivery(message: Message) -> bytes:
         out["partitionID"] = message.partitionID
     if message.sentAt is not None:
         out["sentAt"] = message.sentAt
+    _put_extras(out, message)
     return orjson.dumps(out)
+
+
+def _put_value(out: dict[str, Any], message: Message) -> None:
+    """The value: JSON text as it is, other bytes (raw form) as base64 (§3.8)."""
+    if message.encoding == BYTES_ENCODING:
+        out["valueBase64"] = base64.b64encode(message.value or b"").decode()
+    else:
+        out["value"] = orjson.Fragment(message.value if message.value is not None else b"null")
 
 
 def encode_tick(sender_id: str, timestamp: int, partition: int | None = None) -> bytes:
@@ -673,6 +781,7 @@ def _bundle_entry(message: Message) -> dict[str, Any]:
         entry["sentAt"] = message.sentAt
     if message.seq is not None:
         entry["seq"] = message.seq
+    _put_extras(entry, message)
     return entry
 
 

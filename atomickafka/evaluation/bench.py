@@ -44,7 +44,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from confluent_kafka.admin import AdminClient
 
 from atomickafka.client import AtomicKafkaClient
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
@@ -71,9 +70,8 @@ from atomickafka.evaluation.topic_scan import (
     sequencer_topics,
 )
 from atomickafka.evaluation.traffic import TypeTraffic, scan_traffic
-from atomickafka.kafka.admin import ensure_topics
+from atomickafka.kafka.admin import admin_client, ensure_topics
 from atomickafka.kafka.producer import RecordProducer
-from atomickafka.kafka.settings import admin_config
 from atomickafka.kafka.status import STATUS_READ_WINDOW_S, read_statuses
 from atomickafka.kafka.topics import (
     STATUS_TOPIC,
@@ -285,7 +283,7 @@ def _bare_kafka(
     bootstrap: str, messages: int, size: int, timeout_s: float, rate: float | None = None
 ) -> BenchResult:
     topic = f"bench-kafka-{uuid.uuid4().hex[:8]}"
-    ensure_topics(AdminClient(admin_config(bootstrap)), [topic])
+    ensure_topics(admin_client(bootstrap), [topic])
 
     def send() -> None:
         producer = RecordProducer(bootstrap)
@@ -406,7 +404,7 @@ def _sequencer(
     """The single sequencer over ``topics`` for a block: its topic and its fan-out
     process's pid."""
     seq_topic = f"{topics[0].rsplit('-', 1)[0]}-seq"
-    ensure_topics(AdminClient(admin_config(bootstrap, overrides)), [seq_topic, *topics])
+    ensure_topics(admin_client(bootstrap, overrides), [seq_topic, *topics])
     with running_sequencer(bootstrap, seq_topic, overrides=overrides) as proc:
         assert proc.pid is not None
         yield seq_topic, proc.pid

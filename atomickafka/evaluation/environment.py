@@ -6,6 +6,7 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 
@@ -77,11 +78,11 @@ def _java() -> str:
     return lines[0] if lines else "unknown"
 
 
-def _broker(bootstrap: str, embedded: bool) -> str:
-    from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+def _broker(bootstrap: str, embedded: bool, overrides: Mapping[str, str] | None) -> str:
+    from atomickafka.kafka.admin import admin_client  # noqa: PLC0415
 
     try:
-        brokers = len(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).brokers)
+        brokers = len(admin_client(bootstrap, overrides).list_topics(timeout=10).brokers)
     except Exception:  # a report line, not a reason to stop
         brokers = 0
     count = f"{brokers} broker{'s' if brokers != 1 else ''}" if brokers else "brokers unknown"
@@ -96,8 +97,11 @@ def _settings(values: dict[str, str | int | bool]) -> str:
     return ", ".join(f"{k}={v}" for k, v in values.items())
 
 
-def describe_environment(bootstrap: str, *, embedded: bool) -> list[tuple[str, str]]:
-    """``(what, value)`` rows: code version, interpreter, machine, broker, libraries."""
+def describe_environment(
+    bootstrap: str, *, embedded: bool, overrides: Mapping[str, str] | None = None
+) -> list[tuple[str, str]]:
+    """``(what, value)`` rows: code version, interpreter, machine, broker, libraries
+    (``overrides``: the librdkafka settings to reach the broker with)."""
     import confluent_kafka  # noqa: PLC0415
 
     cpus = os.cpu_count() or 0
@@ -113,7 +117,7 @@ def describe_environment(bootstrap: str, *, embedded: bool) -> list[tuple[str, s
         ),
         ("memory", _memory()),
         ("load average at start (1/5/15 min)", load),
-        ("kafka", _broker(bootstrap, embedded)),
+        ("kafka", _broker(bootstrap, embedded, overrides)),
         ("java", _java()),
         (
             "confluent-kafka",

@@ -167,6 +167,39 @@ RECORD_SCHEMA: Final = T.StructType(
 )
 
 
+#: The raw record form (docs/DESIGN.md §3.8): the value is the user's, the metadata is
+#: in headers. This job keeps its own reading of them (it imports nothing of ours).
+RAW_FORMAT_HEADER: Final = "atomickafka-format"
+RAW_FORMAT: Final = "3"
+
+
+def raw_as_json(raw: DataFrame) -> Column:
+    """For a raw-form record (by its ``headers``), its metadata as the JSON object the
+    JSON forms hold (``messageID``, ``messageType``, ...); ``None`` for other records.
+    The Kafka source must read headers (``includeHeaders``)."""
+    if "headers" not in raw.columns:
+        return F.lit(None).cast("string")
+    h = F.map_from_entries(
+        F.transform(
+            F.coalesce(F.col("headers"), F.array()),
+            lambda e: F.struct(e["key"].alias("k"), e["value"].cast("string").alias("v")),
+        )
+    )
+    fields = F.struct(
+        h["atomickafka-id"].alias("messageID"),
+        h["atomickafka-type"].alias("messageType"),
+        h["atomickafka-sender"].alias("senderID"),
+        h["atomickafka-from"].alias("sentFromTopic"),
+        F.split(h["atomickafka-to"], ",").alias("topic"),
+        h["atomickafka-ts"].cast("long").alias("timeStamp"),
+        h["atomickafka-layer"].cast("int").alias("partitionID"),
+        h["atomickafka-digest"].alias("digest"),
+        F.lit(2).alias("formatVersion"),
+        F.lit(True).alias("value"),
+    )
+    return F.when(h[RAW_FORMAT_HEADER] == RAW_FORMAT, F.to_json(fields))
+
+
 def kafka_topics(topics: Iterable[str], layout: str) -> list[tuple[str, str, str, bool]]:
     """``(kafka_topic, node, role, holds_deliveries)`` of every Kafka topic of a run."""
     out = []
@@ -190,8 +223,12 @@ def parse_values(raw: DataFrame) -> DataFrame:
         F.col("partition").cast("int").alias("partition"),
         F.col("offset"),
         F.unix_millis(F.col("timestamp")).alias("kafka_ts_ms"),
-        # a bundle is a JSON header line, then its messages' raw values: parse the line
-        F.substring_index(F.col("value").cast("string"), BUNDLE_HEADER_END, 1).alias("json"),
+        # a raw record's metadata is in its headers; a bundle is a JSON header line, then
+        # its messages' raw values: parse the line
+        F.coalesce(
+            raw_as_json(raw),
+            F.substring_index(F.col("value").cast("string"), BUNDLE_HEADER_END, 1),
+        ).alias("json"),
         F.coalesce(F.length("value"), F.lit(0)).cast("int").alias("value_bytes"),
     ).withColumn("p", F.from_json("json", RECORD_SCHEMA))
     p = F.col("p")
@@ -225,6 +262,7 @@ def load_kafka(
         .option("subscribePattern", pattern)
         .option("startingOffsets", "earliest")
         .option("endingOffsets", "latest")
+        .option("includeHeaders", "true")
     )
     for key, value in (options or {}).items():
         reader = reader.option(f"kafka.{key}", value)
@@ -599,6 +637,24 @@ def write_results(results: Iterable[dict[str, Any]], out_dir: str | Path) -> lis
 # ----------------------------------------------------------------------------- main
 
 
+def read_properties(path: str | Path) -> dict[str, str]:
+    """The ``key=value`` lines of a Java properties file (``#`` and ``!`` comments, a
+    line ending in a backslash goes on), as the Kafka clients read them (this job
+    imports nothing of AtomicKafka, so it reads them itself)."""
+    out: dict[str, str] = {}
+    pending = ""
+    for raw in Path(path).read_text(encoding="utf-8").splitlines():
+        line = pending + raw.strip()
+        pending = ""
+        if line.endswith("\\"):
+            pending = line[:-1]
+            continue
+        match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+        if match and line[0] not in "#!":
+            out[match.group(1)] = match.group(2)
+    return out
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="metrics.py", description="Metrics of AtomicKafka evaluation runs (PySpark)."
@@ -615,6 +671,12 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help="Kafka client setting for the source, e.g. security.protocol=SASL_SSL",
+    )
+    parser.add_argument(
+        "--command-config",
+        metavar="PATH",
+        help="properties file of Kafka client settings for the source (the Kafka tools' "
+        "client.properties: security.protocol, sasl.jaas.config...); --kafka-option wins",
     )
     parser.add_argument("--out", help="folder for <run>.json (required to compute)")
     parser.add_argument("--master", help="Spark master (default: spark-submit's, or local)")
@@ -645,7 +707,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--runs is required with --source parquet")
     if args.source == "kafka" and not (args.bootstrap_server and args.topics):
         parser.error("--bootstrap-server and --topics are required with --source kafka")
-    options = {}
+    options = read_properties(args.command_config) if args.command_config else {}
     for pair in args.kafka_option:
         key, sep, value = pair.partition("=")
         if not sep:

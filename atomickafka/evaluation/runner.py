@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from atomickafka.audit.service import audit_once
 from atomickafka.client import AtomicKafkaClient, Delivery, DeliveryError, DestinationError
-from atomickafka.evaluation.bare import UNORDERED
+from atomickafka.evaluation.bare import BARE_ID, UNORDERED
 from atomickafka.evaluation.clients import ClientJob, ClientResult, client_process, make_sender
 from atomickafka.evaluation.clients import payload as measured_value
 from atomickafka.evaluation.cost import RunCost
@@ -327,6 +327,10 @@ def _drive_clients(
         _stop_clients(procs)
 
 
+#: Who writes a baseline's deliveries (AtomicKafka's are its nodes' and mergers').
+_BASELINE_WRITERS: Final = {System.SEQUENCER: (SEQUENCER_ID,), System.KAFKA: (BARE_ID,)}
+
+
 def _read_deliveries(
     bootstrap: str, spec: RunSpec, expected: Mapping[str, int], idle_s: float = 1.5
 ) -> dict[str, list[Delivery]]:
@@ -334,11 +338,14 @@ def _read_deliveries(
     in parallel; a topic that shows fewer than expected is read again (a slow first
     fetch is not a lost message), at most three times."""
     reader = AtomicKafkaClient(bootstrap, layout=spec.layout, config=spec.overrides)
+    writers = _BASELINE_WRITERS.get(spec.variant.system)  # None: the topic's node or merger
 
     def read(topic: str) -> list[Delivery]:
         got: list[Delivery] = []
         for _ in range(3):
-            got = list(reader.deliveries(topic, from_beginning=True, timeout_s=idle_s))
+            got = list(
+                reader.deliveries(topic, from_beginning=True, timeout_s=idle_s, writers=writers)
+            )
             if len(got) >= expected.get(topic, 0):
                 break
         return got

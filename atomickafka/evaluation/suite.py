@@ -31,6 +31,7 @@ from atomickafka.evaluation.runner import RunSpec, run_one
 from atomickafka.evaluation.scenarios import Scenario, scenario
 from atomickafka.evaluation.spark import DEFAULT_MASTER, compute_metrics, spark_session
 from atomickafka.evaluation.variants import Comparison, Variant, variants_for
+from atomickafka.kafka.properties import masked
 from atomickafka.kafka.topics import Layout
 
 __all__ = ["SuiteOutcome", "SuiteSettings", "run_suite"]
@@ -97,7 +98,10 @@ class SuiteSettings:
             ("spark master", self.spark_master),
             ("stall timeout (s)", f"{self.stall_timeout_s:g}"),
             ("warm-up run", "yes" if self.warmup else "no"),
-            ("librdkafka overrides (-X)", ", ".join(f"{k}={v}" for k, v in self.overrides.items())),
+            (
+                "librdkafka overrides (-X)",
+                ", ".join(f"{k}={v}" for k, v in masked(self.overrides).items()),
+            ),
         ]
 
 
@@ -203,7 +207,7 @@ def run_suite(
     started = time.monotonic()
     out = settings.out
     out.mkdir(parents=True, exist_ok=True)
-    environment = describe_environment(bootstrap, embedded=embedded)
+    environment = describe_environment(bootstrap, embedded=embedded, overrides=settings.overrides)
     tag = uuid.uuid4().hex[:6]
     if settings.warmup:
         _warm_up(bootstrap, settings, tag)

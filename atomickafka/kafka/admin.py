@@ -110,11 +110,17 @@ def partition_count(admin: AdminClient, topic: str) -> int | None:
     return len(meta.partitions)
 
 
-def ensure_topics(admin: AdminClient, wanted: Mapping[str, TopicSpec] | Iterable[str]) -> list[str]:
+def ensure_topics(
+    admin: AdminClient,
+    wanted: Mapping[str, TopicSpec] | Iterable[str],
+    *,
+    replication_factor: int | None = None,
+) -> list[str]:
     """Create the missing topics of ``wanted``; return the names created.
 
-    Topics get a replication factor of ``min(3, brokers)``; with three or more brokers
-    ``min.insync.replicas`` is 2, so acks=all writes survive one loss. An existing topic
+    Topics get a replication factor of ``replication_factor``, by default
+    ``min(3, brokers)``; with three or more replicas ``min.insync.replicas`` is 2 unless
+    the spec says otherwise, so acks=all writes survive one loss. An existing topic
     gets the configs it must have; one with fewer partitions than wanted is an error
     (raised as :class:`~atomickafka.errors.ConfigError`: a layer without its partition
     would stall).
@@ -132,7 +138,7 @@ def ensure_topics(admin: AdminClient, wanted: Mapping[str, TopicSpec] | Iterable
     missing = [name for name in specs if name not in existing]
     if not missing:
         return []
-    rf = _replication_factor(admin)
+    rf = replication_factor or _replication_factor(admin)
     new = []
     for name in missing:
         config = dict(specs[name].configs)

@@ -1,7 +1,11 @@
 """librdkafka settings: the defaults of each role, merged with the user's ``-X`` overrides.
 
 Every Kafka client AtomicKafka creates takes its configuration from here, so a default
-lives in one place. The overrides (``-X key=value`` on the command line) always win.
+lives in one place. The overrides (``-X key=value`` on the command line, the
+configuration file, the environment: :mod:`atomickafka.config`) always win; each client
+takes only those addressed to its role (:func:`~atomickafka.kafka.properties.
+settings_for`: ``producer.linger.ms`` goes to producers only, ``linger.ms`` too, since
+librdkafka documents it as a producer property).
 Every client is also given :data:`LIBRDKAFKA_LOGGER` (confluent-kafka's ``logger``
 option), so librdkafka's own log lines (a broker that refuses connections, a
 rebalance) become ordinary log records: JSON lines in the node, the user's logging
@@ -13,6 +17,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from typing import Final
+
+from atomickafka.kafka.properties import ClientRole, settings_for
 
 __all__ = [
     "CONSUMER_DEFAULTS",
@@ -55,7 +61,12 @@ def producer_config(
     bootstrap: str, overrides: Mapping[str, str] | None = None, **extra: str | int | bool
 ) -> dict[str, str | int | bool]:
     """A producer configuration: defaults, then ``extra``, then the user's ``-X`` overrides."""
-    return {"bootstrap.servers": bootstrap, **PRODUCER_DEFAULTS, **extra, **(overrides or {})}
+    return {
+        "bootstrap.servers": bootstrap,
+        **PRODUCER_DEFAULTS,
+        **extra,
+        **settings_for(overrides or {}, ClientRole.PRODUCER),
+    }
 
 
 def consumer_config(
@@ -70,12 +81,13 @@ def consumer_config(
         "group.id": group_id,
         **CONSUMER_DEFAULTS,
         **extra,
-        **(overrides or {}),
+        **settings_for(overrides or {}, ClientRole.CONSUMER),
     }
 
 
 def admin_config(
     bootstrap: str, overrides: Mapping[str, str] | None = None
 ) -> dict[str, str | int | float | bool]:
-    """An AdminClient configuration: the bootstrap and the user's ``-X`` overrides."""
-    return {"bootstrap.servers": bootstrap, **(overrides or {})}
+    """An AdminClient configuration: the bootstrap and the user's ``-X`` overrides that
+    concern it."""
+    return {"bootstrap.servers": bootstrap, **settings_for(overrides or {}, ClientRole.ADMIN)}

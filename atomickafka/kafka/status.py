@@ -13,6 +13,11 @@ Kafka finds for that time, per partition), since an older status is not live any
 of each key's records in a batch only the newest is parsed. The topic itself stays
 small with :data:`STATUS_TOPIC_CONFIGS` (short segments, eager compaction), which
 ``atomickafka status`` relies on, as it reads every key ever published.
+
+prints it. A tombstone (a record without a value) under a key forgets that node for
+good (for a topic that is retired). A node that stops cleanly publishes a last status in state
+:attr:`NodeState.STOPPED` (:meth:`Status.stopped`): it is no longer live at once, and
+``status`` forgets it instead of calling it stale.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from typing import Any, Final
 
@@ -46,6 +51,7 @@ __all__ = [
     "STATUS_READ_WINDOW_S",
     "STATUS_TOPIC_CONFIGS",
     "LayerState",
+    "NodeState",
     "Role",
     "Status",
     "StatusWatch",
@@ -91,6 +97,13 @@ class Role(StrEnum):
 
     NODE = "node"
     MERGER = "merger"
+
+
+class NodeState(StrEnum):
+    """What a node says of itself: running, or stopped cleanly (its last status)."""
+
+    RUNNING = "running"
+    STOPPED = "stopped"
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +153,7 @@ class LayerState:
 
 
 #: Status fields whose JSON form is not the attribute itself.
-_ENCODED: Final = frozenset({"role", "algorithm", "layout", "waiting", "layers"})
+_ENCODED: Final = frozenset({"role", "algorithm", "layout", "waiting", "layers", "state"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +198,8 @@ class Status:
     replaying: bool = False
     #: A merger: each layer's watermark and whether the head waits for it.
     layers: tuple[LayerState, ...] = ()
+    #: ``stopped`` in the last status of a node that stopped cleanly.
+    state: NodeState = NodeState.RUNNING
 
     @property
     def head(self) -> WaitingHead | None:
@@ -205,7 +220,7 @@ class Status:
             elif f.name == "waiting":
                 out["waiting"] = [w.to_dict() for w in self.waiting]
             elif f.name != "layers":
-                out[f.name] = getattr(self, f.name).value
+                out[f.name] = getattr(self, f.name).value  # role, algorithm, layout, state
         out["layer_watermarks"] = [state.watermark for state in self.layers]
         out["blocked_by"] = list(self.blocked_by)
         return out
@@ -231,6 +246,7 @@ class Status:
             layout=_LAYOUTS[data["layout"]],
             waiting=tuple(map(WaitingHead.from_dict, waiting)) if waiting else (),
             layers=layers,
+            state=_STATES[data.get("state") or "running"],
         )
 
     def age_s(self, now: float | None = None) -> float:
@@ -238,8 +254,21 @@ class Status:
         return (time.time() if now is None else now) - self.time
 
     def live(self, now: float | None = None) -> bool:
-        """Published recently enough to count as running."""
-        return self.age_s(now) <= LIVE_WINDOW_S
+        """Running, and published recently enough to count as running."""
+        return self.state is NodeState.RUNNING and self.age_s(now) <= LIVE_WINDOW_S
+
+    @property
+    def is_stopped(self) -> bool:
+        """True for the last status of a node (or merger) that stopped cleanly."""
+        return self.state is NodeState.STOPPED
+
+    def stopped(self, now: float | None = None) -> Status:
+        """This status as the last one of a clean stop: state ``stopped``, taken at
+        ``now`` (default: the current time). Publish it (:func:`publish_status`) and
+        flush before exiting: ``status`` then forgets the node, and clients refuse its
+        topic at once rather than after :data:`LIVE_WINDOW_S`."""
+        when = time.time() if now is None else now
+        return replace(self, state=NodeState.STOPPED, time=when)
 
 
 _PLAIN_FIELDS: Final = frozenset(f.name for f in fields(Status)) - _ENCODED
@@ -247,6 +276,7 @@ _PLAIN_FIELDS: Final = frozenset(f.name for f in fields(Status)) - _ENCODED
 _ROLES: Final = {r.value: r for r in Role}
 _ALGORITHMS: Final = {a.value: a for a in Algorithm}
 _LAYOUTS: Final = {x.value: x for x in Layout}
+_STATES: Final = {x.value: x for x in NodeState}
 
 
 def parse_status(raw: bytes | None) -> Status | None:
@@ -348,7 +378,11 @@ class StatusWatch:
 
     def _take(self, batch: list[Any]) -> list[Any]:
         records = usable(batch)
-        self.statuses.update(newest_statuses(records))
+        for key, status in newest_statuses(records).items():
+            if status is None:  # a tombstone: that node is forgotten
+                self.statuses.pop(key, None)
+            else:
+                self.statuses[key] = status
         return records
 
     def close(self) -> None:
@@ -356,11 +390,12 @@ class StatusWatch:
         self._consumer.close()
 
 
-def newest_statuses(records: Iterable[KafkaRecord]) -> dict[str, Status]:
-    """The newest status of each key among ``records`` (in log order). Only that one
-    is parsed, unless it is not a status (a tombstone): then the one before it."""
-    by_key: dict[str | bytes, list[bytes | None]] = {}
-    found: dict[str, Status] = {}
+def newest_statuses(records: Iterable[KafkaRecord]) -> dict[str, Status | None]:
+    """The newest status of each key among ``records`` (in log order), ``None`` for a
+    key whose newest record is a tombstone (that node is forgotten for good). Only the
+    newest record of a key is parsed, unless it is not a status: then the one before."""
+    by_key: dict[str, list[bytes | None]] = {}
+    found: dict[str, Status | None] = {}
     for record in records:
         key = record.key()
         if key is None:  # keyed by its value alone: parse it where it stands
@@ -368,8 +403,12 @@ def newest_statuses(records: Iterable[KafkaRecord]) -> dict[str, Status]:
             if status is not None:
                 found[status.key] = status
         else:
-            by_key.setdefault(key, []).append(record.value())
-    for values in by_key.values():
+            text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+            by_key.setdefault(text, []).append(record.value())
+    for key, values in by_key.items():
+        if values[-1] is None:
+            found[key] = None
+            continue
         for raw in reversed(values):
             status = parse_status(raw)
             if status is not None:
@@ -422,7 +461,7 @@ def wait_for_nodes(
             live = {
                 k: s
                 for k, s in statuses.items()
-                if k in wanted and s.time >= since and not s.replaying
+                if k in wanted and s.time >= since and not s.replaying and not s.is_stopped
             }
             if len(live) == len(wanted):
                 return live

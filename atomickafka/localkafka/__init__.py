@@ -52,11 +52,18 @@ from atomickafka.localkafka.jars import (
     spark_kafka_lib_dir,
 )
 from atomickafka.localkafka.ports import free_port_block
-from atomickafka.localkafka.state import BrokerSpec, ClusterState, default_data_dir, new_cluster_id
+from atomickafka.localkafka.state import (
+    SASL_USERS,
+    BrokerSpec,
+    ClusterState,
+    default_data_dir,
+    new_cluster_id,
+)
 
 __all__ = [
     "DEFAULT_PORT",
     "MIN_JAVA",
+    "SASL_USERS",
     "SUPPORTED_SIZES",
     "BrokerError",
     "BrokerSpec",

@@ -17,7 +17,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from atomickafka.localkafka.configs import write_configs
+from atomickafka.localkafka.configs import (
+    CLIENT_PROPERTIES,
+    CLIENT_TOML,
+    client_settings,
+    write_configs,
+)
 from atomickafka.localkafka.errors import BrokerError, Log, log_stderr
 from atomickafka.localkafka.jars import fetch_kafka, find_java, kafka_version
 from atomickafka.localkafka.locks import file_lock
@@ -105,6 +110,7 @@ def _wait_ready(data_dir: Path, state: ClusterState, deadline: float) -> None:
                 config: dict[str, Any] = {
                     "bootstrap.servers": state.bootstrap,
                     "logger": _quiet_logger(),  # accepted at run time, missing from the stubs
+                    **client_settings(state),
                 }
                 admin = AdminClient(config)
             try:
@@ -116,7 +122,15 @@ def _wait_ready(data_dir: Path, state: ClusterState, deadline: float) -> None:
         time.sleep(0.25)
 
 
-def _check_compatible(state: ClusterState, brokers: int, port: int | None, data_dir: Path) -> None:
+def _check_compatible(
+    state: ClusterState, brokers: int, port: int | None, data_dir: Path, sasl: bool
+) -> None:
+    if state.sasl != sasl:
+        has, flag = ("SASL", "add --sasl") if state.sasl else ("no SASL", "omit --sasl")
+        raise BrokerError(
+            f"{data_dir} holds a cluster with {has}; {flag}, use another --data-dir, or "
+            f"`atomickafka broker stop --purge --data-dir {data_dir}` first"
+        )
     if len(state.brokers) != brokers:
         raise BrokerError(
             f"{data_dir} holds a {len(state.brokers)}-broker cluster, not {brokers}; use "
@@ -130,6 +144,28 @@ def _check_compatible(state: ClusterState, brokers: int, port: int | None, data_
         )
 
 
+def _check_acls(state: ClusterState, acls: bool, data: Path) -> None:
+    """A data dir's cluster keeps whether it checks ACLs."""
+    if state.acls != acls:
+        raise BrokerError(
+            f"{data} holds a cluster {'with' if state.acls else 'without'} ACLs; "
+            f"{'add' if state.acls else 'omit'} --acls, or use another --data-dir"
+        )
+
+
+def _check_ports_free(state: ClusterState, data: Path, *, reused: bool) -> None:
+    """Every port the cluster needs is free on 127.0.0.1, or one line says which not."""
+    taken = [p for b in state.brokers for p in (b.port, b.controller_port) if port_taken(p)]
+    if taken:
+        hint = "or pick another base port with --port"
+        if reused:
+            hint = f"or use another --data-dir ({data} keeps its ports)"
+        raise BrokerError(
+            f"port(s) {', '.join(map(str, taken))} on 127.0.0.1 already in use; "
+            f"stop what uses them {hint}"
+        )
+
+
 def _without_pids(state: ClusterState) -> ClusterState:
     return replace(state, brokers=tuple(replace(b, pid=None) for b in state.brokers))
 
@@ -140,8 +176,16 @@ def ensure_broker(
     port: int | None = None,
     timeout: float = 90.0,
     log: Log = log_stderr,
+    *,
+    sasl: bool = False,
+    acls: bool = False,
 ) -> str:
     """Make sure a cluster of ``brokers`` brokers runs from ``data_dir``; return its bootstrap.
+
+    With ``sasl`` its client listener takes SASL PLAIN logins only
+    (:data:`~atomickafka.localkafka.state.SASL_USERS`), and the data dir holds the client
+    settings (:func:`~atomickafka.localkafka.configs.write_client_configs`); with
+    ``acls`` too an authorizer checks Kafka ACLs, and only ``admin`` is a super user.
 
     Reuses a running cluster (and the cluster id and ports of a stopped one), otherwise
     fetches the jars if needed, writes configs, formats storage and starts the brokers,
@@ -149,6 +193,8 @@ def ensure_broker(
     port of the first broker (default :data:`DEFAULT_PORT`). Raises :class:`BrokerError`
     with an actionable message (missing Java or Maven, a port taken, a broker that died).
     """
+    if acls and not sasl:
+        raise BrokerError("--acls needs --sasl: ACLs name the users who log in")
     if brokers not in SUPPORTED_SIZES:
         raise BrokerError(f"--brokers must be one of {SUPPORTED_SIZES}, not {brokers}")
     data = resolve_data_dir(data_dir)
@@ -157,7 +203,8 @@ def ensure_broker(
     with file_lock(data / ".lock", timeout + 30, f"data dir {data}"):
         state = previous = load_state(data)
         if state is not None:
-            _check_compatible(state, brokers, port, data)
+            _check_compatible(state, brokers, port, data, sasl)
+            _check_acls(state, acls, data)
             alive = alive_brokers(data, state.brokers)
             if len(alive) == len(state.brokers):
                 _wait_ready(data, state, deadline)
@@ -169,17 +216,13 @@ def ensure_broker(
             state = _without_pids(state)
         else:
             state = ClusterState(
-                new_cluster_id(), kafka_version(), layout(brokers, port or DEFAULT_PORT)
+                new_cluster_id(),
+                kafka_version(),
+                layout(brokers, port or DEFAULT_PORT),
+                sasl,
+                acls,
             )
-        taken = [p for b in state.brokers for p in (b.port, b.controller_port) if port_taken(p)]
-        if taken:
-            hint = "or pick another base port with --port"
-            if previous is not None:
-                hint = f"or use another --data-dir ({data} keeps its ports)"
-            raise BrokerError(
-                f"port(s) {', '.join(map(str, taken))} on 127.0.0.1 already in use; "
-                f"stop what uses them {hint}"
-            )
+        _check_ports_free(state, data, reused=previous is not None)
         java = find_java()
         lib = fetch_kafka(log) if state.kafka_version == kafka_version() else None
         if lib is None:
@@ -237,7 +280,7 @@ def purge_data_dir(data_dir: Path | str | None = None) -> None:
     if state is not None:
         for spec in state.brokers:
             shutil.rmtree(broker_dir(data, spec.node_id), ignore_errors=True)
-    for name in (STATE_FILE, ".lock"):
+    for name in (STATE_FILE, ".lock", CLIENT_PROPERTIES, CLIENT_TOML):
         (data / name).unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         data.rmdir()  # only when nothing else is in it

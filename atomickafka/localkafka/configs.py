@@ -2,7 +2,10 @@
 
 A template is text with ``@NAME@`` placeholders: ``single/server.properties`` (one broker,
 every replication factor 1), ``cluster/server.properties`` (three brokers, RF 3, min ISR 2)
-and ``log4j2.xml`` (logging to ``logs/server.log``).
+and ``log4j2.xml`` (logging to ``logs/server.log``). A cluster started with ``--sasl``
+takes SASL PLAIN logins (:data:`~atomickafka.localkafka.state.SASL_USERS`, JAAS in
+``server.properties``); :func:`write_client_configs` writes the settings a client needs
+to log in as ``alice``, for the Kafka tools and for AtomicKafka.
 """
 
 from __future__ import annotations
@@ -14,9 +17,81 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from atomickafka.localkafka.errors import BrokerError
-from atomickafka.localkafka.state import ClusterState, broker_dir
+from atomickafka.localkafka.state import SASL_USERS, ClusterState, broker_dir
 
-__all__ = ["render_template", "template", "write_configs"]
+__all__ = [
+    "CLIENT_PROPERTIES",
+    "CLIENT_TOML",
+    "client_settings",
+    "render_template",
+    "template",
+    "write_client_configs",
+    "write_configs",
+]
+
+#: In the data dir of a ``--sasl`` cluster: the client settings as a properties file
+#: (``--command-config``, the Kafka tools) and as an AtomicKafka configuration file.
+CLIENT_PROPERTIES = "client.properties"
+CLIENT_TOML = "atomickafka.toml"
+#: Who clients log in as.
+CLIENT_USER = "alice"
+
+
+def _security(state: ClusterState) -> str:
+    """The SASL block of ``server.properties`` (empty without SASL)."""
+    if not state.sasl:
+        return ""
+    admin = SASL_USERS["admin"]
+    users = " ".join(f'user_{name}="{password}"' for name, password in SASL_USERS.items())
+    authorizer = ""
+    if state.acls:  # the controllers talk PLAINTEXT on loopback: ANONYMOUS among them
+        authorizer = (
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer\n"
+            "super.users=User:admin;User:ANONYMOUS\n"
+        )
+    return authorizer + (
+        "sasl.enabled.mechanisms=PLAIN\n"
+        "sasl.mechanism.inter.broker.protocol=PLAIN\n"
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config="
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'username="admin" password="{admin}" {users};\n'
+    )
+
+
+def client_settings(state: ClusterState, user: str = CLIENT_USER) -> dict[str, str]:
+    """The librdkafka settings a client of ``state``'s cluster needs (none without SASL)."""
+    if not state.sasl:
+        return {}
+    return {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": user,
+        "sasl.password": SASL_USERS[user],
+    }
+
+
+def write_client_configs(data_dir: Path, state: ClusterState) -> None:
+    """Write :data:`CLIENT_PROPERTIES` (the Java clients' form, with ``sasl.jaas.config``,
+    which ``--command-config`` also reads) and :data:`CLIENT_TOML` for a ``--sasl``
+    cluster (readable by the owner only: they hold a password)."""
+    settings = client_settings(state)
+    if not settings:
+        return
+    user, password = settings["sasl.username"], settings["sasl.password"]
+    props = (  # as the Kafka tools (and Spark's Kafka source) take it; AtomicKafka too
+        f"security.protocol={settings['security.protocol']}\n"
+        f"sasl.mechanism={settings['sasl.mechanism']}\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'username="{user}" password="{password}";\n'
+    )
+    toml = f'bootstrap_server = "{state.bootstrap}"\n\n[kafka]\n' + "".join(
+        f'"{key}" = "{value}"\n' for key, value in settings.items()
+    )
+    for name, text in ((CLIENT_PROPERTIES, props), (CLIENT_TOML, toml)):
+        path = data_dir / name
+        path.write_text(text, encoding="utf-8")
+        path.chmod(0o600)
+
 
 _PLACEHOLDER = re.compile(r"@([A-Z][A-Z0-9_]*)@")
 
@@ -58,7 +133,10 @@ def write_configs(data_dir: Path, state: ClusterState) -> None:
             "CONTROLLER_PORT": spec.controller_port,
             "VOTERS": state.voters,
             "LOG_DIRS": folder / "data",
+            "LISTENER": "SASL_PLAINTEXT" if state.sasl else "PLAINTEXT",
+            "SECURITY": _security(state),
         }
         (folder / "server.properties").write_text(render_template(name, values))
         log4j = render_template("log4j2.xml", {"LOG_FILE": folder / "logs" / "server.log"})
         (folder / "log4j2.xml").write_text(log4j)
+    write_client_configs(data_dir, state)

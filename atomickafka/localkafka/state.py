@@ -17,6 +17,7 @@ from atomickafka.localkafka.errors import BrokerError
 from atomickafka.localkafka.jars import cache_dir
 
 __all__ = [
+    "SASL_USERS",
     "STATE_FILE",
     "BrokerSpec",
     "ClusterState",
@@ -30,6 +31,15 @@ __all__ = [
 ]
 
 STATE_FILE = "state.json"
+#: The users of a local broker started with ``--sasl`` (SASL PLAIN; loopback only, for
+#: development and tests): name to password. ``admin`` is the brokers' own login and,
+#: with ``--acls``, the one super user; ``node`` and ``ops`` are there for ACL examples.
+SASL_USERS = {
+    "admin": "admin-secret",
+    "alice": "alice-secret",
+    "node": "node-secret",
+    "ops": "ops-secret",
+}
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,10 @@ class ClusterState:
     cluster_id: str
     kafka_version: str
     brokers: tuple[BrokerSpec, ...] = field(default_factory=tuple)
+    #: Clients log in with SASL PLAIN (``broker start --sasl``; users in :data:`SASL_USERS`).
+    sasl: bool = False
+    #: An authorizer checks ACLs (``--acls``, with ``sasl``): only ``admin`` may do all.
+    acls: bool = False
 
     @property
     def bootstrap(self) -> str:
@@ -103,7 +117,13 @@ def load_state(data_dir: Path) -> ClusterState | None:
             BrokerSpec(int(b["node_id"]), int(b["port"]), int(b["controller_port"]), b.get("pid"))
             for b in raw["nodes"]
         )
-        return ClusterState(str(raw["cluster_id"]), str(raw["kafka_version"]), brokers)
+        return ClusterState(
+            str(raw["cluster_id"]),
+            str(raw["kafka_version"]),
+            brokers,
+            bool(raw.get("sasl")),
+            bool(raw.get("acls")),
+        )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise BrokerError(
             f"{path} is unreadable ({exc}); stop any broker by hand and delete {data_dir}"
@@ -116,6 +136,8 @@ def save_state(data_dir: Path, state: ClusterState) -> None:
         "cluster_id": state.cluster_id,
         "kafka_version": state.kafka_version,
         "bootstrap": state.bootstrap,
+        "sasl": state.sasl,
+        "acls": state.acls,
         "nodes": [  # the key predates BrokerSpec; kept so existing data dirs stay readable
             {
                 "node_id": b.node_id,

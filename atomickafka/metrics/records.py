@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
+from atomickafka.core.raw import H_SENT
 from atomickafka.core.reader import TYPE_HEADER
 from atomickafka.core.signing import SIGNATURE_HEADER
 from atomickafka.core.wire import MessageType
@@ -29,8 +30,8 @@ __all__ = [
 UNKNOWN: Final = "unknown"
 OTHER: Final = "other"
 #: Header carrying ``sentAt`` (ms) on records whose value is the user's bytes (the raw
-#: record form, docs/DESIGN.md §3).
-SENT_HEADER: Final = "atomickafka-sent"
+#: record form, docs/DESIGN.md §3.8).
+SENT_HEADER: Final = H_SENT
 #: How far into a record the ``messageType`` field is looked for: past the longest
 #: ``messageID`` and ``senderID`` a ClientMessage puts before it.
 _SNIFF_BYTES: Final = 2048

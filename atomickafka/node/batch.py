@@ -35,6 +35,7 @@ from typing import Final
 import orjson
 
 from atomickafka.core.engine import Algorithm, Engine, Output, Step
+from atomickafka.core.raw import decode_any, encode_raw_delivery
 from atomickafka.core.reader import (
     DEAD_LETTER_ERROR_HEADER,
     DEAD_LETTER_MESSAGES_HEADER,
@@ -51,7 +52,6 @@ from atomickafka.core.wire import (
     Message,
     MessageError,
     MessageType,
-    decode_record,
     encode_delivery,
     encode_members,
     encode_tick,
@@ -65,8 +65,14 @@ __all__ = ["NodeBatch", "NodeSpec", "OutKind", "OutRecord", "Ready"]
 #: How much of a set-aside record a dead letter keeps (all of any record a producer
 #: with the default limits can write).
 DEAD_LETTER_KEEP: Final = 990_000
+#: The input records of held or waiting messages are kept (up to this many bytes, the
+#: oldest dropped first) so that a later refusal sets the record aside verbatim.
+DEFERRED_KEEP_BYTES: Final = 64 * 1024 * 1024
 _DELIVERY_TYPE: Final = b"DeliveryMessage"
 _LOG_APPEND_TIME: Final = 2  # confluent-kafka's TIMESTAMP_LOG_APPEND_TIME
+#: The delivery formats (§3.8).
+RAW: Final = "raw"
+JSON: Final = "json"
 
 
 class OutKind(StrEnum):
@@ -139,6 +145,9 @@ class NodeSpec:
     snapshot_every_s: float = 30.0
     tick_every_s: float = 0.1
     signer: Signer | None = None
+    #: How deliveries are written to the topic: ``raw`` (the value as sent, metadata in
+    #: headers) or ``json`` (the JSON envelope), §3.8.
+    delivery_format: str = "raw"
 
 
 class NodeBatch:
@@ -167,13 +176,15 @@ class NodeBatch:
         self._last_tick_s: float | None = None
         self._watermark_sent = -1
         self._members_written: set[str] | None = None
+        self._deferred = DeferredRecords(DEFERRED_KEEP_BYTES)
 
     # ------------------------------------------------------------------ starting
 
     @classmethod
-    def fresh_engine(cls, spec: NodeSpec) -> Engine:
-        """The engine of a node that starts from the beginning of its log."""
-        return Engine(
+    def fresh_engine(cls, spec: NodeSpec, engine_class: type[Engine] = Engine) -> Engine:
+        """The engine of a node that starts from the beginning of its log
+        (``engine_class``: an :class:`Engine` subclass, for the mutation tests)."""
+        return engine_class(
             spec.topic,
             spec.node_id,
             spec.algorithm,
@@ -184,17 +195,25 @@ class NodeBatch:
         )
 
     @classmethod
-    def recover(cls, spec: NodeSpec, snapshot: LoadedSnapshot | None, committed: int) -> NodeBatch:
+    def recover(
+        cls,
+        spec: NodeSpec,
+        snapshot: LoadedSnapshot | None,
+        committed: int,
+        *,
+        engine_class: type[Engine] = Engine,
+    ) -> NodeBatch:
         """A node restarting from ``snapshot`` (or from nothing) with ``committed`` the
         committed input offset: it replays from the snapshot's offset, dropping outputs
-        below ``committed``."""
+        below ``committed``. ``engine_class`` is what the engine is rebuilt as (the
+        simulators' mutation tests keep their mutant across a crash)."""
         if snapshot is None or snapshot.state is None:
             start = 0
-            engine = cls.fresh_engine(spec)
+            engine = cls.fresh_engine(spec, engine_class)
             seq = snapshot.seq if snapshot is not None else 0
         else:
             start = snapshot.offsets.get(spec.input_partition, 0)
-            engine = Engine.restore(snapshot.state["engine"])
+            engine = engine_class.restore(snapshot.state["engine"])
             seq = snapshot.seq
         return cls(
             spec, engine, position=start, replay_until=max(committed, start), snapshot_seq=seq
@@ -269,7 +288,11 @@ class NodeBatch:
             sources.extend([record] * len(decoded))
         step = self.engine.step(messages)
         self.position = (records[-1].offset() or 0) + 1
+        for position in step.deferred:
+            self._deferred.keep(sources[position])
         out.extend(self._refused(step, sources))
+        for origin in step.released:
+            self._deferred.pop(origin)  # taken up (or refused above): no longer needed
         out.extend(self._aborted(step))
         out.extend(self._outputs(step))
         return [self._signed(r) for r in out]
@@ -286,13 +309,12 @@ class NodeBatch:
             self.unsigned += 1
             out.append(self._dead_letter(raw, problem, record))
             return []
-        if raw is None:
-            out.append(self._dead_letter(raw, "record: record has no value", record))
-            return []
         kind, stamp = record.timestamp()
         log_time = stamp if kind == _LOG_APPEND_TIME or stamp > 0 else None
         try:
-            return decode_record(raw, log_time=log_time, origin=record.offset())
+            return decode_any(
+                raw, record.key(), record.headers(), log_time=log_time, origin=record.offset()
+            )
         except MessageError as exc:
             out.append(self._dead_letter(raw, str(exc), record))
             return []
@@ -311,9 +333,8 @@ class NodeBatch:
         out: list[OutRecord] = []
         groups: dict[int, tuple[KafkaRecord, list[tuple[Message, str]]]] = {}
         for rejection in step.rejected:
-            if rejection.position is None:  # held in an earlier batch (§4.11)
-                note = {"messageID": rejection.message.messageID, "held": True}
-                out.append(self._dead_letter(orjson.dumps(note), rejection.reason, None))
+            if rejection.position is None:  # kept in an earlier batch (§4.11, §4.9.5)
+                out.append(self._refused_later(rejection.message, rejection.reason))
                 continue
             source = sources[rejection.position]
             groups.setdefault(id(source), (source, []))[1].append(
@@ -330,6 +351,17 @@ class NodeBatch:
                 )
             )
         return out
+
+    def _refused_later(self, message: Message, reason: str) -> OutRecord:
+        """The dead letter of a message refused after it was held or waited: its record
+        verbatim while kept, else a note naming the record's offset in the input log."""
+        origin = message.origin
+        kept = self._deferred.pop(origin)
+        if kept is not None:
+            ids = ((DEAD_LETTER_MESSAGES_HEADER, message.messageID),)
+            return self._dead_letter(kept.value(), reason, kept, ids)
+        note = {"messageID": message.messageID, "held": True, "offset": origin}
+        return self._dead_letter(orjson.dumps(note), reason, None)
 
     def _aborted(self, step: Step) -> list[OutRecord]:
         return [
@@ -370,22 +402,28 @@ class NodeBatch:
                         headers=bundle_headers,
                     )
                 )
-        where = spec.layers_topic or spec.delivery_topic
-        delivery_headers = self._type_headers(MessageType.DELIVERY)
         for output in deliveries:
-            out.append(
-                self._sized(
-                    OutRecord(
-                        OutKind.DELIVERY,
-                        where,
-                        encode_delivery(output.message),
-                        spec.input_partition if spec.layers_topic else None,
-                        headers=delivery_headers,
-                    )
-                )
-            )
+            out.append(self._sized(self._delivery(output.message)))
         out.extend(self._watermark())
         return out
+
+    def _delivery(self, message: Message) -> OutRecord:
+        """A delivery as the topic's format says (§3.8): raw (the user's bytes, key and
+        headers, our metadata in headers) or the JSON envelope; a layer's deliveries
+        always go to its merger as JSON envelopes."""
+        spec = self.spec
+        if spec.layers_topic is not None:
+            value = encode_delivery(message)
+            return OutRecord(OutKind.DELIVERY, spec.layers_topic, value, spec.input_partition)
+        if spec.delivery_format == RAW:
+            key, value, headers = encode_raw_delivery(message)
+            return OutRecord(
+                OutKind.DELIVERY, spec.delivery_topic, value, None, key, tuple(headers)
+            )
+        headers_json = self._type_headers(MessageType.DELIVERY)
+        return OutRecord(
+            OutKind.DELIVERY, spec.delivery_topic, encode_delivery(message), headers=headers_json
+        )
 
     def _watermark(self) -> list[OutRecord]:
         spec = self.spec
@@ -495,3 +533,29 @@ class NodeBatch:
             for r in records
         )
         ready.snapshot_offset = self.position
+
+
+class DeferredRecords:
+    """Input records of messages the engine kept for later, by offset, within a byte
+    budget (oldest dropped first): only for verbatim dead letters, never for state."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self._budget = budget_bytes
+        self._records: dict[int, KafkaRecord] = {}  # insertion order = oldest first
+        self._bytes = 0
+
+    def keep(self, record: KafkaRecord) -> None:
+        offset = record.offset()
+        if offset is None or offset in self._records:
+            return
+        self._records[offset] = record
+        self._bytes += len(record.value() or b"")
+        while self._bytes > self._budget and self._records:
+            oldest = next(iter(self._records))
+            self._bytes -= len(self._records.pop(oldest).value() or b"")
+
+    def pop(self, offset: int | None) -> KafkaRecord | None:
+        record = self._records.pop(offset, None) if offset is not None else None
+        if record is not None:
+            self._bytes -= len(record.value() or b"")
+        return record

@@ -17,6 +17,8 @@ from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.core.memory import DEFAULT_WINDOW_MS
 from atomickafka.core.wire import MAX_VALUE_BYTES
 from atomickafka.errors import ConfigError
+from atomickafka.kafka.guarantees import refuse_unsafe
+from atomickafka.kafka.properties import masked
 from atomickafka.kafka.topics import Layout, node_key
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_STUCK_AFTER_S", "ClusterConfig", "NodeConfig"]
@@ -27,9 +29,14 @@ DEFAULT_BATCH_SIZE: Final = 2000
 DEFAULT_STUCK_AFTER_S: Final = 10.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class NodeConfig:
-    """Everything one node needs to run (see ``docs/DESIGN.md`` §5 for the topics)."""
+    """Everything one node needs to run (see ``docs/DESIGN.md`` §5 for the topics).
+
+    ``overrides`` are the user's librdkafka settings; those that would break the
+    guarantees are refused (:mod:`atomickafka.kafka.guarantees`), and secrets among
+    them never show in the ``repr``.
+    """
 
     bootstrap: str
     topic: str
@@ -65,6 +72,9 @@ class NodeConfig:
     metrics_port: int | None = None
     #: Address the endpoint listens on.
     metrics_host: str = "0.0.0.0"
+    #: How deliveries are written (§3.8): ``raw`` (the value as sent, the key as sent,
+    #: the user's headers, AtomicKafka's metadata in headers) or ``json`` (an envelope).
+    delivery_format: str = "raw"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "algorithm", Algorithm(self.algorithm))
@@ -76,10 +86,17 @@ class NodeConfig:
             raise ConfigError(f"partitions must be at least 1, not {self.partitions}")
         if self.partitions > 1 and self.layout is Layout.SHARED:
             raise ConfigError("partitioned topics need the split layout (--layout split)")
+        if self.delivery_format not in ("raw", "json"):
+            raise ConfigError(f"delivery format must be raw or json, not {self.delivery_format!r}")
         if self.layer is not None and not 0 <= self.layer < self.partitions:
             raise ConfigError(f"layer {self.layer} is not one of 0..{self.partitions - 1}")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"metrics port {self.metrics_port} is not one of 0..65535")
+        refuse_unsafe(self.overrides, node=True)
+
+    def __repr__(self) -> str:
+        shown = self.to_dict() | {"overrides": masked(self.overrides)}
+        return f"NodeConfig({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
     @property
     def layered(self) -> bool:
@@ -102,7 +119,8 @@ class NodeConfig:
         return f"node-{self.key}"
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (for logs and for handing the configuration on)."""
+        """Plain data, secrets included (to hand the configuration on; for logs, mask
+        them with :func:`~atomickafka.kafka.properties.masked`)."""
         data = asdict(self)
         data["algorithm"] = self.algorithm.value
         data["layout"] = self.layout.value

@@ -34,6 +34,7 @@ from atomickafka.core.merger import (
     Release,
     TickRequest,
 )
+from atomickafka.core.raw import decode_any, encode_raw_delivery
 from atomickafka.core.reader import DEAD_LETTER_ERROR_HEADER, KafkaRecord, delivery_order_key
 from atomickafka.core.signing import Signer
 from atomickafka.core.wire import (
@@ -74,6 +75,7 @@ class MergerSpec:
         snapshot_every_records: int = 50_000,
         snapshot_every_s: float = 30.0,
         signer: Signer | None = None,
+        delivery_format: str = "raw",
     ) -> None:
         self.topic = topic
         self.layers = layers
@@ -87,6 +89,7 @@ class MergerSpec:
         self.snapshot_every_records = snapshot_every_records
         self.snapshot_every_s = snapshot_every_s
         self.signer = signer
+        self.delivery_format = delivery_format
 
     def layer_node(self, layer: int) -> str:
         """The sender id of layer ``layer``'s node."""
@@ -105,7 +108,7 @@ def own_delivery_key(spec: MergerSpec, record: KafkaRecord) -> MergeKey | None:
     ):
         return None
     try:
-        messages = decode_record(raw)
+        messages = decode_any(raw, record.key(), record.headers())
     except MessageError:
         return None
     if len(messages) != 1:
@@ -241,6 +244,18 @@ class MergerBatch:
             message = output.payload
             assert isinstance(message, Message)
             self.released += 1
+            if spec.delivery_format == "raw":
+                key, value, headers = encode_raw_delivery(message)
+                return self._signed(
+                    OutRecord(
+                        OutKind.DELIVERY,
+                        spec.delivery_topic,
+                        value,
+                        _DELIVERY_PARTITION,
+                        key,
+                        tuple(headers),
+                    )
+                )
             return self._signed(
                 OutRecord(
                     OutKind.DELIVERY,

@@ -82,6 +82,7 @@ def merger_spec(config: NodeConfig, signer: Signer | None = None) -> MergerSpec:
         snapshot_every_records=config.snapshot_every_records,
         snapshot_every_s=config.snapshot_every_s,
         signer=signer,
+        delivery_format=config.delivery_format,
     )
 
 
@@ -285,6 +286,8 @@ class MergerRuntime(Stoppable):
             )
             self.metrics.read(records)
             self._note_progress(records)
+            if self._replay_ends and not records:
+                self._note_position(consumer)
             self._note_recovered()
             writer.write(ready.records, None)
             self.metrics.wrote(ready.records, time.time())
@@ -305,6 +308,16 @@ class MergerRuntime(Stoppable):
                 and offset + 1 >= self._replay_ends.get(part, 0)
             ):
                 self._replay_ends.pop(part, None)
+
+    def _note_position(self, consumer: Consumer) -> None:
+        """A layer's replay also ends where the consumer's position passes the end it had
+        at start: a layer writes transactionally, so its last offset may be a commit
+        marker, which is never returned as a record."""
+        source = layers_topic(self.config.topic)
+        positions = consumer.position([TopicPartition(source, p) for p in self._replay_ends])
+        for tp in positions:
+            if tp.offset >= self._replay_ends.get(tp.partition, 0):
+                self._replay_ends.pop(tp.partition, None)
 
     def _retry_ticks_if_blocked(self, writer: TransactionalWriter | GaplessWriter) -> None:
         """Rule 3: a head blocked for :data:`TICK_RETRY_S` asks its blockers again."""
@@ -331,6 +344,8 @@ class MergerRuntime(Stoppable):
         if self._lease is not None:
             self._lease.close()
         if self._status is not None:
+            if self.active:  # the last status: stopped cleanly, not live any more
+                publish_status(self._status, self.status().stopped())
             self._status.close(5)
         if self._metrics_server is not None:
             self._metrics_server.close()

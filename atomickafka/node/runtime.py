@@ -98,8 +98,9 @@ __all__ = [
 
 log = logging.getLogger("atomickafka.node")
 
-#: Exit status of an instance that lost its role to another (lease lost or fenced).
-EXIT_FENCED: Final = 3
+#: Exit status of an instance that lost its role to another (lease lost or fenced); the
+#: supervisor starts it again, as a standby.
+EXIT_FENCED: Final = 4
 #: Input logs carry the broker's append time: the engine's clock bound (§4.11).
 LOG_APPEND_TIME: Final = {"message.timestamp.type": "LogAppendTime"}
 #: Snapshot topics keep the newest records per key (two snapshots per role).
@@ -151,6 +152,7 @@ def node_spec(config: NodeConfig, signer: Signer | None) -> NodeSpec:
         snapshot_every_records=config.snapshot_every_records,
         snapshot_every_s=config.snapshot_every_s,
         signer=signer,
+        delivery_format=config.delivery_format,
     )
 
 
@@ -491,6 +493,8 @@ class NodeRuntime(Stoppable):
         if self._lease is not None:
             self._lease.close()
         if self._status is not None:
+            if self.active:  # the last status: stopped cleanly, not live any more
+                publish_status(self._status, self.status().stopped())
             self._status.close(5)
         if self._metrics_server is not None:
             self._metrics_server.close()

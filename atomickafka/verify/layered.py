@@ -4,34 +4,34 @@ The model (DESIGN.md §8)
 ------------------------
 Partitions with the same number across topics form a *layer*. Each layer runs the
 ordering protocol on its own, so each layer here is a whole single-layer
-:class:`~atomickafka.verify.simulator.Simulator` whose engines are built with
-``Engine(topic, f"node-{topic}/{layer}", algorithm, partition=layer)``: its own input
-logs, clocks, chaos (duplicates, replays, delays, crashes with checkpoints, partial
-client writes for ``direct``) and its own delivery streams of
-``PartitionDeliveryMessage`` records. A client message goes to one layer
-(:class:`LayerSend`), the same at every destination and at a relay: its ClientMessage
-carries ``partitionID = layer`` and the layer's nodes carry it on.
+:class:`~atomickafka.verify.simulator.Simulator` whose nodes are the production batch
+layer for layer ``l`` (``NodeBatch`` with node id ``node-<topic>/<l>``): its own input
+logs (partition ``l`` of ``atomickafka-in.T``), clocks, chaos (duplicates, delays,
+crashes recovered from snapshots, producer gaps, partial client writes for ``direct``,
+stray records) and its own *layer streams*: partition ``l`` of
+``atomickafka-layers.T``, where the node writes its ``PartitionDeliveryMessage`` records
+and watermarks. A client message goes to one layer (:class:`LayerSend`), the same at
+every destination and at a relay: its ClientMessage carries ``partitionID = layer``.
 
-After every batch of a layer's node at topic ``T`` this simulator appends to the
-*layer stream* ``(T, layer)`` what the node's shell writes there: a
-:class:`~atomickafka.core.merger.LayerDelivery` per new delivery, in order, then a
-:class:`~atomickafka.core.merger.LayerWatermark` with ``engine.watermark()``. One
-:class:`~atomickafka.core.merger.Merger` per topic reads its topic's layer streams
-(each in order, interleaved and batched as the chooser says) and its Releases form the
-topic's *merged* delivery stream. A :class:`~atomickafka.core.merger.TickRequest`
-becomes a ``TickMessage`` record (``encode_tick``, decoded as a node would) appended to
-that layer's input log at that topic through the layer simulator's ``append``: the
-layer's engine moves its clock there, its next watermark rises above the tick, and an
-idle layer stops blocking.
+One merger per topic -- the production merger batch layer,
+:class:`~atomickafka.node.merger_batch.MergerBatch` -- reads its topic's layer streams
+(each in order, interleaved and batched as the chooser says) and what it returns goes
+where its shell writes it: Delivery records to the topic's delivery stream ``T`` (read
+by a client that drops repeats and, with signing, forged records), TickMessages into
+the blocking layers' input logs, dead letters, snapshots to its snapshot store. In
+exactly-once mode a merger step's records are one transaction; at-least-once, they are
+written in order by a gapless producer and a snapshot only after them. When the
+system has gone quiet with a merger's head still blocked, the merger asks the
+blocking layers for a tick again, as its shell does after ``TICK_RETRY_S``.
 
 Chaos on top of the layers' own (:class:`MergerChaos`, scheduled in the same window
-as the layers' misbehaviour): a layer record written again later (a producer retry),
-a merger re-reading part of a stream with its state kept (consumer redelivery), a
-paused merger, and merger crashes. A crashed merger restarts as the shell does: a
-fresh :class:`Merger` told :meth:`Merger.resume_after` the key of the last merged
-delivery, replaying every layer stream from the start; or, when a checkpoint exists
-and the chooser says so, :meth:`Merger.restore` of the checkpoint with its stream
-positions, then ``resume_after`` the same way.
+as the layers' misbehaviour): a layer record written again later, a paused merger,
+merger snapshots, producer gaps, merger crashes and foreign records appended to ``T``
+before a crash. A crashed merger restarts as the shell does: ``MergerBatch.recover``
+from the newest snapshot in its store (or, half of the time, as if that snapshot could
+not be read: from nothing, replaying every layer stream from the start), then
+``resume_after`` the key of the last Delivery in ``T`` that is its own -- found by
+reading ``T`` backwards and skipping records of other writers, as the shell does.
 
 Workloads are the single-layer ones (:class:`Workload` of :class:`Send`) with a layer
 assigned to every message by :func:`assign_layers`: round-robin, by a key, or drawn,
@@ -41,11 +41,11 @@ subset of the layers gets messages).
 
 Every choice comes from one :class:`Chooser`, shared with the layer simulators, so a run
 is a pure function of the chooser (a seed, or Hypothesis's ``data``). A step is one
-scheduler action: a client send, one layer node's batch, or one merger's batch.
-:meth:`LayeredSimulator.result` returns a :class:`LayeredResult`: the merged streams,
-what was sent, the checker's verdict on the merged streams, what is stuck, the ticks,
-and, per merged delivery, when it was written to its layer stream, first read by a
-merger and released (:class:`MergeDelay`; the merge-delay benchmark,
+scheduler action: a client send, one layer node's batch, or one merger's batch; every
+log shares one clock. :meth:`LayeredSimulator.result` returns a :class:`LayeredResult`:
+the merged streams, what was sent, the checker's verdict on the merged streams, what is
+stuck, the ticks, and, per merged delivery, when it was written to its layer stream,
+first read by a merger and released (:class:`MergeDelay`; the merge-delay benchmark,
 :mod:`atomickafka.evaluation.merge_delay`, sums them up).
 
 >>> topics = ["A", "B", "C"]
@@ -58,15 +58,13 @@ merger and released (:class:`MergeDelay`; the merge-delay benchmark,
 from __future__ import annotations
 
 import random  # noqa: F401  (the module doctest uses it)
-import zlib
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from itertools import pairwise
-from typing import Any
+from typing import Any, Final
 
-from atomickafka.core.engine import Algorithm, Engine
+from atomickafka.core.engine import Algorithm
 from atomickafka.core.merger import (
     LayerDelivery,
     LayerRecord,
@@ -74,22 +72,20 @@ from atomickafka.core.merger import (
     MergeKey,
     Merger,
     Rejected,
-    Release,
-    TickRequest,
 )
-from atomickafka.core.wire import (
-    Message,
-    MessageType,
-    client_message,
-    decode_record,
-    encode_tick,
-)
+from atomickafka.core.reader import PlainRecord, delivery_order_key
+from atomickafka.core.signing import Signer
+from atomickafka.core.wire import Message, MessageError, MessageType, decode_record
+from atomickafka.node.batch import OutKind, OutRecord, Ready
+from atomickafka.node.merger_batch import MergerBatch, MergerSpec, own_delivery_key
+from atomickafka.node.snapshots import LoadedSnapshot, newest_snapshots
 from atomickafka.verify.checker import CheckReport, SentMessage, check, deliveries_from_wire
+from atomickafka.verify.hostile import foreign_delivery_records
 from atomickafka.verify.simulator import (
     CALM,
+    SNAPSHOT_EVERY,
     Chaos,
     Chooser,
-    EngineFactory,
     RandomChooser,
     Send,
     SimulationResult,
@@ -97,6 +93,8 @@ from atomickafka.verify.simulator import (
     Workload,
     random_workload,  # noqa: F401  (the module doctest uses it)
 )
+from atomickafka.verify.streams import Log, SimClock, StreamReader
+from atomickafka.verify.workload import LayerPolicy, LayerSend, assign_layers
 
 __all__ = [
     "MERGER_CALM",
@@ -107,98 +105,10 @@ __all__ = [
     "MergeDelay",
     "MergerChaos",
     "assign_layers",
-    "layer_engine_factory",
 ]
 
-
-# ---------------------------------------------------------------------------- workload
-
-
-@dataclass(frozen=True, slots=True)
-class LayerSend(Send):
-    """A :class:`Send` routed to layer ``layer``: its ClientMessage carries the layer."""
-
-    layer: int = 0
-
-    def to_message(self) -> Message:
-        """The ClientMessage record, with ``partitionID = layer``."""
-        return client_message(
-            self.messageID, self.destinations, self.value, self.client, self.layer
-        )
-
-
-class LayerPolicy(StrEnum):
-    """How :func:`assign_layers` picks a message's layer among the active ones."""
-
-    ROUND_ROBIN = "round_robin"  # in order of first appearance
-    KEY = "key"  # a hash of ``key(send)`` (by default the client: Kafka's keyed partitioning)
-    DRAWN = "drawn"  # drawn by the chooser
-
-
-def _by_client(send: Send) -> str:
-    return send.client
-
-
-def assign_layers(
-    workload: Workload,
-    layers: int,
-    *,
-    policy: LayerPolicy | str = LayerPolicy.ROUND_ROBIN,
-    chooser: Chooser | None = None,
-    key: Callable[[Send], str] = _by_client,
-    silent: Sequence[int] = (),
-    phases: int = 1,
-) -> Workload:
-    """``workload`` with every send turned into a :class:`LayerSend`.
-
-    A message id gets one layer, at its first appearance; a client's retry of it (the
-    same id, later) goes to the same layer. Layers in ``silent`` never get a message.
-    With ``phases > 1`` each client's list is cut into ``phases`` consecutive stretches
-    (the preload belongs to the first) and each stretch gets a drawn non-empty subset
-    of the other layers: the rest are idle for that stretch. ``chooser`` (default
-    ``RandomChooser(0)``) draws those subsets and, with ``DRAWN``, the layers.
-    """
-    policy = LayerPolicy(policy)
-    if layers < 1:
-        raise ValueError(f"at least one layer, not {layers}")
-    usable = [layer for layer in range(layers) if layer not in set(silent)]
-    if not usable:
-        raise ValueError("every layer is silent: nothing could be sent")
-    chooser = chooser if chooser is not None else RandomChooser(0)
-    active: list[list[int]] = [usable]
-    if phases > 1:
-        active = []
-        for _ in range(phases):
-            subset = [layer for layer in usable if chooser.chance(0.5)]
-            active.append(subset or [usable[chooser.integer(0, len(usable) - 1)]])
-    layer_of: dict[str, int] = {}
-    turn = 0
-
-    def route(send: Send, phase: int) -> LayerSend:
-        nonlocal turn
-        layer = layer_of.get(send.messageID)
-        if layer is None:
-            candidates = active[phase]
-            if policy is LayerPolicy.ROUND_ROBIN:
-                layer = candidates[turn % len(candidates)]
-                turn += 1
-            elif policy is LayerPolicy.KEY:
-                layer = candidates[zlib.crc32(key(send).encode()) % len(candidates)]
-            else:
-                layer = candidates[chooser.integer(0, len(candidates) - 1)]
-            layer_of[send.messageID] = layer
-        return LayerSend(
-            send.client, send.messageID, send.destinations, send.value, send.via, layer
-        )
-
-    preload: list[Send] = [route(send, 0) for send in workload.preload]
-    clients: dict[str, list[Send]] = {}
-    for client, sends in workload.clients.items():
-        count = len(sends)
-        clients[client] = [
-            route(send, index * len(active) // count) for index, send in enumerate(sends)
-        ]
-    return Workload(clients=clients, preload=preload)
+#: How often a merger whose head stays blocked once everything went quiet asks again.
+MAX_TICK_RETRIES: Final = 3
 
 
 # ---------------------------------------------------------------------------- chaos
@@ -210,36 +120,29 @@ class MergerChaos:
 
     A merger batch takes up to ``max_picks`` runs of 1..``max_batch`` records, each run
     from one layer stream with unread records. ``duplicate``: a record of a layer
-    stream (among its last ``duplicate_window``) is appended again. ``redeliver``: a
-    merger re-reads the last 1..``max_redeliver`` records of a stream, state kept.
-    ``delay``: a merger does not step for 1..``max_delay`` steps. ``crash``: a merger
-    restarts (from a checkpoint, taken with probability ``checkpoint`` per step, half
-    of the time when there is one; otherwise fresh, replaying every stream).
+    stream (among its last ``duplicate_window``) is appended again. ``delay``: a merger
+    does not step for 1..``max_delay`` steps. ``checkpoint``: a merger takes a snapshot.
+    ``crash``: a merger restarts (see the module). ``producer_gap`` (per merger step):
+    its write fails at one record -- none after it is written -- and it restarts.
+    ``foreign``: records of another writer are appended to ``T`` (not JSON, a
+    ClientMessage and, on a signed run, a forged Delivery under the merger's id with a
+    huge timestamp), then the merger restarts and must find its own last record.
     """
 
     max_batch: int = 4
     max_picks: int = 3
     duplicate: float = 0.05
-    redeliver: float = 0.03
     delay: float = 0.03
     crash: float = 0.0
     checkpoint: float = 0.0
     duplicate_window: int = 10
-    max_redeliver: int = 10
     max_delay: int = 20
+    producer_gap: float = 0.0
+    foreign: float = 0.0
 
 
 #: No merger misbehaviour, just interleavings and batchings.
-MERGER_CALM = MergerChaos(duplicate=0.0, redeliver=0.0, delay=0.0, crash=0.0, checkpoint=0.0)
-
-
-def layer_engine_factory(layer: int) -> EngineFactory:
-    """The engines of layer ``layer``: ``Engine(topic, "node-<topic>/<layer>", ...)``."""
-
-    def make(topic: str, algorithm: Algorithm) -> Engine:
-        return Engine(topic, f"node-{topic}/{layer}", algorithm, partition=layer)
-
-    return make
+MERGER_CALM = MergerChaos(duplicate=0.0, delay=0.0, crash=0.0, checkpoint=0.0)
 
 
 # ---------------------------------------------------------------------------- result
@@ -265,15 +168,23 @@ class MergeDelay:
 
 @dataclass(slots=True, repr=False)
 class LayeredResult:
-    """What a layered run produced: the merged streams and how they came about."""
+    """What a layered run produced: the merged streams and how they came about.
+
+    ``merged`` is what a client reads from each topic's delivery stream (forged and
+    foreign records skipped); ``written`` every Delivery the topic's mergers wrote there,
+    in order, which :meth:`order_errors` holds to the merged order.
+    """
 
     topics: tuple[str, ...]
     layers: int
     algorithm: Algorithm
+    exactly_once: bool
     sent: list[SentMessage]
+    doomed: set[str]
     layer_of: dict[str, int]  # messageID -> the layer its client sent it to
     merged: dict[str, list[Message]]  # per topic, its merged delivery stream
     keys: dict[str, list[MergeKey]]  # per topic, the merge keys of ``merged``
+    written: dict[str, list[MergeKey]]  # per topic, the keys of its mergers' records
     streams: dict[str, list[list[LayerRecord]]]  # per topic, per layer: the layer stream
     layer_results: list[SimulationResult]  # per layer, its single-layer simulation
     mergers: dict[str, Merger]
@@ -297,17 +208,19 @@ class LayeredResult:
         return check(self.sent, deliveries_from_wire(self.merged), complete=complete, **options)
 
     def order_errors(self) -> list[str]:
-        """What breaks the merged order: each merged stream strictly increasing in
-        ``(timeStamp, layer, messageID)``; a message at the same ``(timeStamp, layer)``
-        at every topic, in the layer its client chose; no merger refused a record."""
+        """What breaks the merged order: what each topic's mergers wrote strictly
+        increasing in ``(timeStamp, layer, messageID)`` (across restarts: nothing written
+        twice, nothing out of order); a message at the same ``(timeStamp, layer)`` at
+        every topic, in the layer its client chose; no merger refused a record."""
         errors: list[str] = []
         placed: dict[str, tuple[str, int, int]] = {}
         for topic in self.topics:
-            keys = self.keys[topic]
             errors.extend(
-                f"{topic}: {b} released after {a}" for a, b in pairwise(keys) if not a < b
+                f"{topic}: {b} written after {a}"
+                for a, b in pairwise(self.written[topic])
+                if not a < b
             )
-            for key in keys:
+            for key in self.keys[topic]:
                 first = placed.setdefault(key.messageID, (topic, key.timeStamp, key.layer))
                 if first[1:] != (key.timeStamp, key.layer):
                     errors.append(
@@ -339,13 +252,13 @@ class LayeredResult:
         return [m.messageID for m in self.merged[topic]]
 
     def tick_records(self) -> int:
-        """Tick records in the layers' input logs (duplicates included)."""
+        """Tick records of the mergers in the layers' input logs (duplicates included)."""
         return sum(
             1
             for sim in self.layer_results
-            for log in sim.logs.values()
+            for topic, log in sim.logs.items()
             for record in log
-            if record.messageType is MessageType.TICK
+            if record.messageType is MessageType.TICK and record.senderID == f"merger-{topic}"
         )
 
     def __repr__(self) -> str:
@@ -355,12 +268,59 @@ class LayeredResult:
         """A one-paragraph account of the run, for assertion messages."""
         events = ", ".join(f"{k}={v}" for k, v in sorted(self.events.items()))
         merged = ", ".join(f"{t}:{len(self.merged[t])}" for t in self.topics)
+        mode = "exactly-once" if self.exactly_once else "at-least-once"
         return (
-            f"{self.algorithm.value} run over {len(self.topics)} topics x {self.layers} "
-            f"layers: {self.steps} steps, quiescent={self.quiescent}, {len(self.sent)} "
-            f"sends; merged {merged}; ticks {sum(self.ticks.values())}; events {events}; "
-            f"stuck {self.stuck()}"
+            f"{self.algorithm.value} {mode} run over {len(self.topics)} topics x "
+            f"{self.layers} layers: {self.steps} steps, quiescent={self.quiescent}, "
+            f"{len(self.sent)} sends; merged {merged}; ticks {sum(self.ticks.values())}; "
+            f"events {events}; stuck {self.stuck()}"
         )
+
+
+# ---------------------------------------------------------------------------- mergers
+
+
+class _Merger:
+    """One topic's merger: its batch layer, its snapshot store, its delivery stream."""
+
+    def __init__(self, spec: MergerSpec, target: Log) -> None:
+        self.spec = spec
+        self.batch = MergerBatch(spec)
+        self.target = target
+        self.snapshot_rows: list[tuple[bytes | None, bytes | None]] = []
+        self.retries = 0
+
+    def newest_snapshot(self) -> LoadedSnapshot | None:
+        """The newest readable snapshot (as the shell)."""
+        for found in newest_snapshots(self.snapshot_rows, self.spec.role):
+            if found.state is not None:
+                return found
+        return None
+
+    def last_own_key(self) -> tuple[MergeKey | None, int]:
+        """The key of the last Delivery in ``T`` this merger wrote, reading backwards
+        (as the shell), and how many records of other writers it passed."""
+        foreign = 0
+        for record in reversed(self.target.records):
+            key = own_delivery_key(self.spec, record)
+            if key is not None:
+                return key, foreign
+            foreign += 1
+        return None, foreign
+
+
+def _layer_record(record: PlainRecord) -> LayerRecord | None:
+    raw = record.value()
+    try:
+        (message,) = decode_record(raw or b"")
+    except (MessageError, ValueError):
+        return None
+    layer = record.partition()
+    if message.messageType is MessageType.WATERMARK:
+        return LayerWatermark(layer, message.timeStamp or 0)
+    if message.messageType is MessageType.PARTITION_DELIVERY:
+        return LayerDelivery(layer, message.timeStamp or 0, message.messageID, message)
+    return None
 
 
 # ---------------------------------------------------------------------------- simulator
@@ -370,8 +330,10 @@ class LayeredSimulator:
     """``layers`` single-layer simulators over ``topics`` and one merger per topic.
 
     ``chaos`` applies to every layer (one drawn layer misbehaves per step), and
-    ``merger_chaos`` to the mergers. ``write_ticks=False`` drops every TickRequest (to
-    show what ticks are for).
+    ``merger_chaos`` to the mergers. ``write_ticks=False`` drops every tick a merger
+    writes (to show what ticks are for). ``exactly_once``, ``commit_lag``,
+    ``protocols`` and ``signer`` are those of :class:`Simulator`, for every layer and
+    the mergers alike.
 
     Use :meth:`run`, or :meth:`load` and :meth:`advance` to act between steps (e.g.
     :meth:`restart_merger`).
@@ -382,57 +344,93 @@ class LayeredSimulator:
         topics: Sequence[str],
         layers: int,
         *,
-        algorithm: Algorithm | str = Algorithm.OPTIMIZED,
+        algorithm: Algorithm | str = Algorithm.DIRECT,
         chooser: Chooser | None = None,
         chaos: Chaos = CALM,
         merger_chaos: MergerChaos = MERGER_CALM,
-        through_codec: bool = False,
         write_ticks: bool = True,
         record_trace: bool = False,
+        exactly_once: bool = True,
+        commit_lag: int = 2,
+        protocols: Mapping[str, Algorithm | str] | None = None,
+        signer: Signer | None = None,
+        snapshot_every: int = SNAPSHOT_EVERY,
     ) -> None:
         if layers < 1:
             raise ValueError(f"at least one layer, not {layers}")
         self.chooser: Chooser = chooser if chooser is not None else RandomChooser(0)
-        self.sims = [
-            Simulator(
+        self.clock = SimClock()
+
+        def layer_of_topics(layer: int, chosen: Mapping[str, Algorithm | str] | None) -> Simulator:
+            return Simulator(
                 topics,
                 algorithm=algorithm,
                 chooser=self.chooser,
                 chaos=chaos,
-                engine_factory=layer_engine_factory(layer),
-                through_codec=through_codec,
+                exactly_once=exactly_once,
+                commit_lag=commit_lag,
+                protocols=chosen,
+                signer=signer,
+                snapshot_every=snapshot_every,
                 record_trace=record_trace,
+                layer=layer,
+                clock=self.clock,
             )
-            for layer in range(layers)
-        ]
-        self.topics = self.sims[0].topics
+
+        first = layer_of_topics(0, protocols)  # a topic's layers all run one protocol
+        self.sims = [first] + [layer_of_topics(n, first.protocols) for n in range(1, layers)]
+        self.topics = first.topics
         self.layers = layers
         self.algorithm = Algorithm(algorithm)
         self.chaos = chaos
         self.merger_chaos = merger_chaos
+        self.exactly_once = exactly_once
         self.write_ticks = write_ticks
+        self.signer = signer
         topics = self.topics
-        self.streams: dict[str, list[list[LayerRecord]]] = {
-            t: [[] for _ in range(layers)] for t in topics
-        }
-        self.reads: dict[str, list[int]] = {t: [0] * layers for t in topics}
-        self.mergers: dict[str, Merger] = {t: Merger(t, layers) for t in topics}
-        self.merged: dict[str, list[Message]] = {t: [] for t in topics}
-        self.keys: dict[str, list[MergeKey]] = {t: [] for t in topics}
+        self.mergers: dict[str, _Merger] = {}
+        for topic in topics:
+            spec = MergerSpec(
+                topic,
+                layers,
+                role=f"{topic}/merger",
+                layers_topic=f"atomickafka-layers.{topic}",
+                delivery_topic=topic,
+                input_topic=f"atomickafka-in.{topic}",
+                dead_letter_topic=f"atomickafka-dlq.{topic}",
+                snapshot_topic=f"atomickafka-snap.{topic}",
+                snapshot_every_records=snapshot_every,
+                signer=signer,
+            )
+            self.mergers[topic] = _Merger(spec, Log(topic, 0, self.clock))
+        self.readers = {t: StreamReader(t, self.mergers[t].target, signer) for t in topics}
         self.merger_rejected: dict[str, list[Rejected]] = {t: [] for t in topics}
+        self.merger_dead_letters: dict[str, int] = dict.fromkeys(topics, 0)
         self.merger_paused_until: dict[str, int] = dict.fromkeys(topics, 0)
-        self.merger_checkpoints: dict[str, tuple[dict[str, Any], list[int]]] = {}
         self.ticks: dict[str, int] = dict.fromkeys(topics, 0)
         self.lost_on_crash: dict[str, int] = dict.fromkeys(topics, 0)
         self.events: Counter[str] = Counter()
         self.trace: list[str] | None = [] if record_trace else None
-        self.step_count = 0
         self.layer_of: dict[str, int] = {}
         self._written: dict[tuple[str, str], int] = {}
         self._arrived: dict[tuple[str, str], int] = {}
+        self._stream_seen: dict[tuple[str, int], int] = {}
         self.delays: list[MergeDelay] = []
         self._queues: dict[str, deque[LayerSend]] = {}
         self._chaos_until: int | None = None
+
+    @property
+    def step_count(self) -> int:
+        """Scheduler steps so far."""
+        return self.clock.step
+
+    @property
+    def keys(self) -> dict[str, list[MergeKey]]:
+        """Per topic, the merge keys of what a client has read of it so far."""
+        self._poll()
+        return {
+            t: [MergeKey(*delivery_order_key(m)) for m in r.read] for t, r in self.readers.items()
+        }
 
     # ------------------------------------------------------------------ actions
 
@@ -444,101 +442,87 @@ class LayeredSimulator:
         self.sims[send.layer].send(send, partial=partial)
 
     def step_node(self, layer: int, topic: str, batch: int) -> int:
-        """Layer ``layer``'s node for ``topic`` reads up to ``batch`` records; its new
-        deliveries, then its watermark, go to the layer stream. Returns records read."""
-        sim = self.sims[layer]
-        stream = sim.deliveries[topic]
-        before = len(stream)
-        count = sim.step_node(topic, batch)
-        if count:
-            out = self.streams[topic][layer]
-            for message in stream[before:]:
-                assert message.timeStamp is not None
-                out.append(LayerDelivery(layer, message.timeStamp, message.messageID, message))
-                self._written.setdefault((topic, message.messageID), self.step_count)
-            out.append(LayerWatermark(layer, sim.engines[topic].watermark()))
+        """Layer ``layer``'s node for ``topic`` reads up to ``batch`` records (or ticks
+        its log while it holds a message); returns records read."""
+        count = self.sims[layer].step_node(topic, batch)
+        self._note_written(layer, topic)
         return count
 
     def step_merger(self, topic: str) -> int:
-        """``topic``'s merger takes a chooser-made batch of its unread layer records;
-        Releases join the merged stream, TickRequests become tick records. Returns the
-        number of records taken."""
+        """``topic``'s merger takes a chooser-made batch of its unread layer records and
+        its shell writes what comes back. Returns the number of records taken."""
         chooser = self.chooser
         chaos = self.merger_chaos
-        streams = self.streams[topic]
-        reads = self.reads[topic]
-        batch: list[LayerRecord] = []
+        merger = self.mergers[topic]
+        positions = dict(merger.batch.positions)
+        records: list[PlainRecord] = []
         for _ in range(chooser.integer(1, chaos.max_picks)):
-            ready = [layer for layer in range(self.layers) if reads[layer] < len(streams[layer])]
+            ready = [
+                layer
+                for layer in range(self.layers)
+                if positions.get(layer, 0) < len(self.sims[layer].streams[topic])
+            ]
             if not ready:
                 break
             layer = ready[chooser.integer(0, len(ready) - 1)]
-            start = reads[layer]
-            taken = streams[layer][start : start + chooser.integer(1, chaos.max_batch)]
-            reads[layer] = start + len(taken)
-            batch.extend(taken)
-        if not batch:
+            start = positions.get(layer, 0)
+            taken = self.sims[layer].streams[topic].read(start, chooser.integer(1, chaos.max_batch))
+            positions[layer] = start + len(taken)
+            records.extend(taken)
+        if not records:
             return 0
-        for record in batch:
-            if isinstance(record, LayerDelivery):
-                self._arrived.setdefault((topic, record.messageID), self.step_count)
-        merger = self.mergers[topic]
-        outputs = merger.handle_batch(batch)
-        self.merger_rejected[topic].extend(merger.rejected)
+        for record in records:
+            item = _layer_record(record)
+            if isinstance(item, LayerDelivery):
+                self._arrived.setdefault((topic, item.messageID), self.clock.step)
+        ready_out = merger.batch.step(records, wall_s=self.clock.wall_s)
+        self.merger_rejected[topic].extend(merger.batch.merger.rejected)
         self.events["merger_batch"] += 1
-        for output in outputs:
-            if isinstance(output, Release):
-                self._release(topic, output)
-            elif isinstance(output, TickRequest):
-                self.ticks[topic] += 1
-                self.events["tick"] += 1
-                if self.write_ticks:
-                    self._tick(topic, output)
-        return len(batch)
+        self._write_merger(topic, ready_out)
+        return len(records)
 
     def restart_merger(self, topic: str, *, from_checkpoint: bool = False) -> None:
-        """``topic``'s merger crashes and restarts as the shell does: fresh, or restored
-        from its checkpoint (when asked and there is one), told to resume after the
-        last merged delivery, and reading the layer streams again from the start (or
-        from the checkpoint's positions)."""
+        """``topic``'s merger crashes and restarts as the shell does: from the newest
+        snapshot in its store (``from_checkpoint``, when there is one) or from nothing
+        (no snapshot readable: every layer stream replayed), told to resume after the
+        last Delivery in ``T`` that is its own."""
         old = self.mergers[topic]
-        self.lost_on_crash[topic] += old.pending_count
-        saved = self.merger_checkpoints.get(topic) if from_checkpoint else None
-        if saved is None:
-            merger = Merger(topic, self.layers)
-            self.reads[topic] = [0] * self.layers
-            self.events["merger_restart"] += 1
-        else:
-            snapshot, reads = saved
-            merger = Merger.restore(snapshot)
-            self.reads[topic] = list(reads)
-            self.events["merger_restore"] += 1
-        keys = self.keys[topic]
-        if keys:
-            merger.resume_after(keys[-1])
-        self.mergers[topic] = merger
-        self._note(f"merger {topic} restarts at {self.reads[topic]}, after {keys[-1:]}")
+        self.lost_on_crash[topic] += old.batch.merger.pending_count
+        snapshot = old.newest_snapshot() if from_checkpoint else None
+        old.batch = MergerBatch.recover(old.spec, snapshot)
+        key, foreign = old.last_own_key()
+        if key is not None:
+            old.batch.resume_after(key)
+        old.retries = 0
+        self.events["merger_restore" if snapshot is not None else "merger_restart"] += 1
+        if foreign:
+            self.events["foreign_passed"] += foreign
+        self._note(f"merger {topic} restarts at {old.batch.positions}, after {key}")
 
     def checkpoint_merger(self, topic: str) -> None:
-        """Remember ``topic``'s merger state and its stream positions."""
-        self.merger_checkpoints[topic] = (
-            self.mergers[topic].snapshot(),
-            list(self.reads[topic]),
-        )
+        """``topic``'s merger takes a snapshot now."""
+        merger = self.mergers[topic]
+        ready = merger.batch.snapshot_now(wall_s=self.clock.wall_s)
+        merger.snapshot_rows.extend((r.key, r.value) for r in ready.snapshot_records())
         self.events["merger_checkpoint"] += 1
 
     def duplicate_record(self, topic: str, layer: int, index: int) -> None:
         """Append record ``index`` of the ``(topic, layer)`` stream again (a retry)."""
-        stream = self.streams[topic][layer]
-        stream.append(stream[index])
+        self.sims[layer].copy_stream_record(topic, index)
         self.events["stream_duplicate"] += 1
-        self._note(f"duplicate stream {topic}/{layer}[{index}] {stream[index]}")
+        self._note(f"duplicate stream {topic}/{layer}[{index}]")
 
-    def redeliver(self, topic: str, layer: int, count: int) -> None:
-        """``topic``'s merger re-reads the last ``count`` records of a stream."""
-        self.reads[topic][layer] = max(0, self.reads[topic][layer] - count)
-        self.events["stream_redeliver"] += 1
-        self._note(f"merger {topic} rewinds {layer} to {self.reads[topic][layer]}")
+    def foreign_records(self, topic: str) -> None:
+        """Another writer appends records to ``T`` (a forged Delivery only when the run
+        is signed: unsigned, nothing can tell it from the merger's own), then the merger
+        restarts and must resume after its own last record."""
+        merger = self.mergers[topic]
+        for value in foreign_delivery_records(
+            topic, merger.spec.sender_id, forged=self.signer is not None
+        ):
+            merger.target.append(value)
+        self.events["foreign"] += 1
+        self.restart_merger(topic, from_checkpoint=True)
 
     # ------------------------------------------------------------------ running
 
@@ -558,26 +542,25 @@ class LayeredSimulator:
 
     def advance(self, max_steps: int) -> bool:
         """Schedule until quiescent (every send made, every log and stream read to its
-        end) or until step ``max_steps``; True when quiescent."""
+        end, nothing held) or until step ``max_steps``; True when quiescent."""
         chooser = self.chooser
         chaos = self.chaos
-        while self.step_count < max_steps:
+        while self.clock.step < max_steps:
             senders = [c for c, q in self._queues.items() if q]
             if not senders and self._chaos_until is None:
-                self._chaos_until = self.step_count + chaos.tail_steps
-            if not senders and not self.unread():
+                self._chaos_until = self.clock.step + chaos.tail_steps
+            if not senders and self._quiet() and not self._retry_blocked():
                 return True
-            self.step_count += 1
-            step = self.step_count
+            step = self.clock.advance()
             for sim in self.sims:
-                sim.step_count = step
+                sim.settle()
             if self._chaos_until is None or step <= self._chaos_until:
                 self._misbehave()
             nodes = [
                 (layer, t)
                 for layer, sim in enumerate(self.sims)
                 for t in self.topics
-                if sim.positions[t] < len(sim.logs[t]) and sim.paused_until[t] < step
+                if sim.paused_until[t] < step and sim.has_work(t)
             ]
             mergers = [
                 t
@@ -586,6 +569,7 @@ class LayeredSimulator:
             ]
             choices = len(senders) + len(nodes) + len(mergers)
             if choices == 0:
+                self._wait_for_held()
                 continue  # everything with work is paused: time passes
             pick = chooser.integer(0, choices - 1)
             if pick < len(senders):
@@ -596,7 +580,7 @@ class LayeredSimulator:
                 self.step_node(layer, topic, chooser.integer(1, chaos.max_batch))
             else:
                 self.step_merger(mergers[pick - len(senders) - len(nodes)])
-        return not any(self._queues.values()) and not self.unread()
+        return not any(self._queues.values()) and self._quiet()
 
     def run(self, workload: Workload, *, max_steps: int = 200_000) -> LayeredResult:
         """Send ``workload`` (its sends :class:`LayerSend`) until quiescent or
@@ -607,98 +591,187 @@ class LayeredSimulator:
 
     def result(self) -> LayeredResult:
         """The run so far."""
+        self._poll()
         layer_results = [sim.result() for sim in self.sims]
         errors = [
             f"layer {layer}: {error}"
             for layer, result in enumerate(layer_results)
             for error in result.determinism_errors
         ]
+        for reader in self.readers.values():
+            errors.extend(reader.anomalies)
+        keys = self.keys
         budget = {
-            t: (self.layers - 1) * (len(self.merged[t]) + self.lost_on_crash[t])
-            for t in self.topics
+            t: (self.layers - 1) * (len(keys[t]) + self.lost_on_crash[t]) for t in self.topics
+        }
+        merged = {
+            t: [m._replace(messageType=MessageType.DELIVERY) for m in r.read]
+            for t, r in self.readers.items()
         }
         return LayeredResult(
             topics=self.topics,
             layers=self.layers,
             algorithm=self.algorithm,
+            exactly_once=self.exactly_once,
             sent=[sent for sim in self.sims for sent in sim.sent],
+            doomed=set().union(*(sim.doomed for sim in self.sims)),
             layer_of=dict(self.layer_of),
-            merged={t: list(m) for t, m in self.merged.items()},
-            keys={t: list(k) for t, k in self.keys.items()},
-            streams=self.streams,
+            merged=merged,
+            keys=keys,
+            written={t: self._written_keys(t) for t in self.topics},
+            streams={
+                t: [
+                    [item for r in sim.streams[t].records if (item := _layer_record(r))]
+                    for sim in self.sims
+                ]
+                for t in self.topics
+            },
             layer_results=layer_results,
-            mergers=dict(self.mergers),
+            mergers={t: m.batch.merger for t, m in self.mergers.items()},
             merger_rejected={t: list(r) for t, r in self.merger_rejected.items()},
             ticks=dict(self.ticks),
             tick_budget=budget,
             delays=list(self.delays),
-            steps=self.step_count,
-            quiescent=not any(self._queues.values()) and not self.unread(),
+            steps=self.clock.step,
+            quiescent=not any(self._queues.values()) and self._quiet(),
             events=Counter(self.events) + sum((r.events for r in layer_results), Counter()),
             errors=errors,
         )
 
     # ------------------------------------------------------------------ internals
 
+    def _quiet(self) -> bool:
+        return not self.unread() and not any(sim.holding() for sim in self.sims)
+
+    def _wait_for_held(self) -> None:
+        """Nothing to read anywhere: time passes until the first held message is due."""
+        if any(sim.unread() for sim in self.sims):
+            return
+        dues = [e.next_due_ms for sim in self.sims for e in sim.engines.values()]
+        due = min((d for d in dues if d is not None), default=None)
+        if due is not None and due > self.clock.now_ms:
+            self.clock.jump_to(due)
+            self.events["time_jump"] += 1
+
+    def _retry_blocked(self) -> bool:
+        """Everything is quiet but a merger's head is still blocked: its shell asks the
+        blocking layers for a tick again (at most :data:`MAX_TICK_RETRIES` times in a
+        row). True when something was written."""
+        for topic, merger in self.mergers.items():
+            if merger.batch.merger.blocked_by() and merger.retries < MAX_TICK_RETRIES:
+                merger.retries += 1
+                self.events["tick_retry"] += 1
+                self._write_merger(topic, merger.batch.retry_ticks())
+                return True
+        return False
+
     def _merger_unread(self, topic: str) -> int:
-        reads = self.reads[topic]
-        return sum(len(s) - reads[i] for i, s in enumerate(self.streams[topic]))
-
-    def _release(self, topic: str, release: Release) -> None:
-        message = release.payload
-        assert isinstance(message, Message)
-        self.merged[topic].append(message._replace(messageType=MessageType.DELIVERY))
-        self.keys[topic].append(release.key)
-        mid = release.messageID
-        arrived = self._arrived.get((topic, mid), self.step_count)
-        self.delays.append(
-            MergeDelay(
-                topic,
-                mid,
-                release.layer,
-                self._written.get((topic, mid), arrived),
-                arrived,
-                self.step_count,
-            )
+        positions = self.mergers[topic].batch.positions
+        return sum(
+            len(sim.streams[topic]) - positions.get(layer, 0) for layer, sim in enumerate(self.sims)
         )
-        self._note(f"merger {topic} RELEASES {mid}@{release.timeStamp}/{release.layer}")
 
-    def _tick(self, topic: str, request: TickRequest) -> None:
-        (record,) = decode_record(encode_tick(f"merger-{topic}", request.timeStamp, request.layer))
-        self.sims[request.layer].append(topic, record)
+    def _note_written(self, layer: int, topic: str) -> None:
+        """When each PartitionDelivery reached its layer stream (for :class:`MergeDelay`)."""
+        stream = self.sims[layer].streams[topic]
+        seen = self._stream_seen.get((topic, layer), 0)
+        for record in stream.records[seen:]:
+            item = _layer_record(record)
+            if isinstance(item, LayerDelivery):
+                self._written.setdefault((topic, item.messageID), self.clock.step)
+        self._stream_seen[(topic, layer)] = len(stream)
+
+    def _write_merger(self, topic: str, ready: Ready) -> None:
+        """Write what a merger step decided, as its shell's writer of the mode would."""
+        records = ready.records
+        if records and self.chooser.chance(self.merger_chaos.producer_gap):
+            self.events["merger_producer_gap"] += 1
+            outputs = ready.outputs()
+            written = 0
+            if outputs and not self.exactly_once:  # gapless: what came before it is written
+                written = self.chooser.integer(0, len(outputs) - 1)
+                for record in outputs[:written]:
+                    self._route_merger(topic, record)
+            lost = sum(1 for r in outputs[written:] if r.kind is OutKind.DELIVERY)
+            self.lost_on_crash[topic] += lost  # released, not written: merged again
+            self.restart_merger(topic, from_checkpoint=True)
+            return
+        for record in records:
+            self._route_merger(topic, record)
+        self._poll()
+
+    def _route_merger(self, topic: str, record: OutRecord) -> None:
+        merger = self.mergers[topic]
+        kind = record.kind
+        if kind is OutKind.DELIVERY:
+            merger.target.append(record.value, key=record.key, headers=record.headers)
+            merger.retries = 0
+        elif kind is OutKind.TICK:
+            self.ticks[topic] += 1
+            self.events["tick"] += 1
+            if self.write_ticks:
+                self.sims[record.partition or 0].inputs[topic].append(
+                    record.value, key=record.key, headers=record.headers
+                )
+        elif kind is OutKind.DEAD_LETTER:
+            self.merger_dead_letters[topic] += 1
+        else:
+            merger.snapshot_rows.append((record.key, record.value))
+
+    def _poll(self) -> None:
+        """Let each topic's client read what its merger wrote; note when it was released."""
+        for topic, reader in self.readers.items():
+            for message in reader.poll():
+                mid = message.messageID
+                arrived = self._arrived.get((topic, mid), self.clock.step)
+                self.delays.append(
+                    MergeDelay(
+                        topic,
+                        mid,
+                        message.partitionID or 0,
+                        self._written.get((topic, mid), arrived),
+                        arrived,
+                        self.clock.step,
+                    )
+                )
+
+    def _written_keys(self, topic: str) -> list[MergeKey]:
+        merger = self.mergers[topic]
+        keys = (own_delivery_key(merger.spec, r) for r in merger.target.records)
+        return [k for k in keys if k is not None]
 
     def _misbehave(self) -> None:
         chooser = self.chooser
         chaos = self.merger_chaos
         topics = self.topics
-        self.sims[chooser.integer(0, self.layers - 1)]._misbehave()
+        self.sims[chooser.integer(0, self.layers - 1)].misbehave()
         if chooser.chance(chaos.duplicate):
-            filled = [(t, i) for t in topics for i, s in enumerate(self.streams[t]) if s]
+            filled = [
+                (t, layer)
+                for t in topics
+                for layer, sim in enumerate(self.sims)
+                if len(sim.streams[t])
+            ]
             if filled:
                 topic, layer = filled[chooser.integer(0, len(filled) - 1)]
-                size = len(self.streams[topic][layer])
+                size = len(self.sims[layer].streams[topic])
                 low = max(0, size - chaos.duplicate_window)
                 self.duplicate_record(topic, layer, chooser.integer(low, size - 1))
-        if chooser.chance(chaos.redeliver):
-            started = [(t, i) for t in topics for i, r in enumerate(self.reads[t]) if r]
-            if started:
-                topic, layer = started[chooser.integer(0, len(started) - 1)]
-                limit = min(self.reads[topic][layer], chaos.max_redeliver)
-                self.redeliver(topic, layer, chooser.integer(1, limit))
         if chooser.chance(chaos.delay):
             topic = topics[chooser.integer(0, len(topics) - 1)]
-            self.merger_paused_until[topic] = self.step_count + chooser.integer(1, chaos.max_delay)
+            self.merger_paused_until[topic] = self.clock.step + chooser.integer(1, chaos.max_delay)
             self.events["merger_delay"] += 1
         if chooser.chance(chaos.checkpoint):
             self.checkpoint_merger(topics[chooser.integer(0, len(topics) - 1)])
         if chooser.chance(chaos.crash):
             topic = topics[chooser.integer(0, len(topics) - 1)]
-            restore = topic in self.merger_checkpoints and chooser.chance(0.5)
-            self.restart_merger(topic, from_checkpoint=restore)
+            self.restart_merger(topic, from_checkpoint=chooser.chance(0.5))
+        if chooser.chance(chaos.foreign):
+            self.foreign_records(topics[chooser.integer(0, len(topics) - 1)])
 
     def _note(self, text: str) -> None:
         if self.trace is not None:
-            self.trace.append(f"{self.step_count:5d} {text}")
+            self.trace.append(f"{self.clock.step:5d} {text}")
 
 
 def _layered(send: Send) -> LayerSend:

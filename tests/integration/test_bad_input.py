@@ -71,6 +71,8 @@ def test_a_destination_without_a_node_is_refused_and_a_stuck_head_is_named(
     kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
 ) -> None:
     a, ghost = topic_factory(), topic_factory()
+    with running_cluster(kafka_bootstrap, [ghost], log_dir=tmp_path, name="ghost"):
+        pass  # ghost has had a node (it is a member, §4.9.5), which has stopped since
     with running_cluster(kafka_bootstrap, [a], log_dir=tmp_path, log_level="info", stuck_after_s=2):
         typo = run_cli("send", "--bootstrap-server", kafka_bootstrap, "--to", f"{a},{ghost}", "x")
         assert typo.returncode == 2, typo.stderr
@@ -95,6 +97,28 @@ def test_a_destination_without_a_node_is_refused_and_a_stuck_head_is_named(
     log = (tmp_path / f"cluster-{DEFAULT_ALGORITHM}-split-1.log").read_text()
     assert f"message {stuck_id} has held the queue head" in log
     assert f"the proposals of {ghost}" in log
+
+
+def test_a_destination_that_never_had_a_node_is_aborted_after_the_grace_period(
+    kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
+) -> None:
+    """A message naming a topic no node has ever served (a plain producer, or
+    --allow-offline with a typo) waits the grace period for a members record naming it,
+    then is refused and aborted: it never holds the queue (issue 15, §4.9.5)."""
+    a, nosuch = topic_factory(), topic_factory()
+    with running_cluster(kafka_bootstrap, [a], log_dir=tmp_path):
+        anyway = run_cli(
+            "send", "--bootstrap-server", kafka_bootstrap, "--to", f"{a},{nosuch}",
+            "--allow-offline", "never delivered",
+        )  # fmt: skip
+        assert anyway.returncode == 0, anyway.stderr
+        with AtomicKafkaClient(kafka_bootstrap) as client:
+            after = client.send("after", [a])
+        got = collect_deliveries(kafka_bootstrap, [a], {a: 1}, "split")
+        reasons = dead_letters(kafka_bootstrap, a, 1, timeout_s=40)
+    assert [d.messageID for d in got[a]] == [after]  # not held behind the other
+    assert any("has no node" in r for r in reasons), reasons
+    assert_order_checked([Sent(after, (a,), "after", "")], got)
 
 
 def test_send_skips_lines_it_cannot_send_and_prints_ids_only_for_sent_ones(

@@ -102,7 +102,7 @@ def test_1_a_stray_clock_at_one_node_stalls_no_multicast(
         multicast_arrives(kafka_bootstrap, [a, b])
         status = read_statuses(kafka_bootstrap)
     assert status[a].clock >= 2**48 - 2  # the stray was taken: it was within the bound
-    assert status[b].clock >= 2**48  # and B took A's proposals above it
+    assert status[b].clock >= 2**48 - 1  # and B took A's proposal above it
 
 
 def test_2_the_mergers_tick_after_a_stray_clock_is_taken(

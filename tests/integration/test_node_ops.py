@@ -68,7 +68,9 @@ def test_cli_send_tail_status(
             )
             assert out.returncode == 0, out.stderr
             tails[topic] = [orjson.loads(line) for line in out.stdout.splitlines()]
-        status = run_cli("status", "--bootstrap-server", kafka_bootstrap)
+        status = run_cli(
+            "status", "--bootstrap-server", kafka_bootstrap, "--topics", f"{a},{b},{c}"
+        )
         assert status.returncode == 0, status.stderr
         for topic in (a, b, c):
             assert topic in status.stdout

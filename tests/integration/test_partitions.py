@@ -58,7 +58,9 @@ def test_partitioned_topics_keep_one_total_order(
         expected = Counter(t for s in sent for t in s.destinations)
         deliveries = collect_deliveries(kafka_bootstrap, topics, dict(expected), "split")
         statuses = read_statuses(kafka_bootstrap)
-        status = run_cli("status", "--bootstrap-server", kafka_bootstrap)
+        status = run_cli(
+            "status", "--bootstrap-server", kafka_bootstrap, "--topics", ",".join(topics)
+        )
     assert len(sent) == MESSAGES
     assert any(s.via for s in sent) and any(len(s.destinations) == TOPICS for s in sent)
     assert_order_checked(sent, deliveries)

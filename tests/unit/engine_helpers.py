@@ -50,7 +50,7 @@ def node_logs(
         topics,
         algorithm=algorithm,
         chooser=RandomChooser(seed),
-        chaos=chaos or Chaos(duplicate=0.1, replay=0.0, delay=0.05),
+        chaos=chaos or Chaos(duplicate=0.1, delay=0.05),
     )
     result = sim.run(workload)
     assert result.quiescent and result.check().ok

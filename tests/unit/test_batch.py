@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from atomickafka.core.engine import Algorithm
+from atomickafka.core.raw import decode_any
 from atomickafka.core.reader import (
     DEAD_LETTER_ERROR_HEADER,
     DEAD_LETTER_OFFSET_HEADER,
@@ -22,9 +23,10 @@ from atomickafka.core.wire import (
     Message,
     MessageType,
     client_message,
-    decode_record,
     encode_bundle,
     encode_client,
+    encode_members,
+    encode_tick,
     value_bytes,
 )
 from atomickafka.node.batch import NodeBatch, NodeSpec, OutKind, OutRecord, Ready
@@ -67,7 +69,7 @@ def delivered(ready: Ready) -> list[str]:
     out = []
     for r in ready.records:
         if r.kind is OutKind.DELIVERY:
-            message = read_delivery(PlainRecord(r.value))
+            message = read_delivery(PlainRecord(r.value, key=r.key, headers=list(r.headers)))
             assert message is not None
             out.append(message.messageID)
     return out
@@ -120,6 +122,28 @@ def test_an_unreadable_record_is_set_aside_with_its_reason_and_origin() -> None:
     assert b"not valid JSON" in (header_value(record, DEAD_LETTER_ERROR_HEADER) or b"")
     assert header_value(record, DEAD_LETTER_OFFSET_HEADER) == b"0"
     assert delivered(ready) == ["m"] and letter.topic == "atomickafka-dlq.A"
+
+
+@pytest.mark.parametrize("b_starts", [True, False], ids=["then-too-big", "no-node"])
+def test_a_record_refused_after_it_waited_is_set_aside_verbatim(b_starts: bool) -> None:
+    """§4.9.5: a multicast to a destination not yet known to have a node waits; if a
+    later batch refuses it (too big once B is known, or B never starts), the dead letter
+    is still the input record itself, with its offset."""
+    batch = NodeBatch(spec(max_value_bytes=100), NodeBatch.fresh_engine(spec(max_value_bytes=100)))
+    big = encode_client(client_message("z", ["A", "B"], "x" * 500, "c", sent_at=NOW_MS))
+    first = batch.step(log("A", [encode_members("node-A", ["A"]), big]), wall_s=0)
+    assert not [r for r in first.records if r.kind is OutKind.DEAD_LETTER]
+    later = encode_members("node-A", ["A", "B"]) if b_starts else encode_tick("node-A", 0)
+    at = NOW_MS + (5 if b_starts else 20_000)  # within the grace period, or after it
+    record = PlainRecord(later, topic="atomickafka-in.A", offset=2, timestamp_ms=at)
+    ready = batch.step([record], wall_s=1)
+    (letter,) = [r for r in ready.records if r.kind is OutKind.DEAD_LETTER]
+    assert letter.value == big
+    read = PlainRecord(letter.value, headers=list(letter.headers))
+    assert header_value(read, DEAD_LETTER_OFFSET_HEADER) == b"1"
+    reason = header_value(read, DEAD_LETTER_ERROR_HEADER) or b""
+    assert (b"limit" if b_starts else b"has no node") in reason
+    assert batch._deferred.pop(1) is None  # nothing kept any longer
 
 
 def test_an_output_too_large_to_write_is_set_aside() -> None:
@@ -188,7 +212,7 @@ def _comparable(records: list[OutRecord]) -> dict[str, list[tuple[object, ...]]]
     for r in records:
         if r.kind is OutKind.WATERMARK or r.value is None:
             continue
-        for m in decode_record(r.value):
+        for m in decode_any(r.value, r.key, list(r.headers)):
             out.setdefault(r.topic, []).append(
                 (m.messageID, m.messageType, m.timeStamp, m.seq, m.value)
             )

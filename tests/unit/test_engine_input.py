@@ -82,7 +82,7 @@ def test_outputs_do_not_depend_on_batch_boundaries(algorithm: Algorithm, seed: i
     topics = ["T1", "T2", "T3", "T4", "T5"]
     rng = random.Random(seed)
     workload = random_workload(rng, topics, clients=3, messages=40, relay=0.2, retry=0.2, skew=5)
-    chaos = Chaos(duplicate=0.2, replay=0.1, delay=0.05, partial_write=0.3)
+    chaos = Chaos(duplicate=0.2, crash=0.05, delay=0.05, partial_write=0.3)
     logs = (
         Simulator(topics, algorithm=algorithm, chooser=RandomChooser(seed), chaos=chaos)
         .run(workload)
@@ -240,13 +240,14 @@ def test_colliding_ids_never_stall_and_never_split(
     """Per-client integer ids collide all the time. Whatever the schedule: the run
     ends with nothing stuck, every id is delivered at most once per topic and, where it
     is delivered, as one message everywhere (one value, one destination list); every
-    message whose id is not reused passes the checker."""
+    message whose id is not reused (by another client, or for other content) passes the
+    checker."""
     topics = ["T1", "T2", "T3", "T4", "T5"]
     rng = random.Random(seed)
     workload = random_workload(
         rng, topics, clients=3, messages=messages, relay=0.2, retry=0.1, ids=integer_ids
     )
-    chaos = Chaos(duplicate=0.1, replay=0.05, delay=0.05, crash=0.02, partial_write=0.2)
+    chaos = Chaos(duplicate=0.1, delay=0.05, crash=0.02, partial_write=0.2)
     result = Simulator(topics, algorithm=algorithm, chooser=RandomChooser(rng), chaos=chaos).run(
         workload
     )
@@ -263,8 +264,8 @@ def test_colliding_ids_never_stall_and_never_split(
         for version in where.values():
             assert all(where.get(t, version) == version for t in version[0]), (mid, where)
     by_id: dict[str, set[Any]] = {}
-    for s in workload.sends:
-        by_id.setdefault(s.messageID, set()).add((s.destinations, repr(s.value)))
+    for s in workload.sends:  # a message is its client's: its send time is in its version
+        by_id.setdefault(s.messageID, set()).add((s.client, s.destinations, repr(s.value)))
     clean = {mid for mid, vs in by_id.items() if len(vs) == 1}
     sent = [s for s in result.sent if s.messageID in clean]
     deliveries = {t: [m for m in result.deliveries[t] if m.messageID in clean] for t in topics}
@@ -444,5 +445,41 @@ def test_an_entry_a_stray_ack_created_is_forgotten_after_the_window() -> None:
     assert node.pending_count == 1
     node.step([at(NOW + 999, tick(0, topic="A"))])
     assert node.pending_count == 1
-    node.step([at(NOW + 1000, tick(0, topic="A"))])
+    out = node.step([at(NOW + 1000, tick(0, topic="A"))]).outputs
     assert node.pending_count == 0 and node.stats.forgotten == 1
+    # ...and the version is refused for good, with an Abort to the other destination,
+    # so a node that did propose for it stops waiting for this one (§4.9.4).
+    assert types(out) == [("B", "AbortMessage", "x")]
+    # A repeat is answered with the Abort again and makes no new entry.
+    out = node.step([at(NOW + 1001, ack("x", "AB", "B", 3, alg="poc"))]).outputs
+    assert types(out) == [("B", "AbortMessage", "x")] and node.pending_count == 0
+
+
+def test_an_ack_to_a_node_that_never_coordinated_is_refused_and_aborted() -> None:
+    """§4.9: under ``optimized`` only the coordinator is acked, and it took the message
+    up before it wrote the Notify that an honest Ack answers. An Ack for an id it never
+    coordinated answers a forged Notify elsewhere: the version is refused and aborted,
+    so the node the forgery reached does not wait for a decision that never comes."""
+    node = Engine("A", algorithm=Algorithm.OPTIMIZED)
+    step = node.step([at(NOW, ack("x", "AB", "B", 7, alg="optimized"))])
+    assert [r.reason for r in step.rejected] and "never coordinated" in step.rejected[0].reason
+    assert types(step.outputs) == [("B", "AbortMessage", "x")]
+    assert node.pending_count == 0 and node.clock == 0  # the forged timestamp moves nothing
+
+
+def test_a_record_held_longer_than_a_record_may_be_late_is_set_aside() -> None:
+    """§4.11 with §4.13: a stray about a delivered message, dated just under the hold
+    bound, waits an hour; by then the memory window has forgotten the message, so
+    applying it would take the old id up again. It is set aside as late instead."""
+    node = Engine("A", algorithm=Algorithm.POC, window_ms=60_000)
+    node.step([at(NOW, client("m", "A", "B"))])
+    node.step([at(NOW + 1, notify("m", "AB", "B", 5, alg="poc"))])
+    assert node.is_delivered("m")
+    stray = at(NOW + 2, notify("m", "AB", "B", (NOW + 2) * 1000 + CLOCK_HOLD_US, alg="poc"))
+    assert not node.step([stray]).rejected and node.held_count == 1
+    due = node.next_due_ms
+    assert due is not None
+    step = node.step([at(due, tick(0, topic="A"))])
+    assert node.held_count == 0 and node.pending_count == 0 and not step.outputs
+    assert [r.reason for r in step.rejected] and "a stray" in step.rejected[0].reason
+    assert node.stats.late == 1

@@ -1,11 +1,14 @@
-"""Partitioned topics end to end: layers of engines, one merger per topic, under chaos.
+"""Partitioned topics end to end: layers of batch-layer nodes, one merger per topic.
 
-Runs :class:`~atomickafka.verify.layered.LayeredSimulator`: 1 to 4 layers over 3 to 6
-topics, every algorithm, random overlapping destination sets, relays, client retries,
-skewed clocks, idle stretches and silent layers, random interleavings and batch sizes,
-and (per layer) duplicated records, replays, delays, crashes and partial client writes,
-plus duplicated and redelivered layer records, paused mergers and merger restarts
-(fresh with ``resume_after`` and a replay from the start, or from a checkpoint).
+Runs :class:`~atomickafka.verify.layered.LayeredSimulator`, which drives the production
+batch layers (``NodeBatch`` per layer node, ``MergerBatch`` per merger): 1 to 4 layers
+over 3 to 6 topics, every algorithm, both delivery modes, random overlapping destination
+sets, relays, client retries, skewed clocks, idle stretches and silent layers, random
+interleavings and batch sizes, and (per layer) duplicated records, delays, crashes
+recovered from snapshots, producer gaps and partial client writes, plus duplicated
+layer records, paused mergers, merger snapshots, merger producer gaps and merger
+restarts (from the newest snapshot, or from nothing with a replay from the start, and
+``resume_after`` the merger's own last record in ``T``).
 
 On the merged streams every run must pass :func:`assert_merged_correct`: the
 independent checker (integrity, validity, pairwise total order, acyclic union), each
@@ -51,8 +54,15 @@ from atomickafka.verify.simulator import (
     Send,
     Workload,
     random_workload,
+    replayed_deliveries,
 )
-from tests.unit.test_properties import ALGORITHMS, chaos_settings, examples, topic_names
+from tests.unit.test_properties import (
+    ALGORITHMS,
+    chaos_settings,
+    delivery_modes,
+    examples,
+    topic_names,
+)
 
 # ---------------------------------------------------------------------------- the judge
 
@@ -76,14 +86,9 @@ def assert_merged_correct(result: LayeredResult, *, honest: bool = True) -> None
             # the merger passes each layer's stream on whole and in its order
             merged = [(k.messageID, k.timeStamp) for k in result.keys[topic] if k.layer == layer]
             assert merged == own, (topic, layer, where)
-            # rule 8, per layer: a fresh engine replaying the final log delivers the same
-            fresh = Engine(topic, algorithm=result.algorithm, partition=layer)
-            replayed = [
-                (o.message.messageID, o.message.timeStamp)
-                for o in fresh.handle_batch(run.logs[topic])
-                if o.message.messageType is MessageType.PARTITION_DELIVERY
-            ]
-            assert replayed == own, (topic, layer)
+            # rule 8, per layer: a fresh node reading the final log delivers the same
+            replayed = replayed_deliveries(run.specs[topic], run.records[topic])
+            assert [(m.messageID, m.timeStamp) for m in replayed] == own, (topic, layer)
 
 
 def brief_tick_bound(result: LayeredResult) -> bool:
@@ -103,10 +108,10 @@ merger_chaos = st.builds(
     max_batch=st.integers(1, 8),
     max_picks=st.integers(1, 4),
     duplicate=st.sampled_from([0.0, 0.05, 0.2]),
-    redeliver=st.sampled_from([0.0, 0.05, 0.15]),
     delay=st.sampled_from([0.0, 0.05, 0.1]),
     crash=st.sampled_from([0.0, 0.02, 0.05]),
     checkpoint=st.sampled_from([0.0, 0.1]),
+    producer_gap=st.sampled_from([0.0, 0.0, 0.03]),
     duplicate_window=st.sampled_from([3, 10, 1000]),  # 1000: a node re-writing old records
     max_delay=st.integers(1, 40),
 )
@@ -139,7 +144,7 @@ def layer_plans(draw: st.DrawFn, layers: int) -> tuple[LayerPolicy, tuple[int, .
     data=st.data(),
     chaos=layer_chaos,
     mchaos=merger_chaos,
-    through_codec=st.sampled_from([False] * 7 + [True]),  # encode/decode 1 in 8
+    mode=delivery_modes,
 )
 def test_random_layered_runs_keep_atomic_multicast(
     algorithm: Algorithm,
@@ -155,7 +160,7 @@ def test_random_layered_runs_keep_atomic_multicast(
     data: st.DataObject,
     chaos: Chaos,
     mchaos: MergerChaos,
-    through_codec: bool,
+    mode: tuple[bool, int],
 ) -> None:
     topics = topic_names(n_topics)
     rng = random.Random(seed)
@@ -180,7 +185,8 @@ def test_random_layered_runs_keep_atomic_multicast(
         chooser=RandomChooser(rng),
         chaos=chaos,
         merger_chaos=mchaos,
-        through_codec=through_codec,
+        exactly_once=mode[0],
+        commit_lag=mode[1],
     )
     result = sim.run(workload)
     assert_merged_correct(result)
@@ -217,14 +223,13 @@ def test_drawn_layered_schedules_keep_atomic_multicast(
     chaos = Chaos(
         max_batch=3,
         duplicate=0.05,
-        replay=0.03,
         delay=0.03,
         crash=0.02,
         checkpoint=0.1,
         partial_write=0.2,
         tail_steps=20,
     )
-    mchaos = MergerChaos(duplicate=0.05, redeliver=0.03, delay=0.03, crash=0.03, checkpoint=0.1)
+    mchaos = MergerChaos(duplicate=0.05, delay=0.03, crash=0.03, checkpoint=0.1)
     sim = LayeredSimulator(
         topics,
         layers,

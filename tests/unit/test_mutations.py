@@ -15,8 +15,8 @@ Defect (docs/DESIGN.md §4.10) -> mutant -> how it is caught:
   (seed search, and a scripted tie);
 - (c) coordinator decides one ack early -> ``DecidesOneAckEarly`` -> order violation;
 - (d) ack completeness by count -> ``CountsAcks`` -> order violation (seed search
-  with duplicated/replayed Acks, and a scripted stray Ack); ``direct`` has no Acks and
-  keys Notify proposals by topic, which (c) covers;
+  with Acks repeated by records without ``seq``, and a scripted stray Ack); ``direct``
+  has no Acks and keys Notify proposals by topic, which (c) covers;
 - (e) no de-duplication -> ``NoDeduplication`` -> duplicate deliveries;
 - (f) per-client integer message ids (client side, ``integer_ids``) -> id-reuse and
   messages lost.
@@ -177,9 +177,9 @@ def order_violation(report: CheckReport) -> bool:
     return bool(report.kinds() & ORDER_KINDS)
 
 
-CALM = Chaos(duplicate=0.0, replay=0.0, delay=0.05, crash=0.0, checkpoint=0.0)
-ROUGH = Chaos(duplicate=0.2, replay=0.1, delay=0.05, crash=0.0, checkpoint=0.0)
-PARTIAL = Chaos(duplicate=0.0, replay=0.0, delay=0.05, crash=0.0, checkpoint=0.0, partial_write=0.8)
+CALM = Chaos(duplicate=0.0, delay=0.05, crash=0.0, checkpoint=0.0)
+ROUGH = Chaos(duplicate=0.1, unsequenced=0.2, delay=0.05, crash=0.0, checkpoint=0.0)
+PARTIAL = Chaos(duplicate=0.0, delay=0.05, crash=0.0, checkpoint=0.0, partial_write=0.8)
 
 
 # ---------------------------------------------------------------------------- (a)
@@ -204,14 +204,18 @@ def scripted_skewed_clock(engine_class: type[Engine]) -> SimulationResult:
     m2 at 21 (A acked it with 21, C's own) and delivers it while m1 still sits at 22
     there; m1's Decided (1) comes too late. A delivers m1, m2; C m2, m1.
     """
-    sim = Simulator(["A", "C"], engine_factory=factory(engine_class), record_trace=True)
+    sim = Simulator(
+        ["A", "C"], algorithm="optimized", engine_factory=factory(engine_class), record_trace=True
+    )
     for i in range(20):
         sim.send(Send("hot", f"hot-{i}", ("C",), i, "C"))
     sim.send(Send("c", "m1", ("A", "C"), 1, "A"))
     sim.send(Send("c", "m2", ("A", "C"), 2, "C"))
     sim.step_node("A", 1)  # m1: A proposes 1, notifies C
-    sim.step_node("C", 22)  # hot messages; m2: C proposes 21; m1: C proposes 22, acks
-    sim.step_node("A", 2)  # m2: A proposes, acks C; m1: A decides, delivers
+    sim.step_node("C", 21)  # hot messages; m2: C proposes 21, notifies A
+    sim.step_node("C", 1)  # m1: C proposes 22, acks (each step's outputs are one bundle)
+    sim.step_node("A", 1)  # m2: A proposes, acks C
+    sim.step_node("A", 1)  # m1: A decides, delivers
     sim.step_node("C", 1)  # m2: C decides (and delivers) before m1's Decided
     return sim.drain()
 
@@ -243,7 +247,12 @@ def scripted_tie(engine_class: type[Engine]) -> SimulationResult:
     too. B coordinates m1 and decides max(1, 5) = 5 while m2 still waits there for
     its Decided: B orders (5, m1) before (5, m2), A delivered m2 first.
     """
-    sim = Simulator(["A", "B", "C"], engine_factory=factory(engine_class), record_trace=True)
+    sim = Simulator(
+        ["A", "B", "C"],
+        algorithm="optimized",
+        engine_factory=factory(engine_class),
+        record_trace=True,
+    )
     for i in range(5):
         sim.send(Send("hot", f"hot-{i}", ("C",), i, "C"))
     sim.step_node("C", 5)
@@ -281,7 +290,8 @@ def test_c_deciding_one_ack_early_breaks_order(algorithm: Algorithm) -> None:
 
 @pytest.mark.parametrize("algorithm", ACK_ALGORITHMS)
 def test_d_counting_acks_breaks_with_duplicate_acks(algorithm: Algorithm) -> None:
-    # Duplicated and replayed records repeat Acks; a count mistakes them for others.
+    # Copies of bundles without their ``seq`` (as written before §4.12) repeat Acks past
+    # the de-duplication by sequence number; a count mistakes them for others.
     search(CountsAcks, algorithm, order_violation, ROUGH)
 
 
@@ -292,7 +302,12 @@ def scripted_stray_ack(engine_class: type[Engine]) -> SimulationResult:
     stray one as three of three and decides m at 2, but C has proposed 12 and already
     delivered n at 12: C delivers n before m, B m before n.
     """
-    sim = Simulator(["A", "B", "C"], engine_factory=factory(engine_class), record_trace=True)
+    sim = Simulator(
+        ["A", "B", "C"],
+        algorithm="optimized",
+        engine_factory=factory(engine_class),
+        record_trace=True,
+    )
     for i in range(10):
         sim.send(Send("hot", f"hot-{i}", ("C",), i, "C"))
     sim.send(Send("c", "a-n", ("B", "C"), "n", "C"))
@@ -300,7 +315,9 @@ def scripted_stray_ack(engine_class: type[Engine]) -> SimulationResult:
     sim.step_node("A", 1)  # m: A proposes 1, notifies B and C
     sim.step_node("C", 11)  # the hot messages; n: C proposes 11, notifies B
     sim.step_node("B", 2)  # m: B proposes 2, acks A; n: B proposes 12, acks C
-    stray = Message("b-m", MessageType.ACK, ("A", "B", "C"), None, "node-D", "D", 0)
+    stray = Message(
+        "b-m", MessageType.ACK, ("A", "B", "C"), None, "node-D", "D", 0, digest="0" * 16
+    )
     sim.append("A", stray)
     sim.step_node("C", 2)  # m: C proposes 12, acks A; n decided at 12 and delivered
     sim.step_node("A", 3)
@@ -329,6 +346,25 @@ def test_e_no_deduplication_delivers_duplicates(algorithm: Algorithm) -> None:
     )
     duplicate = report.of_kind(ViolationKind.DUPLICATE)[0]
     assert "twice" in duplicate.text
+
+
+def test_a_mutant_engine_survives_crashes() -> None:
+    """The mutation seam holds across restarts: a crashed node comes back from its
+    snapshot as the same engine class, so a search with crashes tests the mutant."""
+    rng = random.Random(3)
+    workload = random_workload(rng, TOPICS, clients=3, messages=30, multicast=0.7)
+    chaos = Chaos(crash=0.2, checkpoint=0.3, duplicate=0.1)
+    for exactly_once in (True, False):
+        sim = Simulator(
+            TOPICS,
+            chooser=RandomChooser(rng),
+            chaos=chaos,
+            engine_factory=factory(NoDeduplication),
+            exactly_once=exactly_once,
+        )
+        result = sim.run(workload)
+        assert result.events["crash"] > 0 and result.events["checkpoint"] > 0
+        assert all(type(e) is NoDeduplication for e in result.engines.values())
 
 
 # ---------------------------------------------------------------------------- (f)

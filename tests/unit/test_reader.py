@@ -19,6 +19,7 @@ from atomickafka.core.reader import (
     PlainRecord,
     declares_delivery,
     delivery_order_key,
+    delivery_writers,
     peek,
     read_dead_letter,
     read_delivery,
@@ -32,6 +33,8 @@ from atomickafka.core.wire import (
     encode_delivery,
     encode_watermark,
 )
+from atomickafka.node.config import NodeConfig
+from atomickafka.node.merger_batch import merger_id
 
 
 def _delivery_bytes(topic: str = "A", layer: int | None = None) -> bytes:
@@ -151,3 +154,10 @@ def test_the_reader_never_raises_on_json_objects(obj: dict[str, object]) -> None
     record = PlainRecord(orjson.dumps(obj))
     read_delivery(record)
     peek(record)
+
+
+def test_the_delivery_writers_are_the_ids_nodes_and_mergers_write_with() -> None:
+    """A DeliveryReader drops deliveries from anyone else (client/reader.py): the ids
+    must be exactly those the node and the merger put on their deliveries."""
+    node = NodeConfig(bootstrap="127.0.0.1:9092", topic="orders")
+    assert delivery_writers("orders") == {node.node_id, merger_id("orders")}

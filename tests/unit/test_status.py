@@ -9,7 +9,9 @@ from atomickafka.core.engine import Algorithm
 from atomickafka.core.reader import PlainRecord
 from atomickafka.core.wire import client_message
 from atomickafka.kafka.status import (
+    LIVE_WINDOW_S,
     LayerState,
+    NodeState,
     Role,
     Status,
     WaitingHead,
@@ -61,13 +63,28 @@ def test_the_json_form_keeps_the_field_names_and_strings() -> None:
     merger = parse_status(orjson.dumps(OLD_MERGER))
     assert merger is not None
     data = merger.to_dict()
-    assert set(OLD_NODE) == set(data)
+    assert set(OLD_NODE) | {"state"} == set(data)  # "state" came with clean stops
     assert data["role"] == "merger" and data["algorithm"] == "direct"
+    assert data["state"] == "running"  # what a record without the field means
     assert data["layer_watermarks"] == [15, 9] and data["blocked_by"] == [1]
     assert data["waiting"] == [
         {"messageID": "c-1", "timeStamp": 12, "decided": False, "waiting_for": ["layer 1"]}
     ]
     assert Status.from_dict(orjson.loads(orjson.dumps(data))) == merger
+
+
+def test_a_cleanly_stopped_node_is_not_live_at_once_and_says_so_in_json() -> None:
+    node = parse_status(orjson.dumps(OLD_NODE))
+    assert node is not None and node.state is NodeState.RUNNING
+    assert node.live(now=node.time + 1)
+    last = node.stopped(now=node.time + 2)
+    assert last.is_stopped and last.time == node.time + 2
+    assert not last.live(now=last.time)  # not live although just published
+    assert last.pending == node.pending and last.key == node.key  # the rest is kept
+    data = orjson.loads(orjson.dumps(last.to_dict()))
+    assert data["state"] == "stopped"
+    assert Status.from_dict(data) == last
+    assert not node.live(now=node.time + LIVE_WINDOW_S + 1)  # stale as before
 
 
 def test_what_is_not_a_status_is_skipped() -> None:
@@ -76,6 +93,7 @@ def test_what_is_not_a_status_is_skipped() -> None:
     assert parse_status(b'{"key": "A"}') is None  # no role, protocol, ...
     assert parse_status(orjson.dumps(OLD_NODE | {"algorithm": "gossip"})) is None
     assert parse_status(orjson.dumps(OLD_NODE | {"waiting": ["c-1"]})) is None
+    assert parse_status(orjson.dumps(OLD_NODE | {"state": "sleeping"})) is None
 
 
 def test_reading_a_node_status_resets_no_rate() -> None:
@@ -111,9 +129,10 @@ def test_only_the_newest_status_of_each_key_counts_and_a_tombstone_falls_back() 
         record("B", clock=1),
         record("A", clock=2),
         record("B", clock=2),
-        PlainRecord(None, key=b"B"),  # a tombstone: B's newest status is still clock 2
+        PlainRecord(None, key=b"B"),  # a tombstone: B is forgotten for good
         PlainRecord(orjson.dumps(OLD_NODE | {"key": "C", "clock": 5})),  # no Kafka key
         PlainRecord(b"not a status", key=b"D"),
     ]
     newest = newest_statuses(records)
-    assert {k: s.clock for k, s in newest.items()} == {"A": 2, "B": 2, "C": 5}
+    assert newest.pop("B") is None
+    assert {k: s.clock for k, s in newest.items() if s is not None} == {"A": 2, "C": 5}

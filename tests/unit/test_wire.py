@@ -236,7 +236,7 @@ def test_thesis_records_still_decode() -> None:
 
 
 def test_unknown_fields_are_tolerated() -> None:
-    assert one(record(extra="x", headers={"a": 1}, offset=99)) == one(record())
+    assert one(record(extra="x", annotations={"a": 1}, offset=99)) == one(record())
 
 
 def test_destinations_become_a_sorted_set() -> None:

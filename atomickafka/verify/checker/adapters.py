@@ -18,6 +18,8 @@ naming the file and line (or the topic and position) of anything malformed:
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import lru_cache
@@ -114,8 +116,18 @@ def load_sent(path: str | os.PathLike[str]) -> list[SentMessage]:
     for where, obj in _json_lines(path):
         mid = _message_id(obj.get("messageID"), where)
         raw = obj.get("topic", obj.get("destinations"))
-        out.append(SentMessage(mid, _destination_set(raw, where), obj.get("value", UNSET)))
+        out.append(SentMessage(mid, _destination_set(raw, where), _file_value(obj, where)))
     return out
+
+
+def _file_value(obj: Mapping[str, Any], where: str) -> Any:
+    """A line's value: ``value`` (JSON), or ``valueBase64`` for bytes sent as bytes."""
+    if "valueBase64" in obj:
+        try:
+            return base64.b64decode(obj["valueBase64"], validate=True)
+        except (binascii.Error, ValueError, TypeError):
+            raise CheckInputError(f"{where}: 'valueBase64' is not base64") from None
+    return obj.get("value", UNSET)
 
 
 def _sent(mid: object, destinations: object, value: Any) -> SentMessage:
@@ -203,7 +215,7 @@ def deliveries_from_wire(logs: Mapping[str, Iterable[WireDelivery]]) -> Delivery
                 record.messageID,
                 record.topic,
                 record.timeStamp,
-                _json_value(record.value, _delivery_where(topic, position)),
+                _wire_value(record, _delivery_where(topic, position)),
                 topic,
                 record.partitionID or 0,
             )
@@ -294,10 +306,17 @@ def _delivery_from_json(obj: Mapping[str, Any], where: str, topic: str) -> Deliv
         mid,
         tuple(raw) if raw is not None else None,
         ts,
-        obj.get("value", UNSET),
+        _file_value(obj, where),
         topic,
         layer if type(layer) is int else 0,
     )
+
+
+def _wire_value(record: WireDelivery, where: str) -> Any:
+    """A wire record's value: bytes sent as bytes stay bytes, JSON text is decoded."""
+    if getattr(record, "encoding", None) == "bytes":
+        return record.value
+    return _json_value(record.value, where)
 
 
 def _json_value(value: bytes | None, where: str) -> Any:

@@ -1,0 +1,133 @@
+"""``atomickafka doctor``: the cluster and the deployment checked against what ordering
+needs, each finding with its fix.
+
+Checks the brokers (version, transactions and idempotence, replication defaults,
+unclean leader election), every Kafka topic of the deployment (replication, in-sync
+replicas, ``min.insync.replicas``, retention and timestamps of the input logs,
+compaction, ``max.message.bytes``) and the nodes (alive, one protocol, stuck heads,
+dead letters, lag). Without ``--topics`` the deployment is what the status topic shows.
+Exit status: 0 when nothing is unsafe, 1 when something is, 2 for bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import orjson
+
+from atomickafka.cli.options import add_bootstrap, add_overrides, guarded, reach
+from atomickafka.core.wire import parse_destinations
+from atomickafka.doctor import (
+    DEFAULT_MAX_LAG,
+    DEFAULT_STUCK_AFTER_S,
+    Deployment,
+    Finding,
+    Severity,
+    diagnose,
+    discover,
+    exit_status,
+    render_json,
+    render_text,
+)
+from atomickafka.kafka.topics import Layout
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``doctor`` sub-command."""
+    parser = subparsers.add_parser(
+        "doctor",
+        help="check the cluster and the deployment against what ordering needs",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+    )
+    add_bootstrap(parser)
+    add_overrides(parser)
+    parser.add_argument(
+        "--topics",
+        default=None,
+        metavar="T1,T2,...",
+        help="the deployment's AtomicKafka topics (default: those the status topic shows)",
+    )
+    parser.add_argument(
+        "--layout",
+        choices=[x.value for x in Layout],
+        default=Layout.SPLIT.value,
+        help="the nodes' layout, with --topics",
+    )
+    parser.add_argument(
+        "--partitions", type=int, default=1, help="partition layers per topic, with --topics"
+    )
+    parser.add_argument(
+        "--stuck-after",
+        type=float,
+        default=DEFAULT_STUCK_AFTER_S,
+        help="a queue head waiting longer is a failure (seconds)",
+    )
+    parser.add_argument(
+        "--max-lag",
+        type=int,
+        default=DEFAULT_MAX_LAG,
+        help="warn when a node has more input records than this to process",
+    )
+    parser.add_argument(
+        "--no-transactions",
+        dest="transactions",
+        action="store_false",
+        help="skip the transactional producer test (it uses transactional id atomickafka-doctor)",
+    )
+    parser.add_argument("--json", action="store_true", help="the findings as one JSON object")
+    parser.add_argument("--verbose", action="store_true", help="also list what is fine")
+    parser.set_defaults(func=guarded("doctor", _run))
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.partitions < 1:
+        raise ValueError("--partitions must be at least 1")
+    if args.topics:
+        parse_destinations([t.strip() for t in args.topics.split(",") if t.strip()])
+    reach(args)
+    deployment: Deployment | None
+    if args.topics:
+        topics = tuple(dict.fromkeys(t.strip() for t in args.topics.split(",") if t.strip()))
+        deployment = Deployment(topics, Layout(args.layout), args.partitions)
+    else:
+        deployment = discover(args.bootstrap_server, args.overrides)
+    findings = diagnose(
+        args.bootstrap_server,
+        args.overrides,
+        deployment,
+        stuck_after_s=args.stuck_after,
+        max_lag=args.max_lag,
+        transactions=args.transactions,
+    )
+    if deployment is None:
+        findings.append(
+            Finding(
+                "deployment",
+                Severity.INFO,
+                args.bootstrap_server,
+                "no node has published a status: only the cluster was checked",
+                "name the topics with --topics",
+            )
+        )
+    if args.json:
+        context: dict[str, Any] = {"bootstrap": args.bootstrap_server}
+        if deployment is not None:
+            context |= {
+                "topics": list(deployment.topics),
+                "layout": deployment.layout.value,
+                "partitions": deployment.partitions,
+            }
+        print(orjson.dumps(render_json(findings, **context)).decode())
+        return exit_status(findings)
+    what = "the cluster only"
+    if deployment is not None:
+        what = (
+            f"topics {', '.join(deployment.topics)} ({deployment.layout.value}, "
+            f"{deployment.partitions} layer{'s' if deployment.partitions > 1 else ''})"
+        )
+    print(render_text(findings, f"atomickafka doctor: {args.bootstrap_server}, {what}",
+                      verbose=args.verbose))  # fmt: skip
+    return exit_status(findings)

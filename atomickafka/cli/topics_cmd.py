@@ -1,0 +1,174 @@
+"""``atomickafka topics create|describe|check``: the Kafka topics of AtomicKafka topics,
+with the settings ordering needs.
+
+``create`` creates every Kafka topic the nodes of ``--topics`` use (input logs kept
+forever and stamped with the broker's time, deliveries, dead letters, layer streams,
+the status topic) and aligns the settings of those that exist; ``describe`` shows
+them; ``check`` judges them as ``doctor`` does (exit status 1 when one is unsafe).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import orjson
+
+from atomickafka.cli.options import add_bootstrap, add_overrides, guarded, reach
+from atomickafka.doctor import Deployment, exit_status, render_json, render_text
+from atomickafka.doctor.gather import gather_topics
+from atomickafka.doctor.topic_checks import check_topics
+from atomickafka.kafka.admin import TopicSpec, admin_client, ensure_topics
+from atomickafka.kafka.topics import Layout
+
+__all__ = ["register"]
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    add_bootstrap(parser)
+    add_overrides(parser)
+    parser.add_argument(
+        "--topics", required=True, metavar="T1,T2,...", help="AtomicKafka topics, comma-separated"
+    )
+    parser.add_argument(
+        "--layout",
+        choices=[x.value for x in Layout],
+        default=Layout.SPLIT.value,
+        help="the nodes' layout",
+    )
+    parser.add_argument("--partitions", type=int, default=1, help="partition layers per topic")
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``topics`` sub-command (create/describe/check)."""
+    parser = subparsers.add_parser(
+        "topics",
+        help="create, describe or check the Kafka topics of AtomicKafka topics",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+    )
+    actions = parser.add_subparsers(dest="topics_action", metavar="ACTION")
+    actions.required = True
+
+    create = actions.add_parser("create", help="create the topics (align existing ones)")
+    _common(create)
+    create.add_argument(
+        "--replication-factor",
+        type=int,
+        default=None,
+        help="replicas of new topics (default: min(3, brokers))",
+    )
+    create.add_argument(
+        "--min-insync-replicas",
+        type=int,
+        default=None,
+        help="min.insync.replicas of every topic (default: 2 on new topics of 3+ replicas)",
+    )
+    create.set_defaults(func=guarded("topics create", _create))
+
+    describe = actions.add_parser("describe", help="show the topics and their settings")
+    _common(describe)
+    describe.add_argument("--json", action="store_true", help="one JSON object per topic")
+    describe.set_defaults(func=guarded("topics describe", _describe))
+
+    check = actions.add_parser("check", help="check the topics' settings (exit 1: unsafe)")
+    _common(check)
+    check.add_argument("--json", action="store_true", help="the findings as one JSON object")
+    check.add_argument("--verbose", action="store_true", help="also list what is fine")
+    check.set_defaults(func=guarded("topics check", _check))
+
+
+def _deployment(args: argparse.Namespace) -> Deployment:
+    topics = tuple(dict.fromkeys(t.strip() for t in args.topics.split(",") if t.strip()))
+    if not topics:
+        raise ValueError("--topics names no topic")
+    if args.partitions < 1:
+        raise ValueError("--partitions must be at least 1")
+    from atomickafka.core.wire import parse_destinations  # noqa: PLC0415
+
+    parse_destinations(list(topics))  # the same name rules as destinations
+    return Deployment(topics, Layout(args.layout), args.partitions)
+
+
+def _create(args: argparse.Namespace) -> int:
+    deployment = _deployment(args)
+    for name, value in (("replication-factor", args.replication_factor),
+                        ("min-insync-replicas", args.min_insync_replicas)):  # fmt: skip
+        if value is not None and value < 1:
+            raise ValueError(f"--{name} must be at least 1")
+    metadata = reach(args)
+    specs = deployment.specs()
+    if args.min_insync_replicas is not None:
+        extra = {"min.insync.replicas": str(args.min_insync_replicas)}
+        specs = {n: TopicSpec(s.partitions, {**s.configs, **extra}) for n, s in specs.items()}
+    admin = admin_client(args.bootstrap_server, args.overrides)
+    created = set(ensure_topics(admin, specs, replication_factor=args.replication_factor))
+    for name in specs:
+        print(f"{name}: {'created' if name in created else 'exists, settings aligned'}")
+    return _report(args, deployment, len(metadata.brokers), title="after create")
+
+
+def _check(args: argparse.Namespace) -> int:
+    deployment = _deployment(args)
+    metadata = reach(args)
+    return _report(args, deployment, len(metadata.brokers), title="check")
+
+
+def _report(args: argparse.Namespace, deployment: Deployment, brokers: int, title: str) -> int:
+    facts = gather_topics(args.bootstrap_server, args.overrides, deployment.kafka_topics())
+    findings = check_topics(deployment, facts, brokers, args.bootstrap_server)
+    if getattr(args, "json", False):
+        data = render_json(findings, bootstrap=args.bootstrap_server, topics=deployment.topics)
+        print(orjson.dumps(data).decode())
+    else:
+        header = f"topics {title}: {', '.join(deployment.topics)} on {args.bootstrap_server}"
+        print(render_text(findings, header, verbose=getattr(args, "verbose", False)))
+    return exit_status(findings)
+
+
+def _describe(args: argparse.Namespace) -> int:
+    deployment = _deployment(args)
+    reach(args)
+    known = deployment.kafka_topics()
+    facts = gather_topics(args.bootstrap_server, args.overrides, known)
+    rows = []
+    for name, topic in known.items():
+        fact = facts[name]
+        configs = fact.configs
+        rows.append(
+            {
+                "topic": name,
+                "kind": topic.kind.value,
+                "serves": topic.owner,
+                "exists": fact.exists,
+                "partitions": len(fact.partitions),
+                "replication_factor": fact.replication_factor,
+                "min_insync_replicas": configs.get("min.insync.replicas"),
+                "in_sync": min((len(p.isr) for p in fact.partitions), default=0),
+                "retention_ms": configs.get("retention.ms"),
+                "retention_bytes": configs.get("retention.bytes"),
+                "timestamp_type": configs.get("message.timestamp.type"),
+                "cleanup_policy": configs.get("cleanup.policy"),
+                "max_message_bytes": configs.get("max.message.bytes"),
+                "records": fact.records,
+            }
+        )
+    if args.json:
+        for row in rows:
+            print(orjson.dumps(row).decode())
+        return 0
+    print(
+        f"{'TOPIC':<36} {'KIND':<13} {'PARTS':>5} {'RF':>3} {'MIN-ISR':>7} {'ISR':>4} "
+        f"{'RETENTION-MS':>13} {'TIMESTAMPS':<14} {'CLEANUP':<8} {'RECORDS':>8}"
+    )
+    for row in rows:
+        if not row["exists"]:
+            print(f"{row['topic']:<36} {row['kind']:<13} (does not exist)")
+            continue
+        print(
+            f"{row['topic']:<36} {row['kind']:<13} {row['partitions']:>5} "
+            f"{row['replication_factor']:>3} {row['min_insync_replicas'] or '-':>7} "
+            f"{row['in_sync']:>4} {row['retention_ms'] or '-':>13} "
+            f"{row['timestamp_type'] or '-':<14} {row['cleanup_policy'] or '-':<8} "
+            f"{row['records']:>8}"
+        )
+    return 0

@@ -1,0 +1,251 @@
+"""The raw record form: the user's bytes as the record's value, AtomicKafka's metadata in
+headers (docs/DESIGN.md §3.8).
+
+A delivery topic in the raw form (``--delivery-format raw``, the default) holds records
+that any existing consumer reads as it reads any topic: the value is exactly the value
+that was sent (bytes, any encoding), the Kafka key is the key that was sent, the user's
+headers are carried, and the message id, final timestamp, layer, destinations, digest
+and the rest travel in ``atomickafka-*`` headers. Clients write their ClientMessages in
+the same form. The JSON envelope of earlier versions (``--delivery-format json``) is
+still written on request and read everywhere.
+
+Header names (values are UTF-8 text unless said otherwise):
+
+==========================  ======================================================
+``atomickafka-format``      ``3``: this record is in the raw form
+``atomickafka-type``        ``ClientMessage`` or ``DeliveryMessage``
+``atomickafka-id``          the messageID
+``atomickafka-to``          the destinations, comma-separated (topic names hold none)
+``atomickafka-sent``        when the client sent it (ms since the epoch)
+``atomickafka-sender``      the writer's id (a client's, a node's, a merger's)
+``atomickafka-layer``       the partition layer, when the topic is partitioned
+``atomickafka-encoding``    ``bytes`` when the value is not JSON (absent: JSON)
+``atomickafka-ts``          a delivery's final timestamp
+``atomickafka-from``        the delivering topic
+``atomickafka-digest``      the message version's digest
+``atomickafka-protocol``    the delivering node's protocol
+==========================  ======================================================
+
+Any other header is the user's and is carried to every destination unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+from atomickafka.core.wire import (
+    MAX_TIMESTAMP,
+    Message,
+    MessageError,
+    MessageType,
+    check_json_value,
+    decode_record,
+    is_valid_topic_name,
+    message_digest,
+    parse_destinations,
+)
+
+__all__ = [
+    "BYTES",
+    "H_DIGEST",
+    "H_ENCODING",
+    "H_FORMAT",
+    "H_FROM",
+    "H_ID",
+    "H_LAYER",
+    "H_PROTOCOL",
+    "H_SENDER",
+    "H_SENT",
+    "H_TO",
+    "H_TS",
+    "H_TYPE",
+    "RAW_FORMAT",
+    "RawRecord",
+    "decode_any",
+    "decode_raw",
+    "encode_raw_client",
+    "encode_raw_delivery",
+    "is_raw",
+    "user_headers",
+]
+
+H_FORMAT: Final = "atomickafka-format"
+H_TYPE: Final = "atomickafka-type"
+H_ID: Final = "atomickafka-id"
+H_TO: Final = "atomickafka-to"
+H_SENT: Final = "atomickafka-sent"
+H_SENDER: Final = "atomickafka-sender"
+H_LAYER: Final = "atomickafka-layer"
+H_ENCODING: Final = "atomickafka-encoding"
+H_TS: Final = "atomickafka-ts"
+H_FROM: Final = "atomickafka-from"
+H_DIGEST: Final = "atomickafka-digest"
+H_PROTOCOL: Final = "atomickafka-protocol"
+#: The value of ``atomickafka-format`` on a raw record.
+RAW_FORMAT: Final = b"3"
+#: ``Message.encoding`` of a value that is not JSON.
+BYTES: Final = "bytes"
+_OURS: Final = "atomickafka-"
+
+Header = tuple[str, bytes]
+#: A record as written: (key, value, headers).
+RawRecord = tuple[bytes | None, bytes, list[Header]]
+HeaderInput = Sequence[tuple[str, str | bytes | None]] | Mapping[str, str | bytes | None]
+
+
+def _pairs(headers: HeaderInput | None) -> list[tuple[str, bytes | None]]:
+    if not headers:
+        return []
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    return [(k, v.encode() if isinstance(v, str) else v) for k, v in items]
+
+
+def is_raw(headers: HeaderInput | None) -> bool:
+    """True when a record's headers mark it as the raw form."""
+    return any(k == H_FORMAT and v == RAW_FORMAT for k, v in _pairs(headers))
+
+
+def user_headers(headers: HeaderInput | None) -> tuple[Header, ...]:
+    """The user's headers of a record: every one but AtomicKafka's own."""
+    return tuple(
+        (k, v if v is not None else b"") for k, v in _pairs(headers) if not k.startswith(_OURS)
+    )
+
+
+def _common(message: Message, kind: bytes) -> list[Header]:
+    out: list[Header] = [
+        (H_FORMAT, RAW_FORMAT),
+        (H_TYPE, kind),
+        (H_ID, message.messageID.encode()),
+        (H_TO, ",".join(message.topic).encode()),
+    ]
+    if message.sentAt is not None:
+        out.append((H_SENT, str(message.sentAt).encode()))
+    if message.senderID:
+        out.append((H_SENDER, message.senderID.encode()))
+    if message.partitionID is not None:
+        out.append((H_LAYER, str(message.partitionID).encode()))
+    if message.encoding == BYTES:
+        out.append((H_ENCODING, BYTES.encode()))
+    return out
+
+
+def encode_raw_client(message: Message) -> RawRecord:
+    """A ClientMessage in the raw form: the value, the key, the user's headers and ours."""
+    assert message.value is not None
+    headers = _common(message, MessageType.CLIENT.value.encode())
+    return message.key, message.value, [*message.headers, *headers]
+
+
+def encode_raw_delivery(message: Message) -> RawRecord:
+    """A Delivery in the raw form (what a plain consumer of the topic reads)."""
+    assert message.value is not None and message.timeStamp is not None
+    headers = _common(message, MessageType.DELIVERY.value.encode())
+    headers.append((H_TS, str(message.timeStamp).encode()))
+    if message.sentFromTopic is not None:
+        headers.append((H_FROM, message.sentFromTopic.encode()))
+    if message.digest is not None:
+        headers.append((H_DIGEST, message.digest.encode()))
+    if message.protocol is not None:
+        headers.append((H_PROTOCOL, message.protocol.encode()))
+    return message.key, message.value, [*message.headers, *headers]
+
+
+def _text(ours: Mapping[str, bytes], name: str, *, required: bool = False) -> str | None:
+    raw = ours.get(name)
+    if raw is None:
+        if required:
+            raise MessageError(name, "header is missing")
+        return None
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise MessageError(name, "header is not UTF-8 text", raw[:40]) from None
+
+
+def _number(ours: Mapping[str, bytes], name: str, limit: int = MAX_TIMESTAMP) -> int | None:
+    text = _text(ours, name)
+    if text is None:
+        return None
+    if not text.isdigit() or int(text) > limit:
+        raise MessageError(name, f"header must be an integer from 0 to {limit}", text)
+    return int(text)
+
+
+def decode_raw(
+    value: bytes | None,
+    key: str | bytes | None,
+    headers: HeaderInput | None,
+    *,
+    log_time: int | None = None,
+    origin: int | None = None,
+) -> Message:
+    """The message a raw-form record holds; :class:`MessageError` names what is wrong."""
+    pairs = _pairs(headers)
+    ours = {k: v for k, v in pairs if k.startswith(_OURS) and v is not None}
+    kind_text = _text(ours, H_TYPE, required=True)
+    kinds = {
+        MessageType.CLIENT.value: MessageType.CLIENT,
+        MessageType.DELIVERY.value: MessageType.DELIVERY,
+    }
+    kind = kinds.get(kind_text or "")
+    if kind is None:
+        raise MessageError(H_TYPE, "must be ClientMessage or DeliveryMessage", kind_text)
+    message_id = _text(ours, H_ID, required=True) or ""
+    if not 0 < len(message_id) <= 512:
+        raise MessageError(H_ID, "must have 1 to 512 characters", message_id)
+    destinations = parse_destinations((_text(ours, H_TO, required=True) or "").split(","))
+    if value is None:
+        raise MessageError("value", "a raw record needs a value (empty bytes for none)")
+    encoding = _text(ours, H_ENCODING)
+    if encoding not in (None, BYTES):
+        raise MessageError(H_ENCODING, "must be bytes (or absent: JSON)", encoding)
+    if encoding is None:
+        check_json_value(value)
+    sent_at = _number(ours, H_SENT)
+    layer = _number(ours, H_LAYER, (1 << 31) - 1)
+    key_bytes = key.encode() if isinstance(key, str) else key
+    user = user_headers(pairs)
+    sent_from = _text(ours, H_FROM)
+    if sent_from is not None and not is_valid_topic_name(sent_from):
+        raise MessageError(H_FROM, "not a valid topic name", sent_from)
+    timestamp = _number(ours, H_TS)
+    if kind is MessageType.DELIVERY and timestamp is None:
+        raise MessageError(H_TS, "header is missing on a delivery")
+    return Message(
+        messageID=message_id,
+        messageType=kind,
+        topic=destinations,
+        value=value,
+        senderID=_text(ours, H_SENDER) or "",
+        sentFromTopic=sent_from,
+        timeStamp=timestamp,
+        partitionID=layer,
+        digest=message_digest(value, sent_at, key_bytes, user, encoding),
+        protocol=_text(ours, H_PROTOCOL),
+        sentAt=sent_at,
+        logTime=log_time,
+        origin=origin,
+        key=key_bytes,
+        headers=user,
+        encoding=encoding,
+    )
+
+
+def decode_any(
+    value: bytes | None,
+    key: str | bytes | None = None,
+    headers: HeaderInput | None = None,
+    *,
+    log_time: int | None = None,
+    origin: int | None = None,
+) -> list[Message]:
+    """The messages of any AtomicKafka record: the raw form (by its headers) or the
+    JSON forms (:func:`~atomickafka.core.wire.decode_record`); :class:`MessageError`
+    when it is neither."""
+    if headers and is_raw(headers):
+        return [decode_raw(value, key, headers, log_time=log_time, origin=origin)]
+    if value is None:
+        raise MessageError(None, "record has no value")
+    return decode_record(value, log_time=log_time, origin=origin)

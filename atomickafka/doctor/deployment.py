@@ -1,0 +1,119 @@
+"""An AtomicKafka deployment's Kafka topics, and the settings ordering needs of each.
+
+For every AtomicKafka topic ``T`` (``docs/DESIGN.md`` §5): its input log (what a node
+replays to rebuild its state: kept forever, stamped by the broker), its delivery
+topic, its dead letters, the layer streams of a partitioned topic, and the shared
+status topic. :meth:`Deployment.specs` is what ``atomickafka topics create`` creates:
+the node's own specs (:func:`~atomickafka.node.runtime.node_topic_specs`) with the
+settings of :data:`CREATE_CONFIGS` on top. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+from atomickafka.kafka.admin import MIN_MESSAGE_BYTES, TopicSpec
+from atomickafka.kafka.topics import (
+    STATUS_TOPIC,
+    Layout,
+    dead_letter_topic,
+    delivery_topic,
+    input_topic,
+    layers_topic,
+)
+from atomickafka.node.config import NodeConfig
+from atomickafka.node.runtime import node_topic_specs
+
+__all__ = [
+    "CREATE_CONFIGS",
+    "LOG_APPEND_TIME",
+    "Deployment",
+    "KafkaTopic",
+    "TopicKind",
+]
+
+#: The timestamp type of input logs: the broker stamps each record when it appends it.
+LOG_APPEND_TIME: Final = "LogAppendTime"
+#: Kafka's default ``max.message.bytes``: room for a 1,000,000-byte record and its batch.
+_MAX_MESSAGE_BYTES: Final = str(MIN_MESSAGE_BYTES + 12)
+
+
+class TopicKind(StrEnum):
+    """What a Kafka topic is to AtomicKafka."""
+
+    INPUT = "input log"
+    DELIVERY = "deliveries"
+    LAYERS = "layer streams"
+    DEAD_LETTERS = "dead letters"
+    STATUS = "statuses"
+
+
+_KEEP_FOREVER: Final = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
+
+#: What ``topics create`` sets on each kind of topic (and aligns on existing ones).
+CREATE_CONFIGS: Final[Mapping[TopicKind, Mapping[str, str]]] = {
+    TopicKind.INPUT: {
+        **_KEEP_FOREVER,
+        "message.timestamp.type": LOG_APPEND_TIME,
+        "max.message.bytes": _MAX_MESSAGE_BYTES,
+    },
+    TopicKind.LAYERS: {**_KEEP_FOREVER, "max.message.bytes": _MAX_MESSAGE_BYTES},
+    TopicKind.DELIVERY: {"cleanup.policy": "delete", "max.message.bytes": _MAX_MESSAGE_BYTES},
+    TopicKind.DEAD_LETTERS: {"max.message.bytes": _MAX_MESSAGE_BYTES},
+    TopicKind.STATUS: {"cleanup.policy": "compact"},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaTopic:
+    """One Kafka topic of a deployment: its name, what it is, which AtomicKafka topic
+    it serves (``""`` for the status topic) and the partitions it needs."""
+
+    name: str
+    kind: TopicKind
+    owner: str
+    partitions: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """AtomicKafka topics served with one layout and one number of layers."""
+
+    topics: tuple[str, ...]
+    layout: Layout = Layout.SPLIT
+    partitions: int = 1
+
+    def kafka_topics(self) -> dict[str, KafkaTopic]:
+        """Every Kafka topic the deployment uses, by name (in the shared layout ``T`` is
+        its own input log, and is checked as one)."""
+        out: dict[str, KafkaTopic] = {}
+        for topic in self.topics:
+            out[delivery_topic(topic)] = KafkaTopic(topic, TopicKind.DELIVERY, topic)
+            out[dead_letter_topic(topic)] = KafkaTopic(
+                dead_letter_topic(topic), TopicKind.DEAD_LETTERS, topic
+            )
+            name = input_topic(topic, self.layout)
+            out[name] = KafkaTopic(name, TopicKind.INPUT, topic, self.partitions)
+            if self.partitions > 1:
+                name = layers_topic(topic)
+                out[name] = KafkaTopic(name, TopicKind.LAYERS, topic, self.partitions)
+        out[STATUS_TOPIC] = KafkaTopic(STATUS_TOPIC, TopicKind.STATUS, "")
+        return out
+
+    def specs(self) -> dict[str, TopicSpec]:
+        """What to create: the nodes' own specs (any topic a node needs), with
+        :data:`CREATE_CONFIGS` on top of those this module knows."""
+        specs: dict[str, TopicSpec] = {}
+        for topic in self.topics:
+            node = NodeConfig("-", topic, layout=self.layout, partitions=self.partitions)
+            specs.update(node_topic_specs(node))
+        for name, known in self.kafka_topics().items():
+            spec = specs.get(name, TopicSpec())
+            specs[name] = TopicSpec(
+                max(spec.partitions, known.partitions),
+                {**spec.configs, **CREATE_CONFIGS[known.kind]},
+            )
+        return specs

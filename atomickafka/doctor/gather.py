@@ -1,0 +1,233 @@
+"""Gathering what ``doctor`` judges, from Kafka: the brokers, the deployment's topics,
+the nodes' statuses and committed offsets. Every request is bounded in time; librdkafka's
+own lines are kept out of the output."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
+
+from atomickafka.doctor.deployment import Deployment
+from atomickafka.doctor.facts import (
+    ClusterFacts,
+    DeploymentFacts,
+    PartitionFacts,
+    TopicFacts,
+    TransactionsProbe,
+)
+from atomickafka.kafka.settings import admin_config, producer_config
+from atomickafka.kafka.status import Role, Status, read_statuses
+from atomickafka.kafka.topics import STATUS_TOPIC, Layout, input_topic, node_group
+
+__all__ = [
+    "DOCTOR_TRANSACTIONAL_ID",
+    "api_versions",
+    "discover",
+    "gather_cluster",
+    "gather_deployment",
+    "gather_topics",
+    "probe_transactions",
+]
+
+#: The transactional id ``doctor`` tries (one id, reused: nothing piles up).
+DOCTOR_TRANSACTIONAL_ID: Final = "atomickafka-doctor"
+_TIMEOUT_S: Final = 10.0
+#: A cluster's first transactional producer creates its transaction log: allow for it.
+_TRANSACTIONS_TIMEOUT_S: Final = 20.0
+_API_LINE: Final = re.compile(r"ApiKey \w+ \((\d+)\) Versions (\d+)\.\.(\d+)")
+#: Broker configs the checks read.
+_BROKER_KEYS: Final = ("unclean.leader.election.enable", "auto.create.topics.enable")
+
+
+class _Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def _quiet() -> tuple[logging.Logger, _Kept]:
+    kept = _Kept()
+    logger = logging.Logger("atomickafka.doctor.librdkafka", logging.DEBUG)
+    logger.addHandler(kept)
+    return logger, kept
+
+
+def _admin(bootstrap: str, overrides: Mapping[str, str] | None, **extra: str) -> AdminClient:
+    logger, _ = _quiet()
+    return AdminClient({**admin_config(bootstrap, overrides), **extra}, logger=logger)
+
+
+def api_versions(bootstrap: str, overrides: Mapping[str, str] | None) -> dict[int, tuple[int, int]]:
+    """The protocol versions the bootstrap broker offers, read from librdkafka's
+    negotiation (its ``feature`` debug lines; empty when they did not come)."""
+    logger, kept = _quiet()
+    admin = AdminClient({**admin_config(bootstrap, overrides), "debug": "feature"}, logger=logger)
+    admin.list_topics(timeout=_TIMEOUT_S)
+    admin.poll(0.2)
+    out: dict[int, tuple[int, int]] = {}
+    for line in kept.lines:
+        match = _API_LINE.search(line)
+        if match:
+            key, low, high = (int(g) for g in match.groups())
+            out[key] = (low, high)
+    return out
+
+
+def probe_transactions(
+    bootstrap: str,
+    overrides: Mapping[str, str] | None,
+    timeout_s: float = _TRANSACTIONS_TIMEOUT_S,
+) -> TransactionsProbe:
+    """Start a transactional producer with :data:`DOCTOR_TRANSACTIONAL_ID`, within
+    ``timeout_s``: does the cluster give out producer ids and run transactions?"""
+    logger, _ = _quiet()
+    config = producer_config(bootstrap, overrides, **{"transactional.id": DOCTOR_TRANSACTIONAL_ID})
+    started = time.monotonic()
+    producer = Producer(config, logger=logger)
+    try:
+        producer.init_transactions(timeout_s)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else exc
+        text = getattr(err, "str", lambda: str(err))()
+        return TransactionsProbe(False, time.monotonic() - started, text)
+    finally:
+        producer.flush(0)
+    return TransactionsProbe(True, time.monotonic() - started)
+
+
+def gather_cluster(
+    bootstrap: str, overrides: Mapping[str, str] | None, *, transactions: bool = True
+) -> ClusterFacts:
+    """The brokers, their protocol versions and configs, and (``transactions``) whether
+    a transactional producer starts."""
+    admin = _admin(bootstrap, overrides)
+    brokers = tuple(sorted(admin.list_topics(timeout=_TIMEOUT_S).brokers))
+    configs: dict[int, dict[str, str]] = {}
+    for broker in brokers:  # librdkafka takes one broker resource per call
+        resource = ConfigResource(ResourceType.BROKER, str(broker))
+        for future in admin.describe_configs([resource]).values():
+            entries = future.result(timeout=_TIMEOUT_S)
+            configs[broker] = {k: str(entries[k].value) for k in _BROKER_KEYS if k in entries}
+    return ClusterFacts(
+        brokers,
+        api_versions(bootstrap, overrides),
+        configs,
+        probe_transactions(bootstrap, overrides) if transactions else None,
+    )
+
+
+def gather_topics(
+    bootstrap: str, overrides: Mapping[str, str] | None, names: Iterable[str]
+) -> dict[str, TopicFacts]:
+    """Each topic of ``names`` as the cluster has it: partitions, replicas, in-sync
+    replicas, first and next offsets, and its configs."""
+    admin = _admin(bootstrap, overrides)
+    metadata = admin.list_topics(timeout=_TIMEOUT_S).topics
+    wanted = list(dict.fromkeys(names))
+    present = [n for n in wanted if n in metadata and metadata[n].error is None]
+    configs: dict[str, dict[str, str]] = {}
+    if present:
+        resources = [ConfigResource(ResourceType.TOPIC, n) for n in present]
+        for resource, future in admin.describe_configs(resources).items():
+            entries = future.result(timeout=_TIMEOUT_S)
+            configs[resource.name] = {k: str(e.value) for k, e in entries.items()}
+    offsets = _offsets(admin, {n: list(metadata[n].partitions) for n in present})
+    out: dict[str, TopicFacts] = {}
+    for name in wanted:
+        if name not in present:
+            out[name] = TopicFacts(name, exists=False)
+            continue
+        parts = tuple(
+            PartitionFacts(
+                p.id,
+                p.leader,
+                tuple(p.replicas),
+                tuple(p.isrs),
+                *offsets.get((name, p.id), (None, None)),
+            )
+            for p in sorted(metadata[name].partitions.values(), key=lambda p: p.id)
+        )
+        out[name] = TopicFacts(name, True, parts, configs.get(name, {}))
+    return out
+
+
+def _offsets(
+    admin: AdminClient, partitions: Mapping[str, list[int]]
+) -> dict[tuple[str, int], tuple[int | None, int | None]]:
+    """``(first, next)`` offset of each partition; ``None`` where it could not be read."""
+    out: dict[tuple[str, int], tuple[int | None, int | None]] = {}
+    parts = [TopicPartition(t, p) for t, ps in partitions.items() for p in ps]
+    if not parts:
+        return out
+    found: dict[str, dict[tuple[str, int], int]] = {"low": {}, "high": {}}
+    earliest, latest = OffsetSpec.earliest(), OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    for label, spec in (("low", earliest), ("high", latest)):
+        futures: dict[Any, Any] = admin.list_offsets({tp: spec for tp in parts})
+        for tp, future in futures.items():
+            try:
+                found[label][(tp.topic, tp.partition)] = int(
+                    future.result(timeout=_TIMEOUT_S).offset
+                )
+            except KafkaException:
+                continue
+    for tp in parts:
+        key = (tp.topic, tp.partition)
+        out[key] = (found["low"].get(key), found["high"].get(key))
+    return out
+
+
+def _committed(
+    admin: AdminClient, statuses: Mapping[str, Status], deployment: Deployment
+) -> dict[str, int]:
+    """Each node's committed input offset (-1: none), by status key."""
+    out: dict[str, int] = {}
+    for key, status in statuses.items():
+        if status.topic not in deployment.topics or status.role is not Role.NODE:
+            continue
+        part = TopicPartition(input_topic(status.topic, status.layout), status.layer or 0)
+        group = node_group(status.topic, status.layer if status.partitions > 1 else None)
+        request = [ConsumerGroupTopicPartitions(group, [part])]
+        try:
+            for future in admin.list_consumer_group_offsets(request).values():
+                result = future.result(timeout=_TIMEOUT_S)
+                out[key] = max(-1, int(result.topic_partitions[0].offset))
+        except KafkaException:
+            continue
+    return out
+
+
+def gather_deployment(
+    bootstrap: str, overrides: Mapping[str, str] | None, deployment: Deployment
+) -> DeploymentFacts:
+    """The deployment's topics, the statuses of its nodes and their committed offsets."""
+    topics = gather_topics(bootstrap, overrides, deployment.kafka_topics())
+    status_topic = topics.get(STATUS_TOPIC)
+    published = status_topic is not None and status_topic.exists
+    statuses = read_statuses(bootstrap, overrides) if published else {}
+    admin = _admin(bootstrap, overrides)
+    return DeploymentFacts(topics, statuses, _committed(admin, statuses, deployment), time.time())
+
+
+def discover(bootstrap: str, overrides: Mapping[str, str] | None) -> Deployment | None:
+    """The deployment the status topic describes: every topic whose node has not stopped
+    cleanly, with the layout and layer count most of its nodes report (``None`` when no
+    node has published)."""
+    admin = _admin(bootstrap, overrides)
+    if STATUS_TOPIC not in admin.list_topics(timeout=_TIMEOUT_S).topics:
+        return None
+    statuses = [s for s in read_statuses(bootstrap, overrides).values() if not s.is_stopped]
+    if not statuses:
+        return None
+    topics = tuple(sorted({s.topic for s in statuses}))
+    shapes = [(s.layout, s.partitions) for s in statuses if s.role is Role.NODE]
+    layout, partitions = max(set(shapes), key=shapes.count) if shapes else (Layout.SPLIT, 1)
+    return Deployment(topics, Layout(layout), partitions)

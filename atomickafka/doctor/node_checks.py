@@ -1,0 +1,236 @@
+"""Checks of a deployment's nodes and mergers, from their statuses and offsets. Pure.
+
+Codes: ``node-missing``, ``node-stopped``, ``node-stale``, ``node-replaying``,
+``stuck-head``, ``protocol``, ``versions``, ``protocol-mismatch``, ``dead-letters``,
+``lag``, ``node`` (all well).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from atomickafka.doctor.deployment import Deployment
+from atomickafka.doctor.facts import DeploymentFacts, TopicFacts
+from atomickafka.doctor.findings import Finding, Severity
+from atomickafka.kafka.status import Role, Status
+from atomickafka.kafka.topics import dead_letter_topic, input_topic, merger_key, node_key
+
+__all__ = ["DEFAULT_MAX_LAG", "DEFAULT_STUCK_AFTER_S", "check_nodes", "expected_keys"]
+
+#: A head older than this (seconds) is stuck.
+DEFAULT_STUCK_AFTER_S: Final = 10.0
+#: More input records than this not yet committed is a lag worth a warning.
+DEFAULT_MAX_LAG: Final = 10_000
+
+
+def expected_keys(deployment: Deployment, topic: str) -> list[str]:
+    """The status keys of ``topic``'s nodes (and merger)."""
+    if deployment.partitions <= 1:
+        return [node_key(topic)]
+    return [node_key(topic, p) for p in range(deployment.partitions)] + [merger_key(topic)]
+
+
+def check_nodes(
+    deployment: Deployment,
+    facts: DeploymentFacts,
+    bootstrap: str,
+    *,
+    stuck_after_s: float = DEFAULT_STUCK_AFTER_S,
+    max_lag: int = DEFAULT_MAX_LAG,
+) -> list[Finding]:
+    """The findings about every node and merger of ``deployment``."""
+    out: list[Finding] = []
+    for topic in deployment.topics:
+        for key in expected_keys(deployment, topic):
+            status = facts.statuses.get(key)
+            out += _one(key, status, facts, deployment, bootstrap, stuck_after_s, max_lag)
+        out += _dead_letters(topic, facts.topics.get(dead_letter_topic(topic)), bootstrap)
+    out += _consistent(deployment, facts.statuses)
+    return out
+
+
+def _start_hint(deployment: Deployment, key: str) -> str:
+    topic = key.split("/", maxsplit=1)[0]
+    extra = "" if deployment.layout == "split" else f" --layout {deployment.layout}"
+    if deployment.partitions > 1:
+        layer = key.split("/")[1]
+        extra += f" --partitions {deployment.partitions} " + (
+            "--merger" if layer == "merger" else f"--layer {layer}"
+        )
+    return f"start it: atomickafka node --topic {topic}{extra} (or atomickafka cluster)"
+
+
+def _one(
+    key: str,
+    status: Status | None,
+    facts: DeploymentFacts,
+    deployment: Deployment,
+    bootstrap: str,
+    stuck_after_s: float,
+    max_lag: int,
+) -> list[Finding]:
+    start = _start_hint(deployment, key)
+    if status is None:
+        return [
+            Finding(
+                "node-missing", Severity.FAIL, key, "no node has ever published a status", start
+            )
+        ]
+    age = status.age_s(facts.now)
+    if status.is_stopped:
+        return [
+            Finding(
+                "node-stopped",
+                Severity.FAIL,
+                key,
+                f"stopped cleanly {age:.0f} s ago: messages to its topic wait, and clients "
+                "refuse it",
+                start,
+            )
+        ]
+    if not status.live(facts.now):
+        return [
+            Finding(
+                "node-stale",
+                Severity.FAIL,
+                key,
+                f"last status {age:.0f} s ago (pid {status.pid}): not running, or cannot "
+                "reach Kafka",
+                f"look at its log; {start}",
+            )
+        ]
+    out = []
+    if status.replaying:
+        out.append(
+            Finding("node-replaying", Severity.INFO, key, "replaying its input log after a start")
+        )
+    head, head_age = status.head, status.oldest_pending_age_s or 0.0
+    if head is not None and head_age >= stuck_after_s:
+        what = ", ".join(head.waiting_for) or "its decision"
+        out.append(
+            Finding(
+                "stuck-head",
+                Severity.FAIL,
+                key,
+                f"message {head.message_id} has held the head for {head_age:.0f} s, waiting "
+                f"for {what}; every later delivery waits behind it",
+                "start the nodes of the topics it waits for (atomickafka status shows them); "
+                "a topic that will never run again: docs/operators.md, 'Recover'",
+            )
+        )
+    if status.protocol_mismatches:
+        out.append(
+            Finding(
+                "protocol-mismatch",
+                Severity.WARN,
+                key,
+                f"{status.protocol_mismatches} records of another protocol set aside",
+                "run every node with one --algorithm (docs/operators.md, 'Change the protocol')",
+            )
+        )
+    out += _lag(key, status, facts, bootstrap, max_lag)
+    if not out:
+        out.append(
+            Finding(
+                "node",
+                Severity.OK,
+                key,
+                f"live, {status.algorithm} protocol, {status.pending} pending",
+            )
+        )
+    return out
+
+
+def _lag(
+    key: str, status: Status, facts: DeploymentFacts, bootstrap: str, max_lag: int
+) -> list[Finding]:
+    if status.role is not Role.NODE or key not in facts.committed:
+        return []
+    log = facts.topics.get(input_topic(status.topic, status.layout))
+    part = status.layer or 0
+    high = next(
+        (p.high for p in (log.partitions if log else ()) if p.partition == part and p.high),
+        None,
+    )
+    committed = facts.committed[key]
+    if high is None or committed < 0 or high - committed <= max_lag:
+        return []
+    return [
+        Finding(
+            "lag",
+            Severity.WARN,
+            key,
+            f"{high - committed} input records not yet processed (committed {committed}, "
+            f"log end {high})",
+            "give the node more CPU, or spread the topic over layers (--partitions); "
+            "atomickafka status shows its rates",
+        )
+    ]
+
+
+def _dead_letters(topic: str, dlq: TopicFacts | None, bootstrap: str) -> list[Finding]:
+    if dlq is None or not dlq.exists or dlq.records <= 0:
+        return []
+    return [
+        Finding(
+            "dead-letters",
+            Severity.WARN,
+            dead_letter_topic(topic),
+            f"{dlq.records} records set aside (each with the reason in header atomickafka-error)",
+            f"read them: kafka-console-consumer.sh --bootstrap-server {bootstrap} --topic "
+            f"{dead_letter_topic(topic)} --from-beginning --property print.headers=true",
+        )
+    ]
+
+
+def _consistent(deployment: Deployment, statuses: Mapping[str, Status]) -> list[Finding]:
+    """Every running node of the deployment on one protocol, layout and layer count."""
+    mine = [
+        s
+        for s in statuses.values()
+        if s.topic in deployment.topics and s.role is Role.NODE and not s.is_stopped
+    ]
+    if not mine:
+        return []
+    out = []
+    algorithms = sorted({s.algorithm.value for s in mine})
+    if len(algorithms) > 1:
+        by = {a: sorted(s.key for s in mine if s.algorithm == a) for a in algorithms}
+        shown = "; ".join(f"{a}: {', '.join(keys)}" for a, keys in by.items())
+        out.append(
+            Finding(
+                "protocol",
+                Severity.FAIL,
+                "nodes",
+                f"nodes run different protocols ({shown}): a message to topics of two "
+                "protocols is set aside",
+                "run every node with one --algorithm (docs/operators.md, 'Change the protocol')",
+            )
+        )
+    shapes = sorted({(s.layout.value, s.partitions) for s in mine})
+    wanted = (deployment.layout.value, deployment.partitions)
+    if shapes != [wanted]:
+        shown = ", ".join(f"{layout} with {n} layer(s)" for layout, n in shapes)
+        out.append(
+            Finding(
+                "protocol",
+                Severity.FAIL,
+                "nodes",
+                f"nodes run {shown}; this deployment is {wanted[0]} with {wanted[1]} "
+                "layer(s): clients write where the nodes do not read",
+                "run every node with the same --layout and --partitions",
+            )
+        )
+    versions = sorted({s.format_version for s in mine})
+    if len(versions) > 1:
+        out.append(
+            Finding(
+                "versions",
+                Severity.WARN,
+                "nodes",
+                f"nodes write status format versions {versions}: an upgrade in progress?",
+                "finish the upgrade (docs/operators.md, 'Upgrade')",
+            )
+        )
+    return out

@@ -1,0 +1,250 @@
+"""Errors and health on the real broker: each error a user can cause is one line, the
+right exit status and a bounded wait; ``status`` is a health check; ``cluster``'s nodes
+are named in ``ps``, log JSON only, and never outlive it."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import pytest
+from confluent_kafka import Producer
+
+from atomickafka.kafka.status import LIVE_WINDOW_S, Role, Status, wait_for_nodes
+from atomickafka.kafka.topics import STATUS_TOPIC, Layout
+from tests.integration.harness import run_cli, running_cluster
+
+pytestmark = pytest.mark.integration
+
+UNREACHABLE = "127.0.0.1:1"  # nothing listens on port 1
+UNRESOLVABLE = "nosuchhost.invalid:9092"
+#: Each error must come within this (the probe waits at most 10 s, start-up ~2 s).
+BOUND_S = 25.0
+
+
+Case = tuple[list[str], int, tuple[str, ...]]
+
+
+def one_line_errors(*cases: Case) -> None:
+    """Run each ``atomickafka ARGV`` (at once, side by side); assert each gives one line on
+    stderr naming its expected texts, nothing on stdout, its exit status, all within
+    :data:`BOUND_S`."""
+    started = time.monotonic()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "atomickafka", *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for argv, _, _ in cases
+    ]
+    outputs = [proc.communicate(timeout=BOUND_S + 30) for proc in procs]
+    took = time.monotonic() - started
+    for (argv, status, expected), proc, (stdout, stderr) in zip(cases, procs, outputs, strict=True):
+        assert proc.returncode == status, (argv, proc.returncode, stderr)
+        assert stderr.count("\n") == 1, (argv, stderr)
+        assert "Traceback" not in stderr and stdout == "", (argv, stdout, stderr)
+        for text in expected:
+            assert text in stderr, (argv, stderr)
+    assert took < BOUND_S, f"took {took:.1f} s"
+
+
+def test_tail_against_a_wrong_server_or_topic(kafka_bootstrap: str) -> None:
+    one_line_errors(
+        (["tail", "--bootstrap-server", UNREACHABLE, "--topic", "orders"], 1,
+         ("atomickafka tail: no answer from Kafka at 127.0.0.1:1", "Connection refused")),
+        (["tail", "--bootstrap-server", kafka_bootstrap, "--topic", "nosuch-topic-17"], 2,
+         ("topic nosuch-topic-17 not found", "atomickafka node --topic nosuch-topic-17")),
+    )  # fmt: skip
+
+
+def test_every_command_against_an_unresolvable_host_or_a_closed_port() -> None:
+    cases: list[Case] = [
+        ([*argv, "--bootstrap-server", UNRESOLVABLE], 1, (f"atomickafka {argv[0]}", "resolve"))
+        for argv in (
+            ["status"],
+            ["send", "--to", "orders", "x"],
+            ["doctor"],
+            ["topics", "check", "--topics", "orders"],
+        )
+    ]
+    cases += [
+        (["cluster", "--bootstrap-server", UNREACHABLE, "--topics", "a,b"], 1,
+         ("atomickafka cluster: no answer from Kafka", "Connection refused")),
+        (["node", "--bootstrap-server", UNREACHABLE, "--topic", "a"], 1,
+         ("atomickafka node: no answer from Kafka",)),
+    ]  # fmt: skip
+    one_line_errors(*cases)
+
+
+def test_a_closed_pipe_ends_a_command_quietly(tmp_path: Path) -> None:
+    sent = tmp_path / "sent.jsonl"
+    lines = [orjson.dumps({"messageID": f"m{i}", "topic": ["a"]}) for i in range(20_000)]
+    sent.write_bytes(b"\n".join(lines) + b"\n")
+    delivered = tmp_path / "a.jsonl"
+    delivered.write_bytes(
+        b"\n".join(
+            orjson.dumps({"messageID": f"m{i}", "timeStamp": i, "deliveredAt": "a"})
+            for i in range(20_000)
+        )
+        + b"\n"
+    )
+    command = (
+        f"{sys.executable} -m atomickafka check {sent} {delivered} --json --show 20000 | head -n 1"
+    )
+    out = subprocess.run(
+        ["bash", "-c", command], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.stdout.strip() == "{", out.stdout[:200]
+    assert out.stderr == "", out.stderr
+
+
+def publish_status(bootstrap: str, status: Status, *, tombstone: bool = False) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    value = None if tombstone else orjson.dumps(status.to_dict())
+    producer.produce(STATUS_TOPIC, value, key=status.key.encode())
+    assert producer.flush(10) == 0
+
+
+def fake_status(topic: str, **changes: object) -> Status:
+    from dataclasses import replace  # noqa: PLC0415
+
+    from atomickafka.core.engine import DEFAULT_ALGORITHM  # noqa: PLC0415
+
+    base = Status(topic, topic, Role.NODE, f"node-{topic}", DEFAULT_ALGORITHM, Layout.SPLIT, 0)
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_status_is_a_health_check(
+    kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
+) -> None:
+    live, ghost, gone, stopped = (topic_factory() for _ in range(4))
+    fakes = [
+        fake_status(gone, time=time.time() - LIVE_WINDOW_S - 30),
+        fake_status(stopped, time=time.time()).stopped(),
+    ]
+    for fake in fakes:
+        publish_status(kafka_bootstrap, fake)
+    try:
+        check_health(kafka_bootstrap, tmp_path, live, ghost, gone, stopped)
+    finally:  # tombstones: the other tests' `status` never sees these nodes
+        for fake in [*fakes, fake_status(live)]:
+            publish_status(kafka_bootstrap, fake, tombstone=True)
+    forgotten = run_cli("status", "--bootstrap-server", kafka_bootstrap, "--topics", gone)
+    assert forgotten.returncode == 1 and forgotten.stdout == ""  # gone: nothing to show
+    assert "no node" in forgotten.stderr
+
+
+def check_health(
+    kafka_bootstrap: str, tmp_path: Path, live: str, ghost: str, gone: str, stopped: str
+) -> None:
+    """Stale fails, a clean stop is forgotten, live passes, a stuck head fails."""
+
+    def status(*topics: str, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+        return run_cli(
+            "status", "--bootstrap-server", kafka_bootstrap, "--topics", ",".join(topics), *extra
+        )
+
+    stale = status(gone)
+    assert stale.returncode == 1 and "(stale)" in stale.stdout
+    assert f"unhealthy: {gone} (stale)" in stale.stdout
+    forgotten = status(stopped)  # a clean stop is forgotten, not stale
+    assert forgotten.returncode == 1 and "every node has stopped" in forgotten.stderr
+    shown = status(stopped, extra=("--all", "--json"))
+    assert orjson.loads(shown.stdout)["state"] == "stopped"
+    with running_cluster(kafka_bootstrap, [live], log_dir=tmp_path):
+        healthy = status(live, stopped)
+        assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+        assert stopped not in healthy.stdout
+        waits = run_cli(
+            "send", "--bootstrap-server", kafka_bootstrap, "--to", f"{live},{ghost}",
+            "--allow-offline", "waits for the ghost",
+        )  # fmt: skip
+        assert waits.returncode == 0, waits.stderr
+        deadline = time.monotonic() + 30
+        stuck = status(live, extra=("--stuck-after", "1"))
+        while stuck.returncode == 0 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            stuck = status(live, extra=("--stuck-after", "1"))
+        assert stuck.returncode == 1, stuck.stdout
+        assert f"unhealthy: {live} (stuck)" in stuck.stdout and ghost in stuck.stdout
+
+
+def children_of(pid: int) -> list[int]:
+    """The PIDs whose parent is ``pid`` (Linux /proc)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(proc.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_cluster_children_are_titled_log_json_and_die_with_it(
+    kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
+) -> None:
+    a, b = topic_factory(), topic_factory()
+    log = (tmp_path / "cluster.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "atomickafka", "cluster", "--bootstrap-server", kafka_bootstrap,
+         "--topics", f"{a},{b}", "--log-level", "debug", "-X", "debug=generic"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        wait_for_nodes(kafka_bootstrap, [a, b], timeout_s=60)
+        kids = children_of(proc.pid)
+        titles = {Path(f"/proc/{k}/cmdline").read_bytes().split(b"\0")[0] for k in kids}
+        assert {f"atomickafka node {a}".encode(), f"atomickafka node {b}".encode()} <= titles
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while any(alive(k) for k in kids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [k for k in kids if alive(k)], "nodes outlived their supervisor"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+    lines = (tmp_path / "cluster.log").read_text().splitlines()
+    entries = [orjson.loads(line) for line in lines]  # every line JSON, librdkafka's too
+    assert any(e["logger"] == "atomickafka.librdkafka" for e in entries)
+
+
+def test_cluster_stops_when_its_nodes_cannot_start(
+    kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
+) -> None:
+    """A node that cannot start (its input log has too few partitions for its layers) is
+    not restarted forever: the cluster stops with one line and a non-zero status."""
+    from atomickafka.kafka.admin import TopicSpec, admin_client, ensure_topics  # noqa: PLC0415
+    from atomickafka.kafka.topics import input_topic  # noqa: PLC0415
+
+    topic = topic_factory()
+    ensure_topics(admin_client(kafka_bootstrap), {input_topic(topic, "split"): TopicSpec(1)})
+    started = time.monotonic()
+    out = run_cli(
+        "cluster", "--bootstrap-server", kafka_bootstrap, "--topics", topic,
+        "--partitions", "2", "--log-level", "error", timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("atomickafka cluster: stopped:") and "cannot start" in last
+    assert time.monotonic() - started < 60
