@@ -582,29 +582,42 @@ class Engine:
             and (entry.final is not None or (entry.local is not None and not always))
         ):
             raise _Refused(reason)  # a bad record about a message this node goes on with
+        sender = record.sentFromTopic if record.messageType is not MessageType.ABORT else None
         aborts: list[Output] = []
         if not self._memory.is_refused(mid, version):
             if ours:
                 self._drop(mid, reason)
-            aborts = self._abort_version(mid, version, record.sentAt)
+            aborts = self._abort_version(mid, version, record.sentAt, sender)
+        elif sender not in (None, self.topic) and {sender, self.topic} <= set(version[0]):
+            # refused before: the peer that wrote this waits for this node -- tell it
+            # again (an Abort is idempotent), as for a settled message (_answer_settled)
+            aborts = [Output(sender, self._abort(mid, version, record.sentAt))]
         raise _Refused(reason, aborts)
 
-    def _abort_version(self, mid: str, version: Version, sent_at: int | None) -> list[Output]:
+    def _abort_version(
+        self, mid: str, version: Version, sent_at: int | None, sender: str | None = None
+    ) -> list[Output]:
         """Refuse ``mid``'s ``version`` for good here and tell its other destinations
-        (those known to have a node): the Aborts to write (§4.9.4)."""
+        (those known to have a node, and ``sender``, the peer whose record brought the
+        version here: it has one): the Aborts to write (§4.9.4)."""
         self._memory.refuse(mid, version, self.now_ms)
         if self._known_version(mid) is None:  # never take this version up again
             self._memory.settle(mid, Outcome.ABORTED, version, self.now_ms)
-        destinations, digest = version
+        destinations = version[0]
         if self.topic not in destinations:
             return []
-        abort = self._outgoing(MessageType.ABORT, mid, destinations, digest, sent_at=sent_at)
+        abort = self._abort(mid, version, sent_at)
         members = self.members
         return [
             Output(t, abort)
             for t in destinations
-            if t != self.topic and (members is None or t in members)
+            if t != self.topic and (members is None or t in members or t == sender)
         ]
+
+    def _abort(self, mid: str, version: Version, sent_at: int | None) -> Message:
+        """The Abort of ``mid``'s ``version`` this node writes."""
+        destinations, digest = version
+        return self._outgoing(MessageType.ABORT, mid, destinations, digest, sent_at=sent_at)
 
     def _drop(self, mid: str, reason: str) -> None:
         """Forget the undelivered message ``mid`` here: it is aborted."""

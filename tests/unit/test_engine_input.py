@@ -483,3 +483,35 @@ def test_a_record_held_longer_than_a_record_may_be_late_is_set_aside() -> None:
     assert node.held_count == 0 and node.pending_count == 0 and not step.outputs
     assert [r.reason for r in step.rejected] and "a stray" in step.rejected[0].reason
     assert node.stats.late == 1
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_peer_refused_for_a_reused_id_is_told_even_before_it_is_a_member(
+    algorithm: Algorithm,
+) -> None:
+    """Found by the fuzz test on the real broker: B delivered ``m`` to {B}; then A's
+    Notify for another ``m`` to {A, B} arrives while B's members record does not name A
+    yet (all nodes had just started). B refuses the version; A wrote the Notify, so A
+    has a node and waits for B: B's Abort must reach A anyway."""
+    node = Engine("B", algorithm=algorithm)
+    node.step([at(NOW, members("B", sender="node-B"))])
+    node.step([at(NOW, client("m", "B", value="first"))])
+    step = node.step([at(NOW + 1, notify("m", "AB", "A", 5, alg=algorithm, value="second"))])
+    assert "reused" in step.rejected[0].reason
+    assert types(step.outputs) == [("A", "AbortMessage", "m")]
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_peer_is_told_again_of_a_version_refused_before(algorithm: Algorithm) -> None:
+    """B refused ``m`` to {A, B} once already (a client copy written into B's log, with
+    no writer node to tell but A, which had then not started). A's Notify for that
+    version comes later: A waits for B's proposal, so B answers it with an Abort again
+    (Aborts are idempotent) instead of setting it aside in silence."""
+    node = Engine("B", algorithm=algorithm)
+    node.step([at(NOW, members("B", sender="node-B"))])
+    node.step([at(NOW, client("m", "B", value="first"))])
+    first = node.step([at(NOW + 1, client("m", "A", "B", value="second"))])
+    assert first.rejected and types(first.outputs) == []  # A is no member: nobody to tell
+    again = node.step([at(NOW + 2, notify("m", "AB", "A", 5, alg=algorithm, value="second"))])
+    assert again.rejected
+    assert types(again.outputs) == [("A", "AbortMessage", "m")]
