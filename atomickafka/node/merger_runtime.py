@@ -112,6 +112,7 @@ class MergerRuntime(Stoppable):
         self._recovery_started = 0.0
         self.metrics = ShellMetrics("merger", config.topic)
         self._metrics_server: MetricsServer | None = None
+        self._stopped_cleanly = False  # set when the loop ends on a stop request
         self._head_watch = HeadWatch(config.stuck_after_s)  # the head's age, for the metrics
 
     @property
@@ -143,7 +144,9 @@ class MergerRuntime(Stoppable):
             if not self._await_lease():
                 return 0
             self._open()
-            return self._loop()
+            status = self._loop()
+            self._stopped_cleanly = True
+            return status
         except FencedError as exc:
             log.error("merger %s stops: %s", cfg.topic, exc)
             return EXIT_FENCED
@@ -344,7 +347,10 @@ class MergerRuntime(Stoppable):
         if self._lease is not None:
             self._lease.close()
         if self._status is not None:
-            if self.active:  # the last status: stopped cleanly, not live any more
+            # the last status of a requested stop: not live any more. A failed, fenced
+            # or crashed instance says nothing: its restart or standby takes over, and
+            # clients must not take the topic for one without a node meanwhile.
+            if self.active and self._stopped_cleanly:
                 publish_status(self._status, self.status().stopped())
             self._status.close(5)
         if self._metrics_server is not None:

@@ -236,6 +236,7 @@ class NodeRuntime(Stoppable):
         self._members_at = 0.0
         self.metrics = ShellMetrics("node", config.topic, config.layer if config.layered else None)
         self._metrics_server: MetricsServer | None = None
+        self._stopped_cleanly = False  # set when the loop ends on a stop request
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -262,7 +263,9 @@ class NodeRuntime(Stoppable):
             if not self._await_lease():
                 return 0
             self._open()
-            return self._loop()
+            status = self._loop()
+            self._stopped_cleanly = True
+            return status
         except FencedError as exc:
             log.error("node %s stops: %s", cfg.key, exc)
             return EXIT_FENCED
@@ -493,7 +496,10 @@ class NodeRuntime(Stoppable):
         if self._lease is not None:
             self._lease.close()
         if self._status is not None:
-            if self.active:  # the last status: stopped cleanly, not live any more
+            # the last status of a requested stop: not live any more. A failed, fenced
+            # or crashed instance says nothing: its restart or standby takes over, and
+            # clients must not take the topic for one without a node meanwhile.
+            if self.active and self._stopped_cleanly:
                 publish_status(self._status, self.status().stopped())
             self._status.close(5)
         if self._metrics_server is not None:
