@@ -41,7 +41,9 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
     deliveries whose sender is not ``topic``'s node or merger (``writers`` names other
     writers, e.g. an evaluation baseline's) and counts them in :attr:`foreign`: a record
     someone else wrote into the topic must not pass for a delivery, nor -- its
-    timestamp ahead of the real ones -- hide them as repeats.
+    timestamp ahead of the real ones -- hide them as repeats. ``ordered=False`` is for
+    writers that order nothing (the evaluation's bare pipe): it drops only ids read
+    before, and hands the rest out in the topic's order.
 
     ``config`` holds librdkafka settings (``-X``); one that would show uncommitted
     records is refused (:class:`~atomickafka.client.ConfigError`). Use it as a context
@@ -60,6 +62,7 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
         secret_file: str | None = None,
         group: str | None = None,
         writers: Iterable[str] | None = None,
+        ordered: bool = True,
     ) -> None:
         if not is_valid_topic_name(topic):
             raise MessageError("topic", "not a valid topic name", topic)
@@ -71,6 +74,9 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
         self.repeats = 0
         self._signer = signer_from(secret, secret_file)
         self._last: tuple[int, int, str] | None = None
+        #: ``ordered=False`` (writers that promise no order, e.g. the evaluation's bare
+        #: pipe): a repeat is an id read before; the ids are kept (memory grows with them).
+        self._seen: set[str] | None = None if ordered else set()
         self._backlog: deque[KafkaMessage] = deque()  # fetched, not yet looked at
         settings: dict[str, str | int | bool] = {
             "enable.partition.eof": False,
@@ -164,6 +170,13 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
         ):
             self.forged += 1
             return None
+        seen = self._seen
+        if seen is not None:
+            if message.messageID in seen:
+                self.repeats += 1
+                return None
+            seen.add(message.messageID)
+            return message
         key = delivery_order_key(message)
         if self._last is not None and key <= self._last:
             self.repeats += 1

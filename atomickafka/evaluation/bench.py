@@ -340,7 +340,7 @@ class BenchSetup:
     def scanned(self, bootstrap: str, topics: list[str]) -> list[RecordedTopic]:
         """Every Kafka topic the nodes write, as the cost counts their records (the
         status topic from its end now, the cluster's keys only)."""
-        start = end_offset(bootstrap, STATUS_TOPIC)
+        start = end_offset(bootstrap, STATUS_TOPIC, self.overrides)
         return cluster_topics(topics, self.layout, self.partitions, start)
 
 

@@ -33,7 +33,12 @@ from confluent_kafka.admin import AdminClient
 from tqdm import tqdm
 
 from atomickafka.audit.service import audit_once
-from atomickafka.client import AtomicKafkaClient, Delivery, DeliveryError, DestinationError
+from atomickafka.client import (
+    Delivery,
+    DeliveryError,
+    DeliveryReader,
+    DestinationError,
+)
 from atomickafka.evaluation.bare import BARE_ID, UNORDERED
 from atomickafka.evaluation.clients import ClientJob, ClientResult, client_process, make_sender
 from atomickafka.evaluation.clients import payload as measured_value
@@ -337,15 +342,17 @@ def _read_deliveries(
     """Every topic's deliveries as ``AtomicKafkaClient.deliveries()`` returns them, read
     in parallel; a topic that shows fewer than expected is read again (a slow first
     fetch is not a lost message), at most three times."""
-    reader = AtomicKafkaClient(bootstrap, layout=spec.layout, config=spec.overrides)
     writers = _BASELINE_WRITERS.get(spec.variant.system)  # None: the topic's node or merger
+    ordered = spec.variant.system is not System.KAFKA  # the bare pipe orders nothing
 
     def read(topic: str) -> list[Delivery]:
         got: list[Delivery] = []
         for _ in range(3):
-            got = list(
-                reader.deliveries(topic, from_beginning=True, timeout_s=idle_s, writers=writers)
+            reader = DeliveryReader(
+                bootstrap, topic, config=spec.overrides, writers=writers, ordered=ordered
             )
+            with reader:
+                got = list(reader.deliveries(timeout_s=idle_s))
             if len(got) >= expected.get(topic, 0):
                 break
         return got
@@ -441,7 +448,7 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
     fields = {"run": spec.run, "topics": list(spec.topics)}
     log.info("run starting", extra={"fields": fields})
     try:
-        status_start = end_offset(bootstrap, STATUS_TOPIC)
+        status_start = end_offset(bootstrap, STATUS_TOPIC, spec.overrides)
         counter = DeliveryCounter(bootstrap, spec.delivery_topics(), spec.overrides)
         meter = CpuMeter()
         track_broker(meter, bootstrap)

@@ -100,10 +100,11 @@ def destination_topics(topics: Sequence[str]) -> list[RecordedTopic]:
     return [RecordedTopic(t, t, Role.DELIVERY, holds_deliveries=True) for t in topics]
 
 
-def end_offset(bootstrap: str, topic: str) -> int:
+def end_offset(bootstrap: str, topic: str, overrides: Mapping[str, str] | None = None) -> int:
     """The end offset of partition 0 of ``topic`` (0 if it does not exist yet): where a
-    run's records in a shared topic (the status topic) start."""
-    consumer = make_consumer(bootstrap)
+    run's records in a shared topic (the status topic) start. ``overrides``: librdkafka
+    settings (``-X``, e.g. SASL)."""
+    consumer = make_consumer(bootstrap, None, overrides)
     try:
         meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
         if meta is None or meta.error is not None:
