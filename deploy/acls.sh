@@ -27,17 +27,20 @@ if [ -n "${ADMIN_CONFIG:-}" ]; then config=(--command-config "$ADMIN_CONFIG"); f
 acl() { "$KAFKA_ACLS" --bootstrap-server "$BOOTSTRAP" "${config[@]}" --add --force "$@"; }
 prefixed=(--resource-pattern-type prefixed)
 
-# --- nodes (and mergers): their input logs, layer streams, dead letters, statuses, groups
+# --- nodes (and mergers): their input logs, layer streams, dead letters, snapshots,
+# statuses, the lease topic and groups (one active instance per role), transactions
 acl --allow-principal "$NODE" --operation Read --operation Write --operation Describe \
     --operation DescribeConfigs --operation AlterConfigs --operation Create \
-    --topic atomickafka-in. --topic atomickafka-layers. --topic atomickafka-dlq. "${prefixed[@]}"
+    --topic atomickafka-in. --topic atomickafka-layers. --topic atomickafka-dlq. \
+    --topic atomickafka-snap. "${prefixed[@]}"
 acl --allow-principal "$NODE" --operation Read --operation Write --operation Describe \
     --operation DescribeConfigs --operation AlterConfigs --operation Create \
-    --topic atomickafka-status
+    --topic atomickafka-status --topic atomickafka-lease
 acl --allow-principal "$NODE" --operation Read --operation Describe \
-    --group atomickafka-node. --group atomickafka-reader- "${prefixed[@]}"
+    --group atomickafka-node. --group atomickafka-lease. --group atomickafka-reader- \
+    "${prefixed[@]}"
 acl --allow-principal "$NODE" --operation Write --operation Describe \
-    --transactional-id atomickafka- "${prefixed[@]}"
+    --transactional-id atomickafka. "${prefixed[@]}"
 acl --allow-principal "$NODE" --operation IdempotentWrite --cluster
 for topic in $TOPICS; do  # the deliveries (a merger also reads the last one back)
   acl --allow-principal "$NODE" --operation Write --operation Read --operation Describe \
