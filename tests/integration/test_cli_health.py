@@ -158,6 +158,10 @@ def check_health(
     assert forgotten.returncode == 1 and "every node has stopped" in forgotten.stderr
     shown = status(stopped, extra=("--all", "--json"))
     assert orjson.loads(shown.stdout)["state"] == "stopped"
+    # the ghost had a node once, now stopped: a member (§4.9.5), so a message to it waits
+    # at the live node's head (a destination no node ever served is refused instead)
+    with running_cluster(kafka_bootstrap, [ghost], log_dir=tmp_path, name="ghost"):
+        pass
     with running_cluster(kafka_bootstrap, [live], log_dir=tmp_path):
         healthy = status(live, stopped)
         assert healthy.returncode == 0, healthy.stdout + healthy.stderr
