@@ -98,7 +98,7 @@ from atomickafka.core.memory import (
     Version,
     Window,
 )
-from atomickafka.core.timebounds import HeldMessages, Verdict, judge
+from atomickafka.core.timebounds import CLOCK_LEAD_US, HeldMessages, Verdict, judge
 from atomickafka.core.wire import (
     MAX_RECORD_BYTES,
     MAX_TIMESTAMP,
@@ -108,6 +108,7 @@ from atomickafka.core.wire import (
     MessageType,
     check_json_value,
     envelope_bytes,
+    with_seq,
 )
 
 __all__ = [
@@ -249,10 +250,16 @@ class Engine:
         result = Step()
         self._aborts = result.aborted
         seen = 0
+        take = self._take
         for index, record in enumerate(records):
             seen += 1
-            self._advance(record, result)
-            self._take(index, record, result)
+            origin = record.origin
+            if origin is not None and origin != self._origin:
+                self._origin, self._next_index = origin, 0
+            log_time = record.logTime
+            if log_time is not None and log_time > self.now_ms:
+                self._advance(log_time, result)
+            take(index, record, result)
             if self._members_changed:
                 self._members_changed = False
                 self._retake_awaiting(result)
@@ -260,20 +267,20 @@ class Engine:
         self.stats.records_out += len(result.outputs)
         return result
 
-    def _advance(self, record: Message, result: Step) -> None:
-        """The log's time moves to ``record``'s; what was held until then is applied,
-        and what settled a window ago is forgotten (§4.11, §4.13)."""
-        if record.origin is not None and record.origin != self._origin:
-            self._origin, self._next_index = record.origin, 0
-        log_time = record.logTime
-        if log_time is None or log_time <= self.now_ms:
-            return
+    def _advance(self, log_time: int, result: Step) -> None:
+        """The log's time moves on to ``log_time`` (a record's, past the log's time):
+        what was held until then is applied, and what settled a window ago is
+        forgotten (§4.11, §4.13)."""
         self.now_ms = log_time
         self.stats.forgotten += self._memory.expire(log_time)
-        result.outputs.extend(self._numbered(self._abandon_orphans(log_time)))
-        for held in self._held.due(log_time * 1000):
-            self._take(None, held, result, released=True)
-        self._retake_awaiting(result, expired_only=True)
+        orphans = self._orphans
+        if orphans and orphans[0][0] <= log_time:
+            result.outputs.extend(self._numbered(self._abandon_orphans(log_time)))
+        if self._held:
+            for held in self._held.due(log_time * 1000):
+                self._take(None, held, result, released=True)
+        if self._awaiting:
+            self._retake_awaiting(result, expired_only=True)
 
     def _retake_awaiting(self, result: Step, *, expired_only: bool = False) -> None:
         """Take the messages that waited for members again: all of them after a members
@@ -330,7 +337,9 @@ class Engine:
             )
             return
         try:
-            result.outputs.extend(self._numbered(handler(record)))
+            outputs = handler(record)
+            if outputs:
+                result.outputs.extend(self._numbered(outputs))
         except _Refused as refusal:
             self.stats.rejected += 1
             result.rejected.append(Rejection(position, record, refusal.reason))
@@ -388,11 +397,12 @@ class Engine:
         origin = self._origin
         if origin is None:
             return out
-        for i, output in enumerate(out):
-            message = output.message
+        index = self._next_index
+        for i, (topic, message) in enumerate(out):
             if message.messageType not in _DELIVERY_TYPES:
-                out[i] = Output(output.topic, message._replace(seq=(origin, self._next_index)))
-                self._next_index += 1
+                out[i] = Output(topic, with_seq(message, (origin, index)))
+                index += 1
+        self._next_index = index
         return out
 
     def deliver_ready(self) -> list[Output]:
@@ -420,7 +430,10 @@ class Engine:
                 entry.value,
                 ts,
                 sent_at=entry.sent_at,
-            )._replace(key=entry.key, headers=entry.headers, encoding=entry.encoding)
+                key=entry.key,
+                headers=entry.headers,
+                encoding=entry.encoding,
+            )
             out.append(Output(self.topic, delivery))
         self.stats.deliveries += len(out)
         self.stats.records_out += len(out)
@@ -537,12 +550,16 @@ class Engine:
         """Rule 3: a proposal from every destination, by topic, not by count."""
         proposals = entry.proposals
         destinations = entry.destinations
-        return len(proposals) >= len(destinations) and all(t in proposals for t in destinations)
+        if len(proposals) < len(destinations):
+            return False
+        for topic in destinations:
+            if topic not in proposals:
+                return False
+        return True
 
     def _already_seen(self, message_id: str) -> bool:
         """Rule 5: a delivered message is never taken up again."""
-        settled = self._memory.outcome(message_id)
-        return settled is not None and settled[0] is Outcome.DELIVERED
+        return self._memory.outcome_of(message_id) is Outcome.DELIVERED
 
     # ------------------------------------------------------------------ admission (§4.9)
 
@@ -555,9 +572,15 @@ class Engine:
 
     def _check_version(self, record: Message) -> None:
         """Refuse a record that contradicts what this node knows under its id."""
-        known = self._known_version(record.messageID)
-        if known is None or known == _version(record):
-            return
+        entry = self._pending.get(record.messageID)
+        if entry is not None:  # the common case, without building the version tuples
+            if entry.digest == record.digest and entry.destinations == record.topic:
+                return
+            known: Version | None = entry.version
+        else:
+            known = self._known_version(record.messageID)
+            if known is None or known == _version(record):
+                return
         self.stats.conflicts += 1
         self._refuse_version(
             record,
@@ -638,11 +661,13 @@ class Engine:
         if record.digest is None:
             raise _Refused(f"{kind.value} carries no value digest")
         sender = record.sentFromTopic
-        if self.topic not in record.topic:
+        destinations = record.topic
+        if self.topic not in destinations:
             raise _Refused(f"{kind.value} not addressed to {self.topic}")
-        if sender == self.topic or sender not in record.topic:
+        if sender == self.topic or sender not in destinations:
             raise _Refused(f"{kind.value} from {sender}, which is not another destination")
-        self._check_partition(record)
+        if self.partition is not None:
+            self._check_partition(record)
         if record.protocol != self._protocol and kind is not MessageType.ABORT:
             self.stats.protocol_mismatches += 1
             self._refuse_version(
@@ -654,8 +679,9 @@ class Engine:
             )
         if versioned:
             self._check_version(record)
-        if record.timeStamp is not None:
-            self._check_timestamp(record, record.timeStamp)
+        ts = record.timeStamp
+        if ts is not None and ts > self.now_ms * 1000 + CLOCK_LEAD_US:  # else applied at once
+            self._check_timestamp(record, ts)
 
     def _check_partition(self, record: Message) -> None:
         layer = record.partitionID
@@ -756,10 +782,10 @@ class Engine:
 
     # ------------------------------------------------------------------ handlers
 
-    def _entry(self, record: Message) -> PendingMessage:
-        """The message's entry, created on first hearing; a known value is kept."""
+    def _entry(self, record: Message, entry: PendingMessage | None) -> PendingMessage:
+        """The message's entry (``entry``: what ``_pending`` holds for it now), created
+        on first hearing; a known value is kept."""
         mid = record.messageID
-        entry = self._pending.get(mid)
         if entry is None:
             entry = self._pending[mid] = PendingMessage(
                 record.topic,
@@ -780,12 +806,13 @@ class Engine:
         """Delivered (rule 5), aborted or relayed here, as far as memory goes."""
         if self._already_seen(mid):
             return True
-        settled = self._memory.outcome(mid)
-        return settled is not None and settled[0] is not Outcome.DELIVERED
+        outcome = self._memory.outcome_of(mid)
+        return outcome is not None and outcome is not Outcome.DELIVERED
 
     def _on_client(self, record: Message) -> list[Output]:
         mid = record.messageID
-        self._check_partition(record)
+        if self.partition is not None:
+            self._check_partition(record)
         if self.topic not in record.topic:
             return self._relay(record)
         self._check_version(record)
@@ -801,7 +828,7 @@ class Engine:
         self._check_members(record)
         self._check_value(record)
         self._check_can_propose(record)
-        entry = self._entry(record)
+        entry = self._entry(record, entry)
         proposal = self._propose()
         entry.local = proposal
         entry.proposals[self.topic] = proposal
@@ -834,8 +861,9 @@ class Engine:
         destinations = record.topic
         forwarded = self._outgoing(
             MessageType.CLIENT, mid, destinations, record.digest, record.value,
-            sent_at=record.sentAt,
-        )._replace(key=record.key, headers=record.headers, encoding=record.encoding)  # fmt: skip
+            sent_at=record.sentAt, key=record.key, headers=record.headers,
+            encoding=record.encoding,
+        )  # fmt: skip
         if self.algorithm is Algorithm.DIRECT:
             return [Output(t, forwarded) for t in destinations]
         target = destinations[zlib.crc32(mid.encode()) % len(destinations)]
@@ -858,7 +886,7 @@ class Engine:
             self._check_value(record)
             self._check_can_propose(record, ts)
         self._observe(ts)
-        entry = self._entry(record)
+        entry = self._entry(record, entry)
         entry.proposals.setdefault(sender, ts)  # a Notify is a proposal too
         if entry.final is not None:
             self.stats.duplicates += 1
@@ -922,9 +950,10 @@ class Engine:
         self._observe(ts)  # before the settled answer: the clock must not depend on batching
         if settled:
             return self._answer_settled(record)
-        if mid not in self._pending:
+        entry = self._pending.get(mid)
+        if entry is None:
             self._orphans.append((self.now_ms + self.window.window_ms, mid))
-        entry = self._entry(record)  # poc: an Ack may overtake the Notify that starts us
+        entry = self._entry(record, entry)  # poc: an Ack may overtake the Notify that starts us
         if sender in entry.proposals:
             self.stats.duplicates += 1
             return []
@@ -948,7 +977,7 @@ class Engine:
         self._observe(final)
         if self._settled(mid):
             return self._answer_settled(record)
-        entry = self._entry(record)
+        entry = self._entry(record, known)
         if entry.final is not None:
             self.stats.duplicates += 1
             return []
@@ -1007,8 +1036,8 @@ class Engine:
     # ------------------------------------------------------------------ helpers
 
     def _decide(self, mid: str, entry: PendingMessage) -> list[Output]:
-        destinations = entry.destinations  # proposals of other topics never count
-        final = max(ts for t, ts in entry.proposals.items() if t in destinations)
+        proposals = entry.proposals  # proposals of other topics never count
+        final = max([proposals[t] for t in entry.destinations if t in proposals])
         self._observe(final)
         self._set_final(mid, entry, final)
         if self.algorithm is not Algorithm.OPTIMIZED or not entry.coordinator:
@@ -1043,8 +1072,17 @@ class Engine:
                 kind, mid, entry.destinations, entry.digest, None, ts, sent_at=entry.sent_at
             )
         return self._outgoing(
-            kind, mid, entry.destinations, entry.digest, entry.value, ts, sent_at=entry.sent_at
-        )._replace(key=entry.key, headers=entry.headers, encoding=entry.encoding)
+            kind,
+            mid,
+            entry.destinations,
+            entry.digest,
+            entry.value,
+            ts,
+            sent_at=entry.sent_at,
+            key=entry.key,
+            headers=entry.headers,
+            encoding=entry.encoding,
+        )
 
     def _outgoing(
         self,
@@ -1056,20 +1094,30 @@ class Engine:
         ts: int | None = None,
         *,
         sent_at: int | None = None,
+        key: bytes | None = None,
+        headers: tuple[tuple[str, bytes], ...] = (),
+        encoding: str | None = None,
     ) -> Message:
-        """A message this node writes: it names the node, its topic, layer and protocol."""
+        """A message this node writes: it names the node, its topic, layer and protocol
+        (every field by position: this is on the hot path)."""
         return Message(
-            messageID=mid,
-            messageType=kind,
-            topic=destinations,
-            value=value,
-            senderID=self.node_id,
-            sentFromTopic=self.topic,
-            timeStamp=ts,
-            partitionID=self.partition,
-            digest=digest,
-            protocol=self._protocol,
-            sentAt=sent_at,
+            mid,
+            kind,
+            destinations,
+            value,
+            self.node_id,
+            self.topic,
+            ts,
+            self.partition,
+            digest,
+            self._protocol,
+            sent_at,
+            None,  # seq: numbered when written (_numbered)
+            None,  # logTime, origin: an output has none
+            None,
+            key,
+            headers,
+            encoding,
         )
 
 

@@ -118,6 +118,12 @@ class SettledMemory:
         entry = self._settled.get(mid)
         return None if entry is None else (entry.outcome, entry.version)
 
+    def outcome_of(self, mid: str) -> Outcome | None:
+        """How this node finished with ``mid``, if it remembers (no tuple built: every
+        record asks)."""
+        entry = self._settled.get(mid)
+        return None if entry is None else entry.outcome
+
     def settle(self, mid: str, outcome: Outcome, version: Version, now_ms: int) -> None:
         """This node finished with ``mid`` at log time ``now_ms``."""
         expires = now_ms + self.window_ms

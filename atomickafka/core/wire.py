@@ -83,6 +83,7 @@ __all__ = [
     "parse_destinations",
     "value_bytes",
     "value_digest",
+    "with_seq",
 ]
 
 
@@ -198,6 +199,16 @@ class Message(NamedTuple):
     headers: tuple[tuple[str, bytes], ...] = ()
     #: ``None``: the value is one JSON text; ``"bytes"``: any bytes (raw form, §3.8).
     encoding: str | None = None
+
+
+_new_tuple = tuple.__new__
+_SEQ: Final = Message._fields.index("seq")
+
+
+def with_seq(message: Message, seq: tuple[int, int]) -> Message:
+    """``message._replace(seq=seq)``, without NamedTuple's keyword handling: a node
+    numbers every control message it writes (§4.12), so this is on the hot path."""
+    return _new_tuple(Message, (*message[:_SEQ], seq, *message[_SEQ + 1 :]))
 
 
 # ---------------------------------------------------------------------------- values
