@@ -50,6 +50,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--layout", choices=[x.value for x in Layout], default=Layout.SPLIT.value, help="layout"
     )
+    parser.add_argument(
+        "--at-least-once",
+        dest="exactly_once",
+        action="store_false",
+        help="run the nodes in at-least-once mode (as cluster --at-least-once); "
+        "default: exactly-once",
+    )
     parser.add_argument("--json", dest="json_out", default=None, help="also write results here")
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up pass")
     parser.add_argument(
@@ -131,9 +138,10 @@ def _run(args: argparse.Namespace) -> int:
     shares = [int(x) / 100 for x in args.shares.split(",") if x.strip()]
     fanout = args.fanout
     shape = "every topic" if fanout is None else f"{fanout[0]}-{fanout[1]} topics at random"
+    mode = "exactly-once" if args.exactly_once else "at-least-once"
     print(
         f"{args.topics} topics, {args.record_size}-byte values, multicasts to {shape}, "
-        f"{args.messages:,} messages per scenario"
+        f"{args.messages:,} messages per scenario, nodes {mode}"
     )
     print(
         f"{'scenario':<16} {'msgs':>7} {'seconds':>8} {'msg/s':>10} {'records/s':>10} "
@@ -156,7 +164,11 @@ def _run(args: argparse.Namespace) -> int:
         record_size=args.record_size,
         shares=shares,
         setup=BenchSetup(
-            Algorithm(args.algorithm), Layout(args.layout), args.partitions, args.overrides
+            Algorithm(args.algorithm),
+            Layout(args.layout),
+            args.partitions,
+            args.overrides,
+            exactly_once=args.exactly_once,
         ),
         warmup=not args.no_warmup,
         paced_rate=args.paced_rate,

@@ -322,11 +322,13 @@ class BenchSetup:
     partitions: int = 1
     #: librdkafka settings (``-X``) for the nodes and the sending client.
     overrides: Mapping[str, str] = field(default_factory=dict)
+    #: The nodes' delivery mode: one Kafka transaction per batch (the default), or
+    #: outputs acknowledged, then committed (``--at-least-once``).
+    exactly_once: bool = True
 
-    def cluster(self, bootstrap: str, topics: list[str]) -> Any:
-        """The nodes of ``topics`` for a block of code (it gets the supervisor's
-        ``Popen``)."""
-        node = NodeConfig(
+    def node_config(self, bootstrap: str, topics: list[str]) -> NodeConfig:
+        """The configuration the cluster's nodes share (the first topic's)."""
+        return NodeConfig(
             bootstrap,
             topics[0],
             algorithm=self.algorithm,
@@ -334,8 +336,13 @@ class BenchSetup:
             partitions=self.partitions,
             overrides=self.overrides,
             log_level="warning",
+            exactly_once=self.exactly_once,
         )
-        return running_cluster(ClusterConfig(tuple(topics), node))
+
+    def cluster(self, bootstrap: str, topics: list[str]) -> Any:
+        """The nodes of ``topics`` for a block of code (it gets the supervisor's
+        ``Popen``)."""
+        return running_cluster(ClusterConfig(tuple(topics), self.node_config(bootstrap, topics)))
 
     def scanned(self, bootstrap: str, topics: list[str]) -> list[RecordedTopic]:
         """Every Kafka topic the nodes write, as the cost counts their records (the
