@@ -552,7 +552,7 @@ class Engine:
         destinations = entry.destinations
         if len(proposals) < len(destinations):
             return False
-        for topic in destinations:
+        for topic in destinations:  # noqa: SIM110 -- no generator per record: hot path
             if topic not in proposals:
                 return False
         return True
@@ -576,11 +576,12 @@ class Engine:
         if entry is not None:  # the common case, without building the version tuples
             if entry.digest == record.digest and entry.destinations == record.topic:
                 return
-            known: Version | None = entry.version
+            known: Version = entry.version
         else:
-            known = self._known_version(record.messageID)
-            if known is None or known == _version(record):
+            found = self._known_version(record.messageID)
+            if found is None or found == _version(record):
                 return
+            known = found
         self.stats.conflicts += 1
         self._refuse_version(
             record,
