@@ -12,4 +12,13 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 .venv/bin/mypy
 # thousands of generated runs in the property tests (tests/unit/conftest.py)
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
-.venv/bin/pytest "$@"
+# Two workers (pytest-xdist): the tests mostly wait on the broker and the nodes, so two
+# at a time halve the wall time on two cores. Integration files stay whole on one worker
+# (--dist loadfile: a module's fixtures, e.g. the evaluation suite, run once), and each
+# worker has its own broker. The unit tier runs first, apart: its property tests are
+# CPU-bound and would slow the integration tests' clusters.
+if [ "$#" -gt 0 ]; then
+  exec .venv/bin/pytest -n 2 --dist loadfile "$@"
+fi
+.venv/bin/pytest -n 2 tests/unit
+.venv/bin/pytest -n 2 --dist loadfile tests/integration

@@ -195,7 +195,9 @@ def raw_as_json(raw: DataFrame) -> Column:
         h["atomickafka-layer"].cast("int").alias("partitionID"),
         h["atomickafka-digest"].alias("digest"),
         F.lit(2).alias("formatVersion"),
-        F.lit(True).alias("value"),
+        # the value is the user's: the evaluation's probe ({"t": send time, ...}) when it
+        # is one, null for anything else (from_json is lenient)
+        F.from_json(F.col("value").cast("string"), _VALUE).alias("value"),
     )
     return F.when(h[RAW_FORMAT_HEADER] == RAW_FORMAT, F.to_json(fields))
 

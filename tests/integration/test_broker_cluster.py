@@ -116,6 +116,6 @@ def test_three_broker_cluster(
         _ordering_survives_a_broker_killed_mid_run(bootstrap, data_dir, tmp_path)
     finally:
         stopped = stop_broker(data_dir)
-    assert stopped == 3
+    assert stopped == 2  # the third, broker 2, was SIGKILLed mid-run
     assert not any(s.alive for s in broker_status(data_dir))
     assert processes_mentioning(str(data_dir)) == []

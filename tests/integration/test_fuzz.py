@@ -69,7 +69,8 @@ def _bundle(kind: Kind, dests: list[str], sender: str, ts: int, protocol: str = 
         value if kind is Kind.NOTIFY else None, f"node-{sender}", sender, ts,
         digest=value_digest(value), protocol=protocol,
     )  # fmt: skip
-    return encode_bundle([message], sender_id=f"node-{sender}", sent_from=sender, protocol="direct")
+    # as a node of ``protocol`` writes it: the bundle's header names the protocol
+    return encode_bundle([message], sender_id=f"node-{sender}", sent_from=sender, protocol=protocol)
 
 
 def _now_us() -> int:
@@ -245,11 +246,22 @@ def test_ten_thousand_hostile_records_stop_nothing(
     )
     assert not unaccounted, unaccounted
     reasons = Counter(origins[w].split(":")[0] for n, w in fuzzer.written if w in origins)
+    _write_outcomes(tmp_path / "outcomes.json", fuzzer.written, origins)
     assert forged >= len(topics)  # the forged deliveries written into T were dropped
     print(
         f"{len(fuzzer.written)} hostile records, kinds {dict(fuzzer.counts)}; "
         f"reasons {dict(reasons.most_common(12))}; foreign in T {foreign}, dropped {forged}"
     )
+
+
+def _write_outcomes(path: Path, written: list[tuple[str, str]], origins: dict[str, str]) -> None:
+    """Per hostile kind, what its records got (a reason, or taken as a message)."""
+    outcomes: dict[str, Counter[str]] = {}
+    for name, where in written:
+        got = origins[where][:90] if where in origins else "taken as a message (first version)"
+        outcomes.setdefault(name, Counter())[got] += 1
+    table = {k: c.most_common() for k, c in outcomes.items()}
+    path.write_bytes(orjson.dumps(table, option=orjson.OPT_INDENT_2))
 
 
 def _wait_until_settled(bootstrap: str, topics: list[str], timeout_s: float = 120) -> None:
