@@ -422,18 +422,7 @@ class Engine:
             queue.pop(0)
             del pending[message_id]
             self._memory.settle(message_id, Outcome.DELIVERED, entry.version, self.now_ms)
-            delivery = self._outgoing(
-                self._delivery_type,
-                message_id,
-                entry.destinations,
-                entry.digest,
-                entry.value,
-                ts,
-                sent_at=entry.sent_at,
-                key=entry.key,
-                headers=entry.headers,
-                encoding=entry.encoding,
-            )
+            delivery = self._control(self._delivery_type, message_id, entry, ts)
             out.append(Output(self.topic, delivery))
         self.stats.deliveries += len(out)
         self.stats.records_out += len(out)
@@ -1030,7 +1019,9 @@ class Engine:
                 f"MembersMessage from {record.senderID or 'an unnamed sender'}: only this "
                 "node writes its own"
             )
-        self.members = frozenset(record.topic) | {self.topic}
+        # only ever grows: a record written from a partial read of the statuses (a
+        # restarted node, a broker failover) must not make live destinations unknown
+        self.members = (self.members or frozenset()) | frozenset(record.topic) | {self.topic}
         self._members_changed = True
         return []
 
@@ -1068,6 +1059,9 @@ class Engine:
         *,
         with_value: bool = True,
     ) -> Message:
+        """A message about ``entry`` this node writes (a control message, or its
+        delivery), with the value and the user's key and headers unless ``with_value``
+        is false."""
         if not with_value:
             return self._outgoing(
                 kind, mid, entry.destinations, entry.digest, None, ts, sent_at=entry.sent_at

@@ -239,6 +239,17 @@ def _wait_until_ready(
         time.sleep(0.05)
 
 
+def _wait_for_warm_ups(counter: DeliveryCounter, total: int, timeout_s: float = 60) -> None:
+    """Wait until the clients' warm-up messages (one each, to its home topic) are
+    delivered: one delivered after the start signal would fall into the measured window
+    and count as traffic of the run."""
+    deadline = time.monotonic() + timeout_s
+    while counter.warmup < total:
+        if time.monotonic() > deadline:
+            raise RunError(f"the clients' warm-up messages not delivered within {timeout_s:.0f}s")
+        counter.poll(0.05)
+
+
 def _count_deliveries(
     spec: RunSpec,
     counter: DeliveryCounter,
@@ -314,9 +325,11 @@ def _drive_clients(
     ]
     results: dict[str, ClientResult] = {}
     try:
+        warm_before = counter.warmup
         for proc in procs:
             proc.start()
         _wait_until_ready(readies, results_queue, results)
+        _wait_for_warm_ups(counter, warm_before + len(plans))
         for plan, proc in zip(plans, procs, strict=True):
             if proc.pid is not None:
                 meter.track(proc.pid, ProcessRole.CLIENT, plan.client_id)

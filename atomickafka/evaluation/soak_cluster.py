@@ -18,7 +18,6 @@ restarted node replays its whole input log.
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from atomickafka.kafka.status import wait_for_nodes
 from atomickafka.localkafka import free_port_block
+from atomickafka.node.launch import stop_supervisor
 
 __all__ = [
     "NEVER_RECORDS",
@@ -164,15 +164,8 @@ class ClusterCommand:
 
     def stop(self) -> None:
         """SIGTERM the supervisor (it stops every child), SIGKILL it after a minute."""
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        if self._proc is not None:
+            stop_supervisor(self._proc)
 
     def node_processes(self) -> dict[str, list[int]]:
         """The pids of the node processes under the supervisor now, by status key."""

@@ -58,7 +58,7 @@ from atomickafka.core.wire import (
     encode_watermark,
     pack_bundles,
 )
-from atomickafka.node.snapshots import LoadedSnapshot, encode_snapshot
+from atomickafka.node.snapshots import LoadedSnapshot, SnapshotSchedule, encode_snapshot
 
 __all__ = ["NodeBatch", "NodeSpec", "OutKind", "OutRecord", "Ready"]
 
@@ -171,11 +171,12 @@ class NodeBatch:
         self.snapshot_seq = snapshot_seq
         self.dead_letters = 0
         self.unsigned = 0
-        self._since_snapshot = 0
-        self._last_snapshot_s: float | None = None
+        self._schedule = SnapshotSchedule(spec.snapshot_every_records, spec.snapshot_every_s)
         self._last_tick_s: float | None = None
         self._watermark_sent = -1
-        self._members_written: set[str] | None = None
+        # what the recovered state already knows needs no new record (§4.9.5)
+        known = engine.members
+        self._members_written: set[str] | None = None if known is None else set(known)
         self._deferred = DeferredRecords(DEFERRED_KEEP_BYTES)
 
     # ------------------------------------------------------------------ starting
@@ -238,7 +239,7 @@ class NodeBatch:
             ready.replayed = cut
         if cut < len(records):
             ready.records = self._apply(records[cut:])
-            self._since_snapshot += len(records) - cut
+            self._schedule.took(len(records) - cut)
             ready.commit = self.position
             self._maybe_tick(ready, wall_s)
             self._maybe_snapshot(ready, wall_s)
@@ -507,20 +508,13 @@ class NodeBatch:
         )
 
     def _maybe_snapshot(self, ready: Ready, wall_s: float) -> None:
-        spec = self.spec
-        if self._last_snapshot_s is None:
-            self._last_snapshot_s = wall_s
-        due = self._since_snapshot >= spec.snapshot_every_records or (
-            self._since_snapshot > 0 and wall_s - self._last_snapshot_s >= spec.snapshot_every_s
-        )
-        if due:
+        if self._schedule.due(wall_s):
             self._snapshot(ready, wall_s)
 
     def _snapshot(self, ready: Ready, wall_s: float) -> None:
         spec = self.spec
         self.snapshot_seq += 1
-        self._since_snapshot = 0
-        self._last_snapshot_s = wall_s
+        self._schedule.taken(wall_s)
         records = encode_snapshot(
             spec.role,
             self.snapshot_seq,

@@ -23,7 +23,7 @@ from atomickafka.kafka.status import wait_for_nodes
 from atomickafka.kafka.topics import merger_key, node_key
 from atomickafka.node.config import ClusterConfig
 
-__all__ = ["cluster_keys", "running_cluster"]
+__all__ = ["cluster_keys", "running_cluster", "stop_supervisor"]
 
 
 def cluster_keys(topics: Sequence[str], partitions: int = 1) -> list[str]:
@@ -70,12 +70,7 @@ def running_cluster(
                 )
             yield proc
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+            stop_supervisor(proc)
     finally:
         if log_file is not None:
             log_file.close()
@@ -95,3 +90,16 @@ def _main() -> int:
 
 if __name__ == "__main__":
     sys.exit(_main())
+
+
+def stop_supervisor(proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
+    """SIGTERM a ``cluster`` supervisor (it stops every child), SIGKILL it if it has not
+    exited after ``timeout_s``."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -46,7 +46,7 @@ from atomickafka.core.wire import (
     encode_tick,
 )
 from atomickafka.node.batch import OutKind, OutRecord, Ready
-from atomickafka.node.snapshots import LoadedSnapshot, encode_snapshot
+from atomickafka.node.snapshots import LoadedSnapshot, SnapshotSchedule, encode_snapshot
 
 __all__ = ["MergerBatch", "MergerSpec", "merger_id", "own_delivery_key"]
 
@@ -139,8 +139,7 @@ class MergerBatch:
         self.snapshot_seq = snapshot_seq
         self.released = 0
         self.dead_letters = 0
-        self._since_snapshot = 0
-        self._last_snapshot_s: float | None = None
+        self._schedule = SnapshotSchedule(spec.snapshot_every_records, spec.snapshot_every_s)
 
     @classmethod
     def recover(cls, spec: MergerSpec, snapshot: LoadedSnapshot | None) -> MergerBatch:
@@ -176,7 +175,7 @@ class MergerBatch:
             value = orjson.dumps(repr(rejected.record))
             ready.records.append(self._dead_letter(value, f"merger refused: {rejected.reason}"))
         ready.records.extend(self._output(o) for o in outputs)
-        self._since_snapshot += len(records)
+        self._schedule.took(len(records))
         ready.commit = None  # the merger's progress is its snapshot and the end of T
         self._maybe_snapshot(ready, wall_s)
         return ready
@@ -286,20 +285,13 @@ class MergerBatch:
     # ------------------------------------------------------------------ snapshots
 
     def _maybe_snapshot(self, ready: Ready, wall_s: float) -> None:
-        spec = self.spec
-        if self._last_snapshot_s is None:
-            self._last_snapshot_s = wall_s
-        due = self._since_snapshot >= spec.snapshot_every_records or (
-            self._since_snapshot > 0 and wall_s - self._last_snapshot_s >= spec.snapshot_every_s
-        )
-        if due:
+        if self._schedule.due(wall_s):
             self._snapshot(ready, wall_s)
 
     def _snapshot(self, ready: Ready, wall_s: float) -> None:
         spec = self.spec
         self.snapshot_seq += 1
-        self._since_snapshot = 0
-        self._last_snapshot_s = wall_s
+        self._schedule.taken(wall_s)
         state = self.merger.snapshot()
         state["buffers"] = [  # payloads as their Delivery record's JSON text
             [[ts, mid, encode_delivery(payload).decode()] for ts, mid, payload in items]

@@ -27,6 +27,7 @@ __all__ = [
     "SNAPSHOT_FORMAT",
     "LoadedSnapshot",
     "SnapshotRecord",
+    "SnapshotSchedule",
     "encode_snapshot",
     "newest_snapshots",
 ]
@@ -54,6 +55,35 @@ class LoadedSnapshot:
     offsets: dict[int, int]
     state: dict[str, Any] | None
     problem: str | None = None
+
+
+class SnapshotSchedule:
+    """When a role's next snapshot is due: once ``every_records`` records were taken
+    since the last one, or ``every_s`` seconds after it if any record was (the node's
+    and the merger's batch layers share this rule, docs/DESIGN.md §6)."""
+
+    def __init__(self, every_records: int, every_s: float) -> None:
+        self.every_records = every_records
+        self.every_s = every_s
+        self.since = 0  # records taken since the last snapshot
+        self._last_s: float | None = None
+
+    def took(self, records: int) -> None:
+        """``records`` more records were taken."""
+        self.since += records
+
+    def due(self, wall_s: float) -> bool:
+        """Whether a snapshot is due at ``wall_s`` (the first call starts the clock)."""
+        if self._last_s is None:
+            self._last_s = wall_s
+        if self.since >= self.every_records:
+            return True
+        return self.since > 0 and wall_s - self._last_s >= self.every_s
+
+    def taken(self, wall_s: float) -> None:
+        """A snapshot was taken at ``wall_s``."""
+        self.since = 0
+        self._last_s = wall_s
 
 
 def _key(role: str, slot: int, part: str) -> bytes:

@@ -435,6 +435,11 @@ def test_membership_comes_only_from_the_node_itself_and_only_grows_by_its_record
     node.step([members("B")])
     assert node.members == {"A", "B"}  # a node is always a member of its own topic
     assert not node.step([client("m", "A", "B")]).rejected
+    # a later record from a partial read of the statuses (found by the three-broker test:
+    # a node restarted during a broker failover) adds, and never takes B away
+    node.step([members("C")])
+    assert node.members == {"A", "B", "C"}
+    assert not node.step([client("n", "A", "B")]).rejected
 
 
 def test_an_entry_a_stray_ack_created_is_forgotten_after_the_window() -> None:
