@@ -11,7 +11,7 @@ stateful operators, so that the audit runs where the rest of a Spark pipeline ru
    the same key, digest and destinations everywhere, every destination within the
    bound (else ``missing``), no second delivery at a topic (exact repeats are dropped
    and counted);
-3. **per topic** (``applyInPandasWithState`` grouped by topic, one key of state):
+3. **per topic** (``transformWithStateInPandas`` grouped by topic, one key of state):
    rule 1 -- strictly increasing ``(timeStamp, layer, messageID)`` in offset order;
 4. each trigger's violations go to Parquet (``<out>/violations``) and, as one JSON
    object each, to the Kafka topic ``atomickafka-audit``; each trigger's counts per

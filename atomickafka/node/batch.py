@@ -60,7 +60,7 @@ from atomickafka.core.wire import (
 )
 from atomickafka.node.snapshots import LoadedSnapshot, SnapshotSchedule, encode_snapshot
 
-__all__ = ["NodeBatch", "NodeSpec", "OutKind", "OutRecord", "Ready"]
+__all__ = ["NodeBatch", "NodeSpec", "OutKind", "OutRecord", "Ready", "signed"]
 
 #: How much of a set-aside record a dead letter keeps (all of any record a producer
 #: with the default limits can write).
@@ -148,6 +148,16 @@ class NodeSpec:
     #: How deliveries are written to the topic: ``raw`` (the value as sent, metadata in
     #: headers) or ``json`` (the JSON envelope), §3.8.
     delivery_format: str = "raw"
+
+
+def signed(record: OutRecord, signer: Signer | None) -> OutRecord:
+    """``record`` with its signature headers (§4.14), or as it is without a secret."""
+    if signer is None:
+        return record
+    headers = signer.signed_headers(record.topic, record.key, record.value, record.headers)
+    return OutRecord(
+        record.kind, record.topic, record.value, record.partition, record.key, tuple(headers)
+    )
 
 
 class NodeBatch:
@@ -483,13 +493,7 @@ class NodeBatch:
         )
 
     def _signed(self, record: OutRecord) -> OutRecord:
-        signer = self.spec.signer
-        if signer is None:
-            return record
-        headers = signer.signed_headers(record.topic, record.key, record.value, record.headers)
-        return OutRecord(
-            record.kind, record.topic, record.value, record.partition, record.key, tuple(headers)
-        )
+        return signed(record, self.spec.signer)
 
     # ------------------------------------------------------------------ ticks, snapshots
 

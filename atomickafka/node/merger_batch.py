@@ -45,7 +45,7 @@ from atomickafka.core.wire import (
     encode_delivery,
     encode_tick,
 )
-from atomickafka.node.batch import OutKind, OutRecord, Ready
+from atomickafka.node.batch import OutKind, OutRecord, Ready, signed
 from atomickafka.node.snapshots import LoadedSnapshot, SnapshotSchedule, encode_snapshot
 
 __all__ = ["MergerBatch", "MergerSpec", "merger_id", "own_delivery_key"]
@@ -274,13 +274,7 @@ class MergerBatch:
         )
 
     def _signed(self, record: OutRecord) -> OutRecord:
-        signer = self.spec.signer
-        if signer is None:
-            return record
-        headers = signer.signed_headers(record.topic, record.key, record.value, record.headers)
-        return OutRecord(
-            record.kind, record.topic, record.value, record.partition, record.key, tuple(headers)
-        )
+        return signed(record, self.spec.signer)
 
     # ------------------------------------------------------------------ snapshots
 

@@ -29,7 +29,6 @@ from atomickafka.core.signing import Signer
 from atomickafka.errors import ConfigError
 from atomickafka.kafka.admin import admin_client, ensure_topics
 from atomickafka.kafka.consumer import consume_batch, make_consumer, retry_transient, usable
-from atomickafka.kafka.producer import RecordProducer
 from atomickafka.kafka.secrets import load_signer
 from atomickafka.kafka.status import LayerState, Role, Status, WaitingHead, publish_status
 from atomickafka.kafka.topics import (
@@ -41,18 +40,15 @@ from atomickafka.kafka.topics import (
     snapshot_topic,
 )
 from atomickafka.logs import log_context
-from atomickafka.metrics.serving import MetricsServer, serve
 from atomickafka.metrics.shell import ShellMetrics
 from atomickafka.node.batch import Ready
 from atomickafka.node.config import NodeConfig
-from atomickafka.node.lease import Lease
-from atomickafka.node.lifecycle import Stoppable
 from atomickafka.node.merger_batch import MergerBatch, MergerSpec, own_delivery_key
 from atomickafka.node.metrics import HeadWatch, Rates, status_of
-from atomickafka.node.runtime import EXIT_FENCED, node_topic_specs, read_snapshots
+from atomickafka.node.role_shell import RoleShell
+from atomickafka.node.runtime import node_topic_specs, read_snapshots
 from atomickafka.node.snapshots import LoadedSnapshot
 from atomickafka.node.writers import (
-    BatchWriteError,
     FencedError,
     GaplessWriter,
     TransactionalWriter,
@@ -86,33 +82,28 @@ def merger_spec(config: NodeConfig, signer: Signer | None = None) -> MergerSpec:
     )
 
 
-class MergerRuntime(Stoppable):
+class MergerRuntime(RoleShell):
     """Runs the merger of one partitioned topic until :meth:`stop` is called."""
+
+    kind = "merger"
 
     def __init__(self, config: NodeConfig) -> None:
         if not config.layered:
             raise ConfigError("a merger serves a partitioned topic (partitions > 1)")
-        super().__init__()
-        self.config = config
+        super().__init__(config, ShellMetrics("merger", config.topic))
         self.signer = load_signer(config.secret_file)
         self.spec = merger_spec(config, self.signer)
         self.batch = MergerBatch(self.spec)
         self.key = merger_key(config.topic)
         self.sender_id = self.spec.sender_id
         self.foreign = 0  # records in T that are not this merger's
-        self.active = False
         self.rates = Rates(1)  # deliveries per second
-        self._status: RecordProducer | None = None
         self._consumer: Consumer | None = None
         self._writer: TransactionalWriter | GaplessWriter | None = None
-        self._lease: Lease | None = None
         self._replay_ends: dict[int, int] = {}
         self._blocked_since: float | None = None
         self.recovery_s: float | None = None
         self._recovery_started = 0.0
-        self.metrics = ShellMetrics("merger", config.topic)
-        self._metrics_server: MetricsServer | None = None
-        self._stopped_cleanly = False  # set when the loop ends on a stop request
         self._head_watch = HeadWatch(config.stuck_after_s)  # the head's age, for the metrics
 
     @property
@@ -128,47 +119,15 @@ class MergerRuntime(Stoppable):
         with log_context(node=self.key, topic=self.config.topic, layer=None):
             return self._run(max_seconds)
 
-    def _run(self, max_seconds: float | None) -> int:
+    @property
+    def role_key(self) -> str:
+        """The merger's status key and lease name: ``T/merger``."""
+        return self.key
+
+    def _prepare_topics(self) -> None:
         cfg = self.config
-        if cfg.metrics_port is not None:
-            self._metrics_server = serve(self.metrics.registry, cfg.metrics_port, cfg.metrics_host)
-            log.info("merger %s: metrics on %s", cfg.topic, self._metrics_server.url)
         if cfg.create_topics:
             ensure_topics(admin_client(cfg.bootstrap, cfg.overrides), node_topic_specs(cfg))
-        self._status = RecordProducer(cfg.bootstrap, cfg.overrides)
-        self._start_clock(cfg.status_interval_s, max_seconds)
-        self._lease = Lease(
-            cfg.bootstrap, self.key, cfg.overrides, session_timeout_ms=cfg.session_timeout_ms
-        )
-        try:
-            if not self._await_lease():
-                return 0
-            self._open()
-            status = self._loop()
-            self._stopped_cleanly = True
-            return status
-        except FencedError as exc:
-            log.error("merger %s stops: %s", cfg.topic, exc)
-            return EXIT_FENCED
-        except BatchWriteError as exc:
-            log.error("merger %s: %s; exiting so that a restart resumes", cfg.topic, exc)
-            return 1
-        finally:
-            self._shutdown()
-
-    def _await_lease(self) -> bool:
-        lease = self._lease
-        assert lease is not None
-        if lease.poll(1.0):
-            return True
-        log.info("merger %s: another instance is active; standing by", self.config.topic)
-        while not self.stopping:
-            if lease.poll(0.2):
-                log.info("merger %s: the lease is ours; taking over", self.config.topic)
-                return True
-            if self._tick(time.monotonic()):
-                return False
-        return False
 
     def _open(self) -> None:
         cfg = self.config
@@ -278,15 +237,10 @@ class MergerRuntime(Stoppable):
         return out
 
     def _loop(self) -> int:
-        cfg = self.config
         consumer, writer, lease = self._consumer, self._writer, self._lease
         assert consumer is not None and writer is not None and lease is not None
         while not self.stopping:
-            records = usable(consume_batch(consumer, cfg.batch_size, cfg.poll_timeout_s))
-            wall = time.time()
-            ready = (
-                self.batch.step(records, wall_s=wall) if records else self.batch.idle(wall_s=wall)
-            )
+            records, ready = self._next_ready(consumer, self.batch)
             self.metrics.read(records)
             self._note_progress(records)
             if self._replay_ends and not records:
@@ -336,7 +290,7 @@ class MergerRuntime(Stoppable):
             writer.write(ready.records, None)
             self.metrics.wrote(ready.records, time.time())
 
-    def _shutdown(self) -> None:
+    def _close_io(self) -> None:
         if self._writer is not None:
             try:
                 self._writer.close()
@@ -344,17 +298,6 @@ class MergerRuntime(Stoppable):
                 log.error("closing the writer: %s", exc)
         if self._consumer is not None:
             self._consumer.close()
-        if self._lease is not None:
-            self._lease.close()
-        if self._status is not None:
-            # the last status of a requested stop: not live any more. A failed, fenced
-            # or crashed instance says nothing: its restart or standby takes over, and
-            # clients must not take the topic for one without a node meanwhile.
-            if self.active and self._stopped_cleanly:
-                publish_status(self._status, self.status().stopped())
-            self._status.close(5)
-        if self._metrics_server is not None:
-            self._metrics_server.close()
 
     # ------------------------------------------------------------------ status
 

@@ -49,7 +49,6 @@ from atomickafka.kafka.consumer import (
     retry_transient,
     usable,
 )
-from atomickafka.kafka.producer import RecordProducer
 from atomickafka.kafka.secrets import load_signer
 from atomickafka.kafka.status import (
     Role,
@@ -71,18 +70,16 @@ from atomickafka.kafka.topics import (
     snapshot_topic,
 )
 from atomickafka.logs import log_context
-from atomickafka.metrics.serving import MetricsServer, serve
 from atomickafka.metrics.shell import ShellMetrics
 from atomickafka.node.batch import NodeBatch, NodeSpec, OutKind, OutRecord, Ready
 from atomickafka.node.config import NodeConfig
-from atomickafka.node.lease import LEASE_TOPIC, Lease
-from atomickafka.node.lifecycle import Stoppable
+from atomickafka.node.lease import LEASE_TOPIC
 from atomickafka.node.metrics import HeadWatch, Rates, status_of
 from atomickafka.node.offsets import OffsetsTracker, Ticket
+from atomickafka.node.role_shell import EXIT_FENCED, RoleShell
 from atomickafka.node.snapshots import LoadedSnapshot, newest_snapshots
 from atomickafka.node.writers import (
     AckedWriter,
-    BatchWriteError,
     FencedError,
     TransactionalWriter,
 )
@@ -98,9 +95,6 @@ __all__ = [
 
 log = logging.getLogger("atomickafka.node")
 
-#: Exit status of an instance that lost its role to another (lease lost or fenced); the
-#: supervisor starts it again, as a standby.
-EXIT_FENCED: Final = 4
 #: Input logs carry the broker's append time: the engine's clock bound (§4.11).
 LOG_APPEND_TIME: Final = {"message.timestamp.type": "LogAppendTime"}
 #: Snapshot topics keep the newest records per key (two snapshots per role).
@@ -206,15 +200,17 @@ class Membership:
         self._consumer.close()
 
 
-class NodeRuntime(Stoppable):
+class NodeRuntime(RoleShell):
     """Runs one node until :meth:`stop` is called (or a signal arrives).
 
     Create it in the process that runs it: Kafka clients must not cross a ``fork()``.
     """
 
+    kind = "node"
+
     def __init__(self, config: NodeConfig) -> None:
-        super().__init__()
-        self.config = config
+        layer = config.layer if config.layered else None
+        super().__init__(config, ShellMetrics("node", config.topic, layer))
         self.signer = load_signer(config.secret_file)
         self.spec = node_spec(config, self.signer)
         self.batch = NodeBatch(self.spec, NodeBatch.fresh_engine(self.spec))
@@ -222,21 +218,15 @@ class NodeRuntime(Stoppable):
         self.records_read = 0  # Kafka records of the input log processed (not replayed)
         self.head = HeadWatch(config.stuck_after_s)
         self.recovery_s: float | None = None
-        self.active = False
         self._recovery_started = 0.0
         self._input = self.spec.input_topic
         self._partition = config.partition
-        self._status: RecordProducer | None = None
         self._consumer: Consumer | None = None
         self._writer: TransactionalWriter | AckedWriter | None = None
-        self._lease: Lease | None = None
         self._status_count = 0
         self._mismatch_logged: set[str] = set()
         self._membership: Membership | None = None
         self._members_at = 0.0
-        self.metrics = ShellMetrics("node", config.topic, config.layer if config.layered else None)
-        self._metrics_server: MetricsServer | None = None
-        self._stopped_cleanly = False  # set when the loop ends on a stop request
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -248,32 +238,10 @@ class NodeRuntime(Stoppable):
         with log_context(node=cfg.key, topic=cfg.topic, layer=layer):
             return self._run(max_seconds)
 
-    def _run(self, max_seconds: float | None) -> int:
-        cfg = self.config
-        if cfg.metrics_port is not None:
-            self._metrics_server = serve(self.metrics.registry, cfg.metrics_port, cfg.metrics_host)
-            log.info("node %s: metrics on %s", cfg.key, self._metrics_server.url)
-        self._prepare_topics()
-        self._status = RecordProducer(cfg.bootstrap, cfg.overrides)
-        self._start_clock(cfg.status_interval_s, max_seconds)
-        self._lease = Lease(
-            cfg.bootstrap, cfg.key, cfg.overrides, session_timeout_ms=cfg.session_timeout_ms
-        )
-        try:
-            if not self._await_lease():
-                return 0
-            self._open()
-            status = self._loop()
-            self._stopped_cleanly = True
-            return status
-        except FencedError as exc:
-            log.error("node %s stops: %s", cfg.key, exc)
-            return EXIT_FENCED
-        except BatchWriteError as exc:
-            log.error("node %s: %s; exiting so that a restart replays it", cfg.key, exc)
-            return 1
-        finally:
-            self._shutdown()
+    @property
+    def role_key(self) -> str:
+        """The node's status key and lease name: ``T``, or ``T/p`` for a layer."""
+        return self.config.key
 
     def _prepare_topics(self) -> None:
         cfg = self.config
@@ -291,21 +259,6 @@ class NodeRuntime(Stoppable):
                 "max.message.bytes (kafka-configs --alter --entity-type topics "
                 f"--entity-name TOPIC --add-config max.message.bytes={MIN_MESSAGE_BYTES})"
             )
-
-    def _await_lease(self) -> bool:
-        """Wait until this instance is the role's active one; False if stopped first."""
-        lease = self._lease
-        assert lease is not None
-        if lease.poll(1.0):
-            return True
-        log.info("node %s: another instance is active; standing by", self.config.key)
-        while not self.stopping:
-            if lease.poll(0.2):
-                log.info("node %s: the lease is ours; taking over", self.config.key)
-                return True
-            if self._tick(time.monotonic()):
-                return False
-        return False
 
     def _open(self) -> None:
         """Become the active instance: open the writer (fencing older instances), then
@@ -399,15 +352,10 @@ class NodeRuntime(Stoppable):
         return None
 
     def _loop(self) -> int:
-        cfg = self.config
         consumer, writer, lease = self._consumer, self._writer, self._lease
         assert consumer is not None and writer is not None and lease is not None
         while not self.stopping:
-            records = usable(consume_batch(consumer, cfg.batch_size, cfg.poll_timeout_s))
-            wall = time.time()
-            ready = (
-                self.batch.step(records, wall_s=wall) if records else self.batch.idle(wall_s=wall)
-            )
+            records, ready = self._next_ready(consumer, self.batch)
             self.metrics.read(records, ready.replayed)
             self._write(ready, len(records))
             self._note_members()
@@ -482,7 +430,7 @@ class NodeRuntime(Stoppable):
             fields = {"offset": int(offset)} if offset is not None and offset.isdigit() else {}
             log.warning("set aside in %s: %s", record.topic, text, extra={"fields": fields})
 
-    def _shutdown(self) -> None:
+    def _close_io(self) -> None:
         writer, consumer = self._writer, self._consumer
         if writer is not None:
             try:
@@ -493,17 +441,9 @@ class NodeRuntime(Stoppable):
             consumer.close()
         if self._membership is not None:
             self._membership.close()
-        if self._lease is not None:
-            self._lease.close()
-        if self._status is not None:
-            # the last status of a requested stop: not live any more. A failed, fenced
-            # or crashed instance says nothing: its restart or standby takes over, and
-            # clients must not take the topic for one without a node meanwhile.
-            if self.active and self._stopped_cleanly:
-                publish_status(self._status, self.status().stopped())
-            self._status.close(5)
-        if self._metrics_server is not None:
-            self._metrics_server.close()
+
+    def _shutdown(self) -> None:
+        super()._shutdown()
         log.info("node %s stopped", self.config.key)
 
     # ------------------------------------------------------------------ status

@@ -1,0 +1,153 @@
+"""What a node and a merger share around their loops (docs/DESIGN.md §6): serve the
+metrics, prepare the topics, start the status producer and the lease; stand by until
+the lease is this instance's; open (fencing any older instance) and loop; stop at once
+when fenced or when a write failed (exit status 4 or 1: the restart or the standby
+recovers); and close what was opened -- the last status saying "stopped" only after a
+requested stop. Each role says how it prepares, opens, loops and closes its I/O."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import ClassVar, Final, Protocol
+
+from confluent_kafka import Consumer
+from confluent_kafka import Message as KafkaMessage
+
+from atomickafka.kafka.consumer import consume_batch, usable
+from atomickafka.kafka.producer import RecordProducer
+from atomickafka.kafka.status import Status, publish_status
+from atomickafka.metrics.serving import MetricsServer, serve
+from atomickafka.metrics.shell import ShellMetrics
+from atomickafka.node.batch import Ready
+from atomickafka.node.config import NodeConfig
+from atomickafka.node.lease import Lease
+from atomickafka.node.lifecycle import Stoppable
+from atomickafka.node.writers import BatchWriteError, FencedError
+
+__all__ = ["EXIT_FENCED", "RoleShell"]
+
+#: The exit status of an instance that stopped because another one took its role.
+EXIT_FENCED: Final = 4
+
+
+class BatchLayer(Protocol):
+    """What a role's pure batch layer offers its shell (NodeBatch, MergerBatch)."""
+
+    def step(self, records: Sequence[KafkaMessage], *, wall_s: float) -> Ready: ...
+
+    def idle(self, *, wall_s: float) -> Ready: ...
+
+
+class RoleShell(Stoppable):
+    """The run of one role's instance (a node or a merger) around its I/O loop."""
+
+    #: ``node`` or ``merger``: names the role in log lines and the logger.
+    kind: ClassVar[str]
+
+    def __init__(self, config: NodeConfig, metrics: ShellMetrics) -> None:
+        super().__init__()
+        self.config = config
+        self.metrics = metrics
+        #: True while this instance holds the role (after it opened).
+        self.active = False
+        self._status: RecordProducer | None = None
+        self._lease: Lease | None = None
+        self._metrics_server: MetricsServer | None = None
+        self._stopped_cleanly = False  # set when the loop ends on a stop request
+
+    @property
+    def role_key(self) -> str:
+        """The role's status key and lease name (``T``, ``T/p``, ``T/merger``)."""
+        raise NotImplementedError
+
+    @property
+    def _log(self) -> logging.Logger:
+        return logging.getLogger(f"atomickafka.{self.kind}")
+
+    def _prepare_topics(self) -> None:
+        """Create or check the topics the role needs, before anything else starts."""
+        raise NotImplementedError
+
+    def _open(self) -> None:
+        """Become the active instance: open the writer (fencing older ones), recover."""
+        raise NotImplementedError
+
+    def _loop(self) -> int:
+        """Process until stopped (or the run's time is up); return the exit status."""
+        raise NotImplementedError
+
+    def _close_io(self) -> None:
+        """Close the role's writer and consumers (whatever was opened)."""
+        raise NotImplementedError
+
+    def status(self) -> Status:
+        """What this instance says of itself now."""
+        raise NotImplementedError
+
+    def _next_ready(
+        self, consumer: Consumer, layer: BatchLayer
+    ) -> tuple[list[KafkaMessage], Ready]:
+        """Poll one batch of input and hand it to the batch layer (or tell it that the
+        poll found nothing): the records and what to write for them."""
+        cfg = self.config
+        records = usable(consume_batch(consumer, cfg.batch_size, cfg.poll_timeout_s))
+        wall = time.time()
+        return records, (layer.step(records, wall_s=wall) if records else layer.idle(wall_s=wall))
+
+    def _run(self, max_seconds: float | None) -> int:
+        cfg, name = self.config, f"{self.kind} {self.role_key}"
+        if cfg.metrics_port is not None:
+            self._metrics_server = serve(self.metrics.registry, cfg.metrics_port, cfg.metrics_host)
+            self._log.info("%s: metrics on %s", name, self._metrics_server.url)
+        self._prepare_topics()
+        self._status = RecordProducer(cfg.bootstrap, cfg.overrides)
+        self._start_clock(cfg.status_interval_s, max_seconds)
+        self._lease = Lease(
+            cfg.bootstrap, self.role_key, cfg.overrides, session_timeout_ms=cfg.session_timeout_ms
+        )
+        try:
+            if not self._await_lease():
+                return 0
+            self._open()
+            status = self._loop()
+            self._stopped_cleanly = True
+            return status
+        except FencedError as exc:
+            self._log.error("%s stops: %s", name, exc)
+            return EXIT_FENCED
+        except BatchWriteError as exc:
+            self._log.error("%s: %s; exiting so that a restart recovers it", name, exc)
+            return 1
+        finally:
+            self._shutdown()
+
+    def _await_lease(self) -> bool:
+        """Wait until this instance is the role's active one; False if stopped first."""
+        lease, name = self._lease, f"{self.kind} {self.role_key}"
+        assert lease is not None
+        if lease.poll(1.0):
+            return True
+        self._log.info("%s: another instance is active; standing by", name)
+        while not self.stopping:
+            if lease.poll(0.2):
+                self._log.info("%s: the lease is ours; taking over", name)
+                return True
+            if self._tick(time.monotonic()):
+                return False
+        return False
+
+    def _shutdown(self) -> None:
+        self._close_io()
+        if self._lease is not None:
+            self._lease.close()
+        if self._status is not None:
+            # the last status of a requested stop: not live any more. A failed, fenced
+            # or crashed instance says nothing: its restart or standby takes over, and
+            # clients must not take the topic for one without a node meanwhile.
+            if self.active and self._stopped_cleanly:
+                publish_status(self._status, self.status().stopped())
+            self._status.close(5)
+        if self._metrics_server is not None:
+            self._metrics_server.close()
