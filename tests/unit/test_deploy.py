@@ -102,12 +102,19 @@ def test_the_brokers_keep_what_ordering_needs() -> None:
 
 
 def test_every_atomickafka_command_of_compose_parses(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     services = atomickafka_services()
     assert len(services) == 7  # topics, five nodes, doctor
+    assert compose()["secrets"]["signing-secret"]["file"] == "./signing-secret"
+    mounted = tmp_path / "signing-secret"  # where Docker mounts the secret
+    mounted.write_text("a-secret\n")
     for name, service in services.items():
         env = {k: str(v) for k, v in service.get("environment", {}).items()}
+        if name not in ("topics", "doctor"):  # every node signs (DESIGN §4.14)
+            assert env["ATOMICKAFKA_SECRET_FILE"] == "/run/secrets/signing-secret", name
+            assert service["secrets"] == ["signing-secret"], name
+            env["ATOMICKAFKA_SECRET_FILE"] = str(mounted)
         dump = runs_with(service["command"], env, monkeypatch, capsys)
         assert 'bootstrap_server = "kafka-1:9092,kafka-2:9092,kafka-3:9092"' in dump, name
         check = service.get("healthcheck", {}).get("test")
@@ -173,15 +180,19 @@ def test_the_systemd_units_run_commands_that_parse(
     assert parser.get("Service", "KillSignal") == "SIGTERM"
     exec_start = shlex.split(parser.get("Service", "ExecStart").replace("%i", "orders"))
     assert exec_start[0] == "/opt/atomickafka/bin/atomickafka"
-    credential = parser.get("Service", "LoadCredential")
-    assert credential.startswith("kafka-password:")
-    password = tmp_path / "kafka-password"  # where systemd puts the credential (%d)
+    lines = (DEPLOY / "systemd" / name).read_text()
+    credentials = re.findall(r"^LoadCredential=(\S+)$", lines, re.MULTILINE)
+    assert sorted(c.split(":")[0] for c in credentials) == ["kafka-password", "signing-secret"]
+    password = tmp_path / "kafka-password"  # where systemd puts the credentials (%d)
     password.write_text("from-systemd\n")
+    secret = tmp_path / "signing-secret"
+    secret.write_text("a-secret\n")
     env = {
         "ATOMICKAFKA_CONFIG": str(DEPLOY / "atomickafka.example.toml"),
         "ATOMICKAFKA_X_SASL_PASSWORD_FILE": str(password),
+        "ATOMICKAFKA_SECRET_FILE": str(secret),
     }
-    lines = (DEPLOY / "systemd" / name).read_text()
+    assert "Environment=ATOMICKAFKA_SECRET_FILE=%d/signing-secret" in lines
     assert "Environment=ATOMICKAFKA_X_SASL_PASSWORD_FILE=%d/kafka-password" in lines
     assert "Environment=ATOMICKAFKA_CONFIG=/etc/atomickafka/atomickafka.toml" in lines
     dump = runs_with(exec_start[1:], env, monkeypatch, capsys)
