@@ -2,7 +2,8 @@
 memory, fed from Kafka topics filled with synthetic deliveries.
 
 1. **Fill**: ``--deliveries`` delivery records over ``--topics`` topics, as nodes write
-   them (``atomickafka.core.wire.encode_delivery``): messages in key order, a share
+   them (``--format raw``, the default, as ``atomickafka.core.raw.encode_raw_delivery``
+   writes them; ``json``: the JSON envelope): messages in key order, a share
    ``--multicast`` of them to every topic and the rest to one topic (round-robin), like
    ``atomickafka bench``; their Kafka timestamps as if delivered at ``--rate`` deliveries
    per second (the audit's event time, which decides how much it holds in memory).
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Producer
 
+from atomickafka.core.raw import encode_raw_delivery
 from atomickafka.core.wire import Message, MessageType, encode_delivery, value_digest
 from atomickafka.kafka.admin import admin_client, ensure_topics
 from atomickafka.localkafka import ensure_broker, free_port_block
@@ -54,9 +56,13 @@ class Sample:
     rss_mb: float
 
 
+#: A record to write: (topic, key, value, headers).
+Record = tuple[str, bytes | None, bytes, list[tuple[str, str | bytes | None]]]
+
+
 def deliveries(
-    topics: Sequence[str], count: int, multicast: float, start: int
-) -> Iterator[tuple[str, bytes]]:
+    topics: Sequence[str], count: int, multicast: float, start: int, *, raw: bool = True
+) -> Iterator[Record]:
     """``count`` delivery records in key order, from message number ``start`` on."""
     made = 0
     n = start
@@ -80,7 +86,11 @@ def deliveries(
                 digest,
                 "direct",
             )
-            yield topic, encode_delivery(message)
+            if raw:
+                key, value, headers = encode_raw_delivery(message)
+                yield topic, key, value, list(headers)
+            else:
+                yield topic, None, encode_delivery(message), []
             made += 1
         n += 1
 
@@ -95,6 +105,7 @@ def fill(
     start: int = 0,
     t0_ms: int | None = None,
     paced: bool = False,
+    raw: bool = True,
 ) -> int:
     """Write ``count`` deliveries stamped at ``rate`` per second; return the next message
     number. ``paced``: also write them at that rate."""
@@ -103,7 +114,8 @@ def fill(
     )
     t0 = int(time.time() * 1000) if t0_ms is None else t0_ms
     began = time.monotonic()
-    for i, (topic, value) in enumerate(deliveries(topics, count, multicast, start)):
+    records = deliveries(topics, count, multicast, start, raw=raw)
+    for i, (topic, key, value, headers) in enumerate(records):
         if paced and i % 1000 == 0:
             ahead = i / rate - (time.monotonic() - began)
             if ahead > 0:
@@ -111,7 +123,7 @@ def fill(
         stamp = int(time.time() * 1000) if paced else t0 + int(i * 1000 / rate)
         while True:
             try:
-                producer.produce(topic, value, timestamp=stamp)
+                producer.produce(topic, value, key, headers=headers or None, timestamp=stamp)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -158,6 +170,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--live-seconds", type=float, default=30.0)
     parser.add_argument("--live-rate", type=float, default=30_000)
     parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument(
+        "--format", choices=["raw", "json"], default="raw", help="the delivery records' form"
+    )
     args = parser.parse_args(argv)
     bootstrap = args.bootstrap_server or ensure_broker()
     tag = uuid.uuid4().hex[:8]
@@ -165,7 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ensure_topics(admin_client(bootstrap), topics)
 
     began = time.monotonic()
-    next_message = fill(bootstrap, topics, args.deliveries, args.multicast, args.rate)
+    raw = args.format == "raw"
+    next_message = fill(bootstrap, topics, args.deliveries, args.multicast, args.rate, raw=raw)
     print(
         f"filled {args.deliveries:,} deliveries in {time.monotonic() - began:.1f} s "
         f"({len(topics)} topics, {args.multicast:.0%} multicast, stamped at "
@@ -232,7 +248,10 @@ def _measure(
         return 0
     count = int(args.live_rate * args.live_seconds)
     before = read_sample(proc.pid, metrics_url, began)
-    fill(bootstrap, topics, count, args.multicast, args.live_rate, start=next_message, paced=True)
+    fill(
+        bootstrap, topics, count, args.multicast, args.live_rate, start=next_message, paced=True,
+        raw=args.format == "raw",
+    )  # fmt: skip
     written = read_sample(proc.pid, metrics_url, began)
     time.sleep(2.0)
     after = read_sample(proc.pid, metrics_url, began)
