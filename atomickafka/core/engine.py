@@ -658,6 +658,12 @@ class Engine:
             raise _Refused(f"{kind.value} from {sender}, which is not another destination")
         if self.partition is not None:
             self._check_partition(record)
+        members = self.members
+        if members is not None and sender is not None and sender not in members:
+            # its node wrote this record into our log: the topic has a node (§4.9.5),
+            # whatever the status topic has told us so far (it lags in a broker failover)
+            self.members = members | {sender}
+            self._members_changed = True
         if record.protocol != self._protocol and kind is not MessageType.ABORT:
             self.stats.protocol_mismatches += 1
             self._refuse_version(

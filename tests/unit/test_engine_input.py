@@ -520,3 +520,20 @@ def test_a_peer_is_told_again_of_a_version_refused_before(algorithm: Algorithm) 
     again = node.step([at(NOW + 2, notify("m", "AB", "A", 5, alg=algorithm, value="second"))])
     assert again.rejected
     assert types(again.outputs) == [("A", "AbortMessage", "m")]
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_peer_that_writes_to_this_log_is_a_member(algorithm: Algorithm) -> None:
+    """Found by the three-broker test: after a broker failover a restarted node's view
+    of the statuses lagged, and messages to a live peer were refused as "no node" while
+    that peer's own records kept arriving. A valid record from a peer's node proves the
+    peer has one: the message waiting for it is taken up, not refused."""
+    node = Engine("A", algorithm=algorithm)
+    node.step([at(NOW, members("A"))])
+    step = node.step([at(NOW, client("m", "A", "B"))])
+    assert not step.rejected and node.awaiting_members == ("B",)
+    node.step([at(NOW + 1, notify("other", "AB", "B", 3, alg=algorithm))])
+    assert set(node.members or ()) == {"A", "B"}
+    assert len(node.awaiting_members) == 0
+    late = node.step([at(NOW + MEMBERS_GRACE_MS + 1, tick(0, topic="A"))])
+    assert not [r for r in late.rejected if "has no node" in r.reason]
