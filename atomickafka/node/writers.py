@@ -94,8 +94,19 @@ class Writer(Protocol):
         ...
 
 
+#: How long a record may wait for room in the producer's queue before the batch is given
+#: up (the node exits and its restart replays it): the broker is gone or cut off.
+QUEUE_WAIT_S: Final = 60.0
+
+
 def _produce(producer: Producer, record: OutRecord, callback: Callable[..., None] | None) -> None:
+    deadline = time.monotonic() + QUEUE_WAIT_S
     while True:
+        if time.monotonic() > deadline:
+            raise BatchWriteError(
+                f"the producer's queue stayed full for {QUEUE_WAIT_S:.0f} s writing to "
+                f"{record.topic} (is the broker reachable?)"
+            )
         try:
             producer.produce(
                 record.topic,
@@ -157,6 +168,9 @@ class TransactionalWriter:
                     offsets, self._consumer.consumer_group_metadata(), 30
                 )
             producer.commit_transaction(60)
+        except BatchWriteError:
+            self._abort()
+            raise
         except KafkaException as exc:
             error = _classified(exc, "writing a batch")
             if not isinstance(error, FencedError):
