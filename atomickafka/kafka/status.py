@@ -332,8 +332,8 @@ class StatusWatch:
             meta = consumer.list_topics(STATUS_TOPIC, timeout=self._timeout_s).topics.get(
                 STATUS_TOPIC
             )
-            if meta is None or meta.error is not None:
-                return self.statuses  # nobody has published yet
+            if meta is None or meta.error is not None or not meta.partitions:
+                return self.statuses  # nobody has published yet (or it is just created)
             parts = sorted(meta.partitions)
             ends = {
                 p: watermarks(consumer, TopicPartition(STATUS_TOPIC, p), self._timeout_s)[1]

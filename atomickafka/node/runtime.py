@@ -182,7 +182,9 @@ class Membership:
         self.topics: set[str] = set()
         self._consumer = make_consumer(bootstrap, None, overrides)
         metadata = self._consumer.list_topics(STATUS_TOPIC, timeout=10).topics.get(STATUS_TOPIC)
-        partitions = list(metadata.partitions) if metadata is not None else [0]
+        # a topic just created (on several brokers) may show no partitions yet: read its
+        # first one then (the status topic has one), or this node never learns its peers
+        partitions = sorted(metadata.partitions) if metadata and metadata.partitions else [0]
         self._consumer.assign(
             [TopicPartition(STATUS_TOPIC, p, OFFSET_BEGINNING) for p in partitions]
         )
