@@ -59,6 +59,9 @@ _TRANSIENT_CODES: Final = frozenset(
         KafkaError._TIMED_OUT,
         KafkaError._TRANSPORT,
         KafkaError._ALL_BROKERS_DOWN,
+        # the handle of a broker that died (e.g. killed in a failover) was just destroyed:
+        # another broker answers on the retry
+        KafkaError._DESTROY_BROKER,
     }
 )
 
