@@ -20,5 +20,5 @@ export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
 if [ "$#" -gt 0 ]; then
   exec .venv/bin/pytest -n 2 --dist loadfile "$@"
 fi
-.venv/bin/pytest -n 2 tests/unit
-.venv/bin/pytest -n 2 --dist loadfile tests/integration
+.venv/bin/pytest -n 2 --durations=10 tests/unit
+.venv/bin/pytest -n 2 --dist loadfile --durations=25 tests/integration

@@ -24,12 +24,15 @@ from atomickafka.node.batch import Ready
 from atomickafka.node.config import NodeConfig
 from atomickafka.node.lease import Lease
 from atomickafka.node.lifecycle import Stoppable
-from atomickafka.node.writers import BatchWriteError, FencedError
+from atomickafka.node.writers import BatchWriteError, ClientWedgedError, FencedError
 
-__all__ = ["EXIT_FENCED", "RoleShell"]
+__all__ = ["EXIT_FENCED", "EXIT_WEDGED", "RoleShell"]
 
 #: The exit status of an instance that stopped because another one took its role.
 EXIT_FENCED: Final = 4
+#: The exit status of an instance whose Kafka client hung: its process must end at once
+#: (``os._exit``), without closing that client, and its restart recovers.
+EXIT_WEDGED: Final = 5
 
 
 class BatchLayer(Protocol):
@@ -56,6 +59,7 @@ class RoleShell(Stoppable):
         self._lease: Lease | None = None
         self._metrics_server: MetricsServer | None = None
         self._stopped_cleanly = False  # set when the loop ends on a stop request
+        self._wedged = False  # a Kafka client hung (ClientWedgedError)
 
     @property
     def role_key(self) -> str:
@@ -117,6 +121,10 @@ class RoleShell(Stoppable):
         except FencedError as exc:
             self._log.error("%s stops: %s", name, exc)
             return EXIT_FENCED
+        except ClientWedgedError as exc:
+            self._log.error("%s: %s; exiting at once so that a restart recovers it", name, exc)
+            self._wedged = True
+            return EXIT_WEDGED
         except BatchWriteError as exc:
             self._log.error("%s: %s; exiting so that a restart recovers it", name, exc)
             return 1
@@ -139,6 +147,10 @@ class RoleShell(Stoppable):
         return False
 
     def _shutdown(self) -> None:
+        if self._wedged:  # closing a hung client could hang too: the process just exits
+            if self._metrics_server is not None:
+                self._metrics_server.close()
+            return
         self._close_io()
         if self._lease is not None:
             self._lease.close()

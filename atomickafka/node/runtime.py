@@ -188,13 +188,17 @@ class Membership:
         self._consumer.assign(
             [TopicPartition(STATUS_TOPIC, p, OFFSET_BEGINNING) for p in partitions]
         )
+        log.info("reading node statuses from %s partitions %s", STATUS_TOPIC, partitions)
 
     def poll(self, timeout_s: float = 0.0) -> set[str]:
         """Read what has arrived; return every topic known to have a node."""
+        before = len(self.topics)
         for record in usable(consume_batch(self._consumer, 5000, timeout_s)):
             status = parse_status(record.value())
             if status is not None and status.role is Role.NODE:
                 self.topics.add(status.topic)
+        if len(self.topics) > before:
+            log.info("topics with a node: %s", ", ".join(sorted(self.topics)))
         return self.topics
 
     def close(self) -> None:
@@ -380,6 +384,7 @@ class NodeRuntime(RoleShell):
         self._members_at = now
         ready = self.batch.members(self._membership.poll())
         if ready.records:
+            log.info("writing a members record: %s", ", ".join(sorted(self._membership.topics)))
             self._write(ready, 0)
 
     def _write(self, ready: Ready, consumed: int) -> None:

@@ -43,6 +43,7 @@ from atomickafka.kafka.reach import is_unreachable, probe
 from atomickafka.logs import configure_logging, hide_in_logs
 from atomickafka.metrics.cluster import ClusterMetrics
 from atomickafka.node.config import ClusterConfig, NodeConfig
+from atomickafka.node.role_shell import EXIT_WEDGED
 
 __all__ = [
     "EXIT_CANNOT_START",
@@ -143,6 +144,11 @@ def _child(role: str, data: dict[str, Any], parent: int = 0) -> None:
             raise SystemExit(1) from None
         log.error("%s %s cannot reach Kafka at %s: %s", role, config.key, config.bootstrap, exc)
         status = EXIT_UNREACHABLE
+    if status == EXIT_WEDGED:
+        # a librdkafka call still blocks on another thread: a normal exit would try to
+        # destroy that client and could hang with it
+        logging.shutdown()
+        os._exit(status)
     raise SystemExit(status)
 
 

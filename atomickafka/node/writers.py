@@ -23,6 +23,7 @@ nothing later is written when something earlier was not.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol
@@ -37,6 +38,7 @@ from atomickafka.node.offsets import OffsetsTracker, Ticket
 __all__ = [
     "AckedWriter",
     "BatchWriteError",
+    "ClientWedgedError",
     "FencedError",
     "GaplessWriter",
     "OffsetCommit",
@@ -71,6 +73,45 @@ class FencedError(AtomicKafkaError):
 
 class BatchWriteError(AtomicKafkaError):
     """A batch could not be written; the node exits so that a restart replays it."""
+
+
+class ClientWedgedError(BatchWriteError):
+    """A librdkafka call did not return within its bound: that client can be neither
+    used nor closed safely, so the process exits at once and its restart recovers."""
+
+
+#: librdkafka's own bound on adding the input offsets to a transaction (s).
+SEND_OFFSETS_TIMEOUT_S: Final = 15.0
+#: How much longer than its own timeout a librdkafka call may take before the client is
+#: taken for wedged (s). ``send_offsets_to_transaction`` can block for ever when the
+#: group coordinator's broker dies (librdkafka issues #5456 and #5511): seen here when
+#: a broker of three was SIGKILLed, the node then neither wrote nor stopped.
+WEDGE_MARGIN_S: Final = 5.0
+
+
+def bounded_call(call: Callable[[], object], limit_s: float, doing: str) -> None:
+    """Run ``call`` (a blocking librdkafka call, which releases the GIL) on a daemon
+    thread and wait at most ``limit_s``; raise :class:`ClientWedgedError` if it has not
+    returned by then, or what it raised."""
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # handed to the waiting thread
+            failure.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="bounded-librdkafka-call", daemon=True).start()
+    if not done.wait(limit_s):
+        raise ClientWedgedError(
+            f"librdkafka did not return from {doing} within {limit_s:g} s (a known "
+            "librdkafka hang when a coordinator's broker dies)"
+        )
+    if failure:
+        raise failure[0]
 
 
 def transactional_id(role: str) -> str:
@@ -145,6 +186,7 @@ class TransactionalWriter:
             producer_config(bootstrap, overrides, **settings), logger=LIBRDKAFKA_LOGGER
         )
         self._last_commit = 0.0
+        self.wedged = False  # a call never returned: the producer must not be touched
         try:
             self._producer.init_transactions(init_timeout_s)  # fences any older instance
         except KafkaException as exc:
@@ -164,10 +206,18 @@ class TransactionalWriter:
                 _produce(producer, record, None)
             if commit:
                 offsets = [TopicPartition(self._input, p, o) for p, o in commit.items()]
-                producer.send_offsets_to_transaction(
-                    offsets, self._consumer.consumer_group_metadata(), 30
+                group = self._consumer.consumer_group_metadata()
+                bounded_call(
+                    lambda: producer.send_offsets_to_transaction(
+                        offsets, group, SEND_OFFSETS_TIMEOUT_S
+                    ),
+                    SEND_OFFSETS_TIMEOUT_S + WEDGE_MARGIN_S,
+                    "adding the input offsets to the transaction",
                 )
             producer.commit_transaction(60)
+        except ClientWedgedError:
+            self.wedged = True
+            raise
         except BatchWriteError:
             self._abort()
             raise
@@ -189,8 +239,10 @@ class TransactionalWriter:
         self._producer.poll(0)
 
     def close(self) -> None:
-        """Release the producer (an open transaction, if any, is aborted by the broker)."""
-        self._producer.flush(5)
+        """Release the producer (an open transaction, if any, is aborted by the broker);
+        a wedged one is left alone (the process is about to exit)."""
+        if not self.wedged:
+            self._producer.flush(5)
 
 
 def _classified(exc: KafkaException, doing: str) -> AtomicKafkaError:

@@ -68,7 +68,10 @@ def _ordering_survives_a_broker_killed_mid_run(
     broker is SIGKILLed while messages flow; the order checker passes on everything
     sent, and each delivery topic holds each delivery once (read_committed)."""
     topics = [f"three-{i}" for i in range(3)]
-    with running_cluster(bootstrap, topics, log_dir=log_dir, session_timeout_ms=2000):
+    # the cluster log at info level: members learnt and written, restarts, a hung call
+    with running_cluster(
+        bootstrap, topics, log_dir=log_dir, session_timeout_ms=2000, log_level="info"
+    ):
         sent = send_concurrently(bootstrap, Workload(topics, 1500, clients=2, seed=1), "split")
         brokers = {s.node_id: s for s in broker_status(data_dir)}
         statuses = read_statuses(bootstrap)
