@@ -26,8 +26,10 @@ and time only moves with records (an idle system's missing message is reported w
 the next record arrives).
 
 A plain PySpark application: it imports only pyspark (with pandas, which its
-``applyInPandasWithState`` needs) and the standard library, so ``spark-submit`` runs it
-on any cluster; ``atomickafka audit --spark`` runs it in local mode. Usage::
+``applyInPandasWithState`` needs), the standard library and ``atomickafka/spark_raw.py``
+(the raw record form, shared with the metrics job; pyspark only), so ``spark-submit``
+runs it on any cluster -- where the atomickafka package is not installed, pass that
+file with ``--py-files``; ``atomickafka audit --spark`` runs it in local mode. Usage::
 
     JOB=$(atomickafka audit --print-job)
     LIB=~/.cache/atomickafka/spark-kafka-4.0.0/lib   # deploy/bootstrap.sh eval fetches it
@@ -50,7 +52,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
 import pandas as pd
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the usual spelling)
 from pyspark.sql import types as T  # noqa: N812
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
@@ -59,6 +61,11 @@ from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessorHandle,
     TimerValues,
 )
+
+try:  # the installed package
+    from atomickafka.spark_raw import raw_as_json
+except ImportError:  # this file alone under spark-submit, with --py-files .../spark_raw.py
+    from spark_raw import raw_as_json  # type: ignore[import-not-found,no-redef]
 
 #: The wire format as this job reads it (``atomickafka.core.wire``).
 DELIVERY_TYPES: Final = ("DeliveryMessage", "PartitionDeliveryMessage")
@@ -121,39 +128,6 @@ _TOPIC_STATE: Final = "ts long, layer int, message_id string"
 # ----------------------------------------------------------------------------- parsing
 
 
-#: The raw record form (docs/DESIGN.md §3.8): the value is the user's, the metadata is
-#: in headers. This job keeps its own reading of them (it imports nothing of ours).
-RAW_FORMAT_HEADER: Final = "atomickafka-format"
-RAW_FORMAT: Final = "3"
-
-
-def raw_as_json(raw: DataFrame) -> Column:
-    """For a raw-form record (by its ``headers``), its metadata as the JSON object the
-    JSON forms hold (``messageID``, ``messageType``, ...); ``None`` for other records.
-    The Kafka source must read headers (``includeHeaders``)."""
-    if "headers" not in raw.columns:
-        return F.lit(None).cast("string")
-    h = F.map_from_entries(
-        F.transform(
-            F.coalesce(F.col("headers"), F.array()),
-            lambda e: F.struct(e["key"].alias("k"), e["value"].cast("string").alias("v")),
-        )
-    )
-    fields = F.struct(
-        h["atomickafka-id"].alias("messageID"),
-        h["atomickafka-type"].alias("messageType"),
-        h["atomickafka-sender"].alias("senderID"),
-        h["atomickafka-from"].alias("sentFromTopic"),
-        F.split(h["atomickafka-to"], ",").alias("topic"),
-        h["atomickafka-ts"].cast("long").alias("timeStamp"),
-        h["atomickafka-layer"].cast("int").alias("partitionID"),
-        h["atomickafka-digest"].alias("digest"),
-        F.lit(2).alias("formatVersion"),
-        F.lit(True).alias("value"),
-    )
-    return F.when(h[RAW_FORMAT_HEADER] == RAW_FORMAT, F.to_json(fields))
-
-
 def parse_deliveries(raw: DataFrame) -> DataFrame:
     """Kafka source rows as the rules read them: ``topic``, ``partition``, ``offset``,
     ``time`` (the record's Kafka timestamp) and ``time_ms``, ``is_delivery`` and, for
@@ -161,7 +135,7 @@ def parse_deliveries(raw: DataFrame) -> DataFrame:
     ``dests`` (sorted, without repeats). ``group`` is what the per-message operator
     groups by: the message id, or a per-topic key for records that are not
     deliveries."""
-    text = F.coalesce(raw_as_json(raw), F.col("value").cast("string"))
+    text = F.coalesce(raw_as_json(raw, F.lit(True)), F.col("value").cast("string"))
     p = F.from_json(text, RECORD_SCHEMA)
     parsed = raw.select(
         F.col("topic"),

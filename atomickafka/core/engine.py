@@ -125,7 +125,8 @@ __all__ = [
 
 _DELIVERY_TYPES: Final = frozenset({MessageType.DELIVERY, MessageType.PARTITION_DELIVERY})
 #: How long (log time) a message naming a destination not known to have a node waits
-#: for a members record that names it before it is refused (§4.9.5).
+#: for a members record that names it: a members record written this long or longer
+#: after the message that still does not name it refuses it (§4.9.5).
 MEMBERS_GRACE_MS: Final = 10_000
 
 
@@ -226,9 +227,14 @@ class Engine:
         #: (§4.9.5); ``None``: not known, every destination is taken on trust.
         self.members: frozenset[str] | None = None
         #: Messages naming a destination not (yet) a member: they wait for a members
-        #: record that names it, until their log time plus MEMBERS_GRACE_MS (§4.9.5).
+        #: record that names it; one of MEMBERS_GRACE_MS or more after their log time
+        #: that does not refuses them (§4.9.5). The int: that log time plus the grace.
         self._awaiting: list[tuple[int, Message]] = []
         self._members_changed = False
+        #: The log time of the last members record read (§4.9.5): the evidence a refusal
+        #: needs. Only such a record refuses, so a members record lost with an aborted
+        #: transaction (a crash) delays a message but never refuses it.
+        self.members_log_ms: int | None = None
 
     # ------------------------------------------------------------------ public API
 
@@ -279,18 +285,14 @@ class Engine:
         if self._held:
             for held in self._held.due(log_time * 1000):
                 self._take(None, held, result, released=True)
-        if self._awaiting:
-            self._retake_awaiting(result, expired_only=True)
 
-    def _retake_awaiting(self, result: Step, *, expired_only: bool = False) -> None:
-        """Take the messages that waited for members again: all of them after a members
-        record, or (``expired_only``) those whose grace has ended, to be refused."""
+    def _retake_awaiting(self, result: Step) -> None:
+        """Take the messages that waited for members again, after a members record (or
+        a new member): each is taken, refused, or waits on."""
         if not self._awaiting:
             return
-        due = [m for t, m in self._awaiting if not expired_only or t <= self.now_ms]
-        if not due:
-            return
-        self._awaiting = [(t, m) for t, m in self._awaiting if expired_only and t > self.now_ms]
+        due = [m for _, m in self._awaiting]
+        self._awaiting = []
         for message in due:
             self._take(None, message, result, released=True)
 
@@ -732,7 +734,9 @@ class Engine:
         """§4.9.5 on first hearing: every destination has a node. A destination no node
         has ever served would hold the message -- and every later one here -- forever.
         One this node has not heard of yet waits (a brand-new topic's node may have just
-        started) until a members record names it or the grace period ends."""
+        started) until a members record names it, and is refused by a members record
+        written the grace period or more after it that does not (the shell writes one
+        every second while messages wait)."""
         members = self.members
         if members is None:
             return
@@ -740,7 +744,8 @@ class Engine:
         if not unknown:
             return
         since = record.logTime if record.logTime is not None else self.now_ms
-        if self.now_ms < since + MEMBERS_GRACE_MS:
+        evidence = self.members_log_ms
+        if evidence is None or evidence < since + MEMBERS_GRACE_MS:
             raise _AwaitingMembers(since + MEMBERS_GRACE_MS)
         self._refuse_version(
             record,
@@ -1028,6 +1033,7 @@ class Engine:
         # only ever grows: a record written from a partial read of the statuses (a
         # restarted node, a broker failover) must not make live destinations unknown
         self.members = (self.members or frozenset()) | frozenset(record.topic) | {self.topic}
+        self.members_log_ms = record.logTime if record.logTime is not None else self.now_ms
         self._members_changed = True
         return []
 

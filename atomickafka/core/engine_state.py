@@ -133,6 +133,7 @@ def engine_to_data(engine: Engine) -> dict[str, Any]:
         "memory": engine._memory.to_data(),
         "links": engine._links.to_data(),
         "members": None if engine.members is None else sorted(engine.members),
+        "members_log_ms": engine.members_log_ms,
         "orphans": [list(o) for o in engine._orphans],
         "awaiting": [[t, _message_data(m)] for t, m in engine._awaiting],
         "stats": {name: getattr(engine.stats, name) for name in EngineStats.__dataclass_fields__},
@@ -203,5 +204,7 @@ def _load(engine: Engine, data: dict[str, Any]) -> None:
     engine._awaiting = [(int(t), _message_from(m)) for t, m in data.get("awaiting", [])]
     members = data.get("members")
     engine.members = None if members is None else frozenset(str(t) for t in members)
+    members_log_ms = data.get("members_log_ms")  # absent in older snapshots: wait for the next
+    engine.members_log_ms = None if members_log_ms is None else int(members_log_ms)
     engine.stats = EngineStats(**data["stats"])
     engine._check_due = True

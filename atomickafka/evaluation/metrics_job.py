@@ -21,8 +21,10 @@ run straight from its Kafka topics through Spark's Kafka source
 connector jars, or pass ``--jars``/``--packages`` to spark-submit). Writes one JSON
 file per run, ``<out>/<run>.json``.
 
-It ships inside the package (``atomickafka/evaluation/metrics_job.py``) but imports
-nothing from it: the file runs on its own wherever pyspark does. It reads AtomicKafka's
+It ships inside the package (``atomickafka/evaluation/metrics_job.py``) and imports
+nothing from it but ``atomickafka/spark_raw.py`` (the raw record form, shared with the
+audit's Spark job; pyspark only): where the package is not installed, pass that file to
+``spark-submit --py-files``, and the job runs wherever pyspark does. It reads AtomicKafka's
 wire format with its own parser (Spark's ``from_json`` over :data:`RECORD_SCHEMA`), on
 purpose: a contract test holds it to the records ``atomickafka.core.wire`` writes.
 ``atomickafka eval --print-job`` prints this file's path. Usage::
@@ -54,6 +56,12 @@ from typing import Any, Final
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the usual spelling)
 from pyspark.sql import types as T  # noqa: N812
+
+try:  # the installed package
+    from atomickafka.spark_raw import raw_as_json
+except ImportError:  # this file alone under spark-submit, with --py-files .../spark_raw.py
+    from spark_raw import raw_as_json  # type: ignore[import-not-found,no-redef]
+
 
 #: Topic names of an AtomicKafka topic ``T`` (``atomickafka.kafka.topics``): the input
 #: log is ``atomickafka-in.T`` in the split layout and ``T`` itself in the shared one.
@@ -167,41 +175,6 @@ RECORD_SCHEMA: Final = T.StructType(
 )
 
 
-#: The raw record form (docs/DESIGN.md §3.8): the value is the user's, the metadata is
-#: in headers. This job keeps its own reading of them (it imports nothing of ours).
-RAW_FORMAT_HEADER: Final = "atomickafka-format"
-RAW_FORMAT: Final = "3"
-
-
-def raw_as_json(raw: DataFrame) -> Column:
-    """For a raw-form record (by its ``headers``), its metadata as the JSON object the
-    JSON forms hold (``messageID``, ``messageType``, ...); ``None`` for other records.
-    The Kafka source must read headers (``includeHeaders``)."""
-    if "headers" not in raw.columns:
-        return F.lit(None).cast("string")
-    h = F.map_from_entries(
-        F.transform(
-            F.coalesce(F.col("headers"), F.array()),
-            lambda e: F.struct(e["key"].alias("k"), e["value"].cast("string").alias("v")),
-        )
-    )
-    fields = F.struct(
-        h["atomickafka-id"].alias("messageID"),
-        h["atomickafka-type"].alias("messageType"),
-        h["atomickafka-sender"].alias("senderID"),
-        h["atomickafka-from"].alias("sentFromTopic"),
-        F.split(h["atomickafka-to"], ",").alias("topic"),
-        h["atomickafka-ts"].cast("long").alias("timeStamp"),
-        h["atomickafka-layer"].cast("int").alias("partitionID"),
-        h["atomickafka-digest"].alias("digest"),
-        F.lit(2).alias("formatVersion"),
-        # the value is the user's: the evaluation's probe ({"t": send time, ...}) when it
-        # is one, null for anything else (from_json is lenient)
-        F.from_json(F.col("value").cast("string"), _VALUE).alias("value"),
-    )
-    return F.when(h[RAW_FORMAT_HEADER] == RAW_FORMAT, F.to_json(fields))
-
-
 def kafka_topics(topics: Iterable[str], layout: str) -> list[tuple[str, str, str, bool]]:
     """``(kafka_topic, node, role, holds_deliveries)`` of every Kafka topic of a run."""
     out = []
@@ -228,7 +201,8 @@ def parse_values(raw: DataFrame) -> DataFrame:
         # a raw record's metadata is in its headers; a bundle is a JSON header line, then
         # its messages' raw values: parse the line
         F.coalesce(
-            raw_as_json(raw),
+            # (the value is the user's: the evaluation's probe when it is one, else null)
+            raw_as_json(raw, F.from_json(F.col("value").cast("string"), _VALUE)),
             F.substring_index(F.col("value").cast("string"), BUNDLE_HEADER_END, 1),
         ).alias("json"),
         F.coalesce(F.length("value"), F.lit(0)).cast("int").alias("value_bytes"),
@@ -642,7 +616,7 @@ def write_results(results: Iterable[dict[str, Any]], out_dir: str | Path) -> lis
 def read_properties(path: str | Path) -> dict[str, str]:
     """The ``key=value`` lines of a Java properties file (``#`` and ``!`` comments, a
     line ending in a backslash goes on), as the Kafka clients read them (this job
-    imports nothing of AtomicKafka, so it reads them itself)."""
+    runs without the atomickafka package, so it reads them itself)."""
     out: dict[str, str] = {}
     pending = ""
     for raw in Path(path).read_text(encoding="utf-8").splitlines():

@@ -27,10 +27,10 @@ node's own clock ticks (§4.11); what is written is a pure function of the input
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final, Protocol
 
 import orjson
 
@@ -160,8 +160,52 @@ def signed(record: OutRecord, signer: Signer | None) -> OutRecord:
     )
 
 
-class NodeBatch:
+class _SnapshotSpec(Protocol):
+    @property
+    def role(self) -> str: ...
+    @property
+    def snapshot_topic(self) -> str: ...
+    @property
+    def signer(self) -> Signer | None: ...
+
+
+class SnapshotTaker:
+    """What the node's and the merger's batch layers share of taking snapshots (§6):
+    when one is due, its sequence number, its signed records and the mark on
+    :class:`Ready`; each layer says what its state and offsets are."""
+
+    spec: _SnapshotSpec
+    snapshot_seq: int
+    _schedule: SnapshotSchedule
+
+    def _snapshot_content(self) -> tuple[Mapping[int, int], dict[str, Any], int]:
+        """The input offsets the snapshot covers, its state, and the mark for
+        :attr:`Ready.snapshot_offset`."""
+        raise NotImplementedError
+
+    def _maybe_snapshot(self, ready: Ready, wall_s: float) -> None:
+        if self._schedule.due(wall_s):
+            self._snapshot(ready, wall_s)
+
+    def _snapshot(self, ready: Ready, wall_s: float) -> None:
+        spec = self.spec
+        self.snapshot_seq += 1
+        self._schedule.taken(wall_s)
+        offsets, state, mark = self._snapshot_content()
+        records = encode_snapshot(
+            spec.role, self.snapshot_seq, offsets, state, created_ms=int(wall_s * 1000)
+        )
+        ready.records.extend(
+            signed(OutRecord(OutKind.SNAPSHOT, spec.snapshot_topic, r.value, 0, r.key), spec.signer)
+            for r in records
+        )
+        ready.snapshot_offset = mark
+
+
+class NodeBatch(SnapshotTaker):
     """One node's engine with the bookkeeping between its input log and the broker."""
+
+    spec: NodeSpec
 
     def __init__(
         self,
@@ -265,13 +309,15 @@ class NodeBatch:
         self._maybe_snapshot(ready, wall_s)
         return ready
 
-    def members(self, topics: Iterable[str]) -> Ready:
+    def members(self, topics: Iterable[str], *, again: bool = False) -> Ready:
         """The topics that have a node, as the shell learnt them from the statuses: when
-        that adds to what this node last wrote, a MembersMessage into its own log
-        (§4.9.5; it takes effect, deterministically, when the node reads it back)."""
+        that adds to what this node last wrote, or ``again`` (messages wait for members:
+        only a members record refuses them), a MembersMessage into its own log (§4.9.5;
+        it takes effect, deterministically, when the node reads it back)."""
         known = set(topics) | {self.spec.topic}
         ready = Ready()
-        if self._members_written is not None and known <= self._members_written:
+        grown = self._members_written is None or not known <= self._members_written
+        if not grown and not again:
             return ready
         self._members_written = known | (self._members_written or set())
         spec = self.spec
@@ -511,26 +557,9 @@ class NodeBatch:
             self._signed(OutRecord(OutKind.TICK, spec.input_topic, value, spec.input_partition))
         )
 
-    def _maybe_snapshot(self, ready: Ready, wall_s: float) -> None:
-        if self._schedule.due(wall_s):
-            self._snapshot(ready, wall_s)
-
-    def _snapshot(self, ready: Ready, wall_s: float) -> None:
-        spec = self.spec
-        self.snapshot_seq += 1
-        self._schedule.taken(wall_s)
-        records = encode_snapshot(
-            spec.role,
-            self.snapshot_seq,
-            {spec.input_partition: self.position},
-            {"engine": self.engine.snapshot()},
-            created_ms=int(wall_s * 1000),
-        )
-        ready.records.extend(
-            self._signed(OutRecord(OutKind.SNAPSHOT, spec.snapshot_topic, r.value, 0, r.key))
-            for r in records
-        )
-        ready.snapshot_offset = self.position
+    def _snapshot_content(self) -> tuple[Mapping[int, int], dict[str, Any], int]:
+        offsets = {self.spec.input_partition: self.position}
+        return offsets, {"engine": self.engine.snapshot()}, self.position
 
 
 class DeferredRecords:

@@ -20,8 +20,8 @@ No I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 import orjson
 
@@ -45,8 +45,8 @@ from atomickafka.core.wire import (
     encode_delivery,
     encode_tick,
 )
-from atomickafka.node.batch import OutKind, OutRecord, Ready, signed
-from atomickafka.node.snapshots import LoadedSnapshot, SnapshotSchedule, encode_snapshot
+from atomickafka.node.batch import OutKind, OutRecord, Ready, SnapshotTaker, signed
+from atomickafka.node.snapshots import LoadedSnapshot, SnapshotSchedule
 
 __all__ = ["MergerBatch", "MergerSpec", "merger_id", "own_delivery_key"]
 
@@ -121,8 +121,10 @@ def own_delivery_key(spec: MergerSpec, record: KafkaRecord) -> MergeKey | None:
     return MergeKey(*delivery_order_key(message))
 
 
-class MergerBatch:
+class MergerBatch(SnapshotTaker):
     """A merger with the bookkeeping between the layer streams and the broker."""
+
+    spec: MergerSpec
 
     def __init__(
         self,
@@ -278,28 +280,11 @@ class MergerBatch:
 
     # ------------------------------------------------------------------ snapshots
 
-    def _maybe_snapshot(self, ready: Ready, wall_s: float) -> None:
-        if self._schedule.due(wall_s):
-            self._snapshot(ready, wall_s)
-
-    def _snapshot(self, ready: Ready, wall_s: float) -> None:
-        spec = self.spec
-        self.snapshot_seq += 1
-        self._schedule.taken(wall_s)
+    def _snapshot_content(self) -> tuple[Mapping[int, int], dict[str, Any], int]:
         state = self.merger.snapshot()
         state["buffers"] = [  # payloads as their Delivery record's JSON text
             [[ts, mid, encode_delivery(payload).decode()] for ts, mid, payload in items]
             for items in state["buffers"]
         ]
-        records = encode_snapshot(
-            spec.role,
-            self.snapshot_seq,
-            self.positions,
-            {"merger": state},
-            created_ms=int(wall_s * 1000),
-        )
-        ready.records.extend(
-            self._signed(OutRecord(OutKind.SNAPSHOT, spec.snapshot_topic, r.value, 0, r.key))
-            for r in records
-        )
-        ready.snapshot_offset = self.snapshot_seq  # marks that the records hold one
+        # the mark only says that the records hold a snapshot
+        return self.positions, {"merger": state}, self.snapshot_seq

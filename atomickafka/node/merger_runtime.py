@@ -49,7 +49,6 @@ from atomickafka.node.role_shell import RoleShell
 from atomickafka.node.runtime import node_topic_specs, read_snapshots
 from atomickafka.node.snapshots import LoadedSnapshot
 from atomickafka.node.writers import (
-    FencedError,
     GaplessWriter,
     TransactionalWriter,
 )
@@ -236,25 +235,19 @@ class MergerRuntime(RoleShell):
             consumer.unassign()
         return out
 
-    def _loop(self) -> int:
-        consumer, writer, lease = self._consumer, self._writer, self._lease
-        assert consumer is not None and writer is not None and lease is not None
-        while not self.stopping:
-            records, ready = self._next_ready(consumer, self.batch)
-            self.metrics.read(records)
-            self._note_progress(records)
-            if self._replay_ends and not records:
-                self._note_position(consumer)
-            self._note_recovered()
-            writer.write(ready.records, None)
-            self.metrics.wrote(ready.records, time.time())
-            self._retry_ticks_if_blocked(writer)
-            writer.settle()
-            if not lease.poll(0):
-                raise FencedError("the role's lease went to another instance")
-            if self._tick(time.monotonic()):
-                break
-        return 0
+    def _round(self) -> None:
+        consumer, writer = self._consumer, self._writer
+        assert consumer is not None and writer is not None
+        records, ready = self._next_ready(consumer, self.batch)
+        self.metrics.read(records)
+        self._note_progress(records)
+        if self._replay_ends and not records:
+            self._note_position(consumer)
+        self._note_recovered()
+        writer.write(ready.records, None)
+        self.metrics.wrote(ready.records, time.time())
+        self._retry_ticks_if_blocked(writer)
+        writer.settle()
 
     def _note_progress(self, records: list[KafkaMessage]) -> None:
         for record in records:

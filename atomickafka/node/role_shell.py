@@ -78,10 +78,6 @@ class RoleShell(Stoppable):
         """Become the active instance: open the writer (fencing older ones), recover."""
         raise NotImplementedError
 
-    def _loop(self) -> int:
-        """Process until stopped (or the run's time is up); return the exit status."""
-        raise NotImplementedError
-
     def _close_io(self) -> None:
         """Close the role's writer and consumers (whatever was opened)."""
         raise NotImplementedError
@@ -99,6 +95,24 @@ class RoleShell(Stoppable):
         records = usable(consume_batch(consumer, cfg.batch_size, cfg.poll_timeout_s))
         wall = time.time()
         return records, (layer.step(records, wall_s=wall) if records else layer.idle(wall_s=wall))
+
+    def _loop(self) -> int:
+        """Process until stopped (or the run's time is up); return the exit status.
+        Each round reads a batch and writes what it decided; then the lease is checked
+        (lost: :class:`FencedError`) and the clock served."""
+        lease = self._lease
+        assert lease is not None
+        while not self.stopping:
+            self._round()
+            if not lease.poll(0):
+                raise FencedError("the role's lease went to another instance")
+            if self._tick(time.monotonic()):
+                break
+        return 0
+
+    def _round(self) -> None:
+        """One batch read, handed to the batch layer, and what it decided written."""
+        raise NotImplementedError
 
     def _run(self, max_seconds: float | None) -> int:
         cfg, name = self.config, f"{self.kind} {self.role_key}"

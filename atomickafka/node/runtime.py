@@ -80,7 +80,6 @@ from atomickafka.node.role_shell import EXIT_FENCED, RoleShell
 from atomickafka.node.snapshots import LoadedSnapshot, newest_snapshots
 from atomickafka.node.writers import (
     AckedWriter,
-    FencedError,
     TransactionalWriter,
 )
 
@@ -97,6 +96,9 @@ log = logging.getLogger("atomickafka.node")
 
 #: Input logs carry the broker's append time: the engine's clock bound (§4.11).
 LOG_APPEND_TIME: Final = {"message.timestamp.type": "LogAppendTime"}
+#: How often a node writes its members record again, unchanged, while messages wait for
+#: members (§4.9.5): such a record is what refuses a destination that has no node.
+MEMBERS_AGAIN_S: Final = 1.0
 #: Snapshot topics keep the newest records per key (two snapshots per role).
 COMPACTED: Final = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"}
 
@@ -233,6 +235,7 @@ class NodeRuntime(RoleShell):
         self._mismatch_logged: set[str] = set()
         self._membership: Membership | None = None
         self._members_at = 0.0
+        self._members_written_at = 0.0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -357,24 +360,19 @@ class NodeRuntime(RoleShell):
             )
         return None
 
-    def _loop(self) -> int:
-        consumer, writer, lease = self._consumer, self._writer, self._lease
-        assert consumer is not None and writer is not None and lease is not None
-        while not self.stopping:
-            records, ready = self._next_ready(consumer, self.batch)
-            self.metrics.read(records, ready.replayed)
-            self._write(ready, len(records))
-            self._note_members()
-            writer.settle()
-            if not lease.poll(0):
-                raise FencedError("the role's lease went to another instance")
-            if self._tick(time.monotonic()):
-                break
-        return 0
+    def _round(self) -> None:
+        consumer, writer = self._consumer, self._writer
+        assert consumer is not None and writer is not None
+        records, ready = self._next_ready(consumer, self.batch)
+        self.metrics.read(records, ready.replayed)
+        self._write(ready, len(records))
+        self._note_members()
+        writer.settle()
 
     def _note_members(self) -> None:
         """Every couple of seconds (and after a replay), tell the batch layer which
-        topics have a node; it writes a MembersMessage when that grew (§4.9.5)."""
+        topics have a node; it writes a MembersMessage when that grew, and every second
+        while messages wait for members: only such a record can refuse them (§4.9.5)."""
         now = time.monotonic()
         if self._membership is None or self.batch.replaying:
             return
@@ -382,9 +380,16 @@ class NodeRuntime(RoleShell):
         if now - self._members_at < (0.2 if awaited else 2.0):
             return
         self._members_at = now
-        ready = self.batch.members(self._membership.poll())
+        again = bool(awaited) and now - self._members_written_at >= MEMBERS_AGAIN_S
+        ready = self.batch.members(self._membership.poll(), again=again)
         if ready.records:
-            log.info("writing a members record: %s", ", ".join(sorted(self._membership.topics)))
+            self._members_written_at = now
+            log.log(
+                logging.DEBUG if again else logging.INFO,
+                "writing a members record: %s (awaited: %s)",
+                ", ".join(sorted(self._membership.topics)),
+                ", ".join(awaited) or "none",
+            )
             self._write(ready, 0)
 
     def _write(self, ready: Ready, consumed: int) -> None:

@@ -4,7 +4,6 @@ job's file (it must run alone)."""
 
 from __future__ import annotations
 
-import ast
 import sys
 
 import pytest
@@ -21,6 +20,7 @@ from atomickafka.core.reader import TYPE_HEADER, PlainRecord
 from atomickafka.core.wire import Message, MessageType, encode_delivery, value_digest
 from atomickafka.errors import ConfigError
 from atomickafka.node.config import ClusterConfig, NodeConfig
+from tests.unit.test_eval_job import SPARK_RAW, imported_modules
 
 
 def test_event_time_waits_for_the_partition_furthest_behind() -> None:
@@ -132,16 +132,11 @@ def test_counts_and_metrics() -> None:
 
 def test_the_spark_job_file_runs_alone() -> None:
     """``spark-submit`` runs the packaged file as it is: pyspark, pandas (which its
-    stateful operators need) and the standard library, nothing of ours."""
+    stateful operators need) and the standard library, nothing of ours but the raw-form
+    reader (shipped beside it with ``--py-files`` where the package is not installed)."""
     path = spark_job_path()
     assert path.name == "spark_job.py"
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            imported.add(node.module.split(".")[0])
+    imported = {name.split(".")[0] for name in imported_modules(path) - SPARK_RAW}
     allowed = {"pyspark", "pandas", "__future__"} | set(sys.stdlib_module_names)
     assert imported <= allowed, imported - allowed
 

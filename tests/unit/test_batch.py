@@ -26,7 +26,6 @@ from atomickafka.core.wire import (
     encode_bundle,
     encode_client,
     encode_members,
-    encode_tick,
     value_bytes,
 )
 from atomickafka.node.batch import NodeBatch, NodeSpec, OutKind, OutRecord, Ready
@@ -133,7 +132,8 @@ def test_a_record_refused_after_it_waited_is_set_aside_verbatim(b_starts: bool) 
     big = encode_client(client_message("z", ["A", "B"], "x" * 500, "c", sent_at=NOW_MS))
     first = batch.step(log("A", [encode_members("node-A", ["A"]), big]), wall_s=0)
     assert not [r for r in first.records if r.kind is OutKind.DEAD_LETTER]
-    later = encode_members("node-A", ["A", "B"]) if b_starts else encode_tick("node-A", 0)
+    # B starts within the grace, or a members record after it still does not name B
+    later = encode_members("node-A", ["A", "B"] if b_starts else ["A"])
     at = NOW_MS + (5 if b_starts else 20_000)  # within the grace period, or after it
     record = PlainRecord(later, topic="atomickafka-in.A", offset=2, timestamp_ms=at)
     ready = batch.step([record], wall_s=1)
@@ -341,3 +341,14 @@ def test_a_node_holding_messages_ticks_its_own_log() -> None:
     batch.step([tick], wall_s=0.3)
     assert batch.engine.held_count == 0 and batch.engine.is_pending("m")
     assert orjson.loads(ticks[0].value or b"{}")["senderID"] == "node-A"
+
+
+def test_the_members_record_is_written_again_on_request_while_messages_wait() -> None:
+    """§4.9.5: only a members record refuses a message that waits for members, so while
+    messages wait the shell asks for one again (every second) even when nothing grew."""
+    batch = NodeBatch(spec(), NodeBatch.fresh_engine(spec()))
+    assert len(batch.members(["A", "B"]).records) == 1
+    assert not batch.members(["B"]).records  # nothing new
+    (again,) = batch.members(["B"], again=True).records
+    assert again.kind is OutKind.TICK and b"MembersMessage" in (again.value or b"")
+    assert b'"A"' in (again.value or b"") and b'"B"' in (again.value or b"")  # all known

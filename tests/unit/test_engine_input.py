@@ -408,10 +408,42 @@ def test_a_destination_without_a_node_is_refused_and_aborted_not_waited_for(
     assert [o.message.messageID for o in node.step([at(NOW + 1, client("n", "A"))]).outputs] == [
         "n"
     ]  # nothing queues behind a message that waits for members
-    step = node.step([at(NOW + MEMBERS_GRACE_MS, tick(0, topic="A"))])
+    # log time alone refuses nothing: only a members record is evidence (a crash may
+    # lose one with its transaction, and that must not refuse live destinations)
+    assert not node.step([at(NOW + 2 * MEMBERS_GRACE_MS, tick(0, topic="A"))]).rejected
+    # a members record within the grace of the message, without it, is no refusal either
+    assert not node.step([at(NOW + MEMBERS_GRACE_MS - 1, members("A", "B"))]).rejected
+    step = node.step([at(NOW + MEMBERS_GRACE_MS, members("A", "B"))])
     assert "has no node" in step.rejected[0].reason
     assert types(step.outputs) == [("B", "AbortMessage", "m")]
     assert node.pending_count == 0 and node.held_count == 0
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_lost_members_record_delays_a_message_but_never_refuses_it(
+    algorithm: Algorithm,
+) -> None:
+    """The members record naming C was lost (its transaction aborted in a crash); the
+    node is down for longer than the grace. Records of later log time arrive first: the
+    message waits until the restarted node writes its members record, which names C."""
+    node = Engine("A", algorithm=algorithm)
+    node.step([at(NOW, members("A"))])
+    node.step([at(NOW + 100, client("m", "A", "C"))])
+    late = node.step([at(NOW + 3 * MEMBERS_GRACE_MS, client("n", "A"))])
+    assert not late.rejected and node.awaiting_members == ("C",)
+    step = node.step([at(NOW + 3 * MEMBERS_GRACE_MS + 1, members("A", "C"))])
+    assert not step.rejected and node.is_pending("m")
+    assert types(step.outputs) == [("C", "NotifyMessage", "m")]
+
+
+def test_the_members_evidence_survives_a_snapshot() -> None:
+    node = Engine("A")
+    node.step([at(NOW, members("A", "B"))])
+    node.step([at(NOW + 1, client("m", "A", "nosuch"))])
+    restored = Engine.restore(node.snapshot())
+    assert restored.members_log_ms == node.members_log_ms == NOW
+    step = restored.step([at(NOW + MEMBERS_GRACE_MS + 1, members("A", "B"))])
+    assert "has no node" in step.rejected[0].reason
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
