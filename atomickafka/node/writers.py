@@ -80,13 +80,17 @@ class ClientWedgedError(BatchWriteError):
     used nor closed safely, so the process exits at once and its restart recovers."""
 
 
-#: librdkafka's own bound on adding the input offsets to a transaction (s).
-SEND_OFFSETS_TIMEOUT_S: Final = 15.0
+#: librdkafka's own bound on adding the input offsets to a transaction (s). It answers
+#: in milliseconds when the group coordinator is up; a broker failover takes seconds.
+#: Short, because a node that waits here holds back what it relays: a relayed copy that
+#: reaches its destination more than half the memory window (30 s) after it was sent is
+#: set aside as late (docs/DESIGN.md §4.13).
+SEND_OFFSETS_TIMEOUT_S: Final = 8.0
 #: How much longer than its own timeout a librdkafka call may take before the client is
 #: taken for wedged (s). ``send_offsets_to_transaction`` can block for ever when the
 #: group coordinator's broker dies (librdkafka issues #5456 and #5511): seen here when
 #: a broker of three was SIGKILLed, the node then neither wrote nor stopped.
-WEDGE_MARGIN_S: Final = 5.0
+WEDGE_MARGIN_S: Final = 2.0
 
 
 def bounded_call(call: Callable[[], object], limit_s: float, doing: str) -> None:
