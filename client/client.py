@@ -55,6 +55,9 @@ __all__ = ["AtomicKafkaClient", "client_id_is_valid"]
 log = logging.getLogger("atomickafka.client")
 
 _REFRESH_S = 1.0  # how often send() looks at the status topic again
+#: How long the first read of the status topic may wait for it to answer: a broker
+#: failover leaves its partition without a leader for about 10 s (the brokers' session).
+_STATUS_TIMEOUT_S = 30.0
 #: How long librdkafka tries to write a record: under the nodes' lateness bound (half
 #: the default 60 s memory window, docs/DESIGN.md §4.13).
 CLIENT_TIMEOUT_MS: Final = 25_000
@@ -278,7 +281,9 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
 
     def _statuses(self) -> dict[str, Status]:
         if self._watch is None:
-            self._watch = StatusWatch(self.bootstrap_servers, self._config)
+            self._watch = StatusWatch(
+                self.bootstrap_servers, self._config, timeout_s=_STATUS_TIMEOUT_S
+            )
         now = time.monotonic()
         if now - self._watched_at >= _REFRESH_S:
             self._watched_at = now

@@ -87,9 +87,10 @@ def retry_transient(call: Callable[[], T], what: str, timeout_s: float = 60.0) -
 def watermarks(
     consumer: Consumer, part: TopicPartition, timeout_s: float = 60.0
 ) -> tuple[int, int]:
-    """``(low, high)`` offsets of ``part``, waiting out a new topic's leader election."""
+    """``(low, high)`` offsets of ``part``, waiting out a new topic's leader election
+    (and a failover's: each try waits at most 5 s, so that a timed-out one is retried)."""
     return retry_transient(
-        lambda: consumer.get_watermark_offsets(part, timeout=10),
+        lambda: consumer.get_watermark_offsets(part, timeout=min(5.0, timeout_s)),
         f"watermarks of {part.topic}",
         timeout_s,
     )
