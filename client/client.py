@@ -33,7 +33,7 @@ from atomickafka.client.errors import (
 )
 from atomickafka.client.reader import DeliveryReader
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
-from atomickafka.core.raw import encode_raw_client
+from atomickafka.core.raw import RESERVED_HEADER_PREFIX, encode_raw_client
 from atomickafka.core.wire import (
     MAX_VALUE_BYTES,
     client_message,
@@ -419,8 +419,9 @@ def _user_headers(
     pairs = headers.items() if isinstance(headers, Mapping) else headers
     out = []
     for name, value in pairs:
-        if not isinstance(name, str) or name.startswith("atomickafka-"):
-            raise MessageError("headers", "names starting atomickafka- are reserved", name)
+        if not isinstance(name, str) or name.startswith(RESERVED_HEADER_PREFIX):
+            reason = f"names starting {RESERVED_HEADER_PREFIX} are reserved"
+            raise MessageError("headers", reason, name)
         out.append((name, value.encode() if isinstance(value, str) else bytes(value)))
     return tuple(out)
 

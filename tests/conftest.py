@@ -287,36 +287,46 @@ def produce_values(request: pytest.FixtureRequest) -> Callable[..., None]:
     return produce
 
 
+def plain_records(bootstrap: str, topic: str, count: int, timeout: float = 30.0) -> list[Any]:
+    """Up to ``count`` records of ``topic`` as any Kafka application reads them: a plain
+    confluent-kafka consumer in a group of its own, from the earliest offset."""
+    from confluent_kafka import Consumer  # noqa: PLC0415
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"test-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    records: list[Any] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + timeout
+        while len(records) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, f"consume error: {msg.error()}"
+            records.append(msg)
+    finally:
+        consumer.close()
+    return records
+
+
 @pytest.fixture
 def consume_values(request: pytest.FixtureRequest) -> Callable[..., list[bytes]]:
     """Return ``consume(topic, count, bootstrap=None, timeout=30)``: read from the beginning."""
-    from confluent_kafka import Consumer  # noqa: PLC0415
 
     def consume(
         topic: str, count: int, bootstrap: str | None = None, timeout: float = 30.0
     ) -> list[bytes]:
-        consumer = Consumer(
-            {
-                "bootstrap.servers": _bootstrap_of(request, bootstrap),
-                "group.id": f"test-{uuid.uuid4().hex[:8]}",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-            }
-        )
         values: list[bytes] = []
-        try:
-            consumer.subscribe([topic])
-            deadline = time.monotonic() + timeout
-            while len(values) < count and time.monotonic() < deadline:
-                msg = consumer.poll(0.5)
-                if msg is None:
-                    continue
-                assert msg.error() is None, f"consume error: {msg.error()}"
-                value = msg.value()
-                assert value is not None, "unexpected tombstone"
-                values.append(value)
-        finally:
-            consumer.close()
+        for msg in plain_records(_bootstrap_of(request, bootstrap), topic, count, timeout):
+            value = msg.value()
+            assert value is not None, "unexpected tombstone"
+            values.append(value)
         return values
 
     return consume

@@ -36,6 +36,7 @@ from atomickafka.client import (
     OnDelivery,
     SentMessage,
 )
+from atomickafka.core.raw import RESERVED_HEADER_PREFIX
 from atomickafka.core.wire import MAX_VALUE_BYTES
 from atomickafka.kafka.topics import Layout
 
@@ -66,7 +67,21 @@ def register(subparsers: Any) -> None:
         "--json-value", action="store_true", help="parse VALUE / each line as JSON, not a string"
     )
     parser.add_argument(
-        "--key", default=None, help="partitioned topics: keep messages with one key in one layer"
+        "--key",
+        default=None,
+        help="the Kafka key of every delivery record; on partitioned topics it also "
+        "chooses the layer, so messages with one key keep one layer (default: no key; "
+        "layers round-robin)",
+    )
+    parser.add_argument(
+        "-H",
+        "--header",
+        action=_HeaderAction,
+        type=_header,
+        default=[],
+        metavar="NAME=VALUE",
+        help="a Kafka record header every delivery carries (repeatable, as kcat's -H; "
+        "names starting atomickafka- are reserved). Default: none",
     )
     parser.add_argument(
         "--allow-offline",
@@ -82,6 +97,41 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("value", nargs="?", default=None, metavar="VALUE")
     parser.set_defaults(func=guarded("send", _run))
+
+
+def _header(text: str) -> tuple[str, str]:
+    """``NAME=VALUE`` as a header pair (the value may hold ``=``; it may be empty)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    if name.startswith(RESERVED_HEADER_PREFIX):
+        raise argparse.ArgumentTypeError(
+            f"header names starting {RESERVED_HEADER_PREFIX} are AtomicKafka's, got {name!r}"
+        )
+    return name, value
+
+
+class _HeaderAction(argparse.Action):
+    """``-H NAME=VALUE`` (repeatable): the pairs in command-line order, in a list; the
+    command line's replace the one pair the configuration file or the environment may
+    give (a pair, not a list), as any flag wins over them."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        given = getattr(namespace, self.dest, None)
+        setattr(namespace, self.dest, [*(given if isinstance(given, list) else []), values])
+
+
+def _pairs(given: object) -> list[tuple[str, str]]:
+    """The header pairs an option holds: a list of them, or one pair (from a file)."""
+    if isinstance(given, tuple):
+        return [given]
+    return list(given) if isinstance(given, list) else []
 
 
 @dataclass(slots=True)
@@ -143,6 +193,7 @@ def _run(args: argparse.Namespace) -> int:
         idempotent=args.value is None,
     )
     printer = _Printer()
+    headers = _pairs(args.header)
     skipped = 0
     try:
         for number, raw in _values(args):
@@ -155,6 +206,7 @@ def _run(args: argparse.Namespace) -> int:
                     args.to,
                     via=args.via,
                     key=args.key,
+                    headers=headers,
                     on_delivery=printer.on_delivery(line),
                 )
                 if args.json_out:

@@ -61,6 +61,7 @@ __all__ = [
     "H_TS",
     "H_TYPE",
     "RAW_FORMAT",
+    "RESERVED_HEADER_PREFIX",
     "RawRecord",
     "decode_any",
     "decode_raw",
@@ -86,7 +87,8 @@ H_PROTOCOL: Final = "atomickafka-protocol"
 RAW_FORMAT: Final = b"3"
 #: ``Message.encoding`` of a value that is not JSON.
 BYTES: Final = "bytes"
-_OURS: Final = "atomickafka-"
+#: Header names starting so are AtomicKafka's; a sender's own are refused.
+RESERVED_HEADER_PREFIX: Final = "atomickafka-"
 
 Header = tuple[str, bytes]
 #: A record as written: (key, value, headers).
@@ -109,7 +111,9 @@ def is_raw(headers: HeaderInput | None) -> bool:
 def user_headers(headers: HeaderInput | None) -> tuple[Header, ...]:
     """The user's headers of a record: every one but AtomicKafka's own."""
     return tuple(
-        (k, v if v is not None else b"") for k, v in _pairs(headers) if not k.startswith(_OURS)
+        (k, v if v is not None else b"")
+        for k, v in _pairs(headers)
+        if not k.startswith(RESERVED_HEADER_PREFIX)
     )
 
 
@@ -183,7 +187,7 @@ def decode_raw(
 ) -> Message:
     """The message a raw-form record holds; :class:`MessageError` names what is wrong."""
     pairs = _pairs(headers)
-    ours = {k: v for k, v in pairs if k.startswith(_OURS) and v is not None}
+    ours = {k: v for k, v in pairs if k.startswith(RESERVED_HEADER_PREFIX) and v is not None}
     kind_text = _text(ours, H_TYPE, required=True)
     kinds = {
         MessageType.CLIENT.value: MessageType.CLIENT,

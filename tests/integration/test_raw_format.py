@@ -5,6 +5,7 @@ stopped. Every test runs the order checker."""
 
 from __future__ import annotations
 
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from atomickafka.client import AtomicKafkaClient
 from atomickafka.core.reader import header_value
 from atomickafka.kafka.consumer import read_to_end
 from atomickafka.kafka.topics import delivery_topic
+from tests.conftest import plain_records
 from tests.integration.harness import (
     Sent,
     assert_order_checked,
@@ -127,3 +129,50 @@ def test_a_group_reader_resumes_where_it_stopped_without_repeats(
     cli_next = [orjson.loads(line)["messageID"] for line in tail_again.stdout.splitlines()]
     assert cli_ids + cli_next == ids[:10]
     assert_order_checked(sent, all_of_it)
+
+
+def test_send_keys_and_headers_cross_the_merger_to_a_plain_consumer(
+    kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
+) -> None:
+    """``atomickafka send --key K -H NAME=VALUE`` to partitioned topics (3 layers, so
+    through each topic's merger): a plain consumer of the delivery topic reads the
+    value, the key and the headers as sent; the key chose the layer."""
+    layers = 3
+    topics = [topic_factory(), topic_factory()]
+    keys = {zlib.crc32(k.encode()) % layers: k for k in (f"key{n}" for n in range(30))}
+    assert sorted(keys) == list(range(layers))
+    sent: list[Sent] = []
+    with running_cluster(
+        kafka_bootstrap, topics, partitions=layers, log_dir=tmp_path, name="headers"
+    ):
+        for layer, key in sorted(keys.items()):
+            values = [{"n": n, "layer": layer} for n in range(4)]
+            done = run_cli(
+                "send", "--bootstrap-server", kafka_bootstrap, "--to", ",".join(topics),
+                "--key", key, "-H", f"trace=t-{key}", "--header", "kind=cli=v1",
+                "--json-value", "--json",
+                stdin="".join(orjson.dumps(v).decode() + "\n" for v in values),
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            for line in done.stdout.splitlines():
+                record = orjson.loads(line)
+                sent.append(Sent(record["messageID"], tuple(record["topic"]), record["value"], ""))
+        expected = {t: len(sent) for t in topics}
+        plain = {
+            t: plain_records(kafka_bootstrap, delivery_topic(t), len(sent), 60) for t in topics
+        }
+        deliveries = collect_deliveries(kafka_bootstrap, topics, expected, "split")
+    by_id = {s.messageID: s for s in sent}
+    assert len(sent) == 4 * layers
+    for topic in topics:
+        assert len(plain[topic]) == len(sent), topic
+        for record in plain[topic]:
+            mid = (header_value(record, "atomickafka-id") or b"").decode()
+            value = by_id[mid].value
+            key = keys[value["layer"]]
+            assert orjson.loads(record.value()) == value  # the JSON value sent
+            assert record.key() == key.encode()
+            mine = [(n, v) for n, v in record.headers() if not n.startswith("atomickafka-")]
+            assert mine == [("trace", f"t-{key}".encode()), ("kind", b"cli=v1")]
+            assert header_value(record, "atomickafka-layer") == str(value["layer"]).encode()
+    assert_order_checked(sent, deliveries)
