@@ -120,7 +120,7 @@ class Violation:
         if self.offset is not None:
             out["partition"] = self.partition
             out["offset"] = self.offset
-            out["recordTime"] = self.time_ms
+            out["recordTimeMs"] = self.time_ms
         if self.key is not None:
             out["key"] = list(self.key)
         if self.reference is not None:

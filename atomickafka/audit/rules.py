@@ -310,7 +310,10 @@ class AuditRules:
             message_id,
             f"{message_id!r} missing at {topic} after {seconds:g} s: delivered at {where}",
             key=(message.timestamp, message.layer, message_id),
-            reference={"deliveredAt": delivered or [message.first_topic], "boundSeconds": seconds},
+            reference={
+                "deliveredTopics": delivered or [message.first_topic],
+                "boundSeconds": seconds,
+            },
         )
 
     def _mismatch(self, delivery: AuditedDelivery, message: _Message) -> Violation | None:

@@ -211,7 +211,7 @@ def _violation(d: dict[str, Any], kind: str, text: str, reference: Any) -> dict[
     if _known(d.get("offset")):
         data["partition"] = int(d["partition"])
         data["offset"] = int(d["offset"])
-        data["recordTime"] = int(d["time_ms"])
+        data["recordTimeMs"] = int(d["time_ms"])
     data["key"] = [int(d["ts"]), int(d["layer"]), d["message_id"]]
     data["reference"] = reference
     row["json"] = json.dumps(data)
@@ -365,7 +365,10 @@ class MessageRules:
             d = {"topic": topic, "message_id": message_id, "ts": message["ts"]}
             d["layer"] = message["layer"]
             text = f"{message_id!r} missing at {topic} after {seconds:g} s: delivered at {where}"
-            ref = {"deliveredAt": delivered or [message["first_topic"]], "boundSeconds": seconds}
+            ref = {
+                "deliveredTopics": delivered or [message["first_topic"]],
+                "boundSeconds": seconds,
+            }
             out.append(_violation(d, "missing", text, ref))
         return out
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,7 @@ from atomickafka.core.raw import RESERVED_HEADER_PREFIX
 from atomickafka.core.wire import MAX_VALUE_BYTES
 from atomickafka.kafka.topics import Layout
 
-__all__ = ["register"]
+__all__ = ["register", "sent_record"]
 
 
 def register(subparsers: Any) -> None:
@@ -97,6 +97,12 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("value", nargs="?", default=None, metavar="VALUE")
     parser.set_defaults(func=guarded("send", _run))
+
+
+def sent_record(message_id: str, destinations: Sequence[str], value: Any) -> dict[str, Any]:
+    """What ``send --json`` prints of a sent message: the wire's names, as ``check``
+    reads them from SENT.jsonl."""
+    return {"messageID": message_id, "topic": list(destinations), "value": value}
 
 
 def _header(text: str) -> tuple[str, str]:
@@ -210,8 +216,7 @@ def _run(args: argparse.Namespace) -> int:
                     on_delivery=printer.on_delivery(line),
                 )
                 if args.json_out:
-                    sent = {"messageID": line.message_id, "topic": list(args.to), "value": value}
-                    line.record = orjson.dumps(sent)
+                    line.record = orjson.dumps(sent_record(line.message_id, args.to, value))
             except DestinationError as exc:  # nothing sent: a usage problem
                 return fail("send", exc)
             except UnicodeDecodeError as exc:

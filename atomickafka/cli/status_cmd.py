@@ -26,7 +26,7 @@ from atomickafka.cli.options import (
 from atomickafka.kafka.status import Role, Status, read_statuses
 from atomickafka.kafka.topics import dead_letter_topic
 
-__all__ = ["register"]
+__all__ = ["register", "status_entry"]
 
 
 def register(subparsers: Any) -> None:
@@ -36,7 +36,11 @@ def register(subparsers: Any) -> None:
     )
     add_bootstrap(parser)
     add_overrides(parser)
-    parser.add_argument("--json", action="store_true", help="one JSON object per node")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per node: its status record, statusAgeSeconds and health",
+    )
     parser.add_argument(
         "--stuck-after",
         type=float,
@@ -53,6 +57,13 @@ def register(subparsers: Any) -> None:
         help="only these topics' nodes and mergers (default: every one that published)",
     )
     parser.set_defaults(func=guarded("status", _run))
+
+
+def status_entry(status: Status, now: float, health: str) -> dict[str, Any]:
+    """What ``status --json`` prints of one node: its status record, how old it is
+    (``statusAgeSeconds``) and the ``health`` computed from it (``live``, ``replaying``,
+    ``stuck``, ``stale``, ``stopped``)."""
+    return status.to_dict() | {"statusAgeSeconds": round(status.age_s(now), 1), "health": health}
 
 
 def _state(status: Status, now: float, stuck_after_s: float) -> str:
@@ -143,11 +154,7 @@ def _run(args: argparse.Namespace) -> int:
     code = EXIT_FAILURE if unhealthy else 0
     if args.json:
         for key in sorted(statuses):
-            entry = statuses[key].to_dict() | {
-                "status_age_s": round(statuses[key].age_s(now), 1),
-                "state": states[key],
-            }
-            print(orjson.dumps(entry).decode())
+            print(orjson.dumps(status_entry(statuses[key], now, states[key])).decode())
         return code
     stuck = _print_table(statuses, states, args, now)
     if stuck:

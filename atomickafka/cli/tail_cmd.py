@@ -32,7 +32,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="one JSON object per delivery (what atomickafka check reads); default: "
         "TIMESTAMP<tab>MESSAGEID<tab>VALUE with the value as JSON (a string value in "
-        'quotes, tabs and newlines escaped; bytes as {"base64": ...})',
+        'quotes, tabs and newlines escaped; bytes as {"valueBase64": ...})',
     )
     parser.add_argument(
         "--group",
@@ -53,9 +53,9 @@ def register(subparsers: Any) -> None:
 def text_value(delivery: Delivery) -> str:
     """A delivery's value on one line that cannot be mistaken for another: its JSON
     text (a string in quotes, tabs and newlines escaped); bytes sent as bytes as
-    ``{"base64": ...}``."""
+    ``{"valueBase64": ...}``."""
     if delivery.is_bytes:
-        return orjson.dumps({"base64": base64.b64encode(delivery.raw).decode()}).decode()
+        return orjson.dumps({"valueBase64": base64.b64encode(delivery.raw).decode()}).decode()
     return orjson.dumps(delivery.value).decode()
 
 

@@ -16,12 +16,14 @@ import orjson
 
 from atomickafka.cli.options import add_bootstrap, add_overrides, guarded, reach
 from atomickafka.doctor import Deployment, exit_status, render_json, render_text
+from atomickafka.doctor.deployment import KafkaTopic
+from atomickafka.doctor.facts import TopicFacts
 from atomickafka.doctor.gather import gather_topics
 from atomickafka.doctor.topic_checks import check_topics
 from atomickafka.kafka.admin import TopicSpec, admin_client, ensure_topics
 from atomickafka.kafka.topics import Layout
 
-__all__ = ["register"]
+__all__ = ["describe_row", "register"]
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -125,33 +127,33 @@ def _report(args: argparse.Namespace, deployment: Deployment, brokers: int, titl
     return exit_status(findings)
 
 
+def describe_row(name: str, topic: KafkaTopic, fact: TopicFacts) -> dict[str, Any]:
+    """What ``topics describe`` shows of Kafka topic ``name`` (``--json``: this object)."""
+    configs = fact.configs
+    return {
+        "topic": name,
+        "kind": topic.kind.value,
+        "serves": topic.owner,
+        "exists": fact.exists,
+        "partitions": len(fact.partitions),
+        "replicationFactor": fact.replication_factor,
+        "minInsyncReplicas": configs.get("min.insync.replicas"),
+        "inSync": min((len(p.isr) for p in fact.partitions), default=0),
+        "retentionMs": configs.get("retention.ms"),
+        "retentionBytes": configs.get("retention.bytes"),
+        "timestampType": configs.get("message.timestamp.type"),
+        "cleanupPolicy": configs.get("cleanup.policy"),
+        "maxMessageBytes": configs.get("max.message.bytes"),
+        "records": fact.records,
+    }
+
+
 def _describe(args: argparse.Namespace) -> int:
     deployment = _deployment(args)
     reach(args)
     known = deployment.kafka_topics()
     facts = gather_topics(args.bootstrap_server, args.overrides, known)
-    rows = []
-    for name, topic in known.items():
-        fact = facts[name]
-        configs = fact.configs
-        rows.append(
-            {
-                "topic": name,
-                "kind": topic.kind.value,
-                "serves": topic.owner,
-                "exists": fact.exists,
-                "partitions": len(fact.partitions),
-                "replication_factor": fact.replication_factor,
-                "min_insync_replicas": configs.get("min.insync.replicas"),
-                "in_sync": min((len(p.isr) for p in fact.partitions), default=0),
-                "retention_ms": configs.get("retention.ms"),
-                "retention_bytes": configs.get("retention.bytes"),
-                "timestamp_type": configs.get("message.timestamp.type"),
-                "cleanup_policy": configs.get("cleanup.policy"),
-                "max_message_bytes": configs.get("max.message.bytes"),
-                "records": fact.records,
-            }
-        )
+    rows = [describe_row(name, topic, facts[name]) for name, topic in known.items()]
     if args.json:
         for row in rows:
             print(orjson.dumps(row).decode())
@@ -166,9 +168,9 @@ def _describe(args: argparse.Namespace) -> int:
             continue
         print(
             f"{row['topic']:<36} {row['kind']:<13} {row['partitions']:>5} "
-            f"{row['replication_factor']:>3} {row['min_insync_replicas'] or '-':>7} "
-            f"{row['in_sync']:>4} {row['retention_ms'] or '-':>13} "
-            f"{row['timestamp_type'] or '-':<14} {row['cleanup_policy'] or '-':<8} "
+            f"{row['replicationFactor']:>3} {row['minInsyncReplicas'] or '-':>7} "
+            f"{row['inSync']:>4} {row['retentionMs'] or '-':>13} "
+            f"{row['timestampType'] or '-':<14} {row['cleanupPolicy'] or '-':<8} "
             f"{row['records']:>8}"
         )
     return 0

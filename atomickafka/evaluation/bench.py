@@ -70,6 +70,7 @@ from atomickafka.evaluation.topic_scan import (
     sequencer_topics,
 )
 from atomickafka.evaluation.traffic import TypeTraffic, scan_traffic
+from atomickafka.jsonnames import json_name
 from atomickafka.kafka.admin import admin_client, ensure_topics
 from atomickafka.kafka.producer import RecordProducer
 from atomickafka.kafka.status import STATUS_READ_WINDOW_S, read_statuses
@@ -107,8 +108,8 @@ class BenchResult:
     cost: RunCost | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for ``--json``."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """Plain data for ``--json``, under the fields' JSON names (``messagesPerSecond``)."""
+        data = {json_name(f.name): getattr(self, f.name) for f in dataclasses.fields(self)}
         data["cost"] = None if self.cost is None else self.cost.to_dict()
         return data
 

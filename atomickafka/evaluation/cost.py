@@ -27,6 +27,7 @@ from typing import Any, Final
 
 from atomickafka.evaluation.processes import ORDERING_ROLES, ProcessCpu, ProcessRole
 from atomickafka.evaluation.traffic import TypeTraffic
+from atomickafka.jsonnames import camel_keys
 
 __all__ = [
     "BROKER_FORMULA",
@@ -159,18 +160,19 @@ class RunCost:
         return {
             "system": self.system,
             "delivered": self.delivered,
-            "window_s": round(self.window_s, 3),
+            "windowSeconds": round(self.window_s, 3),
             "processes": [p.to_dict() for p in self.processes],
             "traffic": {kind: t.to_dict() for kind, t in self.traffic.items()},
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunCost:
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict`, also of the snake_case names of earlier files."""
+        data = camel_keys(data)
         return cls(
             system=str(data["system"]),
             delivered=int(data["delivered"]),
-            window_s=float(data["window_s"]),
+            window_s=float(data["windowSeconds"]),
             processes=tuple(ProcessCpu.from_dict(p) for p in data["processes"]),
             traffic={str(k): TypeTraffic.from_dict(v) for k, v in data["traffic"].items()},
         )

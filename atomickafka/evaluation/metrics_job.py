@@ -486,15 +486,15 @@ def _node_rows(
     for (kind, name), (n, r) in totals.items():
         node = nodes.setdefault(
             name,
-            {"node": name, **dict.fromkeys(KINDS, 0), "incoming_records": 0, "outgoing_records": 0},
+            {"node": name, **dict.fromkeys(KINDS, 0), "incomingRecords": 0, "outgoingRecords": 0},
         )
         node[kind] = n
         if kind != "deliveries":
-            node[f"{kind}_records"] = r
+            node[f"{kind}Records"] = r
     for name, node in nodes.items():
         for kind in KINDS:
-            node[f"{kind}_per_s"] = round(node[kind] / run_s, 2)
-        node["window_max"] = {kind: max(windows[kind].get(name, [0.0])) for kind in KINDS}
+            node[f"{kind}PerSecond"] = round(node[kind] / run_s, 2)
+        node["windowMax"] = {kind: max(windows[kind].get(name, [0.0])) for kind in KINDS}
     return [nodes[name] for name in sorted(nodes)]
 
 
@@ -574,25 +574,25 @@ def compute(
         out.append(
             {
                 "run": run,
-                "start_ms": start,
-                "end_ms": end,
-                "run_time_s": round(run_s, 3),
+                "startMs": start,
+                "endMs": end,
+                "runTimeSeconds": round(run_s, 3),
                 "messages": row["messages"],
                 "multicast": row["multicast"],
-                "delivered_messages": row["complete"],
+                "deliveredMessages": row["complete"],
                 "deliveries": row["deliveries"],
-                "missing_deliveries": row["missing"],
-                "messages_per_s": round(row["messages"] / run_s, 2),
-                "deliveries_per_s": round(row["deliveries"] / run_s, 2),
+                "missingDeliveries": row["missing"],
+                "messagesPerSecond": round(row["messages"] / run_s, 2),
+                "deliveriesPerSecond": round(row["deliveries"] / run_s, 2),
                 "records": sum(t["r"] for t in types if t["run"] == run),
                 "nodes": _node_rows(cells.totals.get(run, {}), run_s, per_window),
-                "by_type": {t["type"]: t["messages"] for t in types if t["run"] == run},
-                "latency_ms": {k: latency.get((run, k)) for k in ("all", "single", "multicast")},
+                "byType": {t["type"]: t["messages"] for t in types if t["run"] == run},
+                "latencyMs": {k: latency.get((run, k)) for k in ("all", "single", "multicast")},
                 "series": {
-                    "bucket_s": width / 1000,
+                    "bucketSeconds": width / 1000,
                     **_dense(cells.fine.get(run, {}), width, run_ms),
                 },
-                "windows": {"window_s": window_s, **per_window},
+                "windows": {"windowSeconds": window_s, **per_window},
             }
         )
     return out

@@ -28,6 +28,7 @@ from typing import Any, Final, Protocol
 
 import psutil
 
+from atomickafka.jsonnames import camel_keys
 from atomickafka.kafka.status import Role, Status
 
 __all__ = [
@@ -104,12 +105,17 @@ class ProcessCpu:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON."""
-        return {"name": self.name, "role": self.role.value, "pid": self.pid, "cpu_s": self.cpu_s}
+        return {
+            "name": self.name,
+            "role": self.role.value,
+            "pid": self.pid,
+            "cpuSeconds": self.cpu_s,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ProcessCpu:
-        """Inverse of :meth:`to_dict`."""
-        cpu = data.get("cpu_s")
+        """Inverse of :meth:`to_dict`, also of the snake_case names of earlier files."""
+        cpu = camel_keys(data).get("cpuSeconds")
         return cls(
             str(data["name"]),
             ProcessRole(data["role"]),

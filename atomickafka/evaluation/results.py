@@ -10,9 +10,11 @@ or Spark.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from atomickafka.jsonnames import camel_keys, json_name
 
 __all__ = ["LatencySummary", "NodeMetrics", "RunInfo", "RunMetrics", "RunResult"]
 
@@ -74,13 +76,17 @@ class RunInfo:
         return "passed"
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for ``run.json``."""
-        return asdict(self)
+        """Plain data for ``run.json``, under the fields' JSON names (``wallSeconds``)."""
+        return {json_name(k): v for k, v in asdict(self).items()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunInfo:
-        """Inverse of :meth:`to_dict`."""
-        return cls(**data)
+        """Inverse of :meth:`to_dict`, also of the snake_case ``run.json`` of earlier
+        versions; unknown fields are ignored."""
+        data = camel_keys(data)
+        return cls(
+            **{f.name: data[json_name(f.name)] for f in fields(cls) if json_name(f.name) in data}
+        )
 
     def save(self, path: Path) -> None:
         """Write ``run.json``."""
@@ -142,18 +148,19 @@ class NodeMetrics:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> NodeMetrics:
-        """From the job's JSON."""
+        """From the job's JSON (its snake_case names of earlier versions too)."""
+        data = camel_keys(data)
         return cls(
             node=str(data["node"]),
             incoming=int(data["incoming"]),
-            incoming_records=int(data["incoming_records"]),
+            incoming_records=int(data["incomingRecords"]),
             outgoing=int(data["outgoing"]),
-            outgoing_records=int(data["outgoing_records"]),
+            outgoing_records=int(data["outgoingRecords"]),
             deliveries=int(data["deliveries"]),
-            incoming_per_s=float(data["incoming_per_s"]),
-            outgoing_per_s=float(data["outgoing_per_s"]),
-            deliveries_per_s=float(data["deliveries_per_s"]),
-            window_max={str(k): float(v) for k, v in data.get("window_max", {}).items()},
+            incoming_per_s=float(data["incomingPerSecond"]),
+            outgoing_per_s=float(data["outgoingPerSecond"]),
+            deliveries_per_s=float(data["deliveriesPerSecond"]),
+            window_max={str(k): float(v) for k, v in data.get("windowMax", {}).items()},
         )
 
 
@@ -193,31 +200,33 @@ class RunMetrics:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunMetrics:
-        """From the job's JSON."""
+        """From the job's JSON (its snake_case names of earlier versions too)."""
+        data = camel_keys(data)
+        series, windows = camel_keys(data["series"]), camel_keys(data["windows"])
         return cls(
             run=str(data["run"]),
-            start_ms=int(data["start_ms"]),
-            end_ms=int(data["end_ms"]),
-            run_time_s=float(data["run_time_s"]),
+            start_ms=int(data["startMs"]),
+            end_ms=int(data["endMs"]),
+            run_time_s=float(data["runTimeSeconds"]),
             messages=int(data["messages"]),
             multicast=int(data["multicast"]),
-            delivered_messages=int(data["delivered_messages"]),
+            delivered_messages=int(data["deliveredMessages"]),
             deliveries=int(data["deliveries"]),
-            missing_deliveries=int(data["missing_deliveries"]),
-            messages_per_s=float(data["messages_per_s"]),
-            deliveries_per_s=float(data["deliveries_per_s"]),
+            missing_deliveries=int(data["missingDeliveries"]),
+            messages_per_s=float(data["messagesPerSecond"]),
+            deliveries_per_s=float(data["deliveriesPerSecond"]),
             records=int(data["records"]),
             nodes=tuple(NodeMetrics.from_dict(n) for n in data["nodes"]),
-            by_type={str(k): int(v) for k, v in data["by_type"].items()},
+            by_type={str(k): int(v) for k, v in data["byType"].items()},
             latency={
                 str(k): LatencySummary.from_dict(v)
-                for k, v in data["latency_ms"].items()
+                for k, v in data["latencyMs"].items()
                 if v is not None
             },
-            bucket_s=float(data["series"]["bucket_s"]),
-            series=_series(data["series"]),
-            window_s=float(data["windows"]["window_s"]),
-            windows=_series(data["windows"]),
+            bucket_s=float(series["bucketSeconds"]),
+            series=_series(series),
+            window_s=float(windows["windowSeconds"]),
+            windows=_series(windows),
         )
 
     @classmethod

@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.evaluation.environment import describe_environment
@@ -34,7 +35,7 @@ from atomickafka.evaluation.variants import Comparison, Variant, variants_for
 from atomickafka.kafka.properties import masked
 from atomickafka.kafka.topics import Layout
 
-__all__ = ["SuiteOutcome", "SuiteSettings", "run_suite"]
+__all__ = ["SuiteOutcome", "SuiteSettings", "run_suite", "suite_summary"]
 
 log = logging.getLogger("atomickafka.eval")
 
@@ -234,13 +235,17 @@ def run_suite(
     return SuiteOutcome(report, results, wall_s, error)
 
 
-def _write_summary(path: Path, data: ReportInput) -> None:
-    summary = {
-        "wall_s": round(data.wall_s, 1),
+def suite_summary(data: ReportInput) -> dict[str, Any]:
+    """What ``suite.json`` holds: the suite's settings, environment and every run."""
+    return {
+        "wallSeconds": round(data.wall_s, 1),
         "primary": data.primary,
-        "metrics_error": data.metrics_error,
+        "metricsError": data.metrics_error,
         "settings": dict(data.settings),
         "environment": dict(data.environment),
         "runs": [r.info.to_dict() for r in data.results],
     }
-    path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+
+
+def _write_summary(path: Path, data: ReportInput) -> None:
+    path.write_text(json.dumps(suite_summary(data), indent=2) + "\n", encoding="utf-8")

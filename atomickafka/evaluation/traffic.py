@@ -16,6 +16,7 @@ from typing import Any
 
 from atomickafka.core.reader import KafkaRecord
 from atomickafka.evaluation.topic_scan import RecordedTopic, classify, scan_topics
+from atomickafka.jsonnames import camel_keys
 
 __all__ = ["TrafficTally", "TypeTraffic", "scan_traffic"]
 
@@ -30,12 +31,13 @@ class TypeTraffic:
 
     def to_dict(self) -> dict[str, int]:
         """Plain data for JSON."""
-        return {"records": self.records, "messages": self.messages, "value_bytes": self.value_bytes}
+        return {"records": self.records, "messages": self.messages, "valueBytes": self.value_bytes}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TypeTraffic:
-        """Inverse of :meth:`to_dict`."""
-        return cls(int(data["records"]), int(data["messages"]), int(data["value_bytes"]))
+        """Inverse of :meth:`to_dict`, also of the snake_case names of earlier files."""
+        data = camel_keys(data)
+        return cls(int(data["records"]), int(data["messages"]), int(data["valueBytes"]))
 
 
 class TrafficTally:

@@ -14,10 +14,14 @@ of each key's records in a batch only the newest is parsed. The topic itself sta
 small with :data:`STATUS_TOPIC_CONFIGS` (short segments, eager compaction), which
 ``atomickafka status`` relies on, as it reads every key ever published.
 
-prints it. A tombstone (a record without a value) under a key forgets that node for
-good (for a topic that is retired). A node that stops cleanly publishes a last status in state
+A tombstone (a record without a value) under a key forgets that node for good (for a
+topic that is retired). A node that stops cleanly publishes a last status in state
 :attr:`NodeState.STOPPED` (:meth:`Status.stopped`): it is no longer live at once, and
 ``status`` forgets it instead of calling it stale.
+
+The record's fields are camelCase since format 3 (:data:`STATUS_FORMAT_VERSION`);
+records of format 2 (snake_case) still parse, and a record carries ``node_id`` too, the
+one field readers of format 2 require (:meth:`Status.to_record`).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 from atomickafka.core.engine import Algorithm
 from atomickafka.core.reader import KafkaRecord
 from atomickafka.errors import TimedOutError
+from atomickafka.jsonnames import camel_keys, json_name
 from atomickafka.kafka.admin import TopicSpec
 from atomickafka.kafka.consumer import (
     consume_batch,
@@ -48,6 +53,7 @@ from atomickafka.kafka.topics import STATUS_TOPIC, Layout
 
 __all__ = [
     "LIVE_WINDOW_S",
+    "STATUS_FORMAT_VERSION",
     "STATUS_READ_WINDOW_S",
     "STATUS_TOPIC_CONFIGS",
     "LayerState",
@@ -66,6 +72,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: The status record's format: 3 since the fields are camelCase (2: snake_case).
+STATUS_FORMAT_VERSION: Final = 3
 #: A node whose last status is older than this is not live (statuses come each second).
 LIVE_WINDOW_S: Final = 15.0
 #: How far back a :class:`StatusWatch` reads by default: the live window, and a margin
@@ -121,18 +129,20 @@ class WaitingHead:
     waiting_for: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form (the wire's field names)."""
+        """The JSON form (the wire's names for the message and its timestamp)."""
         return {
             "messageID": self.message_id,
             "timeStamp": self.timestamp,
             "decided": self.decided,
-            "waiting_for": list(self.waiting_for),
+            "waitingFor": list(self.waiting_for),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> WaitingHead:
-        """Inverse of :meth:`to_dict`; other keys (older mergers wrote some) are ignored."""
-        waiting_for = data.get("waiting_for") or ()
+        """Inverse of :meth:`to_dict`, also of the snake_case form of format 2; other
+        keys (older mergers wrote some) are ignored."""
+        data = camel_keys(data)
+        waiting_for = data.get("waitingFor") or ()
         return cls(
             str(data["messageID"]),
             int(data.get("timeStamp") or 0),
@@ -161,9 +171,11 @@ class Status:
     """One node's (or merger's) published status: the value of its status record.
 
     Reading a status changes nothing; rates are over the interval that ended when the
-    publisher took them. In JSON (:meth:`to_dict`) enums are their strings, ``waiting``
-    is a list of objects and ``layers`` is ``layer_watermarks`` and ``blocked_by``, so
-    records of every version parse (:meth:`from_dict`).
+    publisher took them. In JSON (:meth:`to_dict`) fields have their camelCase names
+    (:func:`~atomickafka.jsonnames.json_name`: ``nodeID``, ``oldestPendingAgeSeconds``),
+    enums are their strings, ``waiting`` is a list of objects and ``layers`` is
+    ``layerWatermarks`` and ``blockedBy``; records of every version parse
+    (:meth:`from_dict`), the snake_case ones of format 2 included.
     """
 
     key: str
@@ -176,7 +188,7 @@ class Status:
     pid: int = 0
     layer: int | None = None  # a layer's node: which layer
     partitions: int = 1
-    format_version: int = 2
+    format_version: int = STATUS_FORMAT_VERSION
     clock: int = 0
     #: A layer's node: its layer's watermark; a merger: the lowest of its layers'.
     watermark: int | None = None
@@ -212,30 +224,37 @@ class Status:
         return tuple(state.layer for state in self.layers if state.holds_head)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for JSON."""
+        """Plain data for JSON, under the fields' JSON names."""
         out: dict[str, Any] = {}
         for f in fields(self):
             if f.name not in _ENCODED:
-                out[f.name] = getattr(self, f.name)
+                out[json_name(f.name)] = getattr(self, f.name)
             elif f.name == "waiting":
                 out["waiting"] = [w.to_dict() for w in self.waiting]
             elif f.name != "layers":
                 out[f.name] = getattr(self, f.name).value  # role, algorithm, layout, state
-        out["layer_watermarks"] = [state.watermark for state in self.layers]
-        out["blocked_by"] = list(self.blocked_by)
+        out["layerWatermarks"] = [state.watermark for state in self.layers]
+        out["blockedBy"] = list(self.blocked_by)
         return out
+
+    def to_record(self) -> dict[str, Any]:
+        """The value of its status record: :meth:`to_dict` and, for readers of format 2
+        (clients of earlier versions during a rolling upgrade), ``node_id``, which they
+        require; the other fields they default."""
+        return {**self.to_dict(), "node_id": self.node_id}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Status:
-        """Inverse of :meth:`to_dict`; unknown fields are ignored, missing ones defaulted.
-        Raises ``KeyError``, ``ValueError`` or ``TypeError`` on a record that is not a
-        status."""
-        plain = {k: data[k] for k in _PLAIN_FIELDS.intersection(data)}
+        """Inverse of :meth:`to_dict`, also of the snake_case records of format 2;
+        unknown fields are ignored, missing ones defaulted. Raises ``KeyError``,
+        ``ValueError`` or ``TypeError`` on a record that is not a status."""
+        data = camel_keys(data)
+        plain = {name: data[json] for name, json in _PLAIN_FIELDS.items() if json in data}
         waiting = data.get("waiting")
-        marks = data.get("layer_watermarks")
+        marks = data.get("layerWatermarks")
         layers: tuple[LayerState, ...] = ()
         if marks:
-            blocked = set(data.get("blocked_by") or ())
+            blocked = set(data.get("blockedBy") or ())
             layers = tuple(
                 LayerState(layer, int(mark), layer in blocked) for layer, mark in enumerate(marks)
             )
@@ -271,7 +290,8 @@ class Status:
         return replace(self, state=NodeState.STOPPED, time=when)
 
 
-_PLAIN_FIELDS: Final = frozenset(f.name for f in fields(Status)) - _ENCODED
+#: The fields stored as they are, with their JSON names.
+_PLAIN_FIELDS: Final = {f.name: json_name(f.name) for f in fields(Status) if f.name not in _ENCODED}
 # Enum members by value, looked up without the enum machinery (a KeyError for others).
 _ROLES: Final = {r.value: r for r in Role}
 _ALGORITHMS: Final = {a.value: a for a in Algorithm}
@@ -296,7 +316,7 @@ def publish_status(producer: RecordProducer, status: Status) -> bool:
     """Queue ``status`` under its key, unless the send queue is full (the next status
     will do); return whether it was queued."""
     return producer.send_if_room(
-        STATUS_TOPIC, orjson.dumps(status.to_dict()), key=status.key.encode()
+        STATUS_TOPIC, orjson.dumps(status.to_record()), key=status.key.encode()
     )
 
 

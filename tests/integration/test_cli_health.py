@@ -157,7 +157,9 @@ def check_health(
     forgotten = status(stopped)  # a clean stop is forgotten, not stale
     assert forgotten.returncode == 1 and "every node has stopped" in forgotten.stderr
     shown = status(stopped, extra=("--all", "--json"))
-    assert orjson.loads(shown.stdout)["state"] == "stopped"
+    entry = orjson.loads(shown.stdout)
+    assert entry["health"] == entry["state"] == "stopped" and entry["nodeID"] == f"node-{stopped}"
+    assert entry["statusAgeSeconds"] >= 0
     # the ghost had a node once, now stopped: a member (§4.9.5), so a message to it waits
     # at the live node's head (a destination no node ever served is refused instead)
     with running_cluster(kafka_bootstrap, [ghost], log_dir=tmp_path, name="ghost"):

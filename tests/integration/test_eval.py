@@ -129,7 +129,7 @@ def test_every_run_passes_the_order_check_and_the_report_has_everything(suite: P
     for link in links:
         assert (suite / link).read_bytes()[:4] == b"\x89PNG", link
     summary = json.loads((suite / "suite.json").read_text())
-    assert summary["metrics_error"] is None
+    assert summary["metricsError"] is None
     assert len(summary["runs"]) == len(RUNS)
 
 

@@ -210,7 +210,7 @@ def test_violations_as_json() -> None:
         "text": order.text,
         "partition": 0,
         "offset": 4,
-        "recordTime": 1_000,
+        "recordTimeMs": 1_000,
         "key": [3, 0, "m1"],
         "reference": {"previousKey": [5, 0, "m2"]},
     }

@@ -251,7 +251,7 @@ def test_missing_stale_stopped_and_stuck_nodes_fail() -> None:
 def test_protocols_layouts_dead_letters_and_lag() -> None:
     mixed = {
         "orders": status("orders", algorithm=Algorithm.OPTIMIZED, protocol_mismatches=3),
-        "audit": status("audit", format_version=3),
+        "audit": status("audit", format_version=2),  # not upgraded yet
     }
     topics = healthy(DEPLOYMENT)
     topics["atomickafka-dlq.audit"] = healthy_topic(

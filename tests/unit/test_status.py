@@ -8,8 +8,10 @@ import orjson
 from atomickafka.core.engine import Algorithm
 from atomickafka.core.reader import PlainRecord
 from atomickafka.core.wire import client_message
+from atomickafka.jsonnames import JSON_NAME, json_name
 from atomickafka.kafka.status import (
     LIVE_WINDOW_S,
+    STATUS_FORMAT_VERSION,
     LayerState,
     NodeState,
     Role,
@@ -59,18 +61,30 @@ def test_a_record_of_the_previous_version_parses_into_typed_fields() -> None:
     assert merger.head is not None and merger.head.waiting_for == ("layer 1",)
 
 
-def test_the_json_form_keeps_the_field_names_and_strings() -> None:
+def test_the_json_form_is_camel_case_and_reads_back() -> None:
     merger = parse_status(orjson.dumps(OLD_MERGER))
     assert merger is not None
     data = merger.to_dict()
-    assert set(OLD_NODE) | {"state"} == set(data)  # "state" came with clean stops
+    assert {json_name(k) for k in OLD_NODE} | {"state"} == set(data)  # "state": clean stops
+    assert all(JSON_NAME.fullmatch(k) for k in data), sorted(data)
+    assert data["nodeID"] == "merger-A" and data["oldestPendingAgeSeconds"] is None
     assert data["role"] == "merger" and data["algorithm"] == "direct"
     assert data["state"] == "running"  # what a record without the field means
-    assert data["layer_watermarks"] == [15, 9] and data["blocked_by"] == [1]
+    assert data["layerWatermarks"] == [15, 9] and data["blockedBy"] == [1]
     assert data["waiting"] == [
-        {"messageID": "c-1", "timeStamp": 12, "decided": False, "waiting_for": ["layer 1"]}
+        {"messageID": "c-1", "timeStamp": 12, "decided": False, "waitingFor": ["layer 1"]}
     ]
     assert Status.from_dict(orjson.loads(orjson.dumps(data))) == merger
+
+
+def test_a_new_record_is_format_3_and_still_readable_by_format_2_readers() -> None:
+    node = NodeRuntime(NodeConfig(bootstrap="127.0.0.1:9", topic="A")).status(5.0)
+    record = orjson.loads(orjson.dumps(node.to_record()))
+    assert record["formatVersion"] == STATUS_FORMAT_VERSION == 3
+    assert record["node_id"] == record["nodeID"] == node.node_id
+    # what a reader of format 2 requires (it defaults every other field)
+    assert {"key", "topic", "role", "node_id", "algorithm", "layout", "time"} <= set(record)
+    assert parse_status(orjson.dumps(record)) == node
 
 
 def test_a_cleanly_stopped_node_is_not_live_at_once_and_says_so_in_json() -> None:
