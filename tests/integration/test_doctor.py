@@ -74,6 +74,7 @@ def test_doctor_passes_a_correct_deployment_and_fails_a_short_input_retention(
         assert text.returncode == 1
         assert f"FAIL  retention                {log}:" in text.stdout
         assert "fix: kafka-configs.sh" in text.stdout
+        describe_shows_the_settings(kafka_bootstrap, topic, log)
 
         fixed = run_cli(
             "topics", "create", "--bootstrap-server", kafka_bootstrap, "--topics", topic
@@ -81,6 +82,37 @@ def test_doctor_passes_a_correct_deployment_and_fails_a_short_input_retention(
         assert fixed.returncode == 0 and f"{log}: exists, settings aligned" in fixed.stdout
         out, report = doctor(kafka_bootstrap, topic)
         assert out.returncode == 0, failures(report)
+
+
+def describe_shows_the_settings(bootstrap: str, topic: str, log: str) -> None:
+    """``topics describe``, as a table and ``--json``: the input log's one-hour retention
+    and the other settings, one object per Kafka topic; a missing topic said so."""
+    args = ("topics", "describe", "--bootstrap-server", bootstrap, "--topics")
+    text = run_cli(*args, topic)
+    assert text.returncode == 0, text.stderr
+    header, *rows = text.stdout.splitlines()
+    assert header.split() == ["TOPIC", "KIND", "PARTS", "RF", "MIN-ISR", "ISR", "RETENTION-MS",
+                              "TIMESTAMPS", "CLEANUP", "RECORDS"]  # fmt: skip
+    (row,) = [r for r in rows if r.startswith(f"{log} ")]
+    assert row.split()[-4:-1] == ["3600000", "LogAppendTime", "delete"], row
+    shown = run_cli(*args, topic, "--json")
+    assert shown.returncode == 0, shown.stderr
+    by_topic = {e["topic"]: e for e in map(orjson.loads, shown.stdout.splitlines())}
+    assert len(by_topic) == len(rows)
+    assert {e["kind"] for e in by_topic.values()} >= {"input log", "deliveries", "statuses"}
+    entry = by_topic[log]
+    assert entry | {"records": 0} == {
+        "topic": log, "kind": "input log", "serves": topic, "exists": True, "partitions": 1,
+        "replicationFactor": 1, "minInsyncReplicas": "1", "inSync": 1,
+        "retentionMs": "3600000", "retentionBytes": "-1", "timestampType": "LogAppendTime",
+        "cleanupPolicy": "delete", "maxMessageBytes": entry["maxMessageBytes"], "records": 0,
+    }  # fmt: skip
+    missing = run_cli(*args, f"{topic}-nosuch", "--json")
+    assert missing.returncode == 0, missing.stderr
+    absent = [orjson.loads(line) for line in missing.stdout.splitlines()]
+    nosuch = [e for e in absent if e["serves"] == f"{topic}-nosuch"]
+    assert nosuch and all(not e["exists"] and e["retentionMs"] is None for e in nosuch)
+    assert "(does not exist)" in run_cli(*args, f"{topic}-nosuch").stdout
 
 
 @pytest.mark.slow
