@@ -1,8 +1,9 @@
 """The AtomicKafka filtering client (``atomickafka.client``): send one message to several
 topics, read a topic's deliveries in their agreed order.
 
-- :class:`AtomicKafkaClient` -- ``send(value, destinations, *, via, key, on_delivery)``,
-  ``flush()``, ``reader(topic)``, ``deliveries(topic)``, ``close()``; a context manager.
+- :class:`AtomicKafkaClient` -- ``send(value, destinations, *, via, key, headers,
+  on_delivery)``, ``flush()``, ``reader(topic, group=...)``, ``deliveries(topic,
+  group=...)``, ``close()``; a context manager.
 - :class:`DeliveryReader` -- one topic's deliveries, its consumer closed on exit.
 - :class:`SentMessage` (what ``on_delivery(err, sent)`` gets) and :class:`Delivery`.
 - Errors, all :class:`AtomicKafkaError`: :class:`DeliveryError` (``failures``: pairs of

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from atomickafka.cli import build_parser
+from atomickafka.config import command_options
+from atomickafka.config.files import load_config_file
+from atomickafka.config.kafka_layers import merge_kafka_settings
 from tests.guide_blocks import GUIDES, runnable_blocks
+
+OPERATORS = Path(__file__).resolve().parents[2] / "docs" / "operators.md"
 
 
 @pytest.mark.parametrize("guide", GUIDES, ids=lambda p: p.name)
@@ -37,3 +43,33 @@ def test_blocks_in_list_items_are_found_and_dedented(tmp_path: Path) -> None:
         ("bash", "echo one\n", 5),
         ("python", "print(2)\n", 9),
     ]
+
+
+def test_the_operators_security_example_is_a_config_file_that_loads(tmp_path: Path) -> None:
+    """The SASL_SSL example of docs/operators.md ("Secure") is valid TOML that the
+    configuration loader takes, and its password comes from the file it names."""
+    text = OPERATORS.read_text(encoding="utf-8")
+    secure = text[text.index("## Secure") :]
+    start = secure.index("```toml\n") + len("```toml\n")
+    block = secure[start : secure.index("```\n", start)]
+    path = tmp_path / "atomickafka.toml"
+    path.write_text(block, encoding="utf-8")
+    config = load_config_file(path, command_options(build_parser()))
+    assert config.options["bootstrap_server"] == (
+        "kafka-1.example.com:9093,kafka-2.example.com:9093"
+    )
+    read: list[str] = []
+
+    def read_file(name: str) -> str:
+        read.append(name)
+        return "from-the-file"
+
+    settings, _origins = merge_kafka_settings(list(config.kafka), read_file)
+    assert settings == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "atomickafka-node",
+        "sasl.password": "from-the-file",
+        "ssl.ca.location": "/etc/atomickafka/ca.pem",
+    }
+    assert read == ["/etc/atomickafka/kafka-password"]

@@ -243,3 +243,14 @@ def test_stored_files_of_the_snake_case_versions_still_read() -> None:
     before, now = RunMetrics.from_dict(old_metrics), RunMetrics.from_dict(new_metrics)
     assert before == now and now.series == {"incoming": {"my_topic": [1.0]}}  # data keys kept
     assert now.nodes[0].incoming_per_s == 1.0 and now.latency["all"].n == 1
+
+
+def test_the_audits_spark_job_writes_what_the_live_audit_writes() -> None:
+    from atomickafka.audit import spark_job  # noqa: PLC0415 (pyspark and pandas)
+
+    record = {"topic": "A", "partition": 0, "offset": 4, "time_ms": 1000, "message_id": "m",
+              "ts": 3, "layer": 0}  # fmt: skip
+    reference = {"previousKey": [5, 0, "m2"]}
+    row = spark_job._violation(record, "order", "t", reference)
+    live = Violation(Kind.ORDER, "A", "m", "t", 0, 4, 1000, (3, 0, "m"), reference)
+    assert orjson.loads(row["json"]) == live.to_json()
