@@ -176,6 +176,13 @@ def test_an_exhausted_clock_refuses_instead_of_crashing() -> None:
     # no proposal, and the other destination is told not to wait for one
     assert types(step.outputs) == [("B", "AbortMessage", "m"), ("B", "AbortMessage", "n")]
     assert node.pending_count == 0
+    # at the exact boundary: checked after the Notify's timestamp moves the clock, not
+    # before (a clock of MAX_TIMESTAMP - 1 would otherwise propose 2^53 after it)
+    node = Engine("A", algorithm=Algorithm.OPTIMIZED)
+    node.clock = MAX_TIMESTAMP - 1
+    step = node.step([at(MAX_TIMESTAMP // 1000, notify("n", "AB", "B", MAX_TIMESTAMP))])
+    assert ["exhausted" in r.reason for r in step.rejected] == [True]
+    assert types(step.outputs) == [("B", "AbortMessage", "n")]
 
 
 def test_ticks_move_the_clock_within_the_same_bound() -> None:
