@@ -63,7 +63,9 @@ def test_the_json_form_keeps_the_field_names_and_strings() -> None:
     merger = parse_status(orjson.dumps(OLD_MERGER))
     assert merger is not None
     data = merger.to_dict()
-    assert set(OLD_NODE) | {"state"} == set(data)  # "state" came with clean stops
+    # "state" came with clean stops, "duplicates" with the fuzz test's accounting
+    assert set(OLD_NODE) | {"state", "duplicates"} == set(data)
+    assert data["duplicates"] == 0  # what a record without the field means
     assert data["role"] == "merger" and data["algorithm"] == "direct"
     assert data["state"] == "running"  # what a record without the field means
     assert data["layer_watermarks"] == [15, 9] and data["blocked_by"] == [1]
