@@ -4,8 +4,9 @@ Alongside valid 50 % multicast traffic from a client holding the secret, a fuzze
 writes at least 10,000 hostile records straight into the input logs: bad JSON, missing
 and wrong-typed fields, huge and boundary timestamps, oversized values, colliding ids,
 unknown destinations, stray ticks and acks, records that are not JSON, unsigned and
-wrongly signed control records. Most are *validly signed* -- a buggy member -- so that
-they reach the decoder and the engine rather than stopping at the signature check.
+wrongly signed control records, Decideds for ids never heard of. Most are *validly
+signed* -- a buggy member -- so that they reach the decoder and the engine rather than
+stopping at the signature check.
 Then 100 foreign records go into every delivery topic ``T``: not JSON, other record
 types, a Delivery of another topic, foreign Deliveries with huge timestamps, and
 Deliveries forged under ``T``'s own node or merger id (unsigned, wrongly signed); on
@@ -90,7 +91,7 @@ def _bundle(kind: Kind, dests: list[str], sender: str, ts: int, protocol: str = 
     value = b'"v"'
     message = Wire(
         f"h-{random.randrange(10**9)}", kind, tuple(sorted(dests)),
-        value if kind is Kind.NOTIFY else None, f"node-{sender}", sender, ts,
+        value if kind in (Kind.NOTIFY, Kind.DECIDED) else None, f"node-{sender}", sender, ts,
         digest=value_digest(value), protocol=protocol,
     )  # fmt: skip
     # as a node of ``protocol`` writes it: the bundle's header names the protocol
@@ -144,6 +145,8 @@ KINDS: list[tuple[str, bool, Callable[[random.Random, str, str], bytes]]] = [
         ),
     ),
     ("other-protocol", True, lambda r, a, b: _bundle(Kind.NOTIFY, [a, b], b, 5, "poc")),
+    # a decision, with its value, about a message its reader never heard of (§4.9)
+    ("decided-unknown-id", True, lambda r, a, b: _bundle(Kind.DECIDED, [a, b], b, 5)),
     ("unsigned-ack", False, lambda r, a, b: _bundle(Kind.ACK, [a, b], b, 3)),
     ("unsigned-client", False, lambda r, a, b: _client("x", [a])),
     ("wrongly-signed", False, lambda r, a, b: _bundle(Kind.NOTIFY, [a, b], b, 4)),
