@@ -41,9 +41,11 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
     deliveries whose sender is not ``topic``'s node or merger (``writers`` names other
     writers, e.g. an evaluation baseline's) and counts them in :attr:`foreign`: a record
     someone else wrote into the topic must not pass for a delivery, nor -- its
-    timestamp ahead of the real ones -- hide them as repeats. ``ordered=False`` is for
-    writers that order nothing (the evaluation's bare pipe): it drops only ids read
-    before, and hands the rest out in the topic's order.
+    timestamp ahead of the real ones -- hide them as repeats. Records that hold no
+    delivery of ``topic`` at all (control records of the shared layout, records that
+    are not AtomicKafka's) are skipped and counted in :attr:`skipped`. ``ordered=False``
+    is for writers that order nothing (the evaluation's bare pipe): it drops only ids
+    read before, and hands the rest out in the topic's order.
 
     ``config`` holds librdkafka settings (``-X``); one that would show uncommitted
     records is refused (:class:`~atomickafka.client.ConfigError`). Use it as a context
@@ -70,6 +72,7 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
         self.topic = topic
         self.forged = 0
         self.foreign = 0
+        self.skipped = 0
         self._writers = delivery_writers(topic) if writers is None else frozenset(writers)
         self.repeats = 0
         self._signer = signer_from(secret, secret_file)
@@ -160,6 +163,7 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
         """The delivery ``record`` holds, unless it is none, forged or a repeat."""
         message = read_delivery(record, at=self.topic)
         if message is None:
+            self.skipped += 1
             return None
         if message.senderID not in self._writers:
             self.foreign += 1

@@ -13,6 +13,7 @@ from atomickafka.cli.options import (
     add_load_shape,
     add_log_level,
     add_overrides,
+    add_secret_file,
     guarded,
     reach,
     resolve_bootstrap,
@@ -45,6 +46,7 @@ def register(subparsers: Any) -> None:
     )
     add_bootstrap(parser, local_fallback=True)
     add_overrides(parser)
+    add_secret_file(parser)
     parser.add_argument(
         "--scenarios",
         default="baseline,90-10,80-20,70-30,60-40,50-50",
@@ -167,6 +169,7 @@ def _settings(
         record_size=args.record_size,
         fanout=args.fanout,
         seed=args.seed,
+        secret_file=None if args.secret_file is None else str(args.secret_file),
     )
 
 

@@ -55,7 +55,8 @@ move) when it names another protocol, is not addressed to this topic, comes from
 topic that is not a destination, carries a timestamp too far ahead of real time
 (§4.11: beyond a minute it waits, beyond an hour it is refused), carries a value that
 is not JSON or is over the size limit, would need a proposal above ``MAX_TIMESTAMP``,
-or contradicts what is known under its ``messageID`` (a reused id). A destination that
+or contradicts what is known under its ``messageID`` (a reused id); a Decided for a
+message it never heard of is set aside too (no honest one exists). A destination that
 refuses a message *version* it has not proposed for -- whatever the reason -- refuses
 it for good and sends ``AbortMessage`` to its other destinations: a version needs every
 destination's proposal to be decided, so a refused version is decided nowhere, and the
@@ -971,10 +972,17 @@ class Engine:
         mid = record.messageID
         final = record.timeStamp
         assert final is not None
-        self._check_peer(record)
         known = self._pending.get(mid)
-        if record.value is None and (known is None or known.value is None):
-            raise _Refused("DecidedMessage without the value of a message unknown here")
+        if known is None and not self._settled(mid):
+            # §4.9: an honest Decided follows its Notify in this log; a replay is a repeat.
+            # Refused before anything of it counts (not even its sender as a member).
+            raise _Refused(
+                f"DecidedMessage for {mid!r}, a message this node never heard of: an honest "
+                "Decided comes after its Notify in the same log (§4.9); a stray or a forgery"
+            )
+        self._check_peer(record)
+        if record.value is None and known is not None and known.value is None:
+            raise _Refused("DecidedMessage without a value, for a message whose value is unknown")
         self._observe(final)
         if self._settled(mid):
             return self._answer_settled(record)

@@ -66,6 +66,8 @@ class ClientJob:
     overrides: Mapping[str, str] = field(default_factory=dict)
     flush_timeout_s: float = 300.0
     start_timeout_s: float = 300.0
+    #: Signing secrets (§4.14): the AtomicKafka client signs what it writes.
+    secret_file: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +101,11 @@ def make_sender(job: ClientJob) -> Sender:
     from atomickafka.client import AtomicKafkaClient  # noqa: PLC0415
 
     return AtomicKafkaClient(
-        job.bootstrap, layout=job.layout, client_id=job.plan.client_id, config=job.overrides
+        job.bootstrap,
+        layout=job.layout,
+        client_id=job.plan.client_id,
+        config=job.overrides,
+        secret_file=job.secret_file,
     )
 
 

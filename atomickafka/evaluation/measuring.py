@@ -30,7 +30,9 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from atomickafka.core.reader import KafkaRecord, read_delivery
+from atomickafka.core.signing import Signer
 from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
+from atomickafka.kafka.secrets import load_signer
 
 __all__ = [
     "MULTICAST_FIELD",
@@ -46,6 +48,7 @@ __all__ = [
     "delivery_arrival",
     "percentile",
     "read_probe",
+    "verified",
     "warm_up",
 ]
 
@@ -178,9 +181,21 @@ class DeliveryTally:
         self.last_completion_s = max(self.last_completion_s, now)
 
 
+def verified(read: ArrivalReader, signer: Signer) -> ArrivalReader:
+    """``read``, taking only records validly signed (§4.14): a forged one is no arrival."""
+
+    def arrival(record: KafkaRecord, owner: str) -> Arrival | None:
+        if signer.problem(record.topic() or "", record.key(), record.value(), record.headers()):
+            return None
+        return read(record, owner)
+
+    return arrival
+
+
 class DeliveryCounter(DeliveryTally):
     """A :class:`DeliveryTally` fed by its own consumer, which reads partition 0 of
-    every topic from its start."""
+    every topic from its start; with ``secret_file`` (§4.14) it counts only validly
+    signed deliveries."""
 
     def __init__(
         self,
@@ -190,8 +205,10 @@ class DeliveryCounter(DeliveryTally):
         *,
         read: ArrivalReader = delivery_arrival,
         fetch_wait_ms: int = 20,
+        secret_file: str | None = None,
     ) -> None:
-        super().__init__(topics, read)
+        signer = load_signer(secret_file)
+        super().__init__(topics, read if signer is None else verified(read, signer))
         self._consumer = make_consumer(
             bootstrap, None, overrides, **{"fetch.wait.max.ms": fetch_wait_ms}
         )

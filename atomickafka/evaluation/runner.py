@@ -114,6 +114,14 @@ class RunSpec:
     record_size: int = 0
     fanout: tuple[int, int] | None = None
     seed: int = 0
+    #: Signing secrets (§4.14): AtomicKafka's nodes and clients sign, its readers verify.
+    secret_file: str | None = None
+
+    @property
+    def signing(self) -> str | None:
+        """The secret file this run's nodes, clients and readers use: the baselines
+        (sequencer, bare pipe) are no AtomicKafka members and write nothing signed."""
+        return self.secret_file if self.variant.system is System.ATOMICKAFKA else None
 
     @property
     def title(self) -> str:
@@ -183,6 +191,7 @@ def _running_system(bootstrap: str, spec: RunSpec, meter: CpuMeter) -> Iterator[
         partitions=spec.partitions,
         overrides=spec.overrides,
         log_level="warning",
+        secret_file=spec.signing,
     )
     with running_cluster(
         ClusterConfig(tuple(spec.topics), node), log_path=spec.run_dir / "nodes.log"
@@ -203,6 +212,7 @@ def _job(bootstrap: str, spec: RunSpec, plan: ClientPlan) -> ClientJob:
         record_size=spec.record_size,
         sequencer_topic=spec.sequencer_topic,
         overrides=dict(spec.overrides),
+        secret_file=spec.signing,
     )
 
 
@@ -362,10 +372,20 @@ def _read_deliveries(
         got: list[Delivery] = []
         for _ in range(3):
             reader = DeliveryReader(
-                bootstrap, topic, config=spec.overrides, writers=writers, ordered=ordered
+                bootstrap,
+                topic,
+                config=spec.overrides,
+                secret_file=spec.signing,
+                writers=writers,
+                ordered=ordered,
             )
             with reader:
                 got = list(reader.deliveries(timeout_s=idle_s))
+            if reader.forged:  # not validly signed: dropped, never checked as a delivery
+                log.warning(
+                    "forged deliveries dropped",
+                    extra={"fields": {"topic": topic, "forged": reader.forged}},
+                )
             if len(got) >= expected.get(topic, 0):
                 break
         return got
@@ -462,7 +482,9 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
     log.info("run starting", extra={"fields": fields})
     try:
         status_start = end_offset(bootstrap, STATUS_TOPIC, spec.overrides)
-        counter = DeliveryCounter(bootstrap, spec.delivery_topics(), spec.overrides)
+        counter = DeliveryCounter(
+            bootstrap, spec.delivery_topics(), spec.overrides, secret_file=spec.signing
+        )
         meter = CpuMeter()
         track_broker(meter, bootstrap)
         meter.track(os.getpid(), ProcessRole.MEASURER, "measuring consumer (the suite)")

@@ -69,6 +69,8 @@ class SuiteSettings:
     #: Each multicast's destination count, drawn from ``LO..HI`` (``None``: every topic).
     fanout: tuple[int, int] | None = None
     seed: int = 0
+    #: Signing secrets (§4.14) for the AtomicKafka runs' nodes, clients and readers.
+    secret_file: str | None = None
 
     @property
     def primary(self) -> Variant:
@@ -99,6 +101,10 @@ class SuiteSettings:
             ("spark master", self.spark_master),
             ("stall timeout (s)", f"{self.stall_timeout_s:g}"),
             ("warm-up run", "yes" if self.warmup else "no"),
+            (
+                "signed records (--secret-file)",
+                "no" if self.secret_file is None else f"yes, {self.secret_file}",
+            ),
             (
                 "librdkafka overrides (-X)",
                 ", ".join(f"{k}={v}" for k, v in masked(self.overrides).items()),
@@ -142,6 +148,7 @@ def _spec(settings: SuiteSettings, tag: str, chosen: Scenario, variant: Variant)
         record_size=settings.record_size,
         fanout=settings.fanout,
         seed=settings.seed,
+        secret_file=settings.secret_file,
     )
 
 
@@ -164,6 +171,7 @@ def _warm_up(bootstrap: str, settings: SuiteSettings, tag: str) -> None:
         record_size=settings.record_size,
         fanout=settings.fanout,
         seed=settings.seed,
+        secret_file=settings.secret_file,
     )
     info = run_one(bootstrap, warm)
     if not info.ok:  # not measured, but a failed check is a finding all the same

@@ -202,6 +202,8 @@ class Status:
     deliveries: int = 0
     dead_letters: int = 0
     rejected: int = 0
+    #: Records taken as repeats of what the node knows already (§4.5): ignored, counted.
+    duplicates: int = 0
     protocol_mismatches: int = 0
     aborted: int = 0
     records_in_per_s: float = 0.0

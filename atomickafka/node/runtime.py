@@ -492,6 +492,7 @@ class NodeRuntime(RoleShell):
             deliveries=stats.deliveries,
             dead_letters=self.batch.dead_letters,
             rejected=stats.rejected,
+            duplicates=stats.duplicates,
             protocol_mismatches=stats.protocol_mismatches,
             aborted=stats.aborted,
             records_in_per_s=in_per_s,

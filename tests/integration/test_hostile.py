@@ -7,7 +7,8 @@ write to the input logs or the delivery topics must not stop a topic or break it
 3. a Notify at ``MAX_TIMESTAMP`` (the clock-exhaustion off-by-one);
 4. a ClientMessage inside a bundle whose value is not JSON;
 5. records someone else wrote into ``T`` before the merger restarts;
-6. a failed write with later ones written (the broker paused past ``message.timeout.ms``);
+6. a failed write with later ones written (the broker paused past ``message.timeout.ms``
+   while a client sends: a node's write fails, it restarts and replays);
 7. (nodes of different protocols: tests/integration/test_bad_input.py).
 
 Each test only uses what any client or plain producer can do, and each ends with the
@@ -18,11 +19,12 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import orjson
 import pytest
@@ -37,11 +39,13 @@ from atomickafka.kafka.consumer import read_to_end
 from atomickafka.kafka.status import read_statuses
 from atomickafka.kafka.topics import delivery_topic, input_topic
 from atomickafka.localkafka import broker_status
+from atomickafka.verify.checker import deliveries_from_wire
 from tests.conftest import KafkaService
 from tests.integration.harness import (
     Sent,
     Workload,
     assert_order_checked,
+    assert_records_checked,
     collect_deliveries,
     running_cluster,
     send_concurrently,
@@ -214,6 +218,87 @@ def test_5_records_someone_else_wrote_into_t_do_not_stop_the_merger(
     assert_order_checked(sent, got)
 
 
+#: The nodes' bounds on a write: a record not acknowledged within a second fails (with
+#: transactions, the transaction too), so pausing the broker past it fails a write.
+WRITE_TIMEOUTS: Final = {"message.timeout.ms": "1000", "transaction.timeout.ms": "3000"}
+#: What a node logs when a write failed and it exits for its restart to replay (§6.3).
+WRITE_FAILED: Final = "exiting so that a restart recovers it"
+
+
+def send_until(
+    bootstrap: str, topics: list[str], stop: threading.Event, sent: list[Sent]
+) -> threading.Thread:
+    """A client sending the workload's messages, one every 2 ms, until ``stop``; each
+    goes into ``sent``. Its producer waits through a paused broker (its own timeouts are
+    the default minutes)."""
+
+    def run() -> None:
+        plan = Workload(topics, 100_000, clients=1, seed=6).plan(0)
+        with AtomicKafkaClient(bootstrap) as client:
+            for dests, via, value, _ in plan:
+                if stop.wait(0.002):
+                    break
+                sent.append(Sent(client.send(value, dests, via=via), dests, value, via or ""))
+
+    thread = threading.Thread(target=run, name="sender")
+    thread.start()
+    return thread
+
+
+def log_lines(path: Path, text: str) -> list[str]:
+    return [line for line in path.read_text().splitlines() if text in line]
+
+
+def pause_until_a_write_fails(pids: list[int], log: Path, attempts: int = 3) -> list[str]:
+    """Pause the broker (SIGSTOP) for longer than the nodes' ``message.timeout.ms`` and
+    resume it, until a node logs a failed write (a node has a write in flight when the
+    broker stops nearly always: at most ``attempts`` pauses); return those lines."""
+    for _ in range(attempts):
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(2.5)
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            failed = log_lines(log, WRITE_FAILED)
+            if failed:
+                return failed
+            time.sleep(0.2)
+    return []
+
+
+def held_in_order(
+    bootstrap: str, topic: str, expected: int, *, exactly_once: bool
+) -> list[WireMessage]:
+    """What ``topic``'s delivery topic holds, read ``read_committed`` by a plain
+    consumer once it holds ``expected`` deliveries (at most 60 s): strictly increasing
+    in key, where a key at or below the last is only ever an exact repeat (a replay's
+    suffix, at-least-once; none under exactly-once), which is dropped as readers do."""
+    deadline = time.monotonic() + 60
+    while True:
+        records = read_to_end(bootstrap, delivery_topic(topic), [0], timeout_s=60)
+        messages = [m for m in map(read_delivery, records) if m is not None]
+        unique: list[WireMessage] = []
+        keys: set[tuple[int, int, str]] = set()
+        for message in messages:
+            key = delivery_order_key(message)
+            if unique and key <= delivery_order_key(unique[-1]):
+                assert key in keys, f"{topic}: {key} after {delivery_order_key(unique[-1])}"
+                continue
+            unique.append(message)
+            keys.add(key)
+        if len(unique) >= expected or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert len(unique) == expected, (topic, len(unique), expected)
+    if exactly_once:
+        assert len(messages) == len(unique), f"{topic}: a repeat under exactly-once"
+    return unique
+
+
 @pytest.mark.parametrize("exactly_once", [True, False], ids=["exactly-once", "at-least-once"])
 def test_6_a_failed_write_leaves_no_gap_in_any_ordered_stream(
     kafka_bootstrap: str,
@@ -222,50 +307,46 @@ def test_6_a_failed_write_leaves_no_gap_in_any_ordered_stream(
     tmp_path: Path,
     exactly_once: bool,
 ) -> None:
-    """The broker is paused past the nodes' ``message.timeout.ms`` while traffic flows:
-    writes fail. Whatever was written before, nothing later may be written after a lost
-    write (gapless producers, or transactions); the node exits and replays. What each
-    delivery topic holds is then in strictly increasing order (after dropping exact
-    repeats in at-least-once mode) and complete."""
+    """While a client keeps sending, the broker is paused (SIGSTOP) past the nodes'
+    ``message.timeout.ms``: a node's write in flight fails (its log says so), the node
+    exits and is restarted, and replays. Nothing later may have been written after the
+    lost write (gapless producers, or transactions): what each delivery topic holds,
+    read by a plain ``read_committed`` consumer, is in strictly increasing order (after
+    dropping exact repeats, at-least-once), complete, and passes the order checker."""
     if kafka_service.data_dir is None:
         pytest.skip("needs the local broker's process to pause it")  # CI uses the local one
     pids = [s.pid for s in broker_status(kafka_service.data_dir) if s.pid]
     topics = [topic_factory() for _ in range(3)]
+    name = f"gap-{exactly_once}"
+    log = tmp_path / f"cluster-{name}.log"
+    sent: list[Sent] = []
     with running_cluster(
         kafka_bootstrap,
         topics,
         log_dir=tmp_path,
-        name=f"gap-{exactly_once}",
+        name=name,
         exactly_once=exactly_once,
-        overrides={"message.timeout.ms": "2000", "transaction.timeout.ms": "5000"},
-        **FAST,
+        overrides=WRITE_TIMEOUTS,
+        **{**FAST, "session_timeout_ms": 10_000},  # the pause fails writes, not leases
     ):
-        sent: list[Sent] = []
-        sent += send_concurrently(
-            kafka_bootstrap, Workload(topics, 1500, clients=2, seed=3), "split"
-        )
-        for pid in pids:
-            os.kill(pid, signal.SIGSTOP)
+        before = {t: read_statuses(kafka_bootstrap)[t].pid for t in topics}
+        stop = threading.Event()
+        sender = send_until(kafka_bootstrap, topics, stop, sent)
         try:
-            time.sleep(4)
+            time.sleep(1.5)  # traffic flows: every node reads, writes, commits
+            failed = pause_until_a_write_fails(pids, log)
+            time.sleep(1.0)  # more traffic after the restart
         finally:
-            for pid in pids:
-                os.kill(pid, signal.SIGCONT)
-        sent += send_concurrently(
-            kafka_bootstrap, Workload(topics, 1500, clients=2, seed=4), "split"
-        )
+            stop.set()
+            sender.join(60)
+        assert failed, f"no write failed while the broker was paused:\n{log.read_text()[-3000:]}"
+        assert log_lines(log, "restarting in"), log.read_text()[-3000:]
         expected = Counter(x for s in sent for x in s.destinations)
-        got = collect_deliveries(kafka_bootstrap, topics, dict(expected), "split", timeout_s=240)
-        for topic in topics:
-            records = read_to_end(kafka_bootstrap, delivery_topic(topic), [0], timeout_s=120)
-            keys = [delivery_order_key(m) for m in map(read_delivery, records) if m is not None]
-            unique: list[tuple[int, int, str]] = []
-            for key in keys:  # at-least-once: a replay writes a suffix again
-                if not unique or key > unique[-1]:
-                    unique.append(key)
-                else:
-                    assert key in set(unique), f"{topic}: {key} came after {unique[-1]}"
-            assert len(unique) == expected[topic]
-            if exactly_once:
-                assert keys == unique, f"{topic}: a repeat under exactly-once"
-    assert_order_checked(sent, got)
+        held = {
+            t: held_in_order(kafka_bootstrap, t, expected[t], exactly_once=exactly_once)
+            for t in topics
+        }
+        after = read_statuses(kafka_bootstrap)
+    assert any(after[t].pid != before[t] for t in topics), "no node was restarted"
+    assert len(sent) > 500, len(sent)
+    assert_records_checked(sent, deliveries_from_wire(held))

@@ -12,7 +12,7 @@ import re
 import shlex
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 import yaml
@@ -123,6 +123,61 @@ def test_every_atomickafka_command_of_compose_parses(
             runs_with(check[2:], env, monkeypatch, capsys)
     created = services["topics"]["command"]
     assert created[:2] == ["topics", "create"] and created[3] == ",".join(TOPICS)
+
+
+#: The commands that write or read AtomicKafka's records: every deployment example of
+#: one signs (DESIGN §4.14: on in every deployment example).
+SIGNING: Final = ("node", "cluster", "send", "tail", "eval")
+_EXAMPLE: Final = re.compile(rf"\batomickafka ({'|'.join(SIGNING)})\b")
+#: Scripts that set up or try things on this machine, not deployment examples.
+_NOT_DEPLOYMENT: Final = ("demo.sh", "test.sh", "bootstrap.sh")
+
+
+def deployment_examples() -> list[tuple[str, str]]:
+    """``(where, command line)`` of every example running one of :data:`SIGNING`: in the
+    comments of deploy/'s files (continued lines joined) and in the code blocks of
+    docs/operators.md."""
+    found: list[tuple[str, str]] = []
+    for path in sorted(p for p in DEPLOY.iterdir() if p.is_file()):
+        if path.name in _NOT_DEPLOYMENT:
+            continue
+        text = "\n".join(
+            line.lstrip("#").strip()
+            for line in path.read_text().splitlines()
+            if line.lstrip().startswith("#")
+        )
+        for line in text.replace("\\\n", " ").splitlines():
+            if _EXAMPLE.search(line):
+                found.append((path.name, line))
+    guide = (ROOT / "docs" / "operators.md").read_text()
+    for block in re.findall(r"^ *```(?:bash|sh|console)[^\n]*\n(.*?)^ *```", guide, re.M | re.S):
+        found.extend(("operators.md", line.strip()) for line in block.splitlines()
+                     if _EXAMPLE.search(line))  # fmt: skip
+    return found
+
+
+def test_every_deployment_example_signs_and_parses(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """compose.yaml's `send`, the Dockerfile's `node`, ...: each passes the signing
+    secret (``--secret-file`` or ``ATOMICKAFKA_SECRET_FILE``) and parses with it."""
+    examples = deployment_examples()
+    assert {where for where, _ in examples} >= {"compose.yaml", "Dockerfile"}, examples
+    secret = tmp_path / "signing-secret"
+    secret.write_text("a-secret\n")
+    for where, line in examples:
+        words = shlex.split(line)
+        start = len(words) - 1 - words[::-1].index("atomickafka")  # the image, or the command
+        env = dict(w.split("=", 1) for w in words[:start] if re.match(r"^[A-Z_]+=", w))
+        argv = words[start + 1 :]
+        signed = "--secret-file" in argv or "ATOMICKAFKA_SECRET_FILE" in env
+        assert signed, f"{where}: {line!r} does not sign"
+        if "--secret-file" in argv:
+            argv[argv.index("--secret-file") + 1] = str(secret)
+        else:
+            env["ATOMICKAFKA_SECRET_FILE"] = str(secret)
+        dump = runs_with(argv, env, monkeypatch, capsys)
+        assert f'secret_file = "{secret}"' in dump, (where, dump)
 
 
 def test_prometheus_scrapes_every_node_and_grafana_is_provisioned() -> None:

@@ -406,11 +406,20 @@ def test_introspection() -> None:
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_client_message_after_its_decision_is_a_duplicate(algorithm: Algorithm) -> None:
-    """A Decided that overtook its ClientMessage (ids reused, logs replayed out of
-    step) must not give one message two places in the queue."""
+def test_a_decided_before_its_message_is_set_aside_and_the_message_goes_on(
+    algorithm: Algorithm,
+) -> None:
+    """§4.9: a Decided for an id this node never heard of has no honest writer (it
+    comes after its Notify in the same log); it is set aside, changes nothing, and the
+    message, when it does come, is taken up once and decided by the real proposals."""
     node = Engine("A", algorithm=algorithm)
-    out = node.handle_batch([decided("n", ["A", "B"], "B", 9, alg=algorithm)])
-    out += node.handle_batch([client("n", "A", "B")])
+    step = node.step([decided("n", ["A", "B"], "B", 9, alg=algorithm)])
+    assert step.outputs == [] and step.aborted == []
+    assert len(step.rejected) == 1 and "never heard of" in step.rejected[0].reason
+    assert (node.clock, node.pending_count, node.delivered_count) == (0, 0, 0)
+    out = node.handle_batch([client("n", "A", "B")])
+    assert delivered(out) == [] and node.pending_count == 1
+    answer = notify if algorithm is Algorithm.DIRECT else ack
+    out = node.handle_batch([answer("n", ["A", "B"], "B", 9, alg=algorithm)])
     assert delivered(out) == [("n", 9)]
     assert node.pending_count == 0

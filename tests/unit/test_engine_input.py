@@ -176,6 +176,13 @@ def test_an_exhausted_clock_refuses_instead_of_crashing() -> None:
     # no proposal, and the other destination is told not to wait for one
     assert types(step.outputs) == [("B", "AbortMessage", "m"), ("B", "AbortMessage", "n")]
     assert node.pending_count == 0
+    # at the exact boundary: checked after the Notify's timestamp moves the clock, not
+    # before (a clock of MAX_TIMESTAMP - 1 would otherwise propose 2^53 after it)
+    node = Engine("A", algorithm=Algorithm.OPTIMIZED)
+    node.clock = MAX_TIMESTAMP - 1
+    step = node.step([at(MAX_TIMESTAMP // 1000, notify("n", "AB", "B", MAX_TIMESTAMP))])
+    assert ["exhausted" in r.reason for r in step.rejected] == [True]
+    assert types(step.outputs) == [("B", "AbortMessage", "n")]
 
 
 def test_ticks_move_the_clock_within_the_same_bound() -> None:
@@ -502,6 +509,48 @@ def test_an_ack_to_a_node_that_never_coordinated_is_refused_and_aborted() -> Non
     assert [r.reason for r in step.rejected] and "never coordinated" in step.rejected[0].reason
     assert types(step.outputs) == [("B", "AbortMessage", "x")]
     assert node.pending_count == 0 and node.clock == 0  # the forged timestamp moves nothing
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_decided_for_a_message_never_heard_of_is_set_aside(algorithm: Algorithm) -> None:
+    """§4.9: an honest Decided comes after its Notify in the same log (only an
+    ``optimized`` coordinator writes one, once every destination acked that Notify), so
+    one for an id neither pending nor settled here is a forgery or a stray. It used to
+    be delivered at this node alone, skipping the value and members checks: here with a
+    value that is not JSON, to a destination no node serves. Set aside; nothing moves."""
+    node = Engine("A", algorithm=algorithm)
+    node.step([at(NOW, members("A", "B"))])
+    before = state(node)
+    forged = [
+        decided("x", "AB", "B", 7, alg=algorithm),
+        decided("y", "AZ", "Z", 9, alg=algorithm),  # Z: no node has ever served it
+        decided("z", "AB", "B", 8, alg=algorithm)._replace(value=b'\xff{"a": ['),
+    ]
+    step = node.step([at(NOW + 1, m) for m in forged])
+    assert not step.outputs and not step.aborted  # nothing taken up: nobody waits on it
+    assert [r.message.messageID for r in step.rejected] == ["x", "y", "z"]
+    assert all("never heard of" in r.reason for r in step.rejected), step.rejected
+    after = state(node)
+    assert after.pop("now_ms") == NOW + 1 and before.pop("now_ms") == NOW
+    assert after == before and node.clock == 0 and node.delivered_count == 0
+
+
+def test_a_decided_replayed_after_the_memory_window_is_a_repeat_not_a_new_message() -> None:
+    """§4.9, §4.12, §4.13: B delivered ``m`` on A's Decided, then forgot it a window
+    later. The coordinator's replay writes the Decided again with its original ``seq``:
+    a repeat (the last ``seq`` per peer is never forgotten). A copy without ``seq``
+    (a stray) is no longer a known message: it is set aside, not delivered again."""
+    node = Engine("B", algorithm=Algorithm.OPTIMIZED, window_ms=1000)
+    node.step([at(NOW, notify("m", "AB", "A", 3)._replace(seq=(10, 0)))])
+    final = decided("m", "AB", "A", 5)._replace(seq=(11, 0))
+    assert [o.message.messageID for o in node.step([at(NOW, final)]).outputs] == ["m"]
+    node.step([at(NOW + 5000, tick(0, topic="B"))])
+    assert node.stats.forgotten == 1 and not node.is_delivered("m")
+    replay = node.step([at(NOW + 5001, final)])
+    assert not replay.outputs and not replay.rejected and node.stats.duplicates == 1
+    stray = node.step([at(NOW + 5002, final._replace(seq=None))])
+    assert not stray.outputs and "never heard of" in stray.rejected[0].reason
+    assert node.pending_count == 0 and node.clock == 5
 
 
 def test_a_record_held_longer_than_a_record_may_be_late_is_set_aside() -> None:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import atomickafka
-from atomickafka.cli import main
+from atomickafka.cli import build_parser, eval_cmd, main
+from atomickafka.evaluation import runner, suite
+from atomickafka.evaluation.processes import CpuMeter
+from atomickafka.evaluation.variants import Comparison
+from atomickafka.node.config import ClusterConfig
 
 
 @pytest.mark.parametrize(
@@ -51,3 +57,55 @@ def test_the_spark_jobs_path_is_printed_for_spark_submit(
     path = Path(capsys.readouterr().out.strip())
     assert path.is_file() and path.name == "metrics_job.py"
     assert path.is_relative_to(Path(atomickafka.__file__).parent)
+
+
+def test_the_secret_file_signs_every_atomickafka_run_and_only_its_path_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--secret-file`` (or ATOMICKAFKA_SECRET_FILE, or the config file) reaches the
+    suite, and each AtomicKafka run hands it to its nodes, its clients and its readers;
+    the baselines (sequencer, bare pipe) are no members and sign nothing."""
+    secret = tmp_path / "signing"
+    secret.write_text("do-not-show-me\n")
+    monkeypatch.setenv("ATOMICKAFKA_SECRET_FILE", str(secret))
+    assert main(["eval", "--print-config"]) == 0
+    shown = capsys.readouterr().out
+    assert f'secret_file = "{secret}"' in shown and "do-not-show-me" not in shown
+    monkeypatch.delenv("ATOMICKAFKA_SECRET_FILE")
+    args = build_parser().parse_args(
+        ["eval", "--secret-file", str(secret), "--compare", "sequencer,kafka"]
+    )
+    scenarios, comparisons = eval_cmd._parse_load(args)
+    settings = eval_cmd._settings(args, scenarios, comparisons)
+    assert settings.secret_file == str(secret)
+    assert ("signed records (--secret-file)", f"yes, {secret}") in settings.rows()
+    signing = {}
+    for variant in settings.variants():
+        spec = suite._spec(settings, "t", scenarios[0], variant)
+        job = runner._job("b:1", spec, spec.plans[0])
+        assert job.secret_file == spec.signing
+        signing[variant.system.value] = spec.signing
+    assert signing == {"atomickafka": str(secret), "sequencer": None, "kafka": None}
+    started: list[ClusterConfig] = []
+
+    @contextlib.contextmanager
+    def cluster(config: ClusterConfig, log_path: Path) -> Iterator[None]:
+        started.append(config)
+        raise RuntimeError("no Kafka here")
+        yield  # pragma: no cover
+
+    monkeypatch.setattr(runner, "running_cluster", cluster)
+    spec = suite._spec(settings, "t", scenarios[0], settings.primary)
+    with pytest.raises(RuntimeError), runner._running_system("b:1", spec, CpuMeter()):
+        pass
+    assert started[0].node.secret_file == str(secret)  # the nodes (and mergers) sign
+    assert {Comparison.SEQUENCER, Comparison.KAFKA} == set(comparisons)
+
+
+def test_a_secret_file_that_cannot_be_read_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nowhere"
+    assert main(["eval", "--secret-file", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert f"secret file {missing}" in err and len(err.strip().splitlines()) == 1

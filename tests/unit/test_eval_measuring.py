@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from atomickafka.core.reader import TYPE_HEADER, PlainRecord
+from atomickafka.core.signing import Signer
 from atomickafka.core.wire import Message, MessageType, client_message, encode_delivery
 from atomickafka.evaluation.clients import payload
 from atomickafka.evaluation.measuring import (
@@ -18,6 +19,7 @@ from atomickafka.evaluation.measuring import (
     delivery_arrival,
     percentile,
     read_probe,
+    verified,
 )
 
 TOPICS = {"A": "A", "B": "B"}
@@ -51,6 +53,26 @@ def test_only_the_topics_own_node_delivers_into_it() -> None:
     assert delivery_arrival(_record(raw, "B"), "B") is None
     header = PlainRecord(raw, topic="A", headers=[(TYPE_HEADER, b"Bundle")])
     assert delivery_arrival(header, "A") is None
+
+
+def test_with_a_secret_only_validly_signed_deliveries_count() -> None:
+    """``eval --secret-file``: the counter takes a delivery only when its signature holds
+    (§4.14); one forged under the node's own id, unsigned or with another secret, is no
+    arrival."""
+    signer = Signer([b"eval-tests-secret-0123456789abcdef"])
+    other = Signer([b"another-secret-0123456789abcdefgh"])
+    raw = _delivered("m1", "A", payload(0, 0, True, 10))
+    read = verified(delivery_arrival, signer)
+    good = PlainRecord(raw, topic="A", headers=signer.signed_headers("A", None, raw))
+    assert read(good, "A") is not None
+    for forged in (
+        _record(raw, "A"),
+        PlainRecord(raw, topic="A", headers=other.signed_headers("A", None, raw)),
+        PlainRecord(raw + b" ", topic="A", headers=signer.signed_headers("A", None, raw)),
+    ):
+        assert read(forged, "A") is None
+    tally = DeliveryTally(TOPICS, read)
+    assert tally.add([_record(raw, "A"), good], 1.0) == 1
 
 
 def test_a_message_completes_at_its_last_destination_once() -> None:

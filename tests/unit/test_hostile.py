@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 
 from atomickafka.core.engine import Algorithm
 from atomickafka.core.signing import Signer
+from atomickafka.core.wire import Message, MessageType, encode_bundle, value_digest
 from atomickafka.verify.checker import ViolationKind
 from atomickafka.verify.hostile import BAD_VALUE, StrayBound, foreign_delivery_records
 from atomickafka.verify.layered import LayeredResult, LayeredSimulator, MergerChaos, assign_layers
@@ -404,6 +405,42 @@ def test_bundled_values_that_are_not_json_are_set_aside(
     assert len(refused) == len(reasons(result))
     letters = [d for ds in result.dead_letters.values() for d in ds]
     assert sum(BAD_VALUE in (d.value or b"") for d in letters) >= result.events["bad_value"]
+
+
+# ---------------------------------------------------------------------------- forged decisions
+
+
+def forged_decided(mid: str, destinations: tuple[str, ...], sender: str, value: bytes) -> bytes:
+    """A Bundle holding a Decided for ``mid`` under ``sender``'s real node id (no
+    ``seq``, unsigned): a decision about a message its reader never heard of."""
+    node = f"node-{sender}"
+    message = Message(mid, MessageType.DECIDED, destinations, value, senderID=node,
+                      sentFromTopic=sender, timeStamp=3, digest=value_digest(value),
+                      protocol="optimized")  # fmt: skip
+    return encode_bundle([message], sender_id=node, sent_from=sender, protocol="optimized")
+
+
+def test_a_decided_for_a_message_never_heard_of_is_delivered_nowhere() -> None:
+    """§4.9: forged Decideds for fresh ids (under B's and C's real node ids; one naming
+    a destination without a node) in A's log amid honest ``optimized`` traffic used to
+    be delivered at A alone. They are set aside with the reason, into A's dead letters,
+    and the honest messages around them are delivered in order everywhere."""
+    sim = Simulator(["A", "B", "C"], algorithm=Algorithm.OPTIMIZED)
+    sim.send(Send("c", "m1", ("A", "B"), 1, "A"))
+    forged = [
+        forged_decided("forged-1", ("A", "B"), "B", b'"forged"'),
+        forged_decided("forged-2", ("A", "B", "C"), "C", b'{"a": 2}'),
+        forged_decided("forged-3", ("A", "nosuch"), "nosuch", b"3"),
+    ]
+    for value in forged:
+        sim.append_input("A", value, signed=False)
+    sim.send(Send("c", "m2", ("A", "B", "C"), 2, "B"))
+    result = sim.drain()
+    assert_correct(result, honest=False)
+    delivered = {m.messageID for ms in result.deliveries.values() for m in ms}
+    assert delivered == {"m1", "m2"}, delivered
+    assert reasons(result) and all("never heard of" in r for r in reasons(result))
+    assert sorted(d.value or b"" for d in result.dead_letters["A"]) == sorted(forged)
 
 
 # ---------------------------------------------------------------------------- all at once

@@ -338,19 +338,24 @@ def test_item7_a_message_whose_destinations_run_different_protocols_stalls_nothi
     assert result.stuck() == {}, result.stuck()
 
 
+@pytest.mark.parametrize("ts", [MAX_TIMESTAMP - 1, MAX_TIMESTAMP])
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_item3_at_the_exact_boundary(algorithm: Algorithm) -> None:
-    """The clock at MAX_TIMESTAMP - 1 (set directly, as lead's own
-    test_an_exhausted_clock_refuses_instead_of_crashing does); on lead the records are
-    read at a log time an hour before MAX_TIMESTAMP, so the log-time bound does not
-    refuse the Notify first and the exhaustion check itself is what is exercised."""
+def test_item3_at_the_exact_boundary(algorithm: Algorithm, ts: int) -> None:
+    """A's clock at MAX_TIMESTAMP - 1 (set directly, as lead's own
+    test_an_exhausted_clock_refuses_instead_of_crashing does), then B's Notify at
+    ``ts``. On lead the Notify is read at a log time of MAX_TIMESTAMP µs, so the
+    log-time bound (§4.11) applies it at once and the exhaustion check alone decides:
+    at MAX_TIMESTAMP - 1 A proposes MAX_TIMESTAMP, the largest encodable timestamp; at
+    MAX_TIMESTAMP a proposal would be 2^53, so the Notify is refused as exhausted and B
+    is told (Abort) not to wait for A. (Checking the clock before applying ``ts`` --
+    the off-by-one -- proposes 2^53 here.)"""
     node = Engine("A", algorithm=algorithm)
     node.clock = MAX_TIMESTAMP - 1
     value = b'"boom"'
-    notify = Message("boom", MessageType.NOTIFY, ("A", "B"), value, "node-B", "B", MAX_TIMESTAMP,
+    notify = Message("boom", MessageType.NOTIFY, ("A", "B"), value, "node-B", "B", ts,
                      digest=value_digest(value), protocol=algorithm.value)  # fmt: skip
     if "logTime" in Message._fields:
-        notify = notify._replace(logTime=MAX_TIMESTAMP // 1000 - 3_600_000)
+        notify = notify._replace(logTime=MAX_TIMESTAMP // 1000)
     step = node.step([notify])
     for out in step.outputs:
         m = out.message
@@ -358,3 +363,18 @@ def test_item3_at_the_exact_boundary(algorithm: Algorithm) -> None:
         if m.messageType is not MessageType.DELIVERY:
             raw = encode_bundle([m], sender_id="node-A", sent_from="A", protocol=algorithm.value)
             decode_record(raw)
+    sent = [
+        (o.topic, o.message.messageType, o.message.timeStamp)
+        for o in step.outputs
+        if o.message.messageType is not MessageType.DELIVERY  # poc, direct: decided at once
+    ]
+    if ts == MAX_TIMESTAMP - 1:  # the last proposal there is
+        assert not step.rejected, [r.reason for r in step.rejected]
+        kind = MessageType.NOTIFY if algorithm is Algorithm.DIRECT else MessageType.ACK
+        assert sent == [("B", kind, MAX_TIMESTAMP)]
+        assert node.clock == MAX_TIMESTAMP
+        return
+    assert [r.message.messageID for r in step.rejected] == ["boom"]
+    assert "exhausted" in step.rejected[0].reason, step.rejected[0].reason
+    assert [(t, k) for t, k, _ in sent] == [("B", MessageType.ABORT)]
+    assert node.clock == MAX_TIMESTAMP - 1 and node.pending_count == 0

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import doctest
 import random
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import orjson
 import pytest
@@ -35,6 +37,14 @@ from atomickafka.core.merger import (
     Release,
     TickRequest,
 )
+from atomickafka.core.signing import Signer
+from atomickafka.core.wire import decode_record
+from atomickafka.node import merger_runtime
+from atomickafka.node.batch import OutKind, OutRecord, Ready
+from atomickafka.node.config import NodeConfig
+from atomickafka.node.merger_batch import MergerBatch
+from atomickafka.verify.layered import LayeredSimulator
+from atomickafka.verify.workload import LayerSend
 
 BASE = settings().max_examples  # 60 with the dev profile, 500 with ci
 
@@ -195,6 +205,107 @@ def test_rule3_no_tick_when_nothing_blocks() -> None:
     assert released(out) == ["a"]
     assert ticks(out) == []
     assert ticks(m.handle_batch([])) == []
+
+
+def test_rule3_a_tick_lost_on_its_way_is_asked_for_again() -> None:
+    """The tick to layer 1 never arrives (its write was lost, or layer 1 refused it):
+    the merger never asks again at or below a tick it requested, so only
+    :meth:`Merger.retry_ticks` -- what the shell calls once the head has stayed
+    blocked -- asks the blocking layers again, at the same height; once the layer
+    answers, the head goes and nothing more is asked."""
+    m = Merger("T", layers=3)
+    assert ticks(m.handle_batch([w(2, 9), d(0, 5, "a")])) == [(1, 5)]
+    assert ticks(m.handle_batch([])) == [] and m.blocked_by() == (1,)  # lost: silence
+    assert ticks(m.retry_ticks()) == [(1, 5)]
+    assert ticks(m.handle_batch([])) == []  # asked again: not flooded between retries
+    assert ticks(m.retry_ticks()) == [(1, 5)]  # refused too: asked once more
+    assert m.stats.ticks == 3
+    out = m.handle_batch([w(1, 6)])
+    assert released(out) == ["a"] and m.blocked_by() == ()
+    assert m.retry_ticks() == []  # nothing blocks: nothing to ask for
+    # a snapshot keeps the retried request, so a restarted merger does not ask again
+    assert ticks(round_trip(m).handle_batch([d(0, 5, "a")])) == []
+
+
+@pytest.mark.parametrize("fate", ["lost", "refused"])
+def test_rule3_a_lost_or_refused_tick_is_written_again_and_the_layer_takes_it(
+    fate: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the batch layers (``MergerBatch``, the layers' ``NodeBatch``) on a signed
+    cluster: the merger's first tick record is lost, or reaches layer 1 altered (its
+    node sets it aside: wrong signature). The shell's retry (``MergerBatch.retry_ticks``)
+    writes it again, layer 1 takes it and T's merged stream goes on. Without the retry
+    the head waits for good (the control)."""
+    outcomes: dict[bool, tuple[list[str], dict[str, int], list[str]]] = {}
+    for retry in (True, False):
+        if not retry:
+            monkeypatch.setattr(MergerBatch, "retry_ticks", lambda self: Ready())
+        sim = LayeredSimulator(["T", "U"], 2, signer=Signer([b"merger-tests-secret-0123456789ab"]))
+        route, first = sim._route_merger, list[OutRecord]()
+
+        def spoil(topic: str, record: OutRecord, route=route, first=first) -> None:  # type: ignore[no-untyped-def]
+            if record.kind is OutKind.TICK and not first:
+                first.append(record)
+                if fate == "lost":
+                    return
+                record = OutRecord(record.kind, record.topic, (record.value or b"") + b" ",
+                                   record.partition, record.key, record.headers)  # fmt: skip
+            route(topic, record)
+
+        monkeypatch.setattr(sim, "_route_merger", spoil)
+        sim.send(LayerSend("c", "first", ("T",), "v", "T", layer=0))
+        sim.send(LayerSend("c", "second", ("T", "U"), "w", "T", layer=0))
+        sim.advance(20_000)
+        result = sim.result()
+        refused = [r for lr in result.layer_results for rs in lr.rejected_reasons().values()
+                   for r in rs]  # fmt: skip
+        outcomes[retry] = (result.merged_ids("T"), dict(result.events), refused)
+        assert first, "the merger asked layer 1 for a tick"
+    merged, events, refused = outcomes[True]
+    assert merged == ["first", "second"], outcomes
+    assert events["tick_retry"] >= 1
+    if fate == "refused":
+        assert refused and all(r.startswith("wrong signature") for r in refused), refused
+    assert "second" not in outcomes[False][0], outcomes[False]  # no retry: stuck for good
+
+
+def test_rule3_the_merger_shell_retries_once_the_head_stayed_blocked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``MergerRuntime``: a head blocked for ``TICK_RETRY_S`` (monotonic time) makes the
+    shell write the blocking layer's tick again, into that layer's partition of T's
+    input log; not before, and not while nothing blocks."""
+    runtime = merger_runtime.MergerRuntime(
+        NodeConfig("localhost:1", "T", partitions=2, create_topics=False)
+    )
+    now = [1000.0]
+    clock = SimpleNamespace(monotonic=lambda: now[0], time=time.time)
+    monkeypatch.setattr(merger_runtime, "time", clock)
+    written: list[OutRecord] = []
+
+    class Writer:
+        def write(self, records: list[OutRecord], commit: object) -> None:
+            written.extend(records)
+
+    writer = Writer()
+    payload = decode_record(orjson.dumps({"messageID": "a", "messageType": "ClientMessage",
+                                          "topic": ["T"], "value": 1}))[0]  # fmt: skip
+    runtime.batch.merger.handle_batch([d(0, 5, "a", payload)])  # its tick: lost
+    for elapsed in (0.0, merger_runtime.TICK_RETRY_S - 0.01):
+        now[0] = 1000.0 + elapsed
+        runtime._retry_ticks_if_blocked(writer)  # type: ignore[arg-type]
+        assert written == []
+    now[0] = 1000.0 + merger_runtime.TICK_RETRY_S
+    runtime._retry_ticks_if_blocked(writer)  # type: ignore[arg-type]
+    assert [(r.kind, r.topic, r.partition) for r in written] == [
+        (OutKind.TICK, runtime.spec.input_topic, 1)
+    ]
+    (tick,) = decode_record(written[0].value or b"")
+    assert (tick.timeStamp, tick.senderID) == (5, runtime.sender_id)
+    runtime.batch.merger.handle_batch([w(1, 6)])  # layer 1 answered: nothing blocks
+    now[0] += 10 * merger_runtime.TICK_RETRY_S
+    runtime._retry_ticks_if_blocked(writer)  # type: ignore[arg-type]
+    assert len(written) == 1
 
 
 def test_rule3_transcript_of_an_idle_layer_ticked_through_its_log() -> None:
