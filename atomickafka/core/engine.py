@@ -661,12 +661,6 @@ class Engine:
             raise _Refused(f"{kind.value} from {sender}, which is not another destination")
         if self.partition is not None:
             self._check_partition(record)
-        members = self.members
-        if members is not None and sender is not None and sender not in members:
-            # its node wrote this record into our log: the topic has a node (§4.9.5),
-            # whatever the status topic has told us so far (it lags in a broker failover)
-            self.members = members | {sender}
-            self._members_changed = True
         if record.protocol != self._protocol and kind is not MessageType.ABORT:
             self.stats.protocol_mismatches += 1
             self._refuse_version(
@@ -681,6 +675,13 @@ class Engine:
         ts = record.timeStamp
         if ts is not None and ts > self.now_ms * 1000 + CLOCK_LEAD_US:  # else applied at once
             self._check_timestamp(record, ts)
+        members = self.members
+        if members is not None and sender is not None and sender not in members:
+            # its node wrote a record into our log that passed every check: the topic has
+            # a node (§4.9.5), whatever the status topic has told us so far (it lags in a
+            # broker failover); a refused record makes nobody a member
+            self.members = members | {sender}
+            self._members_changed = True
 
     def _check_partition(self, record: Message) -> None:
         layer = record.partitionID
@@ -980,7 +981,15 @@ class Engine:
                 f"DecidedMessage for {mid!r}, a message this node never heard of: an honest "
                 "Decided comes after its Notify in the same log (§4.9); a stray or a forgery"
             )
+        if self.algorithm is not Algorithm.OPTIMIZED and record.protocol == self._protocol:
+            # §4.9: poc and direct decide at every destination; none writes a Decided
+            raise _Refused(
+                f"DecidedMessage under {self.algorithm.value}, whose nodes never write one "
+                "(§4.9): a stray or a forgery"
+            )
         self._check_peer(record)
+        if known is not None and known.final is None:
+            self._check_decider(record, known)
         if record.value is None and known is not None and known.value is None:
             raise _Refused("DecidedMessage without a value, for a message whose value is unknown")
         self._observe(final)
@@ -992,6 +1001,18 @@ class Engine:
             return []
         self._set_final(mid, entry, final)
         return []
+
+    def _check_decider(self, record: Message, entry: PendingMessage) -> None:
+        """§4.9: an honest Decided for a pending message comes from a coordinator this node
+        acked; one from any other sender would set a final timestamp at this destination
+        alone. (What the final timestamp is cannot be checked here: only the coordinator
+        holds every proposal. Signing, §4.14, keeps non-members from writing one.)"""
+        sender = record.sentFromTopic
+        if sender not in entry.acked_to:
+            raise _Refused(
+                f"DecidedMessage for {record.messageID!r} from {sender}, a coordinator this "
+                "node never acked (§4.9): a stray or a forgery"
+            )
 
     def _on_abort(self, record: Message) -> list[Output]:
         mid = record.messageID

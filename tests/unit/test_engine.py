@@ -134,15 +134,21 @@ def test_rule2_every_timestamp_moves_the_clock(algorithm: Algorithm) -> None:
         [notify("n", ["A", "B"], "B", 70, alg=algorithm)]
     )  # Notify: 70, then propose 71
     assert node.clock == 71
-    node.handle_batch([decided("n", ["A", "B"], "B", 90, alg=algorithm)])  # Decided
-    assert node.clock == 90
-    assert node.delivered_count == 2  # m at 40, n at 90
+    if algorithm is Algorithm.OPTIMIZED:  # B coordinates n: its Decided moves the clock
+        node.handle_batch([decided("n", ["A", "B"], "B", 90, alg=algorithm)])
+        final = 90
+    else:  # poc: A decides n alone, at max(70, 71); no poc node writes a Decided (§4.9)
+        step = node.step([decided("n", ["A", "B"], "B", 90, alg=algorithm)])
+        assert not step.outputs and "never write one" in step.rejected[0].reason
+        final = 71
+    assert node.clock == final
+    assert node.delivered_count == 2  # m at 40, n at its final timestamp
     # Anything proposed after a decision sorts after it (rules 1 and 2 together).
     out = node.handle_batch([client("p", "A", "B")])
-    assert [ts for _, kind, _, ts in kinds(out) if kind == "NotifyMessage"] == [91]
+    assert [ts for _, kind, _, ts in kinds(out) if kind == "NotifyMessage"] == [final + 1]
     out = node.handle_batch([client("q", "A")])
-    assert delivered(out) == []  # q (92) waits behind p (91)
-    assert node.oldest_pending() == Waiting("p", 91, False, ("B",))
+    assert delivered(out) == []  # q waits behind p
+    assert node.oldest_pending() == Waiting("p", final + 1, False, ("B",))
 
 
 def test_rule2_decided_moves_a_non_coordinator_clock() -> None:

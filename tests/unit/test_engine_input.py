@@ -535,6 +535,53 @@ def test_a_decided_for_a_message_never_heard_of_is_set_aside(algorithm: Algorith
     assert after == before and node.clock == 0 and node.delivered_count == 0
 
 
+@pytest.mark.parametrize("algorithm", [Algorithm.POC, Algorithm.DIRECT])
+def test_a_decided_under_a_protocol_that_never_writes_one_is_set_aside(
+    algorithm: Algorithm,
+) -> None:
+    """§4.9: ``poc`` and ``direct`` destinations decide alone; none writes a Decided. One
+    for a pending message (here B's, naming 90) would set its final timestamp at this
+    destination alone, and A and B would order it differently. Set aside; the message
+    is decided by the real proposals."""
+    node = Engine("A", algorithm=algorithm)
+    node.step([at(NOW, client("m", "A", "B"))])  # A proposes 1
+    forged = node.step([at(NOW, decided("m", "AB", "B", 90, alg=algorithm))])
+    assert not forged.outputs and "never write one" in forged.rejected[0].reason
+    assert node.clock == 1 and node.pending_count == 1
+    kind = notify if algorithm is Algorithm.DIRECT else ack
+    out = node.step([at(NOW, kind("m", "AB", "B", 5, alg=algorithm))]).outputs
+    assert [(o.message.messageID, o.message.timeStamp) for o in out if o.topic == "A"] == [
+        ("m", 5)
+    ]
+
+
+def test_an_optimized_decided_from_a_coordinator_never_acked_is_set_aside() -> None:
+    """§4.9: B acked A's Notify for ``m``; a Decided about ``m`` from C (a destination,
+    but not the coordinator B answered) is a stray or a forgery: set aside, nothing
+    moves. A's own Decided decides ``m``."""
+    node = Engine("B", algorithm=Algorithm.OPTIMIZED)
+    node.step([at(NOW, notify("m", "ABC", "A", 3))])  # B proposes 4, acks A
+    stray = node.step([at(NOW, decided("m", "ABC", "C", 50))])
+    assert not stray.outputs and "never acked" in stray.rejected[0].reason
+    assert node.clock == 4 and node.pending_count == 1
+    out = node.step([at(NOW, decided("m", "ABC", "A", 6))]).outputs
+    assert [(o.message.messageID, o.message.timeStamp) for o in out] == [("m", 6)]
+
+
+def test_a_refused_record_makes_nobody_a_member() -> None:
+    """§4.9.5: a peer becomes a member through a record of its node that passed every
+    check; a Notify refused (another protocol, a timestamp an hour ahead) names a topic
+    that may have no node at all, and must not make messages to it wait for one."""
+    node = Engine("A", algorithm=Algorithm.DIRECT)
+    node.step([at(NOW, members("A", "B"))])
+    other = node.step([at(NOW, notify("m", "AZ", "Z", 3, alg="poc"))])
+    ahead = node.step([at(NOW, notify("n", "AY", "Y", NOW * 1000 + CLOCK_HOLD_US + 1))])
+    assert other.rejected and ahead.rejected
+    assert node.members == frozenset({"A", "B"})
+    node.step([at(NOW, notify("p", "AB", "B", 3, alg="direct"))])
+    assert node.members == frozenset({"A", "B"})  # B was one already
+
+
 def test_a_decided_replayed_after_the_memory_window_is_a_repeat_not_a_new_message() -> None:
     """§4.9, §4.12, §4.13: B delivered ``m`` on A's Decided, then forgot it a window
     later. The coordinator's replay writes the Decided again with its original ``seq``:
