@@ -550,9 +550,7 @@ def test_a_decided_under_a_protocol_that_never_writes_one_is_set_aside(
     assert node.clock == 1 and node.pending_count == 1
     kind = notify if algorithm is Algorithm.DIRECT else ack
     out = node.step([at(NOW, kind("m", "AB", "B", 5, alg=algorithm))]).outputs
-    assert [(o.message.messageID, o.message.timeStamp) for o in out if o.topic == "A"] == [
-        ("m", 5)
-    ]
+    assert [(o.message.messageID, o.message.timeStamp) for o in out if o.topic == "A"] == [("m", 5)]
 
 
 def test_an_optimized_decided_from_a_coordinator_never_acked_is_set_aside() -> None:
