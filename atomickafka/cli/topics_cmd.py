@@ -18,6 +18,7 @@ from atomickafka.cli.options import add_bootstrap, add_overrides, guarded, reach
 from atomickafka.doctor import Deployment, exit_status, render_json, render_text
 from atomickafka.doctor.gather import gather_topics
 from atomickafka.doctor.topic_checks import check_topics
+from atomickafka.errors import ConfigError
 from atomickafka.kafka.admin import TopicSpec, admin_client, ensure_topics
 from atomickafka.kafka.topics import Layout
 
@@ -80,9 +81,9 @@ def register(subparsers: Any) -> None:
 def _deployment(args: argparse.Namespace) -> Deployment:
     topics = tuple(dict.fromkeys(t.strip() for t in args.topics.split(",") if t.strip()))
     if not topics:
-        raise ValueError("--topics names no topic")
+        raise ConfigError("--topics names no topic")
     if args.partitions < 1:
-        raise ValueError("--partitions must be at least 1")
+        raise ConfigError("--partitions must be at least 1")
     from atomickafka.core.wire import parse_destinations  # noqa: PLC0415
 
     parse_destinations(list(topics))  # the same name rules as destinations
@@ -94,7 +95,7 @@ def _create(args: argparse.Namespace) -> int:
     for name, value in (("replication-factor", args.replication_factor),
                         ("min-insync-replicas", args.min_insync_replicas)):  # fmt: skip
         if value is not None and value < 1:
-            raise ValueError(f"--{name} must be at least 1")
+            raise ConfigError(f"--{name} must be at least 1")
     metadata = reach(args)
     specs = deployment.specs()
     if args.min_insync_replicas is not None:

@@ -30,6 +30,7 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from atomickafka.core.reader import KafkaRecord, read_delivery
+from atomickafka.errors import TimedOutError
 from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
 
 __all__ = [
@@ -238,8 +239,9 @@ def warm_up(
 ) -> list[WarmUpSend]:
     """One unmeasured multicast to every topic through each topic, then wait until the
     counter has read all of their deliveries: every node has fetched its peers'
-    metadata before the measured load starts. Raises ``TimeoutError`` if they do not
-    all arrive within ``timeout_s``."""
+    metadata before the measured load starts. Raises
+    :class:`~atomickafka.errors.TimedOutError` if they do not all arrive within
+    ``timeout_s``."""
     want = counter.warmup + len(topics) * len(topics)
     sent = []
     for via in topics:
@@ -250,7 +252,7 @@ def warm_up(
     while counter.warmup < want:
         if time.monotonic() > deadline:
             got = counter.warmup - want + len(topics) ** 2
-            raise TimeoutError(
+            raise TimedOutError(
                 f"warm-up: {got} of {len(topics) ** 2} deliveries in {timeout_s:.0f}s"
             )
         counter.poll(0.2)

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 from tqdm import tqdm
 
 from atomickafka.audit.service import audit_once
@@ -43,6 +42,7 @@ from atomickafka.evaluation.bare import BARE_ID, UNORDERED
 from atomickafka.evaluation.clients import ClientJob, ClientResult, client_process, make_sender
 from atomickafka.evaluation.clients import payload as measured_value
 from atomickafka.evaluation.cost import RunCost
+from atomickafka.evaluation.errors import RunError
 from atomickafka.evaluation.measuring import WARMUP_VALUE, DeliveryCounter, warm_up
 from atomickafka.evaluation.processes import CpuMeter, ProcessRole, track_broker, track_cluster
 from atomickafka.evaluation.recording import RecordedTopic, SentRow, record_run, recorded_traffic
@@ -56,8 +56,7 @@ from atomickafka.evaluation.topic_scan import (
     sequencer_topics,
 )
 from atomickafka.evaluation.variants import System, Variant
-from atomickafka.kafka.admin import ensure_topics
-from atomickafka.kafka.settings import admin_config
+from atomickafka.kafka.admin import admin_client, ensure_topics
 from atomickafka.kafka.status import STATUS_READ_WINDOW_S, read_statuses
 from atomickafka.kafka.topics import (
     STATUS_TOPIC,
@@ -71,10 +70,6 @@ from atomickafka.verify.checker import check, deliveries_from_client, sent_from_
 __all__ = ["RunError", "RunSpec", "run_one"]
 
 log = logging.getLogger("atomickafka.eval.runner")
-
-
-class RunError(RuntimeError):
-    """A run could not go on (a client failed, the warm-up was not delivered, ...)."""
 
 
 #: What ends a run as failed (reported in its RunInfo) while the suite goes on: the
@@ -162,12 +157,12 @@ def _running_system(bootstrap: str, spec: RunSpec, meter: CpuMeter) -> Iterator[
     """The run's system for the block, its processes tracked by ``meter``."""
     algorithm = spec.variant.algorithm
     if spec.variant.system is System.KAFKA:  # the bare pipe: topics, and no process
-        ensure_topics(AdminClient(admin_config(bootstrap, spec.overrides)), spec.topics)
+        ensure_topics(admin_client(bootstrap, spec.overrides), spec.topics)
         yield
         return
     if algorithm is None:  # the sequencer
         ensure_topics(
-            AdminClient(admin_config(bootstrap, spec.overrides)),
+            admin_client(bootstrap, spec.overrides),
             [spec.sequencer_topic, *spec.topics],
         )
         with running_sequencer(bootstrap, spec.sequencer_topic, overrides=spec.overrides) as proc:

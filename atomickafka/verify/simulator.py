@@ -91,6 +91,7 @@ from atomickafka.core.wire import (
     encode_bundle,
     encode_client,
 )
+from atomickafka.errors import ConfigError
 from atomickafka.node.batch import NodeBatch, NodeSpec, OutKind, OutRecord, Ready
 from atomickafka.node.snapshots import LoadedSnapshot, newest_snapshots
 from atomickafka.verify.checker import CheckReport, SentMessage, check, deliveries_from_wire
@@ -363,7 +364,7 @@ class Simulator:
         gapless: bool = True,
     ) -> None:
         if len(set(topics)) != len(topics) or not topics:
-            raise ValueError("topics must be distinct and not empty")
+            raise ConfigError("topics must be distinct and not empty")
         self.topics = tuple(topics)
         self.algorithm = Algorithm(algorithm)
         self.chooser: Chooser = chooser if chooser is not None else RandomChooser(0)
