@@ -9,14 +9,24 @@ Every error keeps a standard second base where callers rely on it: what a caller
 wrong is also a ``ValueError``, a wait that ran out is also a ``TimeoutError``. The
 errors of one area live with it and derive from these (:class:`~atomickafka.core.wire.
 MessageError`, the client's in :mod:`atomickafka.client.errors`, the local broker's
-``BrokerError``, the node's ``NodeStartError``). This module imports nothing of
+``BrokerError``, the node's ``NodeStartError``, a snapshot's ``SnapshotError``, the
+evaluation's ``RunError`` and ``SparkSetupError``). This module imports nothing of
 AtomicKafka, so that every layer may use it.
+
+What stays outside: ``TypeError`` for a programming mistake in a call (an object of the
+wrong type handed to the checker), ``KeyError`` for a lookup of something never
+created (a topic a simulation does not have), ``NotImplementedError`` in abstract
+methods, and ``AssertionError``/``ValueError`` for internal invariants no input can
+break (a negative committed offset, a rate window fed the wrong number of counters).
+The two Spark jobs (the evaluation's metrics job, the audit's) raise builtins too: they
+run under ``spark-submit`` as plain files, without the package.
 """
 
 from __future__ import annotations
 
 __all__ = [
     "AtomicKafkaError",
+    "ClosedError",
     "ConfigError",
     "KafkaUnreachableError",
     "QueueFullError",
@@ -37,6 +47,10 @@ class ConfigError(AtomicKafkaError, ValueError):
 class TimedOutError(AtomicKafkaError, TimeoutError):
     """Something AtomicKafka waited for did not happen in time (nodes that do not come
     up, a topic that cannot be read to its end)."""
+
+
+class ClosedError(AtomicKafkaError, RuntimeError):
+    """A producer, reader or client used after it was closed."""
 
 
 class QueueFullError(AtomicKafkaError):

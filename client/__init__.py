@@ -9,13 +9,15 @@ topics, read a topic's deliveries in their agreed order.
 - Errors, all :class:`AtomicKafkaError`: :class:`DeliveryError` (``failures``: pairs of
   messageID and ``KafkaError``), :class:`DestinationError`,
   :class:`OfflineDestinationError`, :class:`MessageError`, :class:`ConfigError`,
-  :class:`QueueFullError`, :class:`TimedOutError`.
+  :class:`QueueFullError`, :class:`TimedOutError`, :class:`ClosedError` (used after
+  ``close()``; also a ``RuntimeError``).
 """
 
 from atomickafka.client.client import AtomicKafkaClient
 from atomickafka.client.delivery import Delivery, OnDelivery, SentMessage
 from atomickafka.client.errors import (
     AtomicKafkaError,
+    ClosedError,
     ConfigError,
     DeliveryError,
     DestinationError,
@@ -32,6 +34,7 @@ __all__ = [
     "Algorithm",
     "AtomicKafkaClient",
     "AtomicKafkaError",
+    "ClosedError",
     "ConfigError",
     "Delivery",
     "DeliveryError",

@@ -10,10 +10,17 @@ from __future__ import annotations
 from confluent_kafka import KafkaError
 
 from atomickafka.core.wire import MessageError
-from atomickafka.errors import AtomicKafkaError, ConfigError, QueueFullError, TimedOutError
+from atomickafka.errors import (
+    AtomicKafkaError,
+    ClosedError,
+    ConfigError,
+    QueueFullError,
+    TimedOutError,
+)
 
 __all__ = [
     "AtomicKafkaError",
+    "ClosedError",
     "ConfigError",
     "DeliveryError",
     "DestinationError",

@@ -18,7 +18,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaExcepti
 from confluent_kafka import Message as KafkaMessage
 
 from atomickafka.client.delivery import Delivery
-from atomickafka.client.errors import MessageError
+from atomickafka.client.errors import ClosedError, MessageError
 from atomickafka.core.reader import delivery_order_key, delivery_writers, read_delivery
 from atomickafka.core.wire import Message, is_valid_topic_name
 from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
@@ -102,7 +102,7 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
         """Yield the next deliveries in order. Stops after ``max_messages`` of them, or
         once none arrived for ``timeout_s`` seconds (``None``: wait until closed)."""
         if self._consumer is None:
-            raise RuntimeError(f"the reader of {self.topic} is closed")
+            raise ClosedError(f"the reader of {self.topic} is closed")
         consumer, topic = self._consumer, self.topic
         count = 0
         if max_messages is not None and max_messages <= 0:

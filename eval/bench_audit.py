@@ -39,6 +39,7 @@ from confluent_kafka import Producer
 from atomickafka.core.raw import encode_raw_delivery
 from atomickafka.core.wire import Message, MessageType, encode_delivery, value_digest
 from atomickafka.kafka.admin import admin_client, ensure_topics
+from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER
 from atomickafka.localkafka import ensure_broker, free_port_block
 
 VALUE = b'{"client":1,"i":0,"pad":"' + b"x" * 150 + b'"}'  # about 200 bytes, as the bench
@@ -110,7 +111,8 @@ def fill(
     """Write ``count`` deliveries stamped at ``rate`` per second; return the next message
     number. ``paced``: also write them at that rate."""
     producer = Producer(
-        {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000}
+        {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000},
+        logger=LIBRDKAFKA_LOGGER,
     )
     t0 = int(time.time() * 1000) if t0_ms is None else t0_ms
     began = time.monotonic()

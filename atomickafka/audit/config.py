@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Final
 
@@ -49,6 +50,27 @@ class AuditConfig:
             raise ConfigError(f"the bound must be positive, not {self.bound_s}")
         if self.audit_topic is not None and self.audit_topic in self.topics:
             raise ConfigError(f"the audit cannot write its violations to {self.audit_topic}")
+
+    @classmethod
+    def private(
+        cls,
+        bootstrap: str,
+        topics: Iterable[str],
+        *,
+        bound_s: float = DEFAULT_BOUND_S,
+        overrides: Mapping[str, str] | None = None,
+        name: str = "private",
+    ) -> AuditConfig:
+        """An audit of its own: a fresh consumer group (``atomickafka-audit-<name>-...``),
+        and no audit topic (violations go to its log and its caller only)."""
+        return cls(
+            bootstrap,
+            tuple(topics),
+            bound_s=bound_s,
+            group=f"atomickafka-audit-{name}-{uuid.uuid4().hex[:12]}",
+            audit_topic=None,
+            overrides=dict(overrides or {}),
+        )
 
     @property
     def key(self) -> str:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from atomickafka.audit.records import AuditedDelivery, Key, Kind, Violation
+from atomickafka.errors import ConfigError
 
 __all__ = [
     "BUCKET_MS",
@@ -141,9 +142,9 @@ class AuditRules:
     ) -> None:
         self.topics: tuple[str, ...] = tuple(dict.fromkeys(topics))
         if not self.topics:
-            raise ValueError("the audit needs at least one topic")
+            raise ConfigError("the audit needs at least one topic")
         if bound_s <= 0:
-            raise ValueError(f"the bound must be positive, not {bound_s}")
+            raise ConfigError(f"the bound must be positive, not {bound_s}")
         self.bound_ms = round(bound_s * 1000)
         forget = FORGET_FACTOR * bound_s if forget_after_s is None else forget_after_s
         self.forget_ms = max(round(forget * 1000), self.bound_ms)

@@ -10,8 +10,11 @@ in its own consumer group (:mod:`~atomickafka.audit.position`), after the violat
 found so far are written; a restart resumes there and first reads again, silently,
 what it needs to rebuild the message state.
 
-:func:`audit_once` is the same audit over topics that are not written any more (the
-evaluation's finished runs): it reads them to their end and then lets the bound pass.
+:func:`audit_once` is the same audit over topics that are not written any more: it
+reads them to their end and then lets the bound pass. The evaluation runs a
+:class:`LiveAudit` beside each run (:mod:`atomickafka.evaluation.run_audit`) and, once the
+run has stopped, reads on to the topics' ends (:meth:`LiveAudit.read_to`) and lets the
+bound pass (:meth:`LiveAudit.finish`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from __future__ import annotations
 import logging
 import signal
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
@@ -35,7 +37,7 @@ from atomickafka.audit.position import decode_metadata, encode_metadata, replay_
 from atomickafka.audit.records import Violation, audited_delivery
 from atomickafka.audit.rules import BUCKET_MS, AuditRules
 from atomickafka.audit.sink import ViolationSink
-from atomickafka.kafka.consumer import consume_batch, make_consumer, retry_transient
+from atomickafka.kafka.consumer import consume_batch, make_consumer, retry_transient, watermarks
 
 __all__ = ["AuditReport", "LiveAudit", "audit_once", "run_audit"]
 
@@ -86,6 +88,7 @@ class LiveAudit:
         metrics: AuditMetrics | None = None,
         commits: bool = True,
         wait_for_topics: bool = True,
+        keep_violations: int | None = None,
     ) -> None:
         self.config = config
         self.rules = AuditRules(config.topics, config.bound_s)
@@ -93,6 +96,8 @@ class LiveAudit:
         self.metrics = metrics if metrics is not None else AuditMetrics()
         self.report = AuditReport()
         self._on_violation = on_violation
+        #: How many violations :attr:`report` keeps (``None``: all); counts are complete.
+        self._keep = keep_violations
         self._commits = commits
         self._wait_for_topics = wait_for_topics
         self._stopping = False
@@ -275,6 +280,39 @@ class LiveAudit:
                 self._commit()
             self._last_commit = now_mono
 
+    def end_offsets(self) -> dict[_Partition, int]:
+        """Each audited partition's end now: its last stable offset (the audit reads
+        ``read_committed``, so an open transaction's records are not yet its to read);
+        0 for a partition that holds nothing."""
+        consumer = self._consumer
+        assert consumer is not None, "start() first"
+        ends = {}
+        for where in self._at_end:
+            low, high = watermarks(consumer, TopicPartition(*where))
+            ends[where] = high if high > low else 0
+        return ends
+
+    def has_read(self, ends: dict[_Partition, int]) -> bool:
+        """Whether every partition of ``ends`` has been read up to its offset there (by
+        position: a transactional partition ends with a marker, never a record)."""
+        consumer = self._consumer
+        assert consumer is not None, "start() first"
+        waiting = [TopicPartition(t, p) for (t, p), end in ends.items() if end > 0]
+        if not waiting:
+            return True
+        positions = consumer.position(waiting)
+        return all(tp.offset >= ends[(tp.topic, tp.partition)] for tp in positions)
+
+    def read_to(self, ends: dict[_Partition, int], timeout_s: float) -> bool:
+        """Step until every partition is read up to ``ends`` (at most ``timeout_s``);
+        whether it was."""
+        deadline = time.monotonic() + timeout_s
+        while not self.has_read(ends):
+            if time.monotonic() >= deadline:
+                return False
+            self.step()
+        return True
+
     def finish(self) -> list[Violation]:
         """The input has ended: let every bound pass, and report what is missing."""
         batch = AuditTotals()
@@ -337,7 +375,8 @@ class LiveAudit:
         self._sink.emit(violation)
 
     def _record_violation(self, violation: Violation) -> None:
-        self.report.violations.append(violation)
+        if self._keep is None or len(self.report.violations) < self._keep:
+            self.report.violations.append(violation)
         if self._on_violation is not None:
             self._on_violation(violation)
 
@@ -398,13 +437,8 @@ def audit_once(
     """Audit ``topics`` as they are now: read them to their end (at most
     ``max_seconds``), let the bound pass, and return what was found. Nothing is written
     to Kafka (no audit topic, no commits)."""
-    config = AuditConfig(
-        bootstrap,
-        tuple(topics),
-        bound_s=bound_s,
-        group=f"atomickafka-audit-once-{uuid.uuid4().hex[:12]}",
-        audit_topic=None,
-        overrides=overrides or {},
+    config = AuditConfig.private(
+        bootstrap, topics, bound_s=bound_s, overrides=overrides, name="once"
     )
     audit = LiveAudit(config, commits=False, wait_for_topics=False)
     audit.start()

@@ -6,24 +6,27 @@ stateful operators, so that the audit runs where the rest of a Spark pipeline ru
 1. every AtomicKafka delivery topic is read with Spark's Kafka source
    (``read_committed``), and each record parsed by this file's own parser
    (:func:`parse_deliveries`; a contract test holds it to ``atomickafka.core.wire``);
-2. **per message** (``applyInPandasWithState`` grouped by ``messageID``, event-time
-   timeouts, the watermark one bound behind the newest record time): rules 2, 3 and 4 --
-   the same key, digest and destinations everywhere, every destination within the
-   bound (else ``missing``), no second delivery at a topic (exact repeats are dropped
-   and counted);
+2. **per message** (``applyInPandasWithState`` grouped by ``messageID``,
+   processing-time timeouts): rules 2, 3 and 4 -- the same key, digest and destinations
+   everywhere, every destination within the bound (else ``missing``), no second
+   delivery at a topic (exact repeats are dropped and counted);
 3. **per topic** (``transformWithStateInPandas`` grouped by topic, one key of state):
    rule 1 -- strictly increasing ``(timeStamp, layer, messageID)`` in offset order;
 4. each trigger's violations go to Parquet (``<out>/violations``) and, as one JSON
    object each, to the Kafka topic ``atomickafka-audit``; each trigger's counts per
    topic and outcome to ``<out>/counts``.
 
-A message's state expires as in the in-process audit: once the watermark passes the
-end of the second of its first delivery's Kafka time (the timeout is that instant, the
-watermark delay is the bound). Its results equal the in-process audit's on the same
-input but for two things Spark decides: a record more than one bound older than the
-newest record read is dropped by Spark's watermark (the in-process audit checks it),
-and time only moves with records (an idle system's missing message is reported when
-the next record arrives).
+A message's state expires as in the in-process audit: once event time reaches the end
+of the second of its first delivery's Kafka time plus the bound. Event time is, as
+there, the newest record time read (the watermark, one bound behind it, plus the bound)
+moved on by the clock while the input is idle: a trigger reads everything written
+before it starts, so the trigger's processing time, less :data:`IDLE_SLACK_MS` for
+records committed late or stamped by a clock behind the driver's, is a time up to which
+everything has been read. With processing-time timeouts Spark runs a trigger every
+interval even when no record arrives (its no-data micro-batches), so a missing message
+is reported by the first trigger after its bound passed, with no later record; and it
+drops no late row (Spark drops rows behind the watermark only under event-time
+timeouts), so on the same input the results equal the in-process audit's.
 
 A plain PySpark application: it imports only pyspark (with pandas, which its
 ``applyInPandasWithState`` needs), the standard library and ``atomickafka/spark_raw.py``
@@ -75,6 +78,10 @@ AUDIT_TOPIC: Final = "atomickafka-audit"
 DEFAULT_BOUND_S: Final = 10.0
 FORGET_FACTOR: Final = 10
 BUCKET_MS: Final = 1000
+#: While the input is idle, event time is a trigger's processing time less this: the
+#: slack for a delivery committed after its Kafka timestamp, or stamped by a node whose
+#: clock is behind the driver's (milliseconds).
+IDLE_SLACK_MS: Final = 1000
 #: Outcomes of a record (besides the violation kinds): checked, an exact repeat (dropped),
 #: delivered after it was reported missing, not a delivery of its topic.
 CHECKED, REPEAT, LATE, SKIPPED = "checked", "repeat", "late", "skipped"
@@ -270,20 +277,26 @@ class MessageRules:
             self._keep_or_expire(str(group), message, state, out)
         yield from _frame(out)
 
+    def _now(self, state: GroupState) -> int:
+        """Event time (see the module docstring): the newest record time read, or the
+        trigger's processing time less the slack, whichever is later."""
+        watermark = state.getCurrentWatermarkMs()
+        newest = watermark + self.bound_ms if watermark > 0 else 0
+        return max(newest, state.getCurrentProcessingTimeMs() - IDLE_SLACK_MS)
+
     def _keep_or_expire(
         self, message_id: str, message: dict[str, Any], state: GroupState, out: list[dict[str, Any]]
     ) -> None:
-        """Keep the message with its timeout, or expire it now: its timeout is the end of
-        its due second (it expires once the watermark, a bound behind, passes it)."""
-        watermark = state.getCurrentWatermarkMs()
-        timed_out = state.hasTimedOut
+        """Keep the message, timed out by the trigger after event time may reach its
+        expiry (the end of its due second plus the bound), or expire it now."""
+        now = self._now(state)
         while True:
-            timeout = int(message["due"]) * BUCKET_MS + BUCKET_MS - 1
-            if not timed_out and timeout >= watermark:
+            expiry = (int(message["due"]) + 1) * BUCKET_MS + self.bound_ms
+            if expiry > now:
                 state.update(_stored(message))
-                state.setTimeoutTimestamp(timeout)
+                wait = expiry + IDLE_SLACK_MS - state.getCurrentProcessingTimeMs()
+                state.setTimeoutDuration(max(1, wait))
                 return
-            timed_out = False  # the next timeout is judged against the watermark alone
             if message["phase"] != _OPEN:
                 state.remove()
                 return
@@ -498,7 +511,7 @@ def outcomes(deliveries: DataFrame, topics: Sequence[str], bound_s: float) -> Da
             OUTCOME_SCHEMA,
             _MESSAGE_STATE,
             "append",
-            GroupStateTimeout.EventTimeTimeout,
+            GroupStateTimeout.ProcessingTimeTimeout,
         )
     )
     return per_message.groupBy("topic").transformWithStateInPandas(
@@ -510,7 +523,8 @@ def outcomes(deliveries: DataFrame, topics: Sequence[str], bound_s: float) -> Da
 
 
 class BatchWriter:
-    """Writes each trigger's violations (Parquet and Kafka) and counts (Parquet)."""
+    """Writes each trigger's violations (Parquet and Kafka) and counts (Parquet); a
+    trigger with no row (an idle one that expired nothing) writes nothing."""
 
     def __init__(
         self, out: str, bootstrap: str, audit_topic: str | None, options: dict[str, str]
@@ -523,6 +537,8 @@ class BatchWriter:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         batch = batch.persist()
         try:
+            if batch.count() == 0:  # computed in full (state committed); nothing to write
+                return
             counts = batch.groupBy("topic", "outcome").count().withColumn("batch", F.lit(batch_id))
             counts.write.mode("append").parquet(f"{self.out}/counts")
             violations = batch.filter(F.col("outcome").isin(*KINDS)).withColumn(

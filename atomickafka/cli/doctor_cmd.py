@@ -30,6 +30,7 @@ from atomickafka.doctor import (
     render_json,
     render_text,
 )
+from atomickafka.errors import ConfigError
 from atomickafka.kafka.topics import Layout
 
 __all__ = ["register"]
@@ -84,7 +85,7 @@ def register(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     if args.partitions < 1:
-        raise ValueError("--partitions must be at least 1")
+        raise ConfigError("--partitions must be at least 1")
     if args.topics:
         parse_destinations([t.strip() for t in args.topics.split(",") if t.strip()])
     reach(args)

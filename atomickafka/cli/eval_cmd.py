@@ -19,6 +19,7 @@ from atomickafka.cli.options import (
     resolve_bootstrap,
 )
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
+from atomickafka.errors import ConfigError
 from atomickafka.evaluation.results import RunInfo
 from atomickafka.kafka.topics import Layout
 from atomickafka.localkafka import running_bootstrap
@@ -126,7 +127,8 @@ def _announce(info: RunInfo) -> None:
 
 def _parse_load(args: argparse.Namespace) -> tuple[list[Scenario], list[Comparison]]:
     """The scenarios and comparisons asked for, once every size, pace and layout option
-    is checked; ``ValueError`` names the first one the suite cannot run."""
+    is checked; a :class:`~atomickafka.errors.ConfigError` names the first one the suite
+    cannot run."""
     from atomickafka.evaluation.scenarios import parse_scenarios  # noqa: PLC0415
     from atomickafka.evaluation.variants import parse_comparisons  # noqa: PLC0415
 
@@ -134,13 +136,13 @@ def _parse_load(args: argparse.Namespace) -> tuple[list[Scenario], list[Comparis
     comparisons = parse_comparisons(args.compare)
     for name in ("messages_per_client", "clients", "topics", "partitions"):
         if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
     if args.record_size < 0:
-        raise ValueError("--record-size must be >= 0")
+        raise ConfigError("--record-size must be >= 0")
     if args.pace_ms < 0 or args.window_s <= 0 or args.stall_timeout_s <= 0:
-        raise ValueError("--pace-ms must be >= 0, --window-s and --stall-timeout-s > 0")
+        raise ConfigError("--pace-ms must be >= 0, --window-s and --stall-timeout-s > 0")
     if args.partitions > 1 and args.layout != Layout.SPLIT.value:
-        raise ValueError("--partitions needs the split layout")
+        raise ConfigError("--partitions needs the split layout")
     return scenarios, comparisons
 
 

@@ -20,6 +20,7 @@ from atomickafka.doctor.deployment import KafkaTopic
 from atomickafka.doctor.facts import TopicFacts
 from atomickafka.doctor.gather import gather_topics
 from atomickafka.doctor.topic_checks import check_topics
+from atomickafka.errors import ConfigError
 from atomickafka.kafka.admin import TopicSpec, admin_client, ensure_topics
 from atomickafka.kafka.topics import Layout
 
@@ -82,9 +83,9 @@ def register(subparsers: Any) -> None:
 def _deployment(args: argparse.Namespace) -> Deployment:
     topics = tuple(dict.fromkeys(t.strip() for t in args.topics.split(",") if t.strip()))
     if not topics:
-        raise ValueError("--topics names no topic")
+        raise ConfigError("--topics names no topic")
     if args.partitions < 1:
-        raise ValueError("--partitions must be at least 1")
+        raise ConfigError("--partitions must be at least 1")
     from atomickafka.core.wire import parse_destinations  # noqa: PLC0415
 
     parse_destinations(list(topics))  # the same name rules as destinations
@@ -96,7 +97,7 @@ def _create(args: argparse.Namespace) -> int:
     for name, value in (("replication-factor", args.replication_factor),
                         ("min-insync-replicas", args.min_insync_replicas)):  # fmt: skip
         if value is not None and value < 1:
-            raise ValueError(f"--{name} must be at least 1")
+            raise ConfigError(f"--{name} must be at least 1")
     metadata = reach(args)
     specs = deployment.specs()
     if args.min_insync_replicas is not None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 from atomickafka.core.engine_types import EngineStats, PendingMessage
 from atomickafka.core.memory import LinkSequences, SettledMemory
 from atomickafka.core.wire import Message, MessageType
+from atomickafka.errors import AtomicKafkaError
 
 if TYPE_CHECKING:
     from atomickafka.core.engine import Engine
@@ -32,7 +33,7 @@ __all__ = [
 SNAPSHOT_VERSION: Final = 3
 
 
-class SnapshotError(ValueError):
+class SnapshotError(AtomicKafkaError, ValueError):
     """A snapshot that cannot be read: another version, or missing or mistyped data."""
 
 

@@ -32,6 +32,8 @@ from collections import deque
 from enum import StrEnum
 from typing import Any, Final, NamedTuple
 
+from atomickafka.errors import ConfigError
+
 __all__ = [
     "DEFAULT_WINDOW_MS",
     "LinkSequences",
@@ -104,7 +106,7 @@ class SettledMemory:
 
     def __init__(self, window_ms: int = DEFAULT_WINDOW_MS) -> None:
         if window_ms <= 0:
-            raise ValueError(f"the memory window must be positive ({window_ms} ms)")
+            raise ConfigError(f"the memory window must be positive ({window_ms} ms)")
         self.window_ms = window_ms
         self._settled: dict[str, _Entry] = {}
         self._refused: dict[tuple[str, Version], int] = {}

@@ -80,6 +80,9 @@ from typing import Any, NamedTuple
 
 from sortedcontainers import SortedList
 
+from atomickafka.core.engine_state import SnapshotError
+from atomickafka.errors import ConfigError
+
 __all__ = [
     "LayerDelivery",
     "LayerRecord",
@@ -211,7 +214,7 @@ class Merger:
 
     def __init__(self, topic: str, layers: int) -> None:
         if not _is_int(layers) or layers < 1:
-            raise ValueError(f"a merger needs at least one layer, not {layers!r}")
+            raise ConfigError(f"a merger needs at least one layer, not {layers!r}")
         self.topic = topic
         self.layers = layers
         self.stats = MergerStats()
@@ -343,7 +346,7 @@ class Merger:
     def restore(cls, snapshot: dict[str, Any]) -> Merger:
         """Rebuild a merger from :meth:`snapshot` output."""
         if snapshot.get("version") != SNAPSHOT_VERSION:
-            raise ValueError(f"unsupported snapshot version {snapshot.get('version')!r}")
+            raise SnapshotError(f"unsupported merger snapshot version {snapshot.get('version')!r}")
         merger = cls(str(snapshot["topic"]), int(snapshot["layers"]))
         merger._watermarks = [int(w) for w in snapshot["watermarks"]]
         merger._ticked = [int(t) for t in snapshot["ticked"]]

@@ -342,7 +342,10 @@ class DeadLetter:
     reason: str
     source: str | None  # "<kafka topic>/<partition>" of the record set aside, if any
     source_offset: int | None
-    message_ids: tuple[str, ...]  # the refused messages of that record, when known
+    #: The refused messages of that record, when known: its messages header, else the
+    #: ``messageID`` of the note a node writes in place of a record (an aborted or
+    #: held message).
+    message_ids: tuple[str, ...]
     truncated_from: int | None  # the original size, when the value was cut
     value: bytes | None
 
@@ -359,11 +362,16 @@ def read_dead_letter(record: KafkaRecord) -> DeadLetter:
         return int(raw) if raw is not None and raw.lstrip("-").isdigit() else None
 
     ids = text(DEAD_LETTER_MESSAGES_HEADER)
+    message_ids = tuple(i for i in (ids or "").split(",") if i)
+    if ids is None:
+        note = _json_object(record.value())
+        noted = None if note is None else note.get("messageID")
+        message_ids = (noted,) if isinstance(noted, str) and noted else ()
     return DeadLetter(
         reason=text(DEAD_LETTER_ERROR_HEADER) or "(no reason given)",
         source=text(DEAD_LETTER_SOURCE_HEADER),
         source_offset=number(DEAD_LETTER_OFFSET_HEADER),
-        message_ids=tuple(i for i in (ids or "").split(",") if i),
+        message_ids=message_ids,
         truncated_from=number(DEAD_LETTER_TRUNCATED_HEADER),
         value=record.value(),
     )

@@ -20,7 +20,7 @@ from confluent_kafka import KafkaError, Producer
 from atomickafka.core.engine import DEFAULT_ALGORITHM
 from atomickafka.errors import TimedOutError
 from atomickafka.kafka.admin import admin_client, ensure_topics
-from atomickafka.kafka.settings import producer_config
+from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER, producer_config
 from atomickafka.kafka.status import Role, Status, status_topic_spec
 from atomickafka.kafka.topics import STATUS_TOPIC, Layout
 
@@ -64,7 +64,9 @@ def fill_old_statuses(
         if err is not None:
             errors.append(err)
 
-    producer = Producer(producer_config(bootstrap, overrides, **{"linger.ms": 50}))
+    producer = Producer(
+        producer_config(bootstrap, overrides, **{"linger.ms": 50}), logger=LIBRDKAFKA_LOGGER
+    )
     deadline = time.monotonic() + timeout_s
     for i in range(count):
         name = names[i % len(names)]

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from atomickafka.errors import TimedOutError
 from atomickafka.evaluation.measuring import (
     MULTICAST_FIELD,
     SEND_TIME_FIELD,
@@ -146,7 +147,7 @@ def client_process(job: ClientJob, ready: Any, go: Any, results: Any, done: Any)
         sender.flush(job.flush_timeout_s)
         ready.set()
         if not go.wait(job.start_timeout_s):
-            raise TimeoutError(f"no start signal within {job.start_timeout_s:.0f}s")
+            raise TimedOutError(f"no start signal within {job.start_timeout_s:.0f}s")
         ids, times = _send_plan(sender, job)
         result = ClientResult(
             plan.client_id, plan.index, plan.home_topic, ids, times, warmup_id, warmup_us

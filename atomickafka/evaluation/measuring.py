@@ -31,6 +31,7 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from atomickafka.core.reader import KafkaRecord, read_delivery
 from atomickafka.core.signing import Signer
+from atomickafka.errors import TimedOutError
 from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
 from atomickafka.kafka.secrets import load_signer
 
@@ -255,8 +256,9 @@ def warm_up(
 ) -> list[WarmUpSend]:
     """One unmeasured multicast to every topic through each topic, then wait until the
     counter has read all of their deliveries: every node has fetched its peers'
-    metadata before the measured load starts. Raises ``TimeoutError`` if they do not
-    all arrive within ``timeout_s``."""
+    metadata before the measured load starts. Raises
+    :class:`~atomickafka.errors.TimedOutError` if they do not all arrive within
+    ``timeout_s``."""
     want = counter.warmup + len(topics) * len(topics)
     sent = []
     for via in topics:
@@ -267,7 +269,7 @@ def warm_up(
     while counter.warmup < want:
         if time.monotonic() > deadline:
             got = counter.warmup - want + len(topics) ** 2
-            raise TimeoutError(
+            raise TimedOutError(
                 f"warm-up: {got} of {len(topics) ** 2} deliveries in {timeout_s:.0f}s"
             )
         counter.poll(0.2)

@@ -43,11 +43,18 @@ class RunInfo:
     check_ok: bool = False
     check_summary: str = ""
     check_counts: dict[str, int] = field(default_factory=dict)
-    #: The live audit over the run's delivery topics (``None``: not run); beside the
-    #: checker's verdict, not part of :attr:`ok` (the checker is the authority).
+    #: The live audit beside the run, on its delivery topics (``None``: not run); beside
+    #: the checker's verdict, not part of :attr:`ok` (the checker is the authority).
+    #: Violations by kind, delivery records checked, seconds it took after the last
+    #: delivery counted to have read everything written up to then, the CPU seconds of
+    #: its own process (in no cost of the run), and its first violations (JSON).
     audit_ok: bool | None = None
     audit_summary: str = ""
     audit_counts: dict[str, int] = field(default_factory=dict)
+    audit_checked: int = 0
+    audit_lag_s: float | None = None
+    audit_cpu_s: float | None = None
+    audit_examples: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     #: Bytes of each measured value (0: the probe alone), and each multicast's
     #: destination count (``""``: every topic; ``"2-5"``: drawn from 2 to 5).

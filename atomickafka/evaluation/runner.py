@@ -1,14 +1,15 @@
 """One run of the suite: a scenario through one variant, checked and recorded.
 
 A run gets fresh topic names, starts its system (one AtomicKafka node per topic under
-``running_cluster``, or the sequencer's fan-out process), sends one unmeasured warm-up
-multicast through every topic, then starts the client processes together and counts
-deliveries as they arrive (a progress bar per run) until every destination of every
-message has delivered, or nothing arrives for ``stall_timeout_s``. Then it stops the
-system, runs the order checker on everything ``AtomicKafkaClient.deliveries()``
-returns at every topic, and records every record of the run (see
-:mod:`~atomickafka.evaluation.recording`). The outcome is a
-:class:`~atomickafka.evaluation.results.RunInfo`, also written as ``run.json``.
+``running_cluster``, or the sequencer's fan-out process) and the live audit beside it
+(:mod:`~atomickafka.evaluation.run_audit`), sends one unmeasured warm-up multicast
+through every topic, then starts the client processes together and counts deliveries as
+they arrive (a progress bar per run) until every destination of every message has
+delivered, or nothing arrives for ``stall_timeout_s``. Then it stops the system and the
+audit (which reads on to the topics' ends and gives its verdict), runs the order checker
+on everything ``AtomicKafkaClient.deliveries()`` returns at every topic, and records
+every record of the run (see :mod:`~atomickafka.evaluation.recording`). The outcome is
+a :class:`~atomickafka.evaluation.results.RunInfo`, also written as ``run.json``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import os
 import queue
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,24 +30,26 @@ from pathlib import Path
 from typing import Any, Final
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 from tqdm import tqdm
 
-from atomickafka.audit.service import audit_once
+from atomickafka.audit.records import Kind
 from atomickafka.client import (
     Delivery,
     DeliveryError,
     DeliveryReader,
     DestinationError,
 )
+from atomickafka.errors import TimedOutError
 from atomickafka.evaluation.bare import BARE_ID, UNORDERED
 from atomickafka.evaluation.clients import ClientJob, ClientResult, client_process, make_sender
 from atomickafka.evaluation.clients import payload as measured_value
 from atomickafka.evaluation.cost import RunCost
+from atomickafka.evaluation.errors import RunError
 from atomickafka.evaluation.measuring import WARMUP_VALUE, DeliveryCounter, warm_up
 from atomickafka.evaluation.processes import CpuMeter, ProcessRole, track_broker, track_cluster
 from atomickafka.evaluation.recording import RecordedTopic, SentRow, record_run, recorded_traffic
 from atomickafka.evaluation.results import RunInfo
+from atomickafka.evaluation.run_audit import AuditOutcome, RunAudit, running_audit
 from atomickafka.evaluation.scenarios import ClientPlan, Scenario, plan_clients
 from atomickafka.evaluation.sequencer import SEQUENCER_ID, running_sequencer
 from atomickafka.evaluation.topic_scan import (
@@ -56,8 +59,7 @@ from atomickafka.evaluation.topic_scan import (
     sequencer_topics,
 )
 from atomickafka.evaluation.variants import System, Variant
-from atomickafka.kafka.admin import ensure_topics
-from atomickafka.kafka.settings import admin_config
+from atomickafka.kafka.admin import admin_client, ensure_topics
 from atomickafka.kafka.status import STATUS_READ_WINDOW_S, read_statuses
 from atomickafka.kafka.topics import (
     STATUS_TOPIC,
@@ -71,10 +73,6 @@ from atomickafka.verify.checker import check, deliveries_from_client, sent_from_
 __all__ = ["RunError", "RunSpec", "run_one"]
 
 log = logging.getLogger("atomickafka.eval.runner")
-
-
-class RunError(RuntimeError):
-    """A run could not go on (a client failed, the warm-up was not delivered, ...)."""
 
 
 #: What ends a run as failed (reported in its RunInfo) while the suite goes on: the
@@ -170,12 +168,12 @@ def _running_system(bootstrap: str, spec: RunSpec, meter: CpuMeter) -> Iterator[
     """The run's system for the block, its processes tracked by ``meter``."""
     algorithm = spec.variant.algorithm
     if spec.variant.system is System.KAFKA:  # the bare pipe: topics, and no process
-        ensure_topics(AdminClient(admin_config(bootstrap, spec.overrides)), spec.topics)
+        ensure_topics(admin_client(bootstrap, spec.overrides), spec.topics)
         yield
         return
     if algorithm is None:  # the sequencer
         ensure_topics(
-            AdminClient(admin_config(bootstrap, spec.overrides)),
+            admin_client(bootstrap, spec.overrides),
             [spec.sequencer_topic, *spec.topics],
         )
         with running_sequencer(bootstrap, spec.sequencer_topic, overrides=spec.overrides) as proc:
@@ -317,9 +315,11 @@ def _drive_clients(
     plans: Sequence[ClientPlan],
     counter: DeliveryCounter,
     meter: CpuMeter,
+    on_counted: Callable[[], None] | None = None,
 ) -> tuple[list[ClientResult], bool]:
     """Start the clients together; count deliveries until all came or progress stalled.
-    ``meter`` measures the window from the start signal to that moment."""
+    ``meter`` measures the window from the start signal to that moment, when
+    ``on_counted`` is called."""
     expected = sum(len(d) for plan in plans for d in plan.destinations)
     ctx = mp.get_context("spawn")
     results_queue = ctx.Queue()
@@ -347,6 +347,8 @@ def _drive_clients(
         go.set()
         _count_deliveries(spec, counter, expected, results_queue, results)
         meter.stop()
+        if on_counted is not None:
+            on_counted()
         done.set()
         _collect_results(results_queue, results, len(plans))
         return [results[plan.client_id] for plan in plans], counter.measured >= expected
@@ -440,17 +442,83 @@ def _cost(spec: RunSpec, meter: CpuMeter, delivered: int, records: Path) -> RunC
     return RunCost(spec.variant.system.value, delivered, window.seconds, window.processes, traffic)
 
 
-def _audit(bootstrap: str, spec: RunSpec, info: RunInfo) -> None:
-    """The live audit's rules over the run's delivery topics, read once after the run
-    (cheap: no process beside the measured run), its verdict beside the checker's."""
+#: What the live audit's process may fail with; the run goes on without its verdict.
+_AUDIT_FAILURES = (RunError, TimedOutError, KafkaException, OSError)
+#: What the audit is expected to find in the bare pipe, which orders nothing.
+_BARE_PIPE_AUDIT_KINDS: Final = frozenset({Kind.ORDER.value})
+_BARE_PIPE_AUDIT: Final = (
+    "nothing orders the bare pipe, so the audit is expected to find its topics out of "
+    "order; only a missing, duplicate, mismatched or misaddressed delivery fails it"
+)
+#: How many of the audit's violations a run's facts keep.
+_AUDIT_EXAMPLES: Final = 5
+
+
+def _start_audit(
+    bootstrap: str, spec: RunSpec, info: RunInfo, stack: contextlib.ExitStack
+) -> RunAudit | None:
+    """The live audit beside the run, reading its delivery topics (they exist once its
+    system is up), ended when ``stack`` closes; ``None`` when it could not start."""
     try:
-        audit = audit_once(bootstrap, list(spec.delivery_topics()), overrides=dict(spec.overrides))
-    except KafkaException as exc:
+        return stack.enter_context(
+            running_audit(
+                bootstrap,
+                list(spec.delivery_topics()),
+                spec.run_dir / "audit.log",
+                overrides=spec.overrides,
+                quiet=spec.variant.system is System.KAFKA,
+            )
+        )
+    except _AUDIT_FAILURES as exc:
+        log.warning("live audit not started: %s", exc)
         info.audit_summary = f"audit not run: {exc}"
+        return None
+
+
+def _finish_audit(audit: RunAudit | None, spec: RunSpec, info: RunInfo) -> None:
+    """Stop the audit once the run's system stopped; its verdict beside the checker's."""
+    if audit is None:
         return
-    info.audit_ok = audit.ok
-    info.audit_summary = audit.summary()
-    info.audit_counts = audit.totals.by_kind()
+    try:
+        outcome = audit.finish()
+    except _AUDIT_FAILURES as exc:
+        log.warning("live audit failed: %s", exc)
+        info.audit_summary = f"audit failed: {exc}"
+        return
+    _take_audit(outcome, spec.variant.system, info)
+
+
+def _take_audit(outcome: AuditOutcome, system: System, info: RunInfo) -> None:
+    """The audit's outcome into the run's facts. The bare pipe orders nothing: the
+    audit's ``order`` findings are expected there, and only other kinds fail it."""
+    info.audit_counts = dict(outcome.counts)
+    info.audit_checked = outcome.checked
+    info.audit_lag_s = None if outcome.lag_s is None else round(outcome.lag_s, 3)
+    info.audit_cpu_s = round(outcome.cpu_s, 3)
+    info.audit_examples = outcome.violations[:_AUDIT_EXAMPLES]
+    unexpected = set(outcome.counts)
+    if system is System.KAFKA:
+        unexpected -= _BARE_PIPE_AUDIT_KINDS
+    info.audit_ok = outcome.read_to_end and not unexpected
+    summary = outcome.summary
+    if system is System.KAFKA and info.audit_ok:
+        findings = outcome.counts.get(Kind.ORDER.value, 0)
+        summary = (
+            f"audit not applicable to order: {_BARE_PIPE_AUDIT}; {findings:,} order findings, "
+            f"no other kind, {outcome.checked:,} deliveries checked"
+        )
+    if not outcome.read_to_end:
+        summary = f"audit incomplete: not every topic read to its end ({summary})"
+    lag = (
+        "not caught up when the run stopped"
+        if outcome.lag_s is None
+        else f"had read everything {outcome.lag_s:.2f} s after the last delivery was counted"
+    )
+    cost = "" if outcome.us_per_record is None else f", {outcome.us_per_record:,.0f} CPU-µs"
+    info.audit_summary = (
+        f"{summary}; live beside the run: {lag}; its own process{cost} per delivery "
+        f"({outcome.cpu_s:.2f} CPU-s, in no cost of the run)"
+    )
 
 
 def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
@@ -488,12 +556,16 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
         meter = CpuMeter()
         track_broker(meter, bootstrap)
         meter.track(os.getpid(), ProcessRole.MEASURER, "measuring consumer (the suite)")
-        with contextlib.closing(counter):
+        with contextlib.closing(counter), contextlib.ExitStack() as beside:
             with _running_system(bootstrap, spec, meter):
+                audit = _start_audit(bootstrap, spec, info, beside)
                 warm = _warm_up(bootstrap, spec, counter)
-                results, info.complete = _drive_clients(bootstrap, spec, plans, counter, meter)
+                results, info.complete = _drive_clients(
+                    bootstrap, spec, plans, counter, meter, audit.mark if audit else None
+                )
             info.counted_deliveries = counter.measured
             delivered = len(counter.completed)
+            _finish_audit(audit, spec, info)
         rows, values = _sent_rows(plans, results, spec.record_size)
         sent = {row.message_id: (row.destinations, WARMUP_VALUE) for row in warm}
         sent.update(values)
@@ -506,7 +578,6 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
             info.check_ok = not set(report.counts) - UNORDERED
             info.check_summary = f"{_BARE_PIPE_CHECK}\n{info.check_summary}"
         info.check_counts = {k.value: n for k, n in report.counts.items()}
-        _audit(bootstrap, spec, info)
         if spec.record:
             recording = record_run(
                 bootstrap,

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from atomickafka.errors import ConfigError
+
 __all__ = [
     "THESIS_SCENARIOS",
     "ClientPlan",
@@ -56,7 +58,7 @@ def scenario(name: str) -> Scenario:
         return Scenario("baseline", 0)
     match = _MIX.fullmatch(text)
     if match is None or int(match.group(1)) + int(match.group(2)) != 100:
-        raise ValueError(
+        raise ConfigError(
             f"unknown scenario {name!r}: use baseline or A-B with A+B=100 (e.g. 90-10)"
         )
     return Scenario(text, int(match.group(2)))
@@ -70,10 +72,10 @@ def parse_scenarios(text: str) -> list[Scenario]:
             continue
         item = scenario(part)
         if any(s.multicast_percent == item.multicast_percent for s in out):
-            raise ValueError(f"scenario {item.name!r} is listed twice")
+            raise ConfigError(f"scenario {item.name!r} is listed twice")
         out.append(item)
     if not out:
-        raise ValueError("no scenario given")
+        raise ConfigError("no scenario given")
     return out
 
 
@@ -114,11 +116,11 @@ def plan_clients(
     or with ``fanout`` to as many as drawn (see the module's docstring).
     """
     if not topics:
-        raise ValueError("a scenario needs at least one topic")
+        raise ConfigError("a scenario needs at least one topic")
     if clients < 1 or messages_per_client < 1:
-        raise ValueError("need at least one client and one message per client")
+        raise ConfigError("need at least one client and one message per client")
     if fanout is not None and not 2 <= fanout[0] <= fanout[1]:
-        raise ValueError(f"a fan-out is LO-HI with 2 <= LO <= HI, not {fanout}")
+        raise ConfigError(f"a fan-out is LO-HI with 2 <= LO <= HI, not {fanout}")
     percent = chosen.multicast_percent
     plans = []
     for index, home in enumerate(home_topics(topics, clients)):

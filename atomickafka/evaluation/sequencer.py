@@ -26,6 +26,7 @@ from atomickafka.core.wire import (
     decode_record,
     encode_client,
 )
+from atomickafka.errors import TimedOutError
 from atomickafka.evaluation.senders import ProducingSender, write_deliveries
 from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
 from atomickafka.kafka.producer import RecordProducer, type_headers
@@ -134,7 +135,7 @@ def running_sequencer(
     proc.start()
     try:
         if not ready.wait(start_timeout_s):
-            raise TimeoutError(f"the sequencer did not start within {start_timeout_s:.0f}s")
+            raise TimedOutError(f"the sequencer did not start within {start_timeout_s:.0f}s")
         yield proc
     finally:
         stop.set()

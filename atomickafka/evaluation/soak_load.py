@@ -29,8 +29,10 @@ from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from typing import Any, Final
 
+from atomickafka.errors import ConfigError, TimedOutError
 from atomickafka.evaluation.bench import BenchLoad
 from atomickafka.evaluation.clients import payload
+from atomickafka.evaluation.errors import RunError
 
 __all__ = [
     "SendJob",
@@ -77,7 +79,7 @@ def split_load(load: BenchLoad, senders: int) -> list[BenchLoad]:
     """``load`` shared by ``senders`` processes: the messages (the first ones take the
     remainder) and the rate divided, each with its own seed."""
     if senders < 1:
-        raise ValueError(f"at least one sender, not {senders}")
+        raise ConfigError(f"at least one sender, not {senders}")
     base, extra = divmod(load.messages, senders)
     rate = None if load.rate is None else load.rate / senders
     return [
@@ -124,7 +126,7 @@ def _send_plan(client: Any, job: SendJob, stop: Any) -> int:
         value = payload(job.index, i, len(dests) > 1, time.time_ns() // 1000, load.record_size)
         sent_id = client.send(value, dests)
         if sent_id != mid:
-            raise RuntimeError(f"sent {sent_id}, the plan says {mid}")
+            raise RunError(f"sent {sent_id}, the plan says {mid}")
     return len(plan)
 
 
@@ -142,7 +144,7 @@ def sender_process(job: SendJob, ready: Any, go: Any, stop: Any, results: Any) -
             client.warm_up(job.topics)
             ready.set()
             if not go.wait(600):
-                raise TimeoutError("no start signal within 600 s")
+                raise TimedOutError("no start signal within 600 s")
             began = time.monotonic()
             sent = _send_plan(client, job, stop)
             client.flush(300)
@@ -185,9 +187,9 @@ class Senders:
             self._take()
             failed = [r for r in self._results.values() if r.error]
             if failed:
-                raise RuntimeError(f"sender {failed[0].index} failed:\n{failed[0].error}")
+                raise RunError(f"sender {failed[0].index} failed:\n{failed[0].error}")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"senders not ready within {timeout_s:.0f} s")
+                raise TimedOutError(f"senders not ready within {timeout_s:.0f} s")
             time.sleep(0.05)
 
     def go(self) -> None:
@@ -224,9 +226,9 @@ class Senders:
             time.sleep(0.1)
         failed = self.errors()
         if failed:
-            raise RuntimeError(f"a sender failed:\n{failed[0]}")
+            raise RunError(f"a sender failed:\n{failed[0]}")
         if not self.finished():
-            raise TimeoutError(f"{len(self.jobs) - len(self._results)} senders did not report")
+            raise TimedOutError(f"{len(self.jobs) - len(self._results)} senders did not report")
         return [self._results[job.index] for job in self.jobs]
 
     def close(self) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from atomickafka.evaluation.errors import RunError
 from atomickafka.evaluation.measuring import DeliveryCounter, percentile
 from atomickafka.evaluation.rss import MemorySample, read_rss_mib, summarise_memory
 from atomickafka.evaluation.soak_cluster import ClusterCommand, ClusterOptions
@@ -88,7 +89,7 @@ def _sampled_load(
                 break
             errors = senders.errors()
             if errors:
-                raise RuntimeError(f"a sender failed:\n{errors[0]}")
+                raise RunError(f"a sender failed:\n{errors[0]}")
             before = len(counter.completed)
             counter.poll(0.2)
             done = len(counter.completed)

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, NoReturn
 
+from atomickafka.errors import AtomicKafkaError
 from atomickafka.localkafka import spark_kafka_lib_dir
 
 if TYPE_CHECKING:  # pyspark is the eval extra's: imported only where Spark runs
@@ -42,7 +43,7 @@ __all__ = [
 DEFAULT_MASTER = "local[2]"
 
 
-class SparkSetupError(RuntimeError):
+class SparkSetupError(AtomicKafkaError):
     """Spark or its Kafka connector is not set up; the message says how to set it up."""
 
 

@@ -17,6 +17,7 @@ from typing import Final
 from confluent_kafka import Consumer, TopicPartition
 
 from atomickafka.core.reader import UNDECODABLE, KafkaRecord, Peek, peek
+from atomickafka.errors import TimedOutError
 from atomickafka.kafka.consumer import consume_batch, make_consumer, watermarks
 from atomickafka.kafka.topics import (
     STATUS_TOPIC,
@@ -208,7 +209,7 @@ def scan_topics(
             if ends:
                 _read_up_to_ends(consumer, ends)
         if ends:
-            raise TimeoutError(
+            raise TimedOutError(
                 f"reading a run: {len(ends)} partitions not read to their end in {timeout_s:.0f}s"
             )
     finally:

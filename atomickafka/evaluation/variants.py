@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from atomickafka.core.engine import Algorithm
+from atomickafka.errors import ConfigError
 from atomickafka.kafka.topics import Layout
 
 __all__ = ["Comparison", "System", "Variant", "parse_comparisons", "variants_for"]
@@ -86,7 +87,7 @@ def parse_comparisons(text: str) -> list[Comparison]:
             item = Comparison(name)
         except ValueError:
             choices = ", ".join(c.value for c in Comparison)
-            raise ValueError(f"unknown comparison {name!r}: choose from {choices}") from None
+            raise ConfigError(f"unknown comparison {name!r}: choose from {choices}") from None
         if item not in out:
             out.append(item)
     return out

@@ -23,7 +23,7 @@ from confluent_kafka import Message as KafkaMessage
 
 from atomickafka.core.reader import TYPE_HEADER, Header
 from atomickafka.core.wire import MessageType
-from atomickafka.errors import QueueFullError
+from atomickafka.errors import ClosedError, QueueFullError
 from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER, producer_config
 
 __all__ = [
@@ -95,7 +95,7 @@ class RecordProducer(AbstractContextManager["RecordProducer"]):
     @property
     def _open(self) -> Producer:
         if self._producer is None:
-            raise RuntimeError("the producer is closed")
+            raise ClosedError("the producer is closed")
         return self._producer
 
     def send(

@@ -1,9 +1,17 @@
 """What the metrics read off records, cheaply and without decoding them: an input
 record's type, a delivery's ``sentAt``, a dead letter's reason as a short label.
 
-These run for every record a node reads or writes, so none of them parses JSON: they
-look at headers and at a bounded stretch of the record's bytes. Every label they return
-is from a fixed set, so a metric's label values stay few whatever the input holds.
+These run for every record a node reads or writes, so on the hot path none of them
+parses JSON: they look at headers and at a bounded stretch of the record's bytes. Every
+label they return is from a fixed set, so a metric's label values stay few whatever the
+input holds.
+
+:func:`record_type` is a shortcut of :func:`atomickafka.core.reader.peek`, the one
+reader of the wire format: when the first ``messageType`` field of the record's first
+bytes names a known type, that is the answer (in every record AtomicKafka writes, the
+first such field is the envelope's: it comes before the value); otherwise the reader
+decides. ``tests/unit/test_metrics_contract.py`` holds the two to the same answer for a
+record of every :class:`~atomickafka.core.wire.MessageType`, in every form it is written.
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from atomickafka.core.raw import H_SENT
-from atomickafka.core.reader import TYPE_HEADER
+from atomickafka.core.reader import TYPE_HEADER, PlainRecord, peek
 from atomickafka.core.signing import SIGNATURE_HEADER
 from atomickafka.core.wire import MessageType
 
@@ -92,8 +100,9 @@ def _header(headers: Headers | None, name: str) -> bytes | None:
 
 def record_type(value: bytes | None, headers: Headers | None) -> str:
     """The ``messageType`` of a record (``Bundle`` for a bundle) from its type header or
-    the first ``messageType`` field of its first bytes; :data:`UNKNOWN` when neither
-    names a known type."""
+    the first ``messageType`` field of its first bytes, else as
+    :func:`~atomickafka.core.reader.peek` reads it; :data:`UNKNOWN` when that is not a
+    known type."""
     declared = _header(headers, TYPE_HEADER)
     if declared is not None:
         text = declared.decode(errors="replace")
@@ -101,10 +110,19 @@ def record_type(value: bytes | None, headers: Headers | None) -> str:
     if not value:
         return UNKNOWN
     found = _TYPE_FIELD.search(value, 0, _SNIFF_BYTES)
-    if found is None:
-        return UNKNOWN
-    text = found.group(1).decode()
-    return text if text in _TYPES else UNKNOWN
+    if found is not None:
+        text = found.group(1).decode()
+        if text in _TYPES:
+            return text
+    return _read_type(value, headers)
+
+
+def _read_type(value: bytes, headers: Headers | None) -> str:
+    """The slow path: the reader's verdict (ids long or escaped enough to push the
+    field past the first bytes, another writer's escapes, records that are not ours)."""
+    pairs = list(headers.items()) if isinstance(headers, Mapping) else headers
+    kind = peek(PlainRecord(value, headers=pairs or None)).kind
+    return kind if kind in _TYPES else UNKNOWN
 
 
 def sent_at_ms(value: bytes | None, headers: Headers | None) -> int | None:

@@ -76,6 +76,7 @@ from atomickafka.core.merger import (
 from atomickafka.core.reader import PlainRecord, delivery_order_key
 from atomickafka.core.signing import Signer
 from atomickafka.core.wire import Message, MessageError, MessageType, decode_record
+from atomickafka.errors import ConfigError
 from atomickafka.node.batch import OutKind, OutRecord, Ready
 from atomickafka.node.merger_batch import MergerBatch, MergerSpec, own_delivery_key
 from atomickafka.node.snapshots import LoadedSnapshot, newest_snapshots
@@ -357,7 +358,7 @@ class LayeredSimulator:
         snapshot_every: int = SNAPSHOT_EVERY,
     ) -> None:
         if layers < 1:
-            raise ValueError(f"at least one layer, not {layers}")
+            raise ConfigError(f"at least one layer, not {layers}")
         self.chooser: Chooser = chooser if chooser is not None else RandomChooser(0)
         self.clock = SimClock()
 
@@ -437,7 +438,7 @@ class LayeredSimulator:
     def send(self, send: LayerSend, *, partial: bool = False) -> None:
         """A client sends ``send`` into its layer (see :meth:`Simulator.send`)."""
         if not 0 <= send.layer < self.layers:
-            raise ValueError(f"{send.messageID}: no layer {send.layer} in this simulation")
+            raise ConfigError(f"{send.messageID}: no layer {send.layer} in this simulation")
         self.layer_of.setdefault(send.messageID, send.layer)
         self.sims[send.layer].send(send, partial=partial)
 

@@ -73,24 +73,23 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-import orjson
-
 from atomickafka.core.engine import Algorithm, Engine
 from atomickafka.core.raw import decode_any
 from atomickafka.core.reader import (
-    DEAD_LETTER_ERROR_HEADER,
+    DeadLetter,
     PlainRecord,
-    header_value,
+    peek,
+    read_dead_letter,
+    read_messages,
 )
 from atomickafka.core.signing import Signer
 from atomickafka.core.wire import (
     Message,
-    MessageError,
     MessageType,
-    decode_record,
     encode_bundle,
     encode_client,
 )
+from atomickafka.errors import ConfigError
 from atomickafka.node.batch import NodeBatch, NodeSpec, OutKind, OutRecord, Ready
 from atomickafka.node.snapshots import LoadedSnapshot, newest_snapshots
 from atomickafka.verify.checker import CheckReport, SentMessage, check, deliveries_from_wire
@@ -242,7 +241,9 @@ class SimulationResult:
         the notes about aborted messages are in :attr:`aborted`."""
         out: dict[str, list[str]] = {}
         for topic, letters in self.dead_letters.items():
-            reasons = [r for r in map(_reason, letters) if not r.startswith("aborted: ")]
+            reasons = [
+                d.reason for d in map(_dead_letter, letters) if not d.reason.startswith("aborted: ")
+            ]
             if reasons:
                 out[topic] = reasons
         return out
@@ -253,9 +254,10 @@ class SimulationResult:
         out: dict[str, list[str]] = {}
         for topic, letters in self.dead_letters.items():
             out[topic] = [
-                str(orjson.loads(r.value or b"{}").get("messageID"))
-                for r in letters
-                if _reason(r).startswith("aborted: ")
+                mid
+                for letter in map(_dead_letter, letters)
+                if letter.reason.startswith("aborted: ")
+                for mid in letter.message_ids
             ]
         return out
 
@@ -283,9 +285,9 @@ class SimulationResult:
         )
 
 
-def _reason(letter: OutRecord) -> str:
-    raw = header_value(PlainRecord(None, headers=list(letter.headers)), DEAD_LETTER_ERROR_HEADER)
-    return (raw or b"").decode(errors="replace")
+def _dead_letter(letter: OutRecord) -> DeadLetter:
+    """A dead letter the simulated node wrote, as core/reader reads it."""
+    return read_dead_letter(PlainRecord(letter.value, headers=list(letter.headers)))
 
 
 def replayed_deliveries(spec: NodeSpec, records: Sequence[PlainRecord]) -> list[Message]:
@@ -363,7 +365,7 @@ class Simulator:
         gapless: bool = True,
     ) -> None:
         if len(set(topics)) != len(topics) or not topics:
-            raise ValueError("topics must be distinct and not empty")
+            raise ConfigError("topics must be distinct and not empty")
         self.topics = tuple(topics)
         self.algorithm = Algorithm(algorithm)
         self.chooser: Chooser = chooser if chooser is not None else RandomChooser(0)
@@ -594,12 +596,8 @@ class Simulator:
         """Append record ``index`` of ``topic``'s log again without the ``seq`` of its
         messages, as a node of a release before §4.12 writes them (signed: a member)."""
         record = self.inputs[topic].records[index]
-        raw = record.value()
-        try:
-            messages = decode_record(raw or b"")
-        except MessageError:
-            return
-        if not raw or not raw.startswith(b'{"messageType":"Bundle"'):
+        messages = read_messages(record)
+        if not messages or not peek(record).is_bundle:
             return
         first = messages[0]
         value = encode_bundle(
@@ -883,7 +881,7 @@ class Simulator:
                 self._note(f"{source} DELIVERS {(record.value or b'')[:80]!r}")
         elif kind is OutKind.DEAD_LETTER:
             self.dead_letters[source].append(record)
-            self._note(f"{source} SETS ASIDE: {_reason(record)}")
+            self._note(f"{source} SETS ASIDE: {_dead_letter(record).reason}")
         else:
             self.nodes[source].snapshot_rows.append((record.key, record.value))
 

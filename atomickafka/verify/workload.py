@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from atomickafka.core.wire import Message, client_message
+from atomickafka.errors import ConfigError
 from atomickafka.verify.choosers import Chooser, RandomChooser
 
 __all__ = [
@@ -191,10 +192,10 @@ def assign_layers(
     """
     policy = LayerPolicy(policy)
     if layers < 1:
-        raise ValueError(f"at least one layer, not {layers}")
+        raise ConfigError(f"at least one layer, not {layers}")
     usable = [layer for layer in range(layers) if layer not in set(silent)]
     if not usable:
-        raise ValueError("every layer is silent: nothing could be sent")
+        raise ConfigError("every layer is silent: nothing could be sent")
     chooser = chooser if chooser is not None else RandomChooser(0)
     active: list[list[int]] = [usable]
     if phases > 1:

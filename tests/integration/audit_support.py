@@ -68,29 +68,39 @@ class BadRecords:
     expected: frozenset[tuple[str, str, str]]
     written_at: float  # time.monotonic()
     repeats: Mapping[str, int]  # exact repeats written, per topic
+    #: The Kafka time (ms) of the one delivery of the message missing at its other
+    #: destination: the bound runs from there.
+    missing_first_ms: int
 
 
 def write_bad_records(bootstrap: str, topics: Sequence[str], tag: str) -> BadRecords:
     """Write, straight into the delivery topics: one record out of order, one with another
     timestamp for an id known from another destination, one missing at one destination,
-    one duplicate (the same id again, with another value), and one exact repeat (which
-    must not be a violation)."""
+    one duplicate (the same id again, with another value), one delivered at a topic that
+    is not among its destinations, and one exact repeat (which must not be a
+    violation)."""
     a, b, c = topics[0], topics[1], topics[2]
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    times: list[int] = []
 
     def put(topic: str, value: bytes) -> None:
-        producer.produce(topic, value)
+        producer.produce(
+            topic, value, on_delivery=lambda _err, msg: times.append(msg.timestamp()[1])
+        )
         producer.flush(30)  # one at a time: each topic's order is the order written
 
     put(a, delivery_value(a, f"{tag}-order", 1, [a]))  # below a's last key
     put(a, delivery_value(a, f"{tag}-mismatch", HIGH, [a, b]))
     put(b, delivery_value(b, f"{tag}-mismatch", HIGH + 1, [a, b]))  # another timestamp
     put(a, delivery_value(a, f"{tag}-missing", HIGH + 2, [a, c]))  # never at c
+    missing_first_ms = times[-1]
     put(c, delivery_value(c, f"{tag}-dup", HIGH + 3, [c]))
     put(c, delivery_value(c, f"{tag}-dup", HIGH + 4, [c], value=b'{"bad":2}'))  # duplicate
     repeat = delivery_value(b, f"{tag}-repeat", HIGH + 5, [b])
     put(b, repeat)
     put(b, repeat)  # an exact repeat: dropped and counted, not a violation
+    put(a, delivery_value(a, f"{tag}-stray", HIGH + 6, [a]))
+    put(b, delivery_value(b, f"{tag}-stray", HIGH + 6, [a]))  # b is not a destination
     written_at = time.monotonic()
     expected = frozenset(
         {
@@ -98,20 +108,10 @@ def write_bad_records(bootstrap: str, topics: Sequence[str], tag: str) -> BadRec
             ("mismatch", b, f"{tag}-mismatch"),
             ("missing", c, f"{tag}-missing"),
             ("duplicate", c, f"{tag}-dup"),
+            ("not-a-destination", b, f"{tag}-stray"),
         }
     )
-    return BadRecords(expected, written_at, {b: 1})
-
-
-def write_clock_record(bootstrap: str, topic: str, tag: str, ahead_s: float) -> None:
-    """A valid single-destination delivery whose Kafka time is ``ahead_s`` in the future:
-    event time moves on without waiting (Spark's watermark only moves with records)."""
-    producer = Producer({"bootstrap.servers": bootstrap})
-    at = int((time.time() + ahead_s) * 1000)
-    producer.produce(
-        topic, delivery_value(topic, f"{tag}-clock", HIGH + 100, [topic]), timestamp=at
-    )
-    producer.flush(30)
+    return BadRecords(expected, written_at, {b: 1}, missing_first_ms)
 
 
 def wait_for(

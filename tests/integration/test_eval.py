@@ -94,18 +94,30 @@ def test_every_run_passes_the_order_check_and_the_report_has_everything(suite: P
     for run in RUNS:
         info = RunInfo.load(suite / "runs" / run / "run.json")
         assert info.ok, info.check_summary or info.error
+        # the live audit ran beside the run on its delivery topics, read every delivery
+        # (the measured ones, the suite's warm-up multicasts, one warm-up per client)
+        # and gave its verdict beside the checker's
+        warm_ups = len(info.topics) ** 2 + info.clients
+        assert info.audit_checked == info.expected_deliveries + warm_ups, info.audit_summary
+        assert info.audit_lag_s is not None and info.audit_cpu_s, info.audit_summary
+        assert "live beside the run: had read everything" in info.audit_summary
+        assert (suite / "runs" / run / "audit.log").exists()
         if run.startswith("kafka"):  # the bare pipe orders nothing: held to less, and says so
             assert info.check_summary.startswith("bare pipe: nothing orders it")
             assert info.verdict == "passed (integrity; no order promised)"
+            assert info.audit_ok, info.audit_summary  # its order findings are expected
+            assert info.audit_summary.startswith("audit not applicable to order: "), info
+            assert set(info.audit_counts) <= {"order"}
             continue
         assert "OK: integrity, validity and total order hold" in info.check_summary
         assert info.counted_deliveries == info.expected_deliveries
-        # the live audit ran on the run's delivery topics and agrees with the checker
         assert info.audit_ok, info.audit_summary
         assert info.audit_summary.startswith("audit passed: ")
+        assert info.audit_counts == {}
     text = (suite / "report.md").read_text(encoding="utf-8")
     assert f"**All {len(RUNS)} runs passed the order check**" in text
     assert "| order check | live audit |" in text
+    assert "n/a: orders nothing (" in text and "FAILED (" not in text
     for heading in (
         "## Summary",
         f"## Capacity against the 2019 thesis: our unpaced runs, its paced runs ({DEFAULT}/split)",

@@ -14,7 +14,7 @@ from atomickafka.audit.config import AUDIT_TOPIC, AuditConfig
 from atomickafka.audit.metrics import AuditMetrics, AuditTotals
 from atomickafka.audit.position import decode_metadata, encode_metadata, replay_from_ms
 from atomickafka.audit.records import Kind, Violation, audited_delivery
-from atomickafka.audit.service import AuditReport
+from atomickafka.audit.service import AuditReport, LiveAudit
 from atomickafka.cli.audit_cmd import spark_job_path
 from atomickafka.core.reader import TYPE_HEADER, PlainRecord
 from atomickafka.core.wire import Message, MessageType, encode_delivery, value_digest
@@ -128,6 +128,16 @@ def test_counts_and_metrics() -> None:
     )
     assert AuditReport().summary() == "audit passed: 0 deliveries checked"
     assert totals.to_json()["violations"] == {"missing": 1}
+
+
+def test_an_audit_keeps_its_first_violations_and_counts_them_all() -> None:
+    """The evaluation's audit keeps a few violations (the bare pipe's order findings
+    run into the thousands); what it counts is complete."""
+    audit = LiveAudit(AuditConfig("127.0.0.1:9", ("A",), audit_topic=None), keep_violations=2)
+    for n in range(5):
+        audit._record_violation(Violation(Kind.ORDER, "A", f"m-{n}", "out of order"))
+    assert [v.message_id for v in audit.report.violations] == ["m-0", "m-1"]
+    assert len(LiveAudit(AuditConfig("127.0.0.1:9", ("A",))).report.violations) == 0
 
 
 def test_the_spark_job_file_runs_alone() -> None:

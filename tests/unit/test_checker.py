@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from atomickafka.cli import check_cmd, main
+from atomickafka.client import Delivery
 from atomickafka.core.wire import Message, MessageType
 from atomickafka.verify import checker as checker_package
 from atomickafka.verify.checker import (
@@ -36,7 +37,6 @@ from atomickafka.verify.checker import (
     sent_from_destinations,
     sent_from_pairs,
 )
-from client import Delivery
 
 K = ViolationKind
 
@@ -249,7 +249,7 @@ def test_accepts_wire_records_and_client_deliveries() -> None:
     logs = {"A": [wire("a", 1), wire("b", 2)], "B": [wire("a", 1), wire("b", 2)]}
     assert check(sent, deliveries_from_wire(logs)).ok
 
-    class ClientDelivery:  # the shape of client.Delivery
+    class ClientDelivery:  # the shape of atomickafka.client.Delivery
         def __init__(self, mid: str, topic: str) -> None:
             self.messageID = mid
             self.value = "v"

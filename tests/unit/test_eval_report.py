@@ -21,8 +21,11 @@ from atomickafka.evaluation.plots import coarsen, rates_figure
 from atomickafka.evaluation.processes import ProcessCpu, ProcessRole
 from atomickafka.evaluation.report import ReportInput, render_report
 from atomickafka.evaluation.results import RunInfo, RunMetrics, RunResult
+from atomickafka.evaluation.run_audit import AuditOutcome
+from atomickafka.evaluation.runner import _take_audit as take_audit
 from atomickafka.evaluation.thesis import THESIS_RUNS
 from atomickafka.evaluation.traffic import TypeTraffic
+from atomickafka.evaluation.variants import System
 
 TOPICS = [f"ev-x-t{i}" for i in range(1, 6)]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -395,3 +398,65 @@ def test_the_live_audits_verdict_stands_beside_the_order_checks(tmp_path: Path) 
     assert "| passed | - |" in summary  # runs the audit did not see
     assert "Live audit: passed (audit passed: 1000 deliveries checked)." in text
     assert RunInfo.from_dict(results[1].info.to_dict()).audit_counts == {"missing": 2, "order": 1}
+
+
+def _bare(scenario: str, percent: int, **kw: Any) -> RunResult:
+    info = replace(_info(scenario, percent, "kafka", **kw), system="kafka", algorithm="")
+    return RunResult(info, _metrics(info.run, 9.0, TOPICS))
+
+
+def test_the_bare_pipes_audit_is_not_applicable_to_order(tmp_path: Path) -> None:
+    """Nothing orders the bare pipe: the audit's order findings are expected there and
+    read as "not applicable", not as a failure; another kind still fails it."""
+    results = [*_results(), _bare("baseline", 0), _bare("90-10", 10)]
+    clean, broken = results[4].info, results[5].info
+    clean.audit_ok, clean.audit_counts = True, {"order": 1234}
+    clean.audit_summary = "audit not applicable to order: nothing orders the bare pipe"
+    broken.audit_ok, broken.audit_counts = False, {"order": 7, "missing": 1}
+    broken.audit_examples = [{"kind": "missing", "topic": "t2", "messageID": "m9"}]
+    text = _render(tmp_path, results)
+    summary = text.split("## Summary")[1].split("\n## ")[0]
+    assert "| n/a: orders nothing (1,234 order findings) |" in summary
+    assert "**❌ FAILED (1 missing, 7 order)**" in summary
+    compared = text.split("### 90-10: compared variants")[1].split("\n## ")[0]
+    assert "| variant | order check | live audit |" in compared
+    # a failed audit shows its first violations as it wrote them
+    assert "**❌ live audit of kafka: the first 1 violations**" in text
+    assert '{"kind": "missing", "topic": "t2", "messageID": "m9"}' in text
+
+
+def _outcome(**kw: Any) -> AuditOutcome:
+    data: dict[str, Any] = {"ok": True, "summary": "audit passed: 100 deliveries checked"}
+    data.update(checked=100, lag_s=0.25, read_to_end=True, cpu_s=0.002)
+    data.update(kw)
+    return AuditOutcome(**data)
+
+
+@pytest.mark.parametrize(
+    ("system", "counts", "read_to_end", "ok"),
+    [
+        (System.ATOMICKAFKA, {}, True, True),
+        (System.ATOMICKAFKA, {"order": 1}, True, False),
+        (System.ATOMICKAFKA, {}, False, False),
+        (System.SEQUENCER, {"missing": 2}, True, False),
+        (System.KAFKA, {"order": 40}, True, True),
+        (System.KAFKA, {"order": 40, "duplicate": 1}, True, False),
+    ],
+)
+def test_the_audits_outcome_becomes_the_runs_audit_verdict(
+    system: System, counts: dict[str, int], read_to_end: bool, ok: bool
+) -> None:
+    info = _info("baseline", 0)
+    outcome = _outcome(ok=not counts, counts=counts, read_to_end=read_to_end)
+    take_audit(outcome, system, info)
+    assert info.audit_ok is ok
+    assert info.audit_counts == counts and info.audit_checked == 100
+    assert info.audit_lag_s == 0.25 and info.audit_cpu_s == 0.002
+    assert "live beside the run: had read everything 0.25 s after the last delivery" in (
+        info.audit_summary
+    )
+    assert "20 CPU-µs per delivery" in info.audit_summary
+    if system is System.KAFKA and ok:
+        assert info.audit_summary.startswith("audit not applicable to order: nothing orders")
+    elif not read_to_end:
+        assert info.audit_summary.startswith("audit incomplete: ")

@@ -128,6 +128,17 @@ def test_a_dead_letter_is_read_from_its_headers() -> None:
     assert read_dead_letter(PlainRecord(b"x")).reason == "(no reason given)"
 
 
+def test_a_dead_letter_note_names_its_message() -> None:
+    """A node writes a note in place of an aborted or held message's record."""
+    note = PlainRecord(
+        b'{"messageID":"m7","topic":["A","B"]}',
+        headers=[(DEAD_LETTER_ERROR_HEADER, b"aborted: no node")],
+    )
+    assert read_dead_letter(note).message_ids == ("m7",)
+    assert read_dead_letter(PlainRecord(b'{"messageID":7}')).message_ids == ()
+    assert read_dead_letter(PlainRecord(b"[1]")).message_ids == ()
+
+
 @given(st.binary(max_size=300))
 def test_the_reader_never_raises(raw: bytes) -> None:
     record = PlainRecord(raw, headers=[(DEAD_LETTER_OFFSET_HEADER, raw[:10])])

@@ -12,7 +12,7 @@ naming the file and line (or the topic and position) of anything malformed:
   objects with the wire names);
 - the running system's records: :func:`deliveries_from_wire` (records shaped as
   :class:`atomickafka.core.wire.Message`, the value as JSON text) and
-  :func:`deliveries_from_client` (``client.Delivery``). Both are described by protocols,
+  :func:`deliveries_from_client` (``atomickafka.client.Delivery``). Both are described by protocols,
   so the checker imports neither the engine, the codec nor the client.
 """
 
@@ -75,7 +75,7 @@ class WireDelivery(Protocol):
 
 
 class ClientDelivery(Protocol):
-    """What the checker reads of a client's delivery (``client.Delivery``)."""
+    """What the checker reads of a client's delivery (``atomickafka.client.Delivery``)."""
 
     @property
     def messageID(self) -> str: ...  # noqa: N802
@@ -226,7 +226,7 @@ def deliveries_from_wire(logs: Mapping[str, Iterable[WireDelivery]]) -> Delivery
 
 
 def deliveries_from_client(logs: Mapping[str, Iterable[ClientDelivery]]) -> DeliveryLogs:
-    """Logs of ``client.Delivery`` objects (what ``AtomicKafkaClient.deliveries()``
+    """Logs of ``atomickafka.client.Delivery`` objects (what ``AtomicKafkaClient.deliveries()``
     returns), keyed by the topic that delivered them."""
     return {
         topic: [
