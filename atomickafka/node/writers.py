@@ -176,6 +176,19 @@ QUEUE_WAIT_S: Final = 60.0
 
 
 def _produce(producer: Producer, record: OutRecord, callback: Callable[..., None] | None) -> None:
+    headers = record.headers
+    try:  # the common case: room in the queue (no clock read, no loop)
+        producer.produce(
+            record.topic,
+            record.value,
+            key=record.key,
+            partition=-1 if record.partition is None else record.partition,
+            headers=list(headers) if headers else None,
+            on_delivery=callback,
+        )
+        return
+    except BufferError:
+        producer.poll(0.05)  # the queue drains as the broker acknowledges
     deadline = time.monotonic() + QUEUE_WAIT_S
     while True:
         if time.monotonic() > deadline:
