@@ -47,8 +47,8 @@ def stacks(path: str) -> Iterator[tuple[list[str], int]]:
     command line may hold a newline, so a stack may span two lines of the file."""
     pending = ""
     with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            line = line.rstrip("\n")
+        for raw in fh:
+            line = raw.rstrip("\n")
             if pending and not line.startswith("process "):
                 pending += " " + line
                 continue
@@ -67,7 +67,16 @@ def _parse(line: str) -> tuple[list[str], int]:
 def kind_of(frames: list[str]) -> str:
     """What the sampled process is."""
     text = ";".join(frames)
-    if "NodeRuntime" in text or "node/runtime.py" in text:
+    if any(
+        m in text
+        for m in (
+            "NodeRuntime",
+            "node/runtime.py",
+            "_CallThread",
+            "bounded_call",
+            "TransactionalWriter",
+        )
+    ):
         return "node"
     if "relay_process" in text:
         return "relay"
@@ -80,13 +89,22 @@ def kind_of(frames: list[str]) -> str:
     return "client (the bench's process)"
 
 
+#: A writer's own frames are transaction work unless a deeper frame is a produce.
+_WRITE = re.compile(r"^(TransactionalWriter|AckedWriter)\.write")
+_TRANSACTIONS = PHASES[6][0]
+
+
 def phase_of(frames: list[str]) -> str:
     """The phase of a node's loop a stack is in."""
+    fallback = "other (start-up, idle loop)"
     for frame in frames:
+        if _WRITE.search(frame):
+            fallback = _TRANSACTIONS
+            continue
         for name, pattern in PHASES:
             if pattern.search(frame):
                 return name
-    return "other (start-up, idle loop)"
+    return fallback
 
 
 def _code(frame: str) -> str:
