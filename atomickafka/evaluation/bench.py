@@ -356,15 +356,17 @@ def _bare_kafka(
     *,
     hops: int = 1,
     suffix: str = "",
+    overrides: Mapping[str, str] | None = None,
 ) -> BenchResult:
-    """``hops`` = 1: the bare pipe; 3: three bare hops through two relays."""
+    """``hops`` = 1: the bare pipe; 3: three bare hops through two relays; the clients
+    take the nodes' ``overrides`` (``-X``)."""
     run = uuid.uuid4().hex[:8]
     topics = [f"bench-kafka-{run}" + (f"-h{i}" if hops > 1 else "") for i in range(hops)]
     ensure_topics(admin_client(bootstrap), topics)
     topic, last = topics[0], topics[-1]
 
     def send() -> None:
-        producer = RecordProducer(bootstrap)
+        producer = RecordProducer(bootstrap, overrides)
         producer.warm_up([topic])  # metadata first: not part of a latency
         start = time.monotonic()
         for i in range(messages):
@@ -374,7 +376,7 @@ def _bare_kafka(
             producer.poll(0)
         producer.flush(60)
 
-    with running_relays(bootstrap, topics) as relays:
+    with running_relays(bootstrap, topics, overrides=overrides) as relays:
         how = _Measured(
             name=("kafka" if hops == 1 else f"kafka-x{hops}") + suffix,
             read_topics={last: last},
@@ -587,11 +589,11 @@ def run_bench(
     if warmup:
         # A fresh broker JIT-compiles its hot paths for a while; measured runs start
         # after one unmeasured pass through both kinds of traffic.
-        _bare_kafka(bootstrap, 5000, record_size, timeout_s)
+        _bare_kafka(bootstrap, 5000, record_size, timeout_s, overrides=setup.overrides)
         _amcast(bootstrap, names("warm"), setup, load(5000, 0.1), timeout_s)
     # Bare Kafka moves a burst of N records in a fraction of a second; five times as
     # many make its rate less a matter of scheduling luck.
-    record(_bare_kafka(bootstrap, 5 * messages, record_size, timeout_s))
+    record(_bare_kafka(bootstrap, 5 * messages, record_size, timeout_s, overrides=setup.overrides))
     for share in shares:
         tag = str(round(share * 100))
         record(_amcast(bootstrap, names(tag), setup, load(messages, share), timeout_s))
@@ -607,10 +609,18 @@ def run_bench(
     rates = [(low_rate, f"@{low_rate:g}")] if low_rate else []
     for rate, suffix in [*rates, (half, "@half")]:
         count = max(1000, min(messages, int(rate * 10)))
-        record(_bare_kafka(bootstrap, count, record_size, timeout_s, rate=rate, suffix=suffix))
-        record(
-            _bare_kafka(bootstrap, count, record_size, timeout_s, rate=rate, hops=3, suffix=suffix)
-        )
+        for hops in (1, 3):
+            bare = _bare_kafka(
+                bootstrap,
+                count,
+                record_size,
+                timeout_s,
+                rate=rate,
+                hops=hops,
+                suffix=suffix,
+                overrides=setup.overrides,
+            )
+            record(bare)
         tag = suffix.strip("@")
         paced = load(count, worst, rate)
         record(_amcast(bootstrap, names(tag), setup, paced, timeout_s, suffix))
