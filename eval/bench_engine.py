@@ -84,9 +84,11 @@ def time_engine(
     expect: dict[str, int],
     *,
     collect: bool = True,
+    freeze_every: int = 0,
 ) -> float:
     """Seconds to replay every node's log into a fresh engine (``collect``: a full
-    collection before each, outside the timing)."""
+    collection before each, outside the timing; ``freeze_every``: ``gc.freeze()`` after
+    every that many batches, as a node does once a second)."""
     batches = {t: chunks(log, batch) for t, log in logs.items()}
     total = 0.0
     for topic, parts in batches.items():
@@ -95,8 +97,10 @@ def time_engine(
         if collect:
             gc.collect()
         start = time.process_time()
-        for part in parts:
+        for i, part in enumerate(parts, 1):
             handle_batch(part)
+            if freeze_every and i % freeze_every == 0:
+                gc.freeze()
         total += time.process_time() - start
         if engine.delivered_count != expect[topic] or engine.pending_count:
             raise SystemExit(f"replay of {topic} did not reproduce the run")
@@ -231,8 +235,17 @@ def bench_one(algorithm: Algorithm, args: argparse.Namespace) -> bool:
         f"engine/decode time ratio {engine_s / decode_s:5.2f}"
     )
     if args.gc:
-        gc.collect()
-        print(gc_pauses(lambda: time_engine(algorithm, logs, args.batch, delivered, collect=False)))
+        for every in (0, 20):
+            gc.collect()
+            print(
+                f"  freeze every {every or 'no'} batches:",
+                gc_pauses(
+                    lambda e=every: time_engine(
+                        algorithm, logs, args.batch, delivered, collect=False, freeze_every=e
+                    )
+                ).strip(),
+            )
+            gc.unfreeze()
     if args.profile:
         profiler = cProfile.Profile()
         profiler.enable()
