@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import gc
 import io
 import pstats
@@ -237,14 +238,16 @@ def bench_one(algorithm: Algorithm, args: argparse.Namespace) -> bool:
     if args.gc:
         for every in (0, 20):
             gc.collect()
-            print(
-                f"  freeze every {every or 'no'} batches:",
-                gc_pauses(
-                    lambda e=every: time_engine(
-                        algorithm, logs, args.batch, delivered, collect=False, freeze_every=e
-                    )
-                ).strip(),
+            replay = functools.partial(
+                time_engine,
+                algorithm,
+                logs,
+                args.batch,
+                delivered,
+                collect=False,
+                freeze_every=every,
             )
+            print(f"  freeze every {every or 'no'} batches:", gc_pauses(replay).strip())
             gc.unfreeze()
     if args.profile:
         profiler = cProfile.Profile()
