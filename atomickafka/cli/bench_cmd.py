@@ -68,17 +68,63 @@ def register(subparsers: Any) -> None:
         default=None,
         help="msg/s of the paced (@half) runs (default: half the last multicast capacity)",
     )
+    parser.add_argument(
+        "--low-rate",
+        type=float,
+        default=1000.0,
+        help="msg/s of the first paced runs (@1000; 0: skip them)",
+    )
+    parser.add_argument(
+        "--delivery-format",
+        default="raw",
+        help="the nodes' delivery format: raw, json, or both (raw,json: the unpaced "
+        "multicast runs once per format, the first for the rest)",
+    )
     parser.set_defaults(func=guarded("bench", _run))
 
 
 def _row(r: BenchResult, baseline: BenchResult | None) -> str:
     ratio = f"{r.messages_per_s / baseline.messages_per_s:6.3f}" if baseline else "     -"
     mp99 = "-" if r.multicast_p99_ms is None else f"{r.multicast_p99_ms:.1f}"
+    p999 = "-" if r.p999_ms is None else f"{r.p999_ms:.1f}"
     flag = "" if r.delivered_ok else "  INCOMPLETE"
+    load = "" if r.load_avg is None else f"  load {r.load_avg[0]:.1f}"
     return (
-        f"{r.name:<16} {r.messages:>7} {r.seconds:>8.2f} {r.messages_per_s:>10.1f} "
-        f"{r.records_per_s:>10.1f} {r.p50_ms:>8.1f} {r.p99_ms:>8.1f} {mp99:>9} {ratio}{flag}"
+        f"{r.name:<20} {r.messages:>7} {r.seconds:>8.2f} {r.messages_per_s:>10.1f} "
+        f"{r.records_per_s:>10.1f} {r.p50_ms:>8.1f} {r.p99_ms:>8.1f} {p999:>8} {mp99:>9} "
+        f"{ratio}{load}{flag}"
     )
+
+
+def _hop_section(results: Sequence[BenchResult]) -> list[str]:
+    """p50 / p99 / p99.9 per hop class at each paced rate."""
+    from atomickafka.evaluation.bench import HOP_CLASSES  # noqa: PLC0415
+
+    paced = [r for r in results if r.rate is not None]
+    tags = list(dict.fromkeys(r.name.split("@", 1)[1] for r in paced if "@" in r.name))
+    if not tags:
+        return []
+    rows = []
+    for tag in tags:
+        runs = [r for r in paced if r.name.endswith(f"@{tag}")]
+        rate = runs[0].rate or 0.0
+        for label in HOP_CLASSES:
+            found = next((r.classes[label] for r in runs if label in r.classes), None)
+            if found is None:
+                continue
+            rows.append(
+                [
+                    f"{rate:,.0f} msg/s (@{tag})",
+                    label,
+                    f"{found.count:,}",
+                    f"{found.p50_ms:.1f}",
+                    f"{found.p99_ms:.1f}",
+                    f"{found.p999_ms:.1f}",
+                ]
+            )
+    headers = ["paced at", "hop class", "messages", "p50 ms", "p99 ms", "p99.9 ms"]
+    title = "Latency per hop class (send to delivery at every destination):"
+    return ["", title, *_text_table(headers, rows)]
 
 
 def _text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -115,7 +161,7 @@ def _cost_sections(results: Sequence[BenchResult]) -> list[str]:
     for r in results:
         if r.name.startswith("amcast-") and "@" not in r.name:
             share = r.name.removeprefix("amcast-")
-            seq = by_name.get(f"seq-{share}")
+            seq = by_name.get(f"seq-{share.split('[', 1)[0]}")
             shares.append((share, by_name.get(r.name), seq, by_name.get("kafka")))
     lines += ["", "Projected capacity with one core per process (a projection, not a measurement):"]
     lines += [f"  {PROJECTION_FORMULA};", f"  {BROKER_FORMULA}."]
@@ -136,19 +182,29 @@ def _run(args: argparse.Namespace) -> int:
         reach(args)  # a wrong --bootstrap-server: one line, before any node starts
     bootstrap = resolve_bootstrap(args.bootstrap_server)
     shares = [int(x) / 100 for x in args.shares.split(",") if x.strip()]
+    formats = [f.strip() for f in args.delivery_format.split(",") if f.strip()]
+    if not formats or any(f not in ("raw", "json") for f in formats):
+        print(
+            f"--delivery-format: raw, json or raw,json, not {args.delivery_format!r}",
+            file=sys.stderr,
+        )
+        return 2
     fanout = args.fanout
     shape = "every topic" if fanout is None else f"{fanout[0]}-{fanout[1]} topics at random"
     mode = "exactly-once" if args.exactly_once else "at-least-once"
     print(
         f"{args.topics} topics, {args.record_size}-byte values, multicasts to {shape}, "
-        f"{args.messages:,} messages per scenario, nodes {mode}"
+        f"{args.messages:,} messages per scenario, nodes {mode}, deliveries "
+        f"{' and '.join(formats)}"
     )
     print(
-        f"{'scenario':<16} {'msgs':>7} {'seconds':>8} {'msg/s':>10} {'records/s':>10} "
-        f"{'p50 ms':>8} {'p99 ms':>8} {'mc p99':>9} {'vs kafka':>6}"
+        f"{'scenario':<20} {'msgs':>7} {'seconds':>8} {'msg/s':>10} {'records/s':>10} "
+        f"{'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>8} {'mc p99':>9} {'vs kafka':>6}"
     )
     baseline: list[BenchResult] = []
-    scenarios = 3 + len(shares) * (1 if args.no_sequencer else 2)
+    paced_rates = 2 if args.low_rate else 1
+    per_share = len(formats) + (0 if args.no_sequencer else 1)
+    scenarios = 1 + len(shares) * per_share + 3 * paced_rates
     # a bar on a terminal only (disable=None): the rows themselves are the record
     progress = tqdm(total=scenarios, unit="scenario", leave=False, disable=None)
 
@@ -169,9 +225,12 @@ def _run(args: argparse.Namespace) -> int:
             args.partitions,
             args.overrides,
             exactly_once=args.exactly_once,
+            delivery_format=formats[0],
         ),
         warmup=not args.no_warmup,
         paced_rate=args.paced_rate,
+        low_rate=args.low_rate or None,
+        formats=formats,
         topics=args.topics,
         fanout=fanout,
         seed=args.seed,
@@ -184,11 +243,15 @@ def _run(args: argparse.Namespace) -> int:
             fh.write(orjson.dumps([r.to_dict() for r in results], option=orjson.OPT_INDENT_2))
     print(
         "\nRows without @: sent as fast as possible, so msg/s is capacity and latency is\n"
-        "queueing in the burst. @half rows: paced at half the capacity of the last\n"
-        "multicast run; latency there is what a message sees below saturation.\n"
-        "mc p99: p99 of multicast messages, sent to delivered at all destinations.\n"
-        "seq rows: the single sequencer (one partition, one fan-out process)."
+        "queueing in the burst. @1000 rows: paced at 1,000 msg/s; @half rows: at half\n"
+        "the capacity of the last multicast run; latency there is what a message sees\n"
+        "below saturation. kafka-x3: three bare hops through two relaying consumer-\n"
+        "producers (the floor of a three-hop path). [json] rows: the nodes write JSON\n"
+        "envelopes. mc p99: p99 of multicast messages, sent to delivered at all\n"
+        "destinations. seq rows: the single sequencer (one partition, one fan-out\n"
+        "process). load: the machine's 1-minute load average as the run ended."
     )
+    print("\n".join(_hop_section(results)))
     print("\n".join(_cost_sections(results)))
     ok = all(r.delivered_ok for r in results)
     if not ok:

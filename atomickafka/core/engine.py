@@ -109,7 +109,6 @@ from atomickafka.core.wire import (
     MessageType,
     check_json_value,
     envelope_bytes,
-    with_seq,
 )
 
 __all__ = [
@@ -125,6 +124,10 @@ __all__ = [
 ]
 
 _DELIVERY_TYPES: Final = frozenset({MessageType.DELIVERY, MessageType.PARTITION_DELIVERY})
+_new_tuple: Final = tuple.__new__
+#: Positions of a Message's type and seq fields (tuples built by position, hot path).
+_TYPE: Final = Message._fields.index("messageType")
+_SEQ: Final = Message._fields.index("seq")
 #: How long (log time) a message naming a destination not known to have a node waits
 #: for a members record that names it: a members record written this long or longer
 #: after the message that still does not name it refuses it (§4.9.5).
@@ -395,16 +398,22 @@ class Engine:
 
     def _numbered(self, outputs: Iterable[Output]) -> list[Output]:
         """Give each control output its ``seq`` (§4.12): the offset of the input record
-        being handled and the output's index among that record's outputs."""
-        out = list(outputs)
+        being handled and the output's index among that record's outputs. (Tuples
+        are built with ``tuple.__new__``: this runs for every control output.)"""
         origin = self._origin
         if origin is None:
-            return out
+            return list(outputs)
         index = self._next_index
-        for i, (topic, message) in enumerate(out):
-            if message.messageType not in _DELIVERY_TYPES:
-                out[i] = Output(topic, with_seq(message, (origin, index)))
-                index += 1
+        out: list[Output] = []
+        append = out.append
+        for output in outputs:
+            message = output[1]
+            if message[_TYPE] in _DELIVERY_TYPES:
+                append(output)
+                continue
+            numbered = _new_tuple(Message, (*message[:_SEQ], (origin, index), *message[_SEQ + 1 :]))
+            append(_new_tuple(Output, (output[0], numbered)))
+            index += 1
         self._next_index = index
         return out
 
@@ -426,7 +435,7 @@ class Engine:
             del pending[message_id]
             self._memory.settle(message_id, Outcome.DELIVERED, entry.version, self.now_ms)
             delivery = self._control(self._delivery_type, message_id, entry, ts)
-            out.append(Output(self.topic, delivery))
+            out.append(_new_tuple(Output, (self.topic, delivery)))
         self.stats.deliveries += len(out)
         self.stats.records_out += len(out)
         return out
@@ -848,7 +857,8 @@ class Engine:
 
     def _notify_others(self, mid: str, entry: PendingMessage, proposal: int) -> list[Output]:
         notify = self._control(MessageType.NOTIFY, mid, entry, proposal)
-        return [Output(t, notify) for t in entry.destinations if t != self.topic]
+        own = self.topic
+        return [_new_tuple(Output, (t, notify)) for t in entry.destinations if t != own]
 
     def _relay(self, record: Message) -> list[Output]:
         mid = record.messageID
@@ -1135,25 +1145,28 @@ class Engine:
         encoding: str | None = None,
     ) -> Message:
         """A message this node writes: it names the node, its topic, layer and protocol
-        (every field by position: this is on the hot path)."""
-        return Message(
-            mid,
-            kind,
-            destinations,
-            value,
-            self.node_id,
-            self.topic,
-            ts,
-            self.partition,
-            digest,
-            self._protocol,
-            sent_at,
-            None,  # seq: numbered when written (_numbered)
-            None,  # logTime, origin: an output has none
-            None,
-            key,
-            headers,
-            encoding,
+        (every field by position, built with ``tuple.__new__``: this is on the hot path)."""
+        return _new_tuple(
+            Message,
+            (
+                mid,
+                kind,
+                destinations,
+                value,
+                self.node_id,
+                self.topic,
+                ts,
+                self.partition,
+                digest,
+                self._protocol,
+                sent_at,
+                None,  # seq: numbered when written (_numbered)
+                None,  # logTime, origin: an output has none
+                None,
+                key,
+                headers,
+                encoding,
+            ),
         )
 
 

@@ -186,14 +186,48 @@ def decode_raw(
     origin: int | None = None,
 ) -> Message:
     """The message a raw-form record holds; :class:`MessageError` names what is wrong."""
-    pairs = _pairs(headers)
-    ours = {k: v for k, v in pairs if k.startswith(RESERVED_HEADER_PREFIX) and v is not None}
+    _, ours, user = _split(headers)
+    return _raw_message(value, key, ours, user, log_time, origin)
+
+
+def _split(
+    headers: HeaderInput | None,
+) -> tuple[bool, dict[str, bytes], tuple[Header, ...]]:
+    """In one pass over a record's headers: whether they mark the raw form, ours by name
+    (the last of a name wins) and the user's, in order (:func:`is_raw`,
+    :func:`user_headers`)."""
+    raw = False
+    ours: dict[str, bytes] = {}
+    user: list[Header] = []
+    items = headers.items() if isinstance(headers, Mapping) else headers or ()
+    for name, given in items:
+        data = given.encode() if isinstance(given, str) else given
+        if name.startswith(RESERVED_HEADER_PREFIX):
+            if data is not None:
+                ours[name] = data
+                if name == H_FORMAT and data == RAW_FORMAT:
+                    raw = True
+        else:
+            user.append((name, data if data is not None else b""))
+    return raw, ours, tuple(user)
+
+
+_KINDS: Final = {
+    MessageType.CLIENT.value: MessageType.CLIENT,
+    MessageType.DELIVERY.value: MessageType.DELIVERY,
+}
+
+
+def _raw_message(
+    value: bytes | None,
+    key: str | bytes | None,
+    ours: Mapping[str, bytes],
+    user: tuple[Header, ...],
+    log_time: int | None,
+    origin: int | None,
+) -> Message:
     kind_text = _text(ours, H_TYPE, required=True)
-    kinds = {
-        MessageType.CLIENT.value: MessageType.CLIENT,
-        MessageType.DELIVERY.value: MessageType.DELIVERY,
-    }
-    kind = kinds.get(kind_text or "")
+    kind = _KINDS.get(kind_text or "")
     if kind is None:
         raise MessageError(H_TYPE, "must be ClientMessage or DeliveryMessage", kind_text)
     message_id = _text(ours, H_ID, required=True) or ""
@@ -210,7 +244,6 @@ def decode_raw(
     sent_at = _number(ours, H_SENT)
     layer = _number(ours, H_LAYER, (1 << 31) - 1)
     key_bytes = key.encode() if isinstance(key, str) else key
-    user = user_headers(pairs)
     sent_from = _text(ours, H_FROM)
     if sent_from is not None and not is_valid_topic_name(sent_from):
         raise MessageError(H_FROM, "not a valid topic name", sent_from)
@@ -248,8 +281,10 @@ def decode_any(
     """The messages of any AtomicKafka record: the raw form (by its headers) or the
     JSON forms (:func:`~atomickafka.core.wire.decode_record`); :class:`MessageError`
     when it is neither."""
-    if headers and is_raw(headers):
-        return [decode_raw(value, key, headers, log_time=log_time, origin=origin)]
+    if headers:
+        raw, ours, user = _split(headers)
+        if raw:
+            return [_raw_message(value, key, ours, user, log_time, origin)]
     if value is None:
         raise MessageError(None, "record has no value")
     return decode_record(value, log_time=log_time, origin=origin)

@@ -315,7 +315,7 @@ def parse_destinations(raw: object) -> tuple[str, ...]:
     """A destination list as the sorted tuple every node uses; :class:`MessageError` if
     it is empty or names something that is not a legal topic name. A lone string is a
     list of one."""
-    if type(raw) is list:  # the hot path: a list seen before
+    if type(raw) is list or type(raw) is tuple:  # the hot path: a list seen before
         try:
             known = _KNOWN_DESTINATIONS.get(tuple(raw))
         except TypeError:  # an unhashable element: the checks below name it
@@ -625,56 +625,192 @@ def _decode_bundle(raw: bytes, log_time: int | None, origin: int | None) -> list
     body = memoryview(raw)[end + 1 :] if end >= 0 else memoryview(b"")
     position = 0
     out: list[Message] = []
+    common = (sender, sent_from, protocol, partition, log_time, origin)
     for index, entry in enumerate(entries):
-        if not isinstance(entry, dict):
-            raise MessageError(f"messages[{index}]", "must be a JSON object", entry)
-        kind = _message_type(entry, BUNDLED_TYPES)
-        size = entry.get("valueBytes")
-        value: bytes | None = None
-        if size is not None:
-            if type(size) is not int or size < 0 or position + size > len(body):
-                raise MessageError(
-                    f"messages[{index}].valueBytes", "does not fit the bundle's body", size
-                )
-            value = bytes(body[position : position + size])
-            position += size
-        elif kind is MessageType.CLIENT:
-            raise MessageError(f"messages[{index}].valueBytes", "required on a ClientMessage")
-        extras = _extras(entry, f"messages[{index}].")
-        if value is not None and extras.encoding is None:
-            check_json_value(value, f"messages[{index}].value")
-        sent_at = _optional_time(entry, "sentAt")
-        digest = _optional_str(entry, "digest")
-        if digest is None:
-            if value is None:
-                raise MessageError(f"messages[{index}].digest", f"required on {kind}")
-            digest = message_digest(value, sent_at, extras.key, extras.headers, extras.encoding)
-        if "topic" not in entry:
-            raise MessageError(f"messages[{index}].topic", "is missing")
-        out.append(
-            Message(
-                messageID=_check_id(f"messages[{index}].messageID", entry.get("messageID")),
-                messageType=kind,
-                topic=parse_destinations(entry["topic"]),
-                value=value,
-                senderID=sender,
-                sentFromTopic=sent_from,
-                timeStamp=_timestamp(entry, kind in _TIMESTAMPED, kind),
-                partitionID=partition,
-                digest=digest,
-                protocol=protocol,
-                sentAt=sent_at,
-                seq=_optional_seq(entry, "seq"),
-                logTime=log_time,
-                origin=origin,
-                key=extras.key,
-                headers=extras.headers,
-                encoding=extras.encoding,
-            )
-        )
+        fast = _fast_entry(entry, body, position, common)
+        if fast is None:  # anything unusual: the checked path names what is wrong
+            message, position = _checked_entry(entry, index, body, position, common)
+        else:
+            message, position = fast
+        out.append(message)
     if position != len(body):
         raise MessageError("messages", f"{len(body) - position} bytes of the body are unclaimed")
     return out
+
+
+#: What a bundle's messages share: sender, sending topic, protocol, layer, and the
+#: record's log time and offset.
+_Common = tuple[str, str, str | None, int | None, int | None, int | None]
+_NO_HEADERS: Final[tuple[tuple[str, bytes], ...]] = ()
+
+
+def _fast_entry(
+    entry: object, body: memoryview, position: int, common: _Common
+) -> tuple[Message, int] | None:
+    """A bundle entry as this code writes it (no key, headers or encoding; every field
+    of the expected type), decoded without building an error context per field: the
+    hot path of a node's input. ``None`` for anything else, which
+    :func:`_checked_entry` then decodes or refuses, naming the problem; the two agree
+    on every entry both take."""
+    if type(entry) is not dict:
+        return None
+    get = entry.get
+    raw_kind = get("messageType")
+    kind = _TYPE_BY_NAME.get(raw_kind) if type(raw_kind) is str else None
+    if kind is None or kind not in BUNDLED_TYPES:
+        return None
+    if get("encoding") is not None or get("key") is not None or get("headers"):
+        return None
+    size = get("valueBytes")
+    value: bytes | None = None
+    if size is not None:
+        value = _plain_value(size, body, position)
+        if value is None:
+            return None
+    elif kind is MessageType.CLIENT:
+        return None
+    fields = _plain_fields(entry, kind, value)
+    if fields is None or "topic" not in entry:
+        return None
+    message_id, ts, digest, sent_at, seq = fields
+    sender, sent_from, protocol, partition, log_time, origin = common
+    message = _new_tuple(
+        Message,
+        (
+            message_id,
+            kind,
+            parse_destinations(entry["topic"]),  # its errors are the checked path's
+            value,
+            sender,
+            sent_from,
+            ts,
+            partition,
+            digest,
+            protocol,
+            sent_at,
+            seq,
+            log_time,
+            origin,
+            None,
+            _NO_HEADERS,
+            None,
+        ),
+    )
+    return message, position + (size or 0)
+
+
+def _plain_fields(
+    entry: dict[str, Any], kind: MessageType, value: bytes | None
+) -> tuple[str, int | None, str, int | None, tuple[int, int] | None] | None:
+    """A bundle entry's id, timestamp, digest, send time and seq when each is of the
+    expected type, or ``None``."""
+    get = entry.get
+    sent_at = get("sentAt")
+    if sent_at is not None and not (type(sent_at) is int and 0 <= sent_at <= MAX_TIMESTAMP):
+        return None
+    digest = get("digest")
+    if digest is None:
+        if value is None:
+            return None
+        digest = message_digest(value, sent_at)
+    elif type(digest) is not str:
+        return None
+    message_id = get("messageID")
+    if type(message_id) is not str or not 0 < len(message_id) <= MAX_ID_LENGTH:
+        return None
+    ts = get("timeStamp")
+    if ts is None:
+        if kind in _TIMESTAMPED:
+            return None
+    elif type(ts) is not int or not 0 <= ts <= MAX_TIMESTAMP:
+        return None
+    seq = get("seq")
+    if seq is not None:
+        seq = _plain_seq(seq)
+        if seq is None:
+            return None
+    return message_id, ts, digest, sent_at, seq
+
+
+def _plain_value(size: object, body: memoryview, position: int) -> bytes | None:
+    """The JSON value of ``size`` bytes at ``position`` of a bundle's body, or ``None``
+    when it does not fit or is not JSON."""
+    if type(size) is not int or size < 0 or position + size > len(body):
+        return None
+    value = bytes(body[position : position + size])
+    try:
+        orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return None
+    return value
+
+
+def _plain_seq(seq: object) -> tuple[int, int] | None:
+    """A ``seq`` field of two integers in range as a tuple, or ``None``."""
+    if type(seq) is not list or len(seq) != 2:
+        return None
+    first, second = seq
+    if (
+        type(first) is int
+        and type(second) is int
+        and 0 <= first <= MAX_TIMESTAMP
+        and 0 <= second <= MAX_TIMESTAMP
+    ):
+        return (first, second)
+    return None
+
+
+def _checked_entry(
+    entry: object, index: int, body: memoryview, position: int, common: _Common
+) -> tuple[Message, int]:
+    """One bundle entry, every field checked in turn (:class:`MessageError` names the
+    first that is wrong); with the body's position after its value."""
+    sender, sent_from, protocol, partition, log_time, origin = common
+    if not isinstance(entry, dict):
+        raise MessageError(f"messages[{index}]", "must be a JSON object", entry)
+    kind = _message_type(entry, BUNDLED_TYPES)
+    size = entry.get("valueBytes")
+    value: bytes | None = None
+    if size is not None:
+        if type(size) is not int or size < 0 or position + size > len(body):
+            raise MessageError(
+                f"messages[{index}].valueBytes", "does not fit the bundle's body", size
+            )
+        value = bytes(body[position : position + size])
+        position += size
+    elif kind is MessageType.CLIENT:
+        raise MessageError(f"messages[{index}].valueBytes", "required on a ClientMessage")
+    extras = _extras(entry, f"messages[{index}].")
+    if value is not None and extras.encoding is None:
+        check_json_value(value, f"messages[{index}].value")
+    sent_at = _optional_time(entry, "sentAt")
+    digest = _optional_str(entry, "digest")
+    if digest is None:
+        if value is None:
+            raise MessageError(f"messages[{index}].digest", f"required on {kind}")
+        digest = message_digest(value, sent_at, extras.key, extras.headers, extras.encoding)
+    if "topic" not in entry:
+        raise MessageError(f"messages[{index}].topic", "is missing")
+    message = Message(
+        messageID=_check_id(f"messages[{index}].messageID", entry.get("messageID")),
+        messageType=kind,
+        topic=parse_destinations(entry["topic"]),
+        value=value,
+        senderID=sender,
+        sentFromTopic=sent_from,
+        timeStamp=_timestamp(entry, kind in _TIMESTAMPED, kind),
+        partitionID=partition,
+        digest=digest,
+        protocol=protocol,
+        sentAt=sent_at,
+        seq=_optional_seq(entry, "seq"),
+        logTime=log_time,
+        origin=origin,
+        key=extras.key,
+        headers=extras.headers,
+        encoding=extras.encoding,
+    )
+    return message, position
 
 
 # ---------------------------------------------------------------------------- encoding
@@ -792,7 +928,8 @@ def _bundle_entry(message: Message) -> dict[str, Any]:
         entry["sentAt"] = message.sentAt
     if message.seq is not None:
         entry["seq"] = message.seq
-    _put_extras(entry, message)
+    if message.encoding is not None or message.key is not None or message.headers:
+        _put_extras(entry, message)
     return entry
 
 

@@ -11,9 +11,19 @@ Every scenario uses the same broker, record size and measuring process:
   drawn at random (seeded).
 - ``seq-P%``: the same messages through the single-sequencer baseline
   (:mod:`~atomickafka.evaluation.sequencer`): one partition, one fan-out process.
-- ``kafka@half`` and ``amcast-P%@half``: the bare pipe and the largest multicast share
-  again, both paced at half the rate the unpaced multicast run reached, to show latency
-  below saturation (an unpaced run's latency is mostly queueing in the burst).
+- ``kafka-x3``: three chained bare hops, the latency floor of AtomicKafka's three-hop
+  path: the client writes to topic A, a relaying consumer-producer copies A to B and
+  another B to C (:mod:`~atomickafka.evaluation.relay`, the nodes' client settings, no
+  transaction), and the measuring consumer reads C.
+- ``@1000`` and ``@half``: the bare hop, the three bare hops and the largest multicast
+  share again, paced at 1,000 msg/s and at half the rate the unpaced multicast run
+  reached, to show latency below saturation (an unpaced run's latency is mostly
+  queueing in the burst). Each paced run reports p50, p99 and p99.9 per *hop class*:
+  ``bare x1``, ``bare x3``, ``AtomicKafka single-destination`` (two hops) and
+  ``AtomicKafka multicast`` (three hops).
+- with ``formats`` (``--delivery-format raw,json``), every unpaced multicast scenario
+  runs once per delivery format (``amcast-P%[json]``), the nodes' CPU per delivery
+  and the capacity of each side by side.
 
 A message's latency is the time from its send to its delivery at the last of its
 destinations, read by a separate consumer process (the evaluation's
@@ -54,13 +64,16 @@ from atomickafka.evaluation.measuring import (
     SEND_TIME_FIELD,
     Arrival,
     DeliveryCounter,
+    LatencyStats,
     Sender,
     delivery_arrival,
+    latency_stats,
     percentile,
     warm_up,
 )
 from atomickafka.evaluation.merge_delay import kafka_merge_delays
 from atomickafka.evaluation.processes import CpuMeter, ProcessRole, track_broker, track_cluster
+from atomickafka.evaluation.relay import running_relays
 from atomickafka.evaluation.sequencer import SEQUENCER_ID, SequencerSender, running_sequencer
 from atomickafka.evaluation.topic_scan import (
     RecordedTopic,
@@ -82,10 +95,45 @@ from atomickafka.kafka.topics import (
 from atomickafka.node.config import ClusterConfig, NodeConfig
 from atomickafka.node.launch import cluster_keys, running_cluster
 
-__all__ = ["BenchLoad", "BenchResult", "BenchSetup", "run_bench"]
+__all__ = [
+    "BARE_1",
+    "BARE_3",
+    "HOP_CLASSES",
+    "BenchLoad",
+    "BenchResult",
+    "BenchSetup",
+    "hop_classes",
+    "run_bench",
+]
 
 #: What the bare pipe's records are called in the cost's traffic (they have no type).
 _PLAIN_KIND = "plain record"
+#: The hop classes whose latencies a paced run reports (p50/p99/p99.9).
+BARE_1 = "bare x1"
+BARE_3 = "bare x3"
+HOP_CLASSES = (BARE_1, BARE_3, "AtomicKafka single-destination", "AtomicKafka multicast")
+
+
+def hop_classes(
+    system: str, latencies: Sequence[tuple[float, bool]], bare_class: str | None = None
+) -> dict[str, LatencyStats]:
+    """A run's latencies (ms, multicast?) by hop class: all of them as ``bare_class``
+    for a bare pipe, else single-destination and multicast messages apart, named after
+    the ``system`` (``atomickafka``: AtomicKafka). Classes without a message are left out."""
+    if bare_class is not None:
+        groups = {bare_class: [ms for ms, _ in latencies]}
+    else:
+        name = "AtomicKafka" if system == "atomickafka" else system
+        groups = {
+            f"{name} single-destination": [ms for ms, m in latencies if not m],
+            f"{name} multicast": [ms for ms, m in latencies if m],
+        }
+    out = {}
+    for label, values in groups.items():
+        stats = latency_stats(values)
+        if stats is not None:
+            out[label] = stats
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +154,21 @@ class BenchResult:
     merge_p99_ms: float | None = None
     #: CPU by process, records and bytes by type, over the measured window.
     cost: RunCost | None = None
+    #: p99.9 of every message, and p50/p99/p99.9 by hop class (:func:`hop_classes`).
+    p999_ms: float | None = None
+    classes: Mapping[str, LatencyStats] = field(default_factory=dict)
+    #: The offered rate of a paced run (msg/s; ``None``: as fast as possible).
+    rate: float | None = None
+    #: The nodes' delivery format (AtomicKafka runs).
+    delivery_format: str | None = None
+    #: The machine's load average (1, 5, 15 min) when the run ended.
+    load_avg: tuple[float, float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for ``--json``, under the fields' JSON names (``messagesPerSecond``)."""
         data = {json_name(f.name): getattr(self, f.name) for f in dataclasses.fields(self)}
         data["cost"] = None if self.cost is None else self.cost.to_dict()
+        data["classes"] = {k: v.to_dict() for k, v in self.classes.items()}
         return data
 
 
@@ -217,6 +275,10 @@ class _Measured:
     system: str
     plain: bool = False
     track: Callable[[CpuMeter], None] = lambda _meter: None
+    #: The hop class of a bare pipe's latencies (``None``: split by destinations).
+    bare_class: str | None = None
+    rate: float | None = None
+    delivery_format: str | None = None
 
 
 def _run_measured(
@@ -249,8 +311,9 @@ def _run_measured(
     finally:
         done.set()
         reader.join(30)
-    lat = sorted(ms for ms, _ in outcome["latencies"])
-    multicast = sorted(ms for ms, m in outcome["latencies"] if m)
+    pairs = [(ms, bool(m)) for ms, m in outcome["latencies"]]
+    lat = sorted(ms for ms, _ in pairs)
+    multicast = sorted(ms for ms, m in pairs if m)
     seconds = max(outcome["last_delivery"] - outcome["first_send"], 1e-6)
     delivered = len(outcome["latencies"])
     traffic = scan_traffic(bootstrap, how.scanned, window.start_ms, window.end_ms)
@@ -268,6 +331,11 @@ def _run_measured(
         multicast_p99_ms=round(percentile(multicast, 0.99), 2) if multicast else None,
         delivered_ok=outcome["missing"] == 0,
         cost=cost,
+        p999_ms=round(percentile(lat, 0.999), 2) if lat else None,
+        classes=hop_classes(how.system, pairs, how.bare_class),
+        rate=how.rate,
+        delivery_format=how.delivery_format,
+        load_avg=os.getloadavg(),
     )
 
 
@@ -281,13 +349,25 @@ def _sum_traffic(counts: Any) -> tuple[int, int, int]:
 
 
 def _bare_kafka(
-    bootstrap: str, messages: int, size: int, timeout_s: float, rate: float | None = None
+    bootstrap: str,
+    messages: int,
+    size: int,
+    timeout_s: float,
+    rate: float | None = None,
+    *,
+    hops: int = 1,
+    suffix: str = "",
+    overrides: Mapping[str, str] | None = None,
 ) -> BenchResult:
-    topic = f"bench-kafka-{uuid.uuid4().hex[:8]}"
-    ensure_topics(admin_client(bootstrap), [topic])
+    """``hops`` = 1: the bare pipe; 3: three bare hops through two relays; the clients
+    take the nodes' ``overrides`` (``-X``)."""
+    run = uuid.uuid4().hex[:8]
+    topics = [f"bench-kafka-{run}" + (f"-h{i}" if hops > 1 else "") for i in range(hops)]
+    ensure_topics(admin_client(bootstrap), topics)
+    topic, last = topics[0], topics[-1]
 
     def send() -> None:
-        producer = RecordProducer(bootstrap)
+        producer = RecordProducer(bootstrap, overrides)
         producer.warm_up([topic])  # metadata first: not part of a latency
         start = time.monotonic()
         for i in range(messages):
@@ -297,14 +377,23 @@ def _bare_kafka(
             producer.poll(0)
         producer.flush(60)
 
-    how = _Measured(
-        name="kafka@half" if rate else "kafka",
-        read_topics={topic: topic},
-        scanned=[RecordedTopic(topic, topic, Role.DELIVERY)],
-        system="kafka",
-        plain=True,
-    )
-    return _run_measured(bootstrap, how, messages, send, timeout_s)
+    with running_relays(bootstrap, topics, overrides=overrides) as relays:
+        how = _Measured(
+            name=("kafka" if hops == 1 else f"kafka-x{hops}") + suffix,
+            read_topics={last: last},
+            scanned=[RecordedTopic(t, t, Role.DELIVERY) for t in topics],
+            system="kafka",
+            plain=True,
+            track=lambda meter: _track_relays(meter, relays),
+            bare_class=BARE_1 if hops == 1 else f"bare x{hops}",
+            rate=rate,
+        )
+        return _run_measured(bootstrap, how, messages, send, timeout_s)
+
+
+def _track_relays(meter: CpuMeter, pids: Sequence[int]) -> None:
+    for i, pid in enumerate(pids, 1):
+        meter.track(pid, ProcessRole.RELAY, f"relay {i}")
 
 
 def _pace(start: float, index: int, rate: float) -> None:
@@ -326,6 +415,8 @@ class BenchSetup:
     #: The nodes' delivery mode: one Kafka transaction per batch (the default), or
     #: outputs acknowledged, then committed (``--at-least-once``).
     exactly_once: bool = True
+    #: How the nodes write deliveries (``raw`` or ``json``, docs/DESIGN.md §3.8).
+    delivery_format: str = "raw"
 
     def node_config(self, bootstrap: str, topics: list[str]) -> NodeConfig:
         """The configuration the cluster's nodes share (the first topic's)."""
@@ -338,6 +429,7 @@ class BenchSetup:
             overrides=self.overrides,
             log_level="warning",
             exactly_once=self.exactly_once,
+            delivery_format=self.delivery_format,
         )
 
     def cluster(self, bootstrap: str, topics: list[str]) -> Any:
@@ -367,12 +459,17 @@ def _send_plan(
     return send
 
 
-def _name(prefix: str, load: BenchLoad) -> str:
-    return f"{prefix}-{round(load.share * 100)}%" + ("@half" if load.rate else "")
+def _name(prefix: str, load: BenchLoad, suffix: str = "") -> str:
+    return f"{prefix}-{round(load.share * 100)}%{suffix}"
 
 
 def _amcast(
-    bootstrap: str, topics: list[str], setup: BenchSetup, load: BenchLoad, timeout_s: float
+    bootstrap: str,
+    topics: list[str],
+    setup: BenchSetup,
+    load: BenchLoad,
+    timeout_s: float,
+    suffix: str = "",
 ) -> BenchResult:
     read = {delivery_topic(t): t for t in topics}
     with setup.cluster(bootstrap, topics) as cluster:
@@ -385,11 +482,13 @@ def _amcast(
         statuses = read_statuses(bootstrap, setup.overrides, window_s=STATUS_READ_WINDOW_S)
         ours = [s for key, s in statuses.items() if key in keys]
         how = _Measured(
-            name=_name("amcast", load),
+            name=_name("amcast", load, suffix),
             read_topics=read,
             scanned=setup.scanned(bootstrap, topics),
             system="atomickafka",
             track=lambda meter: track_cluster(meter, cluster.pid, ours),
+            rate=load.rate,
+            delivery_format=setup.delivery_format,
         )
         with AtomicKafkaClient(bootstrap, layout=setup.layout, config=setup.overrides) as client:
             client.warm_up(topics)
@@ -445,6 +544,10 @@ def _sequenced(
             return _run_measured(bootstrap, how, load.messages, send, timeout_s)
 
 
+#: The fixed rate of the first paced runs (msg/s): issue 19's latency target.
+LOW_RATE = 1000.0
+
+
 def run_bench(
     bootstrap: str,
     *,
@@ -455,14 +558,20 @@ def run_bench(
     timeout_s: float = 300.0,
     warmup: bool = True,
     paced_rate: float | None = None,
+    low_rate: float | None = LOW_RATE,
+    formats: Sequence[str] = (),
     topics: int = 5,
     fanout: tuple[int, int] | None = None,
     seed: int = 0,
     sequencer: bool = True,
     on_result: Any = None,
 ) -> list[BenchResult]:
-    """Run every scenario; return their figures (also passed to ``on_result`` as they come)."""
+    """Run every scenario; return their figures (also passed to ``on_result`` as they
+    come). The paced runs go at ``low_rate`` (``None``: skipped) and at ``paced_rate``
+    (default: half the unpaced capacity of the largest multicast share); ``formats``
+    adds unpaced multicast runs with the nodes writing deliveries in those formats."""
     setup = setup or BenchSetup()
+    others = [f for f in formats if f != setup.delivery_format]
     results: list[BenchResult] = []
 
     def record(result: BenchResult) -> None:
@@ -481,20 +590,39 @@ def run_bench(
     if warmup:
         # A fresh broker JIT-compiles its hot paths for a while; measured runs start
         # after one unmeasured pass through both kinds of traffic.
-        _bare_kafka(bootstrap, 5000, record_size, timeout_s)
+        _bare_kafka(bootstrap, 5000, record_size, timeout_s, overrides=setup.overrides)
         _amcast(bootstrap, names("warm"), setup, load(5000, 0.1), timeout_s)
     # Bare Kafka moves a burst of N records in a fraction of a second; five times as
     # many make its rate less a matter of scheduling luck.
-    record(_bare_kafka(bootstrap, 5 * messages, record_size, timeout_s))
+    record(_bare_kafka(bootstrap, 5 * messages, record_size, timeout_s, overrides=setup.overrides))
     for share in shares:
         tag = str(round(share * 100))
         record(_amcast(bootstrap, names(tag), setup, load(messages, share), timeout_s))
+        for fmt in others:
+            other = dataclasses.replace(setup, delivery_format=fmt)
+            scenario = load(messages, share)
+            record(_amcast(bootstrap, names(f"{fmt}{tag}"), other, scenario, timeout_s, f"[{fmt}]"))
         if sequencer:
             record(_sequenced(bootstrap, names(f"s{tag}"), setup, load(messages, share), timeout_s))
     worst = max(shares)
     saturated = next(r for r in results if r.name == f"amcast-{round(worst * 100)}%")
     half = paced_rate or saturated.messages_per_s / 2
-    count = max(1000, min(messages, int(half * 10)))
-    record(_bare_kafka(bootstrap, count, record_size, timeout_s, rate=half))
-    record(_amcast(bootstrap, names("half"), setup, load(count, worst, half), timeout_s))
+    rates = [(low_rate, f"@{low_rate:g}")] if low_rate else []
+    for rate, suffix in [*rates, (half, "@half")]:
+        count = max(1000, min(messages, int(rate * 10)))
+        for hops in (1, 3):
+            bare = _bare_kafka(
+                bootstrap,
+                count,
+                record_size,
+                timeout_s,
+                rate=rate,
+                hops=hops,
+                suffix=suffix,
+                overrides=setup.overrides,
+            )
+            record(bare)
+        tag = suffix.strip("@")
+        paced = load(count, worst, rate)
+        record(_amcast(bootstrap, names(tag), setup, paced, timeout_s, suffix))
     return results

@@ -48,8 +48,14 @@ BROKER_FORMULA: Final = (
     "message; msg/s per broker core = 1,000,000 ÷ that"
 )
 
+#: The traffic kind of Delivery records.
+DELIVERY_KIND: Final = "DeliveryMessage"
 #: Roles of the system's own processes besides the ordering ones.
-_SYSTEM_ROLES: Final = ORDERING_ROLES | {ProcessRole.SUPERVISOR, ProcessRole.OTHER}
+_SYSTEM_ROLES: Final = ORDERING_ROLES | {
+    ProcessRole.SUPERVISOR,
+    ProcessRole.OTHER,
+    ProcessRole.RELAY,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +121,16 @@ class RunCost:
         """:data:`PROJECTION_FORMULA`: messages per second with one core per process."""
         busiest = self.busiest_us
         return 1e6 / busiest if busiest else None
+
+    @property
+    def node_us_per_delivery(self) -> float | None:
+        """The nodes' CPU-µs per Delivery record written (a message delivered at three
+        destinations is three deliveries; ``None``: no node, or no delivery counted)."""
+        seconds = self._cpu({ProcessRole.NODE})
+        written = self.traffic.get(DELIVERY_KIND)
+        if seconds is None or written is None or written.messages <= 0:
+            return None
+        return seconds * 1e6 / written.messages
 
     # ------------------------------------------------------------------ records
 
@@ -196,11 +212,12 @@ def cost_table(runs: Sequence[tuple[str, RunCost]]) -> tuple[list[str], list[lis
         "nodes",
         "mergers",
         "sequencer",
-        "supervisor+other",
+        "supervisor+relays+other",
         "clients",
         "measuring",
         "all but broker",
         "busiest ordering process",
+        "node µs/delivery",
         "records/msg",
         "bytes/msg",
         "broker µs/record",
@@ -217,11 +234,12 @@ def cost_table(runs: Sequence[tuple[str, RunCost]]) -> tuple[list[str], list[lis
                 _num(cost.role_us(ProcessRole.NODE)),
                 _num(cost.role_us(ProcessRole.MERGER)),
                 _num(cost.role_us(ProcessRole.SEQUENCER)),
-                _num(cost.role_us(ProcessRole.SUPERVISOR, ProcessRole.OTHER)),
+                _num(cost.role_us(ProcessRole.SUPERVISOR, ProcessRole.RELAY, ProcessRole.OTHER)),
                 _num(cost.role_us(ProcessRole.CLIENT)),
                 _num(cost.role_us(ProcessRole.MEASURER)),
                 _num(cost.all_but_broker_us),
                 "-" if busiest is None else f"{busiest.name}: {_num(cost.busiest_us)}",
+                _num(cost.node_us_per_delivery, 1),
                 _num(cost.records_per_message, 2),
                 _num(cost.bytes_per_message),
                 _num(cost.broker_us_per_record, 1),

@@ -16,7 +16,8 @@ then read the destinations' topics from their start with one :class:`DeliveryCou
 
 :func:`warm_up` passes one unmeasured multicast through every topic before a measured
 load (every node has then fetched its peers' metadata), and :func:`percentile` is the
-one percentile the bench and the merge-delay figures use.
+one percentile the bench and the merge-delay figures use; :func:`latency_stats` sums a
+set of latencies up as p50, p99 and p99.9.
 """
 
 from __future__ import annotations
@@ -43,10 +44,12 @@ __all__ = [
     "CompletedMessage",
     "DeliveryCounter",
     "DeliveryTally",
+    "LatencyStats",
     "Probe",
     "Sender",
     "WarmUpSend",
     "delivery_arrival",
+    "latency_stats",
     "percentile",
     "read_probe",
     "verified",
@@ -285,3 +288,41 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
         return float("nan")
     index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
     return sorted_values[index]
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyStats:
+    """A set of latencies summed up (ms): how many, and p50, p99, p99.9, max by
+    nearest rank (:func:`percentile`)."""
+
+    count: int
+    p50_ms: float
+    p99_ms: float
+    p999_ms: float
+    max_ms: float
+
+    def to_dict(self) -> dict[str, float | int]:
+        """Plain data for JSON."""
+        return {
+            "count": self.count,
+            "p50Ms": self.p50_ms,
+            "p99Ms": self.p99_ms,
+            "p999Ms": self.p999_ms,
+            "maxMs": self.max_ms,
+        }
+
+
+def latency_stats(values: Iterable[float], digits: int = 2) -> LatencyStats | None:
+    """``values`` (ms, any order) as :class:`LatencyStats`, rounded to ``digits``;
+    ``None`` when there are none. p99.9 needs 1,000 values to differ from the maximum
+    of the last thousandth; with fewer it is the largest but one or the maximum."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    return LatencyStats(
+        len(ordered),
+        round(percentile(ordered, 0.50), digits),
+        round(percentile(ordered, 0.99), digits),
+        round(percentile(ordered, 0.999), digits),
+        round(ordered[-1], digits),
+    )

@@ -8,7 +8,8 @@ The processes of a run, and how each is told apart:
   ``running_cluster`` starts); each publishes its pid in its status, which names its
   topic, layer and role (:func:`cluster_processes`); the supervisor itself, and any
   child no status names (multiprocessing's resource tracker), are counted apart;
-- the **sequencer**'s fan-out process, the **clients** and the **measuring consumer**:
+- the **sequencer**'s fan-out process, the bare hops' **relays**, the **clients** and
+  the **measuring consumer**:
   their pids are known to whoever started them.
 
 :class:`CpuMeter` samples each tracked process's CPU time (user + system, from the OS
@@ -53,6 +54,8 @@ class ProcessRole(StrEnum):
     NODE = "node"
     MERGER = "merger"
     SEQUENCER = "sequencer"
+    #: A relaying consumer-producer of the chained bare hops (no ordering).
+    RELAY = "relay"
     SUPERVISOR = "supervisor"
     CLIENT = "client"
     MEASURER = "measuring consumer"

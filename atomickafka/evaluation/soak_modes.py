@@ -67,6 +67,7 @@ def run_modes(bootstrap: str, settings: ModeSettings) -> dict[str, Any]:
                 setup=BenchSetup(exactly_once=_MODES[mode]),
                 warmup=repeat == 0 and mode == order[0],
                 paced_rate=settings.paced_rate,
+                low_rate=None,  # one paced run, at paced_rate
                 topics=settings.topics,
                 fanout=settings.fanout,
                 sequencer=False,

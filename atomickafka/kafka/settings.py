@@ -32,13 +32,19 @@ __all__ = [
 #: Where librdkafka's log lines go (served while a client polls).
 LIBRDKAFKA_LOGGER: Final = logging.getLogger("atomickafka.librdkafka")
 
-#: Producer defaults: durable (idempotent, acks=all) and batched. On a small machine the
-#: broker's CPU per request is what limits latency under load, so a 5 ms linger (fewer,
-#: fuller produce requests) beat 0-2 ms there; measured with ``atomickafka bench``.
+#: Producer defaults: durable (idempotent, acks=all) and batched *adaptively*: a record
+#: waits at most ``linger.ms`` (1 ms) while the producer is idle, so a lightly loaded
+#: client or relay sends at once; under load librdkafka holds new produce requests back
+#: while one is still untransmitted (``queue.buffering.backpressure.threshold``: 1) and
+#: keeps at most five in flight per partition (idempotence), so records pile up and a
+#: saturated producer still sends full batches. A node in exactly-once mode does not
+#: linger at all: its commit flushes the transaction's records at once. Measured with
+#: ``atomickafka bench`` against the 5 ms of earlier versions (docs/performance.md).
 PRODUCER_DEFAULTS: Final[Mapping[str, str | int | bool]] = {
     "enable.idempotence": True,
     "acks": "all",
-    "linger.ms": 5,
+    "linger.ms": 1,
+    "queue.buffering.backpressure.threshold": 1,
     "batch.num.messages": 10000,
     "queue.buffering.max.messages": 500000,
     "retry.backoff.ms": 20,

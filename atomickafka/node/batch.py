@@ -285,8 +285,12 @@ class NodeBatch(SnapshotTaker):
         """Take a batch of input records (in offset order, from :attr:`position`)."""
         if not records:
             return self.idle(wall_s=wall_s)
-        offsets = [r.offset() or 0 for r in records]
-        cut = next((i for i, o in enumerate(offsets) if o >= self.replay_until), len(records))
+        until = self.replay_until
+        if (records[0].offset() or 0) >= until:  # the common case: nothing to replay
+            cut = 0
+        else:
+            offsets = [r.offset() or 0 for r in records]
+            cut = next((i for i, o in enumerate(offsets) if o >= until), len(records))
         ready = Ready()
         if cut:
             self._apply(records[:cut])
@@ -341,8 +345,12 @@ class NodeBatch(SnapshotTaker):
         out: list[OutRecord] = []
         for record in records:
             decoded = self._decode(record, out)
-            messages.extend(decoded)
-            sources.extend([record] * len(decoded))
+            if len(decoded) == 1:
+                messages.append(decoded[0])
+                sources.append(record)
+            else:
+                messages.extend(decoded)
+                sources.extend([record] * len(decoded))
         step = self.engine.step(messages)
         self.position = (records[-1].offset() or 0) + 1
         for position in step.deferred:
@@ -352,6 +360,8 @@ class NodeBatch(SnapshotTaker):
             self._deferred.pop(origin)  # taken up (or refused above): no longer needed
         out.extend(self._aborted(step))
         out.extend(self._outputs(step))
+        if self.spec.signer is None:
+            return out
         return [self._signed(r) for r in out]
 
     def _decode(self, record: KafkaRecord, out: list[OutRecord]) -> list[Message]:

@@ -21,10 +21,19 @@ from atomickafka.kafka.guarantees import refuse_unsafe
 from atomickafka.kafka.properties import masked
 from atomickafka.kafka.topics import Layout, node_key
 
-__all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_STUCK_AFTER_S", "ClusterConfig", "NodeConfig"]
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_POLL_TIMEOUT_S",
+    "DEFAULT_STUCK_AFTER_S",
+    "ClusterConfig",
+    "NodeConfig",
+]
 
 #: Input records a node takes per batch (one engine step, one commit unit).
 DEFAULT_BATCH_SIZE: Final = 2000
+#: How long a node's poll waits for its first input record (s); it returns as soon as
+#: one is there (:func:`~atomickafka.kafka.consumer.consume_batch`).
+DEFAULT_POLL_TIMEOUT_S: Final = 0.05
 #: A queue head older than this (seconds) is logged as stuck, naming what it waits for.
 DEFAULT_STUCK_AFTER_S: Final = 10.0
 
@@ -48,7 +57,7 @@ class NodeConfig:
     layer: int | None = None
     overrides: Mapping[str, str] = field(default_factory=dict)
     batch_size: int = DEFAULT_BATCH_SIZE
-    poll_timeout_s: float = 0.05
+    poll_timeout_s: float = DEFAULT_POLL_TIMEOUT_S
     status_interval_s: float = 1.0
     commit_interval_s: float = 0.1
     create_topics: bool = True

@@ -18,6 +18,7 @@ module only moves bytes. An instance that loses its lease or is fenced stops at 
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Mapping
@@ -87,6 +88,7 @@ __all__ = [
     "EXIT_FENCED",
     "NodeRuntime",
     "NodeStartError",
+    "freeze_heap",
     "node_spec",
     "node_topic_specs",
     "read_snapshots",
@@ -99,6 +101,27 @@ LOG_APPEND_TIME: Final = {"message.timestamp.type": "LogAppendTime"}
 #: How often a node writes its members record again, unchanged, while messages wait for
 #: members (§4.9.5): such a record is what refuses a destination that has no node.
 MEMBERS_AGAIN_S: Final = 1.0
+#: How often a node moves every object alive to the collector's permanent generation
+#: (``gc.freeze``): a full collection then scans only what was allocated since, not the
+#: whole state (pending messages, the ids remembered for the memory window), which took
+#: about 200 ms per full collection (docs/performance.md). Frozen objects are still
+#: freed when their last reference goes; only a reference cycle that is garbage at the
+#: moment of a freeze is kept, and the node's loop makes none.
+FREEZE_EVERY_S: Final = 1.0
+_frozen_at = 0.0
+
+
+def freeze_heap(now: float) -> bool:
+    """``gc.freeze()`` at most every :data:`FREEZE_EVERY_S` (monotonic ``now``); True
+    when it froze."""
+    global _frozen_at  # noqa: PLW0603 (one heap per process)
+    if now - _frozen_at < FREEZE_EVERY_S:
+        return False
+    _frozen_at = now
+    gc.freeze()
+    return True
+
+
 #: Snapshot topics keep the newest records per key (two snapshots per role).
 COMPACTED: Final = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"}
 
@@ -368,6 +391,7 @@ class NodeRuntime(RoleShell):
         self._write(ready, len(records))
         self._note_members()
         writer.settle()
+        freeze_heap(time.monotonic())
 
     def _note_members(self) -> None:
         """Every couple of seconds (and after a replay), tell the batch layer which

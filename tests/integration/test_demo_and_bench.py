@@ -26,13 +26,21 @@ def test_bench_prints_every_scenario_with_a_ratio(kafka_bootstrap: str) -> None:
         "--shares",
         "10",
         "--no-warmup",
+        "--low-rate",
+        "0",  # one paced rate (half capacity) is enough here
     )
     assert out.returncode == 0, out.stderr[-2000:]
     figures, _, costs = out.stdout.partition("\n\n")  # the first table, then the rest
     rows = {line.split()[0]: line.split() for line in figures.splitlines() if line.strip()}
-    assert {"kafka", "amcast-10%", "seq-10%", "kafka@half", "amcast-10%@half"} <= rows.keys()
+    paced = {"kafka@half", "kafka-x3@half", "amcast-10%@half"}
+    assert {"kafka", "amcast-10%", "seq-10%"} | paced <= rows.keys()
     assert float(rows["amcast-10%"][3]) > 0  # msg/s
-    assert float(rows["amcast-10%"][-1]) > 0  # ratio to bare Kafka
+    assert float(rows["amcast-10%"][7]) > 0  # p99.9
+    assert float(rows["amcast-10%"][9]) > 0  # ratio to bare Kafka
+    # the floor and AtomicKafka per hop class, p50 / p99 / p99.9
+    assert "Latency per hop class" in costs
+    for hop_class in ("bare x1", "bare x3", "AtomicKafka single-destination"):
+        assert hop_class in costs, hop_class
     # the cost of every scenario, by role, and the projection beside the sequencer's
     assert "CPU-µs per delivered message, by role" in costs
     cost_rows = {line.split()[0]: line.split() for line in costs.splitlines() if line.strip()}

@@ -27,6 +27,7 @@ from atomickafka.doctor.facts import TopicFacts
 from atomickafka.doctor.findings import Finding, Severity
 from atomickafka.evaluation.bench import BenchResult
 from atomickafka.evaluation.cost import RunCost
+from atomickafka.evaluation.measuring import LatencyStats
 from atomickafka.evaluation.processes import ProcessCpu, ProcessRole
 from atomickafka.evaluation.report import ReportInput
 from atomickafka.evaluation.results import LatencySummary, RunInfo, RunMetrics, RunResult
@@ -163,6 +164,7 @@ OUTPUTS: dict[tuple[str, int], Callable[[], set[str]]] = {
     ("`bench --json PATH`", 1): lambda: set(_cost().to_dict()),
     ("`bench --json PATH`", 2): lambda: set(_cost().processes[0].to_dict()),
     ("`bench --json PATH`", 3): lambda: set(TypeTraffic(1, 1, 1).to_dict()),
+    ("`bench --json PATH`", 4): lambda: set(LatencyStats(1, 1.0, 1.0, 1.0, 1.0).to_dict()),
     ("Audit violations", 0): lambda: set(
         Violation(Kind.ORDER, "A", "m", "t", 0, 4, 1000, (3, 0, "m"), {}).to_json()
     ),
