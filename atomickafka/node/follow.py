@@ -143,6 +143,8 @@ class NodeFollower:
         self._offsets = Consumer(settings, logger=LIBRDKAFKA_LOGGER)
         self._committed_at = 0.0
         self._failed_at = 0.0
+        #: Input records applied (replayed) so far, for the metrics.
+        self.applied = 0
 
     # ------------------------------------------------------------------ reads
 
@@ -217,7 +219,7 @@ class NodeFollower:
         if now - self._committed_at >= COMMITTED_EVERY_S:
             self._committed_at = now
             try:
-                standby.commit_seen(self.committed())
+                self.applied += standby.commit_seen(self.committed())
                 self.reader.read()
                 self._maybe_jump(standby)
             except KafkaException as exc:  # transient: the next reading retries
@@ -231,7 +233,7 @@ class NodeFollower:
             log.warning("standby: the input log was cut above its position; starting over")
             self.start()
             return True
-        standby.take(usable(batch))
+        self.applied += standby.take(usable(batch))
         return True
 
     def _maybe_jump(self, standby: NodeStandby) -> None:

@@ -106,9 +106,6 @@ LOG_APPEND_TIME: Final = {"message.timestamp.type": "LogAppendTime"}
 #: How often a node writes its members record again, unchanged, while messages wait for
 #: members (§4.9.5): such a record is what refuses a destination that has no node.
 MEMBERS_AGAIN_S: Final = 1.0
-#: How long a starting node follows its input log before it asks for the lease (s): it
-#: asks once it has caught up with the committed offset, or after this anyway.
-CATCH_UP_S: Final = 300.0
 #: Snapshot topics keep the newest records per key (two snapshots per role). A segment
 #: rolls every 10 minutes, so that compaction (which leaves the open segment alone)
 #: keeps what a recovery or a standby reads to that, not days of snapshots.
@@ -238,6 +235,7 @@ class NodeRuntime(RoleShell):
         self._members_at = 0.0
         self._members_written_at = 0.0
         self._follower: NodeFollower | None = None  # while a hot standby
+        self._followed = 0  # records the follower applied, counted in the metrics
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -283,8 +281,12 @@ class NodeRuntime(RoleShell):
             self._stop_following(f"cannot follow the input log: {exc}")
 
     def _catch_up(self) -> bool:
+        """Follow until caught up with the committed offset, for at most the lease's
+        session timeout: a dead instance holds the lease that long anyway, and a node
+        that replays for longer does it as the active instance, publishing its status
+        (a topic without a live status looks offline to clients)."""
         follower = self._follower
-        deadline = time.monotonic() + CATCH_UP_S
+        deadline = time.monotonic() + self.config.session_timeout_ms / 1000
         while follower is not None and follower.standby is not None and not self.stopping:
             if follower.caught_up() or time.monotonic() > deadline:
                 break
@@ -293,7 +295,9 @@ class NodeRuntime(RoleShell):
                     time.sleep(0.05)
             except (KafkaException, AtomicKafkaError) as exc:
                 self._stop_following(f"following stopped: {exc}")
-            self._tick(time.monotonic())
+            self._count_followed()
+            if self._tick(time.monotonic()):
+                return False  # the run's time is up
         return not self.stopping
 
     def _stand_by(self) -> None:
@@ -308,8 +312,17 @@ class NodeRuntime(RoleShell):
         except (KafkaException, AtomicKafkaError) as exc:
             self._stop_following(f"following stopped: {exc}")
             followed = False
+        self._count_followed()
         if not followed:
             lease.poll(0.2)
+
+    def _count_followed(self) -> None:
+        """The records the standby applied count as replayed (their outputs were
+        written by the active instance)."""
+        follower = self._follower
+        if follower is not None and follower.applied > self._followed:
+            self.metrics.read((), follower.applied - self._followed)
+            self._followed = follower.applied
 
     def _stop_following(self, why: str) -> None:
         log.warning("node %s: %s; a cold standby now (a takeover recovers)", self.config.key, why)
