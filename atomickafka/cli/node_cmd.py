@@ -209,15 +209,10 @@ def _run_node(args: argparse.Namespace) -> int:
         return fail("node", "--layer and --merger need --partitions N > 1")
     config = _node_config(args, args.topic, args.layer)
     reach(args)
-    if args.merger:
-        from atomickafka.node.merger_runtime import MergerRuntime  # noqa: PLC0415
-
-        merger = MergerRuntime(config)
-        merger.install_signal_handlers()
-        return merger.run(max_seconds=args.max_seconds)
+    from atomickafka.node.merger_runtime import MergerRuntime  # noqa: PLC0415
     from atomickafka.node.runtime import NodeRuntime, NodeStartError  # noqa: PLC0415
 
-    runtime = NodeRuntime(config)
+    runtime = MergerRuntime(config) if args.merger else NodeRuntime(config)
     runtime.install_signal_handlers()
     try:
         return runtime.run(max_seconds=args.max_seconds)

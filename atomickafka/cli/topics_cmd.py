@@ -2,7 +2,9 @@
 with the settings ordering needs.
 
 ``create`` creates every Kafka topic the nodes of ``--topics`` use (input logs kept
-forever and stamped with the broker's time, deliveries, dead letters, layer streams,
+forever -- a finite retention of at least twice the snapshot interval plus the longest
+downtime is fine too -- and stamped with the broker's time, deliveries, dead letters,
+layer streams,
 the status topic) and aligns the settings of those that exist; ``describe`` shows
 them; ``check`` judges them as ``doctor`` does (exit status 1 when one is unsafe).
 """
@@ -14,11 +16,12 @@ from typing import Any
 
 import orjson
 
+from atomickafka.cli.doctor_cmd import add_retention_rule, with_retention_rule
 from atomickafka.cli.options import add_bootstrap, add_overrides, guarded, reach
 from atomickafka.doctor import Deployment, exit_status, render_json, render_text
 from atomickafka.doctor.deployment import KafkaTopic
 from atomickafka.doctor.facts import TopicFacts
-from atomickafka.doctor.gather import gather_topics
+from atomickafka.doctor.gather import gather_snapshots, gather_topics
 from atomickafka.doctor.topic_checks import check_topics
 from atomickafka.errors import ConfigError
 from atomickafka.kafka.admin import TopicSpec, admin_client, ensure_topics
@@ -40,6 +43,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="the nodes' layout",
     )
     parser.add_argument("--partitions", type=int, default=1, help="partition layers per topic")
+    add_retention_rule(parser)
 
 
 def register(subparsers: Any) -> None:
@@ -89,7 +93,7 @@ def _deployment(args: argparse.Namespace) -> Deployment:
     from atomickafka.core.wire import parse_destinations  # noqa: PLC0415
 
     parse_destinations(list(topics))  # the same name rules as destinations
-    return Deployment(topics, Layout(args.layout), args.partitions)
+    return with_retention_rule(Deployment(topics, Layout(args.layout), args.partitions), args)
 
 
 def _create(args: argparse.Namespace) -> int:
@@ -118,7 +122,8 @@ def _check(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace, deployment: Deployment, brokers: int, title: str) -> int:
     facts = gather_topics(args.bootstrap_server, args.overrides, deployment.kafka_topics())
-    findings = check_topics(deployment, facts, brokers, args.bootstrap_server)
+    snapshots = gather_snapshots(args.bootstrap_server, args.overrides, deployment, facts)
+    findings = check_topics(deployment, facts, brokers, args.bootstrap_server, snapshots)
     if getattr(args, "json", False):
         data = render_json(findings, bootstrap=args.bootstrap_server, topics=deployment.topics)
         print(orjson.dumps(data).decode())

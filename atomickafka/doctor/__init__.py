@@ -15,14 +15,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from atomickafka.doctor.cluster_checks import check_cluster
-from atomickafka.doctor.deployment import Deployment, KafkaTopic, TopicKind
+from atomickafka.doctor.deployment import (
+    DEFAULT_MAX_DOWNTIME_S,
+    DEFAULT_SNAPSHOT_INTERVAL_S,
+    Deployment,
+    KafkaTopic,
+    TopicKind,
+)
 from atomickafka.doctor.findings import Finding, Severity, exit_status, render_json, render_text
 from atomickafka.doctor.gather import discover, gather_cluster, gather_deployment
 from atomickafka.doctor.node_checks import DEFAULT_MAX_LAG, DEFAULT_STUCK_AFTER_S, check_nodes
 from atomickafka.doctor.topic_checks import check_topics
 
 __all__ = [
+    "DEFAULT_MAX_DOWNTIME_S",
     "DEFAULT_MAX_LAG",
+    "DEFAULT_SNAPSHOT_INTERVAL_S",
     "DEFAULT_STUCK_AFTER_S",
     "Deployment",
     "Finding",
@@ -53,7 +61,9 @@ def diagnose(
     if deployment is None:
         return findings
     facts = gather_deployment(bootstrap, overrides, deployment)
-    findings += check_topics(deployment, facts.topics, len(cluster.brokers), bootstrap)
+    findings += check_topics(
+        deployment, facts.topics, len(cluster.brokers), bootstrap, facts.snapshots
+    )
     findings += check_nodes(
         deployment, facts, bootstrap, stuck_after_s=stuck_after_s, max_lag=max_lag
     )

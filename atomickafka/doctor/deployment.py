@@ -1,7 +1,8 @@
 """An AtomicKafka deployment's Kafka topics, and the settings ordering needs of each.
 
 For every AtomicKafka topic ``T`` (``docs/DESIGN.md`` §5): its input log (what a node
-replays to rebuild its state: kept forever, stamped by the broker), its delivery
+replays from its newest snapshot to rebuild its state: created to be kept forever, at
+least for :attr:`Deployment.min_retention_ms`; stamped by the broker), its delivery
 topic, its dead letters, the layer streams of a partitioned topic, and the shared
 status topic. :meth:`Deployment.specs` is what ``atomickafka topics create`` creates:
 the node's own specs (:func:`~atomickafka.node.runtime.node_topic_specs`) with the
@@ -29,6 +30,8 @@ from atomickafka.node.runtime import node_topic_specs
 
 __all__ = [
     "CREATE_CONFIGS",
+    "DEFAULT_MAX_DOWNTIME_S",
+    "DEFAULT_SNAPSHOT_INTERVAL_S",
     "LOG_APPEND_TIME",
     "Deployment",
     "KafkaTopic",
@@ -37,6 +40,10 @@ __all__ = [
 
 #: The timestamp type of input logs: the broker stamps each record when it appends it.
 LOG_APPEND_TIME: Final = "LogAppendTime"
+#: The nodes' default ``--snapshot-interval`` (s).
+DEFAULT_SNAPSHOT_INTERVAL_S: Final = 30.0
+#: How long a node may be down, by default, when judging a finite retention (s).
+DEFAULT_MAX_DOWNTIME_S: Final = 86_400.0
 #: Kafka's default ``max.message.bytes``: room for a 1,000,000-byte record and its batch.
 _MAX_MESSAGE_BYTES: Final = str(MIN_MESSAGE_BYTES + 12)
 
@@ -80,11 +87,23 @@ class KafkaTopic:
 
 @dataclass(frozen=True, slots=True)
 class Deployment:
-    """AtomicKafka topics served with one layout and one number of layers."""
+    """AtomicKafka topics served with one layout and one number of layers; the nodes'
+    snapshot interval and the longest a node may be down, which bound how short the
+    retention of the logs they replay may be (:attr:`min_retention_ms`)."""
 
     topics: tuple[str, ...]
     layout: Layout = Layout.SPLIT
     partitions: int = 1
+    snapshot_interval_s: float = DEFAULT_SNAPSHOT_INTERVAL_S
+    max_downtime_s: float = DEFAULT_MAX_DOWNTIME_S
+
+    @property
+    def min_retention_ms(self) -> int:
+        """The shortest safe ``retention.ms`` of an input log or layer stream
+        (docs/DESIGN.md §6.5): twice the snapshot interval -- the newest snapshot may
+        be unreadable, and the one before it is then used -- plus the longest downtime,
+        during which no snapshot is taken."""
+        return int((2 * self.snapshot_interval_s + self.max_downtime_s) * 1000)
 
     def kafka_topics(self) -> dict[str, KafkaTopic]:
         """Every Kafka topic the deployment uses, by name (in the shared layout ``T`` is

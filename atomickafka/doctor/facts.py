@@ -7,11 +7,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from atomickafka.kafka.status import Status
+from atomickafka.node.snapshots import LoadedSnapshot
 
 __all__ = [
     "ClusterFacts",
     "DeploymentFacts",
     "PartitionFacts",
+    "Snapshots",
     "TopicFacts",
     "TransactionsProbe",
 ]
@@ -73,12 +75,20 @@ class TopicFacts:
         )
 
 
+#: Each role's snapshots (``T``, ``T/p``, ``T/merger``), newest first; read only for the
+#: owners of a log that no longer starts at offset 0. Their states are left out: a
+#: readable one has an empty dict.
+Snapshots = Mapping[str, tuple[LoadedSnapshot, ...]]
+
+
 @dataclass(frozen=True, slots=True)
 class DeploymentFacts:
     """The AtomicKafka side: every topic's Kafka topics, each node's and merger's last
-    status, and each node's committed input offset (status key to offset; -1 none)."""
+    status, each node's committed input offset (status key to offset; -1 none), and
+    the snapshots of the roles whose logs were cut."""
 
     topics: Mapping[str, TopicFacts]
     statuses: Mapping[str, Status]
     committed: Mapping[str, int]
     now: float
+    snapshots: Snapshots = field(default_factory=dict)

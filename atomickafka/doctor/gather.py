@@ -1,9 +1,11 @@
 """Gathering what ``doctor`` judges, from Kafka: the brokers, the deployment's topics,
-the nodes' statuses and committed offsets. Every request is bounded in time; librdkafka's
-own lines are kept out of the output."""
+the nodes' statuses and committed offsets, and -- where a replayed log was cut -- the
+snapshots that may still cover it. Every request is bounded in time; librdkafka's own
+lines are kept out of the output."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import time
@@ -13,17 +15,28 @@ from typing import Any, Final
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
 
-from atomickafka.doctor.deployment import Deployment
+from atomickafka.doctor.deployment import Deployment, TopicKind
 from atomickafka.doctor.facts import (
     ClusterFacts,
     DeploymentFacts,
     PartitionFacts,
+    Snapshots,
     TopicFacts,
     TransactionsProbe,
 )
+from atomickafka.kafka.consumer import read_to_end
 from atomickafka.kafka.settings import admin_config, producer_config
 from atomickafka.kafka.status import Role, Status, read_statuses
-from atomickafka.kafka.topics import STATUS_TOPIC, Layout, input_topic, node_group
+from atomickafka.kafka.topics import (
+    STATUS_TOPIC,
+    Layout,
+    input_topic,
+    merger_key,
+    node_group,
+    node_key,
+    snapshot_topic,
+)
+from atomickafka.node.snapshots import newest_snapshots
 
 __all__ = [
     "DOCTOR_TRANSACTIONAL_ID",
@@ -31,6 +44,7 @@ __all__ = [
     "discover",
     "gather_cluster",
     "gather_deployment",
+    "gather_snapshots",
     "gather_topics",
     "probe_transactions",
 ]
@@ -214,7 +228,46 @@ def gather_deployment(
     published = status_topic is not None and status_topic.exists
     statuses = read_statuses(bootstrap, overrides) if published else {}
     admin = _admin(bootstrap, overrides)
-    return DeploymentFacts(topics, statuses, _committed(admin, statuses, deployment), time.time())
+    committed = _committed(admin, statuses, deployment)
+    snapshots = gather_snapshots(bootstrap, overrides, deployment, topics)
+    return DeploymentFacts(topics, statuses, committed, time.time(), snapshots)
+
+
+def gather_snapshots(
+    bootstrap: str,
+    overrides: Mapping[str, str] | None,
+    deployment: Deployment,
+    topics: Mapping[str, TopicFacts],
+) -> Snapshots:
+    """The snapshots of every role of each AtomicKafka topic whose input log or layer
+    stream no longer starts at offset 0 (only those snapshot topics are read, whole;
+    signatures are not checked), their states left out."""
+    cut = set()
+    for name, topic in deployment.kafka_topics().items():
+        facts = topics.get(name)
+        replayed = topic.kind in (TopicKind.INPUT, TopicKind.LAYERS)
+        if replayed and facts is not None and any(p.low for p in facts.partitions):
+            cut.add(topic.owner)
+    if not cut:
+        return {}
+    present = _admin(bootstrap, overrides).list_topics(timeout=_TIMEOUT_S).topics
+    out: dict[str, tuple[Any, ...]] = {}
+    for owner in sorted(cut):
+        name = snapshot_topic(owner)
+        records = read_to_end(bootstrap, name, [0], overrides) if name in present else []
+        rows = [(_bytes(r.key()), r.value()) for r in records]
+        layered = deployment.partitions > 1
+        roles = [node_key(owner, p if layered else None) for p in range(deployment.partitions)]
+        for role in [*roles, merger_key(owner)] if layered else roles:
+            out[role] = tuple(
+                dataclasses.replace(s, state={}) if s.state is not None else s
+                for s in newest_snapshots(rows, role)
+            )
+    return out
+
+
+def _bytes(key: str | bytes | None) -> bytes | None:
+    return key.encode() if isinstance(key, str) else key
 
 
 def discover(bootstrap: str, overrides: Mapping[str, str] | None) -> Deployment | None:

@@ -13,9 +13,11 @@ from collections.abc import Mapping
 from typing import Final
 
 from atomickafka.doctor.deployment import LOG_APPEND_TIME, Deployment, KafkaTopic, TopicKind
-from atomickafka.doctor.facts import TopicFacts
+from atomickafka.doctor.facts import Snapshots, TopicFacts
 from atomickafka.doctor.findings import Finding, Severity
 from atomickafka.kafka.admin import MIN_MESSAGE_BYTES
+from atomickafka.kafka.topics import merger_key, node_key
+from atomickafka.node.snapshots import choose_snapshot
 
 __all__ = ["check_topic", "check_topics", "create_command", "set_config_command"]
 
@@ -57,13 +59,15 @@ def check_topics(
     topics: Mapping[str, TopicFacts],
     brokers: int,
     bootstrap: str,
+    snapshots: Snapshots | None = None,
 ) -> list[Finding]:
     """The findings of every Kafka topic of ``deployment`` (``topics``: what the
-    cluster has, by name; a name it lacks counts as missing)."""
+    cluster has, by name; a name it lacks counts as missing; ``snapshots``: each role's,
+    for the logs that no longer start at offset 0)."""
     out: list[Finding] = []
     for name, topic in deployment.kafka_topics().items():
         facts = topics.get(name, TopicFacts(name, exists=False))
-        out += check_topic(topic, facts, brokers, bootstrap, deployment)
+        out += check_topic(topic, facts, brokers, bootstrap, deployment, snapshots or {})
     return out
 
 
@@ -73,6 +77,7 @@ def check_topic(
     brokers: int,
     bootstrap: str,
     deployment: Deployment,
+    snapshots: Snapshots | None = None,
 ) -> list[Finding]:
     """The findings of one Kafka topic."""
     name = topic.name
@@ -85,7 +90,8 @@ def check_topic(
     found = [
         *_partitions(topic, facts, create),
         *_replication(facts, brokers, bootstrap),
-        *_settings(topic, facts, bootstrap, create),
+        *_settings(topic, facts, bootstrap, create, deployment),
+        *(_cut(topic, facts, deployment, snapshots or {}) if topic.kind in _REPLAYED else []),
     ]
     if not any(f.severity in (Severity.WARN, Severity.FAIL) for f in found):
         rf = facts.replication_factor
@@ -218,7 +224,9 @@ def _isr(facts: TopicFacts, min_isr: int) -> list[Finding]:
     return out
 
 
-def _settings(topic: KafkaTopic, facts: TopicFacts, bootstrap: str, create: str) -> list[Finding]:
+def _settings(
+    topic: KafkaTopic, facts: TopicFacts, bootstrap: str, create: str, deployment: Deployment
+) -> list[Finding]:
     name, configs, kind = topic.name, facts.configs, topic.kind
     out = []
     if configs.get("unclean.leader.election.enable", "false").lower() == "true":
@@ -255,7 +263,7 @@ def _settings(topic: KafkaTopic, facts: TopicFacts, bootstrap: str, create: str)
             )
         )
     if kind in _REPLAYED:
-        out += _replayed(topic, facts, bootstrap, create)
+        out += _retention(topic, facts, bootstrap, create, deployment)
     if kind is TopicKind.INPUT and configs.get("message.timestamp.type") != LOG_APPEND_TIME:
         out.append(
             Finding(
@@ -283,33 +291,86 @@ def _settings(topic: KafkaTopic, facts: TopicFacts, bootstrap: str, create: str)
     return out
 
 
-def _replayed(topic: KafkaTopic, facts: TopicFacts, bootstrap: str, create: str) -> list[Finding]:
-    """An input log (or layer stream) must keep every record: it is replayed from 0."""
-    out = []
+def _retention(
+    topic: KafkaTopic, facts: TopicFacts, bootstrap: str, create: str, deployment: Deployment
+) -> list[Finding]:
+    """An input log (or layer stream) is replayed from the newest snapshot after a
+    restart (docs/DESIGN.md §6.5): it may delete records by time once they are older
+    than twice the snapshot interval plus the longest downtime, never by size."""
     ms, size = facts.configs.get("retention.ms", "-1"), facts.configs.get("retention.bytes", "-1")
-    if ms != "-1" or size != "-1":
-        kept = f"retention.ms={ms} ({_duration(ms)}), retention.bytes={size}"
-        out.append(
-            Finding(
-                "retention",
-                Severity.FAIL,
-                topic.name,
-                f"{kept}: the {topic.kind} is replayed from offset 0 to rebuild state after a "
-                "restart; deleted records make that impossible",
-                set_config_command(bootstrap, topic.name, "retention.ms=-1,retention.bytes=-1")
-                + f", or {create}",
-            )
+    minimum = deployment.min_retention_ms
+    try:
+        short = ms != "-1" and int(ms) < minimum
+    except ValueError:
+        short = True
+    if not short and size == "-1":
+        return []
+    kept = f"retention.ms={ms} ({_duration(ms)}), retention.bytes={size}"
+    why = (
+        f"shorter than twice the snapshot interval plus the longest downtime "
+        f"({_duration(str(minimum))}: --snapshot-interval {deployment.snapshot_interval_s:g} s, "
+        f"--max-downtime {deployment.max_downtime_s:g} s)"
+        if short
+        else "a size bound deletes records however recent, at a high enough rate"
+    )
+    return [
+        Finding(
+            "retention",
+            Severity.FAIL,
+            topic.name,
+            f"{kept}: {why}; a node rebuilds its state from its newest snapshot and the "
+            f"records of the {topic.kind} after it, which may then be gone",
+            set_config_command(bootstrap, topic.name, "retention.ms=-1,retention.bytes=-1")
+            + f" (or retention.ms={minimum} or more, with retention.bytes=-1), or {create}",
         )
-    truncated = [p.partition for p in facts.partitions if p.low is not None and p.low > 0]
-    if truncated:
-        out.append(
+    ]
+
+
+def _cut(
+    topic: KafkaTopic, facts: TopicFacts, deployment: Deployment, snapshots: Snapshots
+) -> list[Finding]:
+    """A log that no longer starts at offset 0 is fine while a readable snapshot of its
+    role covers an offset the log still holds (the choice a node makes at start,
+    :func:`~atomickafka.node.snapshots.choose_snapshot`); else the role refuses to
+    start."""
+    bounds = {
+        p.partition: (p.low, p.high if p.high is not None else p.low)
+        for p in facts.partitions
+        if p.low is not None
+    }
+    if not any(low for low, _ in bounds.values()):
+        return []
+    owner, layered = topic.owner, deployment.partitions > 1
+    if topic.kind is TopicKind.LAYERS:
+        roles = {merger_key(owner): bounds}
+    else:
+        roles = {node_key(owner, p if layered else None): {p: b} for p, b in bounds.items()}
+    uncovered: list[int] = []
+    covered: list[str] = []
+    for role, logs in roles.items():
+        choice = choose_snapshot(snapshots.get(role, ()), logs)
+        if choice.cut:
+            uncovered += sorted(choice.cut)
+        elif choice.snapshot is not None and any(low for low, _ in logs.values()):
+            covered.append(f"{role} from snapshot {choice.snapshot.seq}")
+    if uncovered:
+        return [
             Finding(
                 "truncated-log",
                 Severity.FAIL,
                 topic.name,
-                f"partition(s) {truncated} no longer start at offset 0: records were deleted, "
-                f"so the node of {topic.owner} cannot rebuild its state on restart",
+                f"partition(s) {uncovered} no longer start at offset 0 and no readable "
+                f"snapshot covers an offset they still hold: records were deleted, so "
+                f"{owner}'s node or merger cannot rebuild its state (it refuses to start)",
                 "see docs/operators.md, 'Recover': start the topic over from a new input log",
             )
+        ]
+    return [
+        Finding(
+            "truncated-log",
+            Severity.INFO,
+            topic.name,
+            "records were deleted from its start, but snapshots cover what is left: "
+            + ", ".join(covered),
         )
-    return out
+    ]

@@ -76,11 +76,13 @@ class Lease:
         if partitions:
             self._held = True
             self.lost_at = None
+            log.info("lease of %s assigned to this instance", self.role)
 
     def _revoked(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if partitions and self._held:
             self._held = False
             self.lost_at = time.monotonic()
+            log.info("lease of %s revoked from this instance", self.role)
 
     def _lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._revoked(consumer, partitions)

@@ -12,6 +12,11 @@ to replay from; the last Delivery this merger wrote to ``T`` -- found by reading
 backwards and taking only the merger's own records, so a record someone else wrote
 into ``T`` is reported once and ignored, never trusted -- says what not to release
 again. The merged order is strictly increasing, so that one key is enough.
+
+A standing-by merger follows the snapshot topic and keeps the newest snapshot's state
+loaded, so a takeover neither reads that topic nor restores a snapshot; it replays the
+layers from that snapshot on (at most a snapshot interval). It does not follow the
+layers themselves: docs/DESIGN.md §6.4 says why.
 """
 
 from __future__ import annotations
@@ -26,9 +31,15 @@ from confluent_kafka import Message as KafkaMessage
 
 from atomickafka.core.merger import MergeKey
 from atomickafka.core.signing import Signer
-from atomickafka.errors import ConfigError
+from atomickafka.errors import AtomicKafkaError, ConfigError
 from atomickafka.kafka.admin import admin_client, ensure_topics
-from atomickafka.kafka.consumer import consume_batch, make_consumer, retry_transient, usable
+from atomickafka.kafka.consumer import (
+    consume_batch,
+    make_consumer,
+    retry_transient,
+    usable,
+    watermarks,
+)
 from atomickafka.kafka.secrets import load_signer
 from atomickafka.kafka.status import LayerState, Role, Status, WaitingHead, publish_status
 from atomickafka.kafka.topics import (
@@ -43,11 +54,12 @@ from atomickafka.logs import log_context
 from atomickafka.metrics.shell import ShellMetrics
 from atomickafka.node.batch import Ready
 from atomickafka.node.config import NodeConfig
+from atomickafka.node.follow import SnapshotReader
 from atomickafka.node.merger_batch import MergerBatch, MergerSpec, own_delivery_key
 from atomickafka.node.metrics import HeadWatch, Rates, status_of
 from atomickafka.node.role_shell import RoleShell
-from atomickafka.node.runtime import node_topic_specs, read_snapshots
-from atomickafka.node.snapshots import LoadedSnapshot
+from atomickafka.node.runtime import NodeStartError, node_topic_specs, read_snapshots
+from atomickafka.node.snapshots import LoadedSnapshot, choose_snapshot
 from atomickafka.node.writers import (
     GaplessWriter,
     TransactionalWriter,
@@ -104,6 +116,8 @@ class MergerRuntime(RoleShell):
         self.recovery_s: float | None = None
         self._recovery_started = 0.0
         self._head_watch = HeadWatch(config.stuck_after_s)  # the head's age, for the metrics
+        self._snapshots: SnapshotReader | None = None  # while a standby
+        self._loaded: tuple[int, MergerBatch] | None = None  # the newest snapshot, restored
 
     @property
     def merger(self) -> object:
@@ -128,6 +142,41 @@ class MergerRuntime(RoleShell):
         if cfg.create_topics:
             ensure_topics(admin_client(cfg.bootstrap, cfg.overrides), node_topic_specs(cfg))
 
+    def _start_standby(self) -> None:
+        """Stand by following the snapshot topic (the newest snapshot kept restored)."""
+        try:
+            self._snapshots = SnapshotReader(self.config, self.key, self.signer)
+            self._snapshots.to_end(60.0)
+            self._load_newest()
+        except (KafkaException, AtomicKafkaError) as exc:
+            log.warning("merger %s: cannot follow its snapshots: %s", self.config.topic, exc)
+            self._drop_snapshots()
+
+    def _stand_by(self) -> None:
+        reader, lease = self._snapshots, self._lease
+        assert lease is not None
+        if reader is not None:
+            try:
+                reader.read()
+                self._load_newest()
+            except (KafkaException, AtomicKafkaError) as exc:
+                log.warning("merger %s: snapshots not followed: %s", self.config.topic, exc)
+                self._drop_snapshots()
+        lease.poll(0.2)
+
+    def _load_newest(self) -> None:
+        reader = self._snapshots
+        if reader is None or not reader.follower.changed:
+            return
+        newest = next((s for s in reader.follower.snapshots() if s.state is not None), None)
+        if newest is not None and (self._loaded is None or self._loaded[0] != newest.seq):
+            self._loaded = (newest.seq, MergerBatch.recover(self.spec, newest))
+
+    def _drop_snapshots(self) -> None:
+        if self._snapshots is not None:
+            self._snapshots.close()
+        self._snapshots, self._loaded = None, None
+
     def _open(self) -> None:
         cfg = self.config
         started = time.monotonic()
@@ -142,19 +191,21 @@ class MergerRuntime(RoleShell):
             )
         else:
             self._writer = GaplessWriter(cfg.bootstrap, dict(cfg.overrides))
-        snapshot = self._newest_snapshot()
-        self.batch = MergerBatch.recover(self.spec, snapshot)
+        bounds = {
+            layer: watermarks(consumer, TopicPartition(source, layer))
+            for layer in range(cfg.partitions)
+        }
+        snapshot = self._usable_snapshot(bounds)
+        loaded, self._loaded = self._loaded, None
+        if loaded is not None and snapshot is not None and loaded[0] == snapshot.seq:
+            self.batch = loaded[1]  # restored while standing by
+        else:
+            self.batch = MergerBatch.recover(self.spec, snapshot)
         resume = self._last_own_delivery(consumer)
         if resume is not None:
             self.batch.resume_after(resume)
         start = []
-        for layer in range(cfg.partitions):
-            _, high = retry_transient(
-                lambda layer=layer: consumer.get_watermark_offsets(  # type: ignore[misc]
-                    TopicPartition(source, layer), timeout=10
-                ),
-                "watermarks",
-            )
+        for layer, (_, high) in bounds.items():
             position = self.batch.positions.get(layer, 0)
             if high > position:
                 self._replay_ends[layer] = high
@@ -172,12 +223,30 @@ class MergerRuntime(RoleShell):
             "exactly-once" if cfg.exactly_once else "at-least-once",
         )
 
-    def _newest_snapshot(self) -> LoadedSnapshot | None:
-        for found in read_snapshots(self.config, self.key, self.signer):
-            if found.state is not None:
-                return found
-            log.warning("merger snapshot %d unusable: %s", found.seq, found.problem)
-        return None
+    def _usable_snapshot(self, bounds: dict[int, tuple[int, int]]) -> LoadedSnapshot | None:
+        """The newest snapshot every layer stream still holds (``bounds``: each layer
+        partition's first and next offsets); refuse to start when a stream was cut
+        below every snapshot, as a node does (DESIGN §6.5)."""
+        reader = self._snapshots
+        if reader is not None and reader.to_end(5.0):
+            found = reader.follower.snapshots()  # followed while standing by
+        else:
+            found = read_snapshots(self.config, self.key, self.signer)
+        if reader is not None:
+            reader.close()
+            self._snapshots = None
+        choice = choose_snapshot(found, bounds)
+        for why in choice.skipped:
+            log.warning("%s", why)
+        if choice.cut:
+            raise NodeStartError(
+                f"layer stream {layers_topic(self.config.topic)} partitions "
+                f"{sorted(choice.cut)} start above every readable snapshot of the merger: "
+                "records were deleted, so its state cannot be rebuilt. Keep layer streams "
+                "longer than two snapshot intervals plus the longest downtime "
+                "(docs/DESIGN.md §6.5)"
+            )
+        return choice.snapshot
 
     def _last_own_delivery(self, consumer: Consumer) -> MergeKey | None:
         """The key of the last Delivery this merger wrote to ``T``, reading backwards;
@@ -284,6 +353,7 @@ class MergerRuntime(RoleShell):
             self.metrics.wrote(ready.records, time.time())
 
     def _close_io(self) -> None:
+        self._drop_snapshots()
         if self._writer is not None:
             try:
                 self._writer.close()

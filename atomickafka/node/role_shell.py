@@ -1,6 +1,8 @@
 """What a node and a merger share around their loops (docs/DESIGN.md §6): serve the
-metrics, prepare the topics, start the status producer and the lease; stand by until
-the lease is this instance's; open (fencing any older instance) and loop; stop at once
+metrics, prepare the topics, start the status producer; build the role's state from
+its logs as a standby does (before asking for the lease, so that whichever instance
+gets it is ready); join the lease group and stand by until the lease is this
+instance's; open (fencing any older instance) and loop; stop at once
 when fenced or when a write failed (exit status 4 or 1: the restart or the standby
 recovers); and close what was opened -- the last status saying "stopped" only after a
 requested stop. Each role says how it prepares, opens, loops and closes its I/O."""
@@ -122,10 +124,16 @@ class RoleShell(Stoppable):
         self._prepare_topics()
         self._status = RecordProducer(cfg.bootstrap, cfg.overrides)
         self._start_clock(cfg.status_interval_s, max_seconds)
-        self._lease = Lease(
-            cfg.bootstrap, self.role_key, cfg.overrides, session_timeout_ms=cfg.session_timeout_ms
-        )
         try:
+            self._start_standby()
+            if not self._catch_up():
+                return 0
+            self._lease = Lease(
+                cfg.bootstrap,
+                self.role_key,
+                cfg.overrides,
+                session_timeout_ms=cfg.session_timeout_ms,
+            )
             if not self._await_lease():
                 return 0
             self._open()
@@ -146,19 +154,36 @@ class RoleShell(Stoppable):
             self._shutdown()
 
     def _await_lease(self) -> bool:
-        """Wait until this instance is the role's active one; False if stopped first."""
+        """Wait until this instance is the role's active one, standing by meanwhile;
+        False if stopped first."""
         lease, name = self._lease, f"{self.kind} {self.role_key}"
         assert lease is not None
         if lease.poll(1.0):
             return True
         self._log.info("%s: another instance is active; standing by", name)
         while not self.stopping:
-            if lease.poll(0.2):
+            if lease.poll(0):
                 self._log.info("%s: the lease is ours; taking over", name)
                 return True
+            self._stand_by()
             if self._tick(time.monotonic()):
                 return False
         return False
+
+    def _start_standby(self) -> None:
+        """Start following the role's logs, as a standby does (by default: nothing)."""
+
+    def _catch_up(self) -> bool:
+        """Follow until the state is as far as the role's committed progress was when
+        this instance started, before joining the lease group: whichever instance the
+        group then picks -- a standby or a restarted one -- takes over with its state
+        ready. False if stopped first (by default: nothing to catch up)."""
+        return not self.stopping
+
+    def _stand_by(self) -> None:
+        """One bounded round of standing by (by default: wait for the lease)."""
+        assert self._lease is not None
+        self._lease.poll(0.2)
 
     def _shutdown(self) -> None:
         if self._wedged:  # closing a hung client could hang too: the process just exits

@@ -1,12 +1,17 @@
 """The Kafka shell around one node's batch layer: only the I/O loop (docs/DESIGN.md §6).
 
-Start-up: make sure the node's topics exist with the settings ordering relies on, join
-the role's lease group and wait -- as a standby, following the snapshot topic -- until
-this instance is the active one (:mod:`atomickafka.node.lease`). Then open the writer
+Start-up: make sure the node's topics exist with the settings ordering relies on, then
+follow the input log as a hot standby does (:mod:`atomickafka.node.follow`): from the
+newest usable snapshot, applying the records below the committed offset of the node's
+consumer group. Once caught up, join the role's lease group and wait, still following,
+until this instance is the active one (:mod:`atomickafka.node.lease`). Then open the writer
 (exactly-once: a transactional producer whose ``transactional.id`` is the role's, which
-fences any older instance; at-least-once: a gapless idempotent producer), load the
-newest readable snapshot and the committed offset, and hand both to
-:meth:`NodeBatch.recover <atomickafka.node.batch.NodeBatch.recover>`.
+fences any older instance; at-least-once: a gapless idempotent producer) and read the
+committed offset once more: a standby continues from its state
+(:meth:`NodeStandby.take_over <atomickafka.node.standby.NodeStandby.take_over>`), any
+other start loads the newest usable snapshot and hands it with the committed offset to
+:meth:`NodeBatch.recover <atomickafka.node.batch.NodeBatch.recover>`. Either way the
+records up to the committed offset are replayed with their outputs dropped.
 
 The loop, per batch: consume up to ``batch_size`` input records (``read_committed``),
 let the batch layer decide, write what it returns and commit through the writer,
@@ -49,6 +54,7 @@ from atomickafka.kafka.consumer import (
     read_to_end,
     retry_transient,
     usable,
+    watermarks,
 )
 from atomickafka.kafka.secrets import load_signer
 from atomickafka.kafka.status import (
@@ -74,11 +80,12 @@ from atomickafka.logs import log_context
 from atomickafka.metrics.shell import ShellMetrics
 from atomickafka.node.batch import NodeBatch, NodeSpec, OutKind, OutRecord, Ready
 from atomickafka.node.config import NodeConfig
+from atomickafka.node.follow import NodeFollower, signed_rows
 from atomickafka.node.lease import LEASE_TOPIC
 from atomickafka.node.metrics import HeadWatch, Rates, status_of
 from atomickafka.node.offsets import OffsetsTracker, Ticket
 from atomickafka.node.role_shell import EXIT_FENCED, RoleShell
-from atomickafka.node.snapshots import LoadedSnapshot, newest_snapshots
+from atomickafka.node.snapshots import LoadedSnapshot, choose_snapshot, newest_snapshots
 from atomickafka.node.writers import (
     AckedWriter,
     TransactionalWriter,
@@ -122,8 +129,14 @@ def freeze_heap(now: float) -> bool:
     return True
 
 
-#: Snapshot topics keep the newest records per key (two snapshots per role).
-COMPACTED: Final = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"}
+#: Snapshot topics keep the newest records per key (two snapshots per role). A segment
+#: rolls every 10 minutes, so that compaction (which leaves the open segment alone)
+#: keeps what a recovery or a standby reads to that, not days of snapshots.
+COMPACTED: Final = {
+    "cleanup.policy": "compact",
+    "min.cleanable.dirty.ratio": "0.1",
+    "segment.ms": "600000",
+}
 
 
 class NodeStartError(AtomicKafkaError):
@@ -179,23 +192,8 @@ def read_snapshots(config: NodeConfig, role: str, signer: Signer | None) -> list
     """The snapshots of ``role`` in its topic's snapshot topic, newest first (unsigned
     or wrongly signed records are left out when signing is on)."""
     topic = snapshot_topic(config.topic)
-    rows: list[tuple[bytes | None, bytes | None]] = []
-    for record in read_to_end(config.bootstrap, topic, [0], config.overrides):
-        key, value = record.key(), record.value()
-        key_bytes = key.encode() if isinstance(key, str) else key
-        if signer is not None:
-            problem = signer.problem(topic, key_bytes, value, record.headers())
-            if problem is not None:
-                log.warning(
-                    "snapshot record %s@%s ignored: %s",
-                    topic,
-                    record.offset(),
-                    problem,
-                    extra={"fields": {"offset": record.offset()}},
-                )
-                continue
-        rows.append((key_bytes, value))
-    return newest_snapshots(rows, role)
+    records = read_to_end(config.bootstrap, topic, [0], config.overrides)
+    return newest_snapshots(signed_rows(records, topic, signer), role)
 
 
 class Membership:
@@ -259,6 +257,8 @@ class NodeRuntime(RoleShell):
         self._membership: Membership | None = None
         self._members_at = 0.0
         self._members_written_at = 0.0
+        self._follower: NodeFollower | None = None  # while a hot standby
+        self._followed = 0  # records the follower applied, counted in the metrics
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -292,9 +292,70 @@ class NodeRuntime(RoleShell):
                 f"--entity-name TOPIC --add-config max.message.bytes={MIN_MESSAGE_BYTES})"
             )
 
+    def _start_standby(self) -> None:
+        """Follow the input log below the committed offset, as a hot standby, and read
+        the statuses now rather than when the lease comes."""
+        cfg = self.config
+        try:
+            self._membership = Membership(cfg.bootstrap, cfg.overrides)
+            self._follower = NodeFollower(cfg, self.spec, self.signer)
+            self._follower.start()
+        except (KafkaException, AtomicKafkaError) as exc:
+            self._stop_following(f"cannot follow the input log: {exc}")
+
+    def _catch_up(self) -> bool:
+        """Follow until caught up with the committed offset, for at most the lease's
+        session timeout: a dead instance holds the lease that long anyway, and a node
+        that replays for longer does it as the active instance, publishing its status
+        (a topic without a live status looks offline to clients)."""
+        follower = self._follower
+        deadline = time.monotonic() + self.config.session_timeout_ms / 1000
+        while follower is not None and follower.standby is not None and not self.stopping:
+            if follower.caught_up() or time.monotonic() > deadline:
+                break
+            try:
+                if not follower.round(0.1):
+                    time.sleep(0.05)
+            except (KafkaException, AtomicKafkaError) as exc:
+                self._stop_following(f"following stopped: {exc}")
+            self._count_followed()
+            if self._tick(time.monotonic()):
+                return False  # the run's time is up
+        return not self.stopping
+
+    def _stand_by(self) -> None:
+        """One bounded round of following (or of waiting, with no room or no state)."""
+        lease, follower = self._lease, self._follower
+        assert lease is not None
+        try:
+            followed = follower is not None and follower.round(0.1)
+            if self._membership is not None and time.monotonic() - self._members_at >= 2.0:
+                self._members_at = time.monotonic()
+                self._membership.poll()
+        except (KafkaException, AtomicKafkaError) as exc:
+            self._stop_following(f"following stopped: {exc}")
+            followed = False
+        self._count_followed()
+        if not followed:
+            lease.poll(0.2)
+
+    def _count_followed(self) -> None:
+        """The records the standby applied count as replayed (their outputs were
+        written by the active instance)."""
+        follower = self._follower
+        if follower is not None and follower.applied > self._followed:
+            self.metrics.read((), follower.applied - self._followed)
+            self._followed = follower.applied
+
+    def _stop_following(self, why: str) -> None:
+        log.warning("node %s: %s; a cold standby now (a takeover recovers)", self.config.key, why)
+        if self._follower is not None:
+            self._follower.standby = None
+
     def _open(self) -> None:
         """Become the active instance: open the writer (fencing older instances), then
-        recover from the newest snapshot and the committed offset."""
+        continue from the standby's state or recover from the newest snapshot, with
+        the committed offset read after fencing."""
         cfg = self.config
         started = time.monotonic()
         consumer = make_consumer(
@@ -308,9 +369,13 @@ class NodeRuntime(RoleShell):
             self._writer = TransactionalWriter(
                 cfg.bootstrap, cfg.key, consumer, self._input, dict(cfg.overrides)
             )
-        committed = self._committed_offset(consumer)
-        snapshot = self._usable_snapshot(consumer)
-        self.batch = NodeBatch.recover(self.spec, snapshot, committed)
+        low, high, committed = self._log_bounds(consumer)
+        batch, source = self._followed_batch(committed, low), "standby state"
+        if batch is None:
+            snapshot = self._usable_snapshot(low, high)
+            batch = NodeBatch.recover(self.spec, snapshot, committed)
+            source = "snapshot " + ("none" if snapshot is None else str(snapshot.seq))
+        self.batch = batch
         if not cfg.exactly_once:
             tracker = OffsetsTracker(self.batch.replay_until)
             self._writer = AckedWriter(
@@ -324,25 +389,41 @@ class NodeRuntime(RoleShell):
                 on_unwritable=self._unwritable,
             )
         consumer.assign([TopicPartition(self._input, self._partition, self.batch.position)])
-        self._membership = Membership(cfg.bootstrap, cfg.overrides)
-        self._membership.poll(2.0)
+        if self._membership is None:
+            self._membership = Membership(cfg.bootstrap, cfg.overrides)
+            self._membership.poll(2.0)
+        else:
+            self._membership.poll()
         self.active = True
         self.metrics.became_active()
         self._recovery_started = started
         log.info(
-            "node %s active: input %s[%d] from offset %d (snapshot %s), replaying to %d, "
+            "node %s active: input %s[%d] from offset %d (%s), replaying to %d, "
             "algorithm %s, layout %s, %s",
             cfg.key,
             self._input,
             self._partition,
             self.batch.position,
-            snapshot.seq if snapshot is not None else "none",
+            source,
             self.batch.replay_until,
             cfg.algorithm.value,
             cfg.layout.value,
             "exactly-once" if cfg.exactly_once else "at-least-once",
             extra={"fields": {"offset": self.batch.position}},
         )
+
+    def _followed_batch(self, committed: int, low: int) -> NodeBatch | None:
+        """A hot standby's batch layer, continued (``None``: not a hot standby)."""
+        follower, self._follower = self._follower, None
+        if follower is None:
+            return None
+        try:
+            return follower.take_over(committed, low)
+        except (KafkaException, AtomicKafkaError) as exc:
+            log.warning("node %s: the standby state is not used: %s", self.config.key, exc)
+            return None
+        finally:
+            follower.close()
 
     def _committed_offset(self, consumer: Consumer) -> int:
         part = TopicPartition(self._input, self._partition)
@@ -351,13 +432,10 @@ class NodeRuntime(RoleShell):
         )
         return committed if committed >= 0 else 0
 
-    def _usable_snapshot(self, consumer: Consumer) -> LoadedSnapshot | None:
-        """The newest snapshot whose offset the input log still holds; refuse to start
-        when the log was cut below every snapshot (records were lost to retention)."""
-        part = TopicPartition(self._input, self._partition)
-        low, high = retry_transient(
-            lambda: consumer.get_watermark_offsets(part, timeout=10), "watermarks"
-        )
+    def _log_bounds(self, consumer: Consumer) -> tuple[int, int, int]:
+        """The input log's first and next offsets and the committed offset; refuse to
+        start when the committed offset is past the log's end (a re-created topic)."""
+        low, high = watermarks(consumer, TopicPartition(self._input, self._partition))
         committed = self._committed_offset(consumer)
         if committed > high:
             group = node_group(self.config.topic, self.config.layer)
@@ -366,22 +444,24 @@ class NodeRuntime(RoleShell):
                 f"{self._input}: was the topic re-created? Delete the group's offsets "
                 "(kafka-consumer-groups --reset-offsets) to start over"
             )
-        for found in read_snapshots(self.config, self.config.key, self.signer):
-            offset = found.offsets.get(self._partition, 0)
-            if found.state is None:
-                log.warning("snapshot %d of %s unusable: %s", found.seq, found.role, found.problem)
-            elif offset > high:
-                log.warning("snapshot %d is past the end of %s: ignored", found.seq, self._input)
-            elif offset >= low:
-                return found
-        if low > 0:
+        return low, high, committed
+
+    def _usable_snapshot(self, low: int, high: int) -> LoadedSnapshot | None:
+        """The newest snapshot whose offset the input log still holds; refuse to start
+        when the log was cut below every snapshot (records were lost to retention)."""
+        found = read_snapshots(self.config, self.config.key, self.signer)
+        choice = choose_snapshot(found, {self._partition: (low, high)})
+        for why in choice.skipped:
+            log.warning("%s", why)
+        if choice.cut:
             raise NodeStartError(
                 f"input log {self._input}[{self._partition}] starts at offset {low}, but no "
                 "readable snapshot covers an offset at or after it: records were deleted "
                 "(retention shorter than the snapshot interval?), so the node's state cannot "
-                "be rebuilt. Keep input logs longer than two snapshot intervals (docs/DESIGN.md §6)"
+                "be rebuilt. Keep input logs longer than two snapshot intervals plus the "
+                "longest downtime (docs/DESIGN.md §6.5)"
             )
-        return None
+        return choice.snapshot
 
     def _round(self) -> None:
         consumer, writer = self._consumer, self._writer
@@ -468,6 +548,8 @@ class NodeRuntime(RoleShell):
 
     def _close_io(self) -> None:
         writer, consumer = self._writer, self._consumer
+        if self._follower is not None:
+            self._follower.close()
         if writer is not None:
             try:
                 writer.close()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import zlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
@@ -26,8 +26,11 @@ import orjson
 __all__ = [
     "SNAPSHOT_FORMAT",
     "LoadedSnapshot",
+    "SnapshotChoice",
+    "SnapshotFollower",
     "SnapshotRecord",
     "SnapshotSchedule",
+    "choose_snapshot",
     "encode_snapshot",
     "newest_snapshots",
 ]
@@ -131,20 +134,96 @@ def newest_snapshots(
     """The snapshots of ``role`` found in a snapshot topic's records (read in order,
     later records replacing earlier ones with the same key), newest first; each either
     with its state or with the problem that makes it unusable."""
-    prefix = f"{role}|".encode()
-    latest: dict[bytes, bytes] = {}
-    for key, value in records:
-        if key is not None and key.startswith(prefix):
+    follower = SnapshotFollower(role)
+    follower.add(records)
+    return follower.snapshots()
+
+
+class SnapshotFollower:
+    """The snapshot topic as a role's standby follows it (docs/DESIGN.md §6.4): rows
+    fed in as they are read, only the role's newest record per key kept (two slots'
+    worth), the snapshots loaded only when asked for."""
+
+    def __init__(self, role: str) -> None:
+        self.role = role
+        self._prefix = f"{role}|".encode()
+        self._latest: dict[bytes, bytes] = {}
+        #: True when a manifest arrived since :meth:`snapshots` was last called.
+        self.changed = False
+
+    def add(self, records: Iterable[tuple[bytes | None, bytes | None]]) -> None:
+        """Take rows ``(key, value)`` in the topic's order."""
+        prefix, latest = self._prefix, self._latest
+        for key, value in records:
+            if key is None or not key.startswith(prefix):
+                continue
             if value is None:
                 latest.pop(key, None)  # a tombstone
             else:
                 latest[key] = value
-    found = []
-    for slot in (0, 1):
-        manifest = latest.get(_key(role, slot, "m"))
-        if manifest is not None:
-            found.append(_load(role, slot, manifest, latest))
-    return sorted(found, key=lambda s: s.seq, reverse=True)
+            if key.endswith(b"|m"):
+                self.changed = True
+
+    @property
+    def newest_seq(self) -> int:
+        """The highest sequence number a manifest names (readable or not; -1: none)."""
+        seqs = [-1]
+        for slot in (0, 1):
+            manifest = self._latest.get(_key(self.role, slot, "m"))
+            if manifest is not None:
+                try:
+                    seqs.append(int(orjson.loads(manifest)["seq"]))
+                except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                    continue
+        return max(seqs)
+
+    def snapshots(self) -> list[LoadedSnapshot]:
+        """The role's snapshots, newest first (see :func:`newest_snapshots`)."""
+        self.changed = False
+        found = []
+        for slot in (0, 1):
+            manifest = self._latest.get(_key(self.role, slot, "m"))
+            if manifest is not None:
+                found.append(_load(self.role, slot, manifest, self._latest))
+        return sorted(found, key=lambda s: s.seq, reverse=True)
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotChoice:
+    """What a role starts from (:func:`choose_snapshot`): a snapshot (``None``: the
+    start of its logs), why newer ones were passed over, and -- when no snapshot will
+    do and a log no longer starts at 0 -- the partitions cut below every snapshot, by
+    their first offset: the role must not start (its state cannot be rebuilt)."""
+
+    snapshot: LoadedSnapshot | None
+    skipped: tuple[str, ...] = ()
+    cut: Mapping[int, int] = field(default_factory=dict)
+
+
+def choose_snapshot(
+    found: Iterable[LoadedSnapshot], logs: Mapping[int, tuple[int, int]]
+) -> SnapshotChoice:
+    """The newest readable snapshot whose offsets the role's input partitions still
+    hold: ``logs`` maps each partition the role reads to its ``(first, next)`` offsets
+    (docs/DESIGN.md §6.5). A snapshot is passed over when it cannot be read, when it
+    covers an offset past a log's end (the topic was re-created), or when a log was cut
+    above its offset (retention). Without one, the role replays its logs from 0 --
+    unless some log no longer starts at 0: then :attr:`SnapshotChoice.cut` says where."""
+    skipped: list[str] = []
+    for snapshot in found:
+        if snapshot.state is None:
+            why = f"snapshot {snapshot.seq} of {snapshot.role} unusable: {snapshot.problem}"
+            skipped.append(why)
+            continue
+        offsets = {p: snapshot.offsets.get(p, 0) for p in logs}
+        if any(offsets[p] > high for p, (_, high) in logs.items()):
+            skipped.append(f"snapshot {snapshot.seq} of {snapshot.role} is past a log's end")
+        elif all(offsets[p] >= low for p, (low, _) in logs.items()):
+            return SnapshotChoice(snapshot, tuple(skipped))
+        else:
+            skipped.append(f"snapshot {snapshot.seq} of {snapshot.role} is below a log's start")
+    cut = {p: low for p, (low, _) in logs.items() if low > 0}
+    return SnapshotChoice(None, tuple(skipped), cut)
 
 
 def _load(role: str, slot: int, raw: bytes, latest: Mapping[bytes, bytes]) -> LoadedSnapshot:

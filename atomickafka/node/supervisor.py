@@ -84,10 +84,15 @@ def run_node(config: NodeConfig) -> int:
 def run_merger(config: NodeConfig) -> int:
     """Run one topic's merger in this process until a signal stops it."""
     from atomickafka.node.merger_runtime import MergerRuntime  # noqa: PLC0415
+    from atomickafka.node.runtime import NodeStartError  # noqa: PLC0415
 
     runtime = MergerRuntime(config)
     runtime.install_signal_handlers()
-    return runtime.run()
+    try:
+        return runtime.run()
+    except NodeStartError as exc:
+        log.error("merger %s cannot start: %s", config.key, exc)
+        return EXIT_CANNOT_START
 
 
 def process_title(role: str, config: NodeConfig) -> str:

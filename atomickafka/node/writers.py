@@ -276,21 +276,30 @@ class TransactionalWriter:
         except ClientWedgedError:
             self.wedged = True
             raise
-        except BatchWriteError:
-            self._abort()
+        except BatchWriteError as exc:
+            fenced = self._abort()
+            if fenced is not None:
+                raise fenced from exc
             raise
         except KafkaException as exc:
             error = _classified(exc, "writing a batch")
             if not isinstance(error, FencedError):
-                self._abort()
+                error = self._abort() or error
             raise error from exc
         self._last_commit = time.monotonic()
 
-    def _abort(self) -> None:
+    def _abort(self) -> FencedError | None:
+        """Abort the open transaction. A producer fenced meanwhile fails its next call
+        with a plain fatal error (``produce``: "Local: Fatal error"), and the abort names
+        the cause: then the fence is returned, so that the instance stops as fenced."""
         try:
             self._producer.abort_transaction(30)
         except KafkaException as exc:
+            error = _classified(exc, "writing a batch")
+            if isinstance(error, FencedError):
+                return error
             log.warning("aborting the transaction failed too: %s", exc)
+        return None
 
     def settle(self) -> None:
         """Serve librdkafka's callbacks (logs, errors)."""

@@ -27,6 +27,14 @@ A crash is what production does on a restart: :meth:`NodeBatch.recover
 store and the committed offset, then a replay. Snapshots are taken every
 ``snapshot_every`` records, and by the chaos's ``checkpoint``.
 
+With ``Chaos.takeover``, every node has a hot standby, the production
+:class:`~atomickafka.node.standby.NodeStandby`: it fetches its topic's log in drawn
+batches, reads the committed offset now and then, applies only what is below it and
+jumps to a newer snapshot when far behind. A TAKEOVER kills the active node (its
+uncommitted work is lost, as in a crash) and its standby continues from its own state
+(:meth:`NodeStandby.take_over`); the killed node comes back as the new standby, from
+the newest snapshot.
+
 A *scheduler* decides, step by step, what happens next: a client sends its next
 message, or a node consumes a batch of the next 1..``max_batch`` records of its log (or
 ticks it while it holds a message, §4.11). One step is one millisecond of log time;
@@ -38,6 +46,7 @@ It can misbehave the way Kafka, crashes and careless writers do (:class:`Chaos`)
   byte for byte or (UNSEQUENCED) without the ``seq`` of its messages;
 - PARTIAL WRITE (``direct``): a client dies after writing to some destinations only;
 - CHECKPOINT, CRASH: a snapshot now; a node restarts as above;
+- TAKEOVER: a node dies and its following standby takes over (above);
 - PRODUCER GAP: a step's write fails at one of its records -- those before it are
   written, none after (the producer is gapless) -- and the node restarts;
 - STRAY: a Tick, Ack or Notify with a timestamp at an edge of the §4.11 bounds is
@@ -92,6 +101,7 @@ from atomickafka.core.wire import (
 from atomickafka.errors import ConfigError
 from atomickafka.node.batch import NodeBatch, NodeSpec, OutKind, OutRecord, Ready
 from atomickafka.node.snapshots import LoadedSnapshot, newest_snapshots
+from atomickafka.node.standby import NodeStandby
 from atomickafka.verify.checker import CheckReport, SentMessage, check, deliveries_from_wire
 from atomickafka.verify.choosers import Chooser, DataChooser, RandomChooser, pick
 from atomickafka.verify.hostile import (
@@ -138,6 +148,10 @@ __all__ = [
 
 #: Records between automatic snapshots of a node (small, so that crashes use them).
 SNAPSHOT_EVERY: Final = 12
+#: A standby this far behind a committed snapshot loads it (small, so that runs do).
+STANDBY_JUMP: Final = 4
+#: Records a standby buffers past the committed offset.
+STANDBY_PENDING: Final = 8
 #: Stray bounds an Ack or Notify is drawn from: applied, held a moment, refused. Not
 #: just under ``CLOCK_HOLD_US``: a record about a delivered message is then held for up
 #: to an hour and judged against the node's memory only when released, after §4.13's
@@ -164,6 +178,9 @@ class Chaos:
     them), so that rule 5 is tested beneath the de-duplication by ``seq``. The
     hostile inputs of issue 15 (``stray``, ``producer_gap``, ``bad_value``,
     ``mixed_protocols``) are off by default; ``producer_gap`` is per node step.
+    ``takeover`` gives every node a hot standby, which follows its log (``follow``:
+    the chance per step that a standby reads), and is the chance per step that an
+    active node dies and its standby takes over.
     """
 
     max_batch: int = 4
@@ -180,6 +197,8 @@ class Chaos:
     producer_gap: float = 0.0
     bad_value: float = 0.0
     mixed_protocols: bool = False
+    takeover: float = 0.0
+    follow: float = 0.5
 
 
 #: No misbehaviour at all, just interleavings.
@@ -318,6 +337,25 @@ class _Node:
         #: At-least-once: a snapshot waiting for the commit to pass its offset.
         self.snapshot: tuple[int, list[OutRecord]] | None = None
         self.snapshot_rows: list[tuple[bytes | None, bytes | None]] = []
+        #: The hot standby (with ``Chaos.takeover``).
+        self.standby: NodeStandby | None = None
+
+    def new_standby(self, log_length: int) -> NodeStandby:
+        """A standby starting as the shell starts one: from the newest snapshot."""
+        return NodeStandby(
+            self.spec,
+            self.newest_snapshot(log_length),
+            committed=self.committed,
+            max_pending=STANDBY_PENDING,
+            jump_records=STANDBY_JUMP,
+            engine_class=self.engine_class,
+        )
+
+    def newest_seq(self) -> int:
+        """The highest snapshot number in the store (-1: none)."""
+        return max(
+            (s.seq for s in newest_snapshots(self.snapshot_rows, self.spec.role)), default=-1
+        )
 
     def newest_snapshot(self, log_length: int) -> LoadedSnapshot | None:
         """The newest readable snapshot the input log still covers (as the shell)."""
@@ -394,6 +432,8 @@ class Simulator:
             if (engine.node_id, engine.partition) != (spec.node_id, spec.layer):
                 engine = NodeBatch.fresh_engine(spec, type(engine))  # one of a layer
             self.nodes[topic] = _Node(spec, engine)
+            if chaos.takeover:
+                self.nodes[topic].standby = self.nodes[topic].new_standby(0)
         self.dead_letters: dict[str, list[OutRecord]] = {t: [] for t in self.topics}
         self.unrouted: list[OutRecord] = []
         self.sent: list[SentMessage] = []
@@ -574,13 +614,56 @@ class Simulator:
         node.batch = NodeBatch.recover(
             node.spec, snapshot, node.committed, engine_class=node.engine_class
         )
-        node.commits.clear()
-        node.snapshot = None
-        self.events["crash"] += 1
+        self._lose_uncommitted(node, "crash")
         self._note(
             f"{topic} crashes, restarts at {node.batch.position} (snapshot "
             f"{None if snapshot is None else snapshot.seq}), replays to {node.committed}"
         )
+
+    def _lose_uncommitted(self, node: _Node, event: str) -> None:
+        """A node's process ended: its commits in flight and a snapshot waiting for
+        them are lost (at-least-once)."""
+        node.commits.clear()
+        node.snapshot = None
+        self.events[event] += 1
+
+    def follow(self, topic: str, batch: int) -> None:
+        """``topic``'s standby reads the committed offset (by chance), jumps to the
+        newest snapshot when worth it, and fetches up to ``batch`` records."""
+        node = self.nodes[topic]
+        standby = node.standby
+        if standby is None:
+            return
+        if self.chooser.chance(0.5):
+            standby.commit_seen(node.committed)
+        newest = node.newest_snapshot(len(self.inputs[topic]))
+        if newest is not None and standby.wants(newest):
+            standby.jump(newest)
+            self.events["standby_jump"] += 1
+            self._note(f"{topic}'s standby jumps to snapshot {newest.seq}")
+        take = min(batch, standby.room)
+        if take > 0:
+            standby.take(self.inputs[topic].read(standby.fetch_from, take))
+
+    def takeover(self, topic: str) -> None:
+        """``topic``'s node dies; its standby takes over from its own state (a restart
+        when it has none to continue), and the dead node comes back as the standby."""
+        node = self.nodes[topic]
+        standby = node.standby
+        batch = None
+        if standby is not None:
+            batch = standby.take_over(node.committed, node.newest_seq())
+        if batch is None:
+            self.crash(topic)
+        else:
+            position = node.batch.position
+            node.batch = batch
+            self._lose_uncommitted(node, "takeover")
+            self._note(
+                f"{topic} dies at {position}; its standby takes over at {batch.position}, "
+                f"replays to {node.committed}"
+            )
+        node.standby = node.new_standby(len(self.inputs[topic]))
 
     def duplicate(self, topic: str, index: int) -> None:
         """Append record ``index`` of ``topic``'s log again (a writer's retry)."""
@@ -778,6 +861,17 @@ class Simulator:
             self.stray(pick(chooser, topics), kind, pick(chooser, bounds))
         if chooser.chance(chaos.bad_value):
             self.bad_value(pick(chooser, topics))
+        if chaos.takeover:
+            self._standbys()
+
+    def _standbys(self) -> None:
+        """The standbys follow (each by chance); one may take over."""
+        chooser, chaos = self.chooser, self.chaos
+        for topic in self.topics:
+            if chooser.chance(chaos.follow):
+                self.follow(topic, chooser.integer(1, chaos.max_batch))
+        if chooser.chance(chaos.takeover):
+            self.takeover(pick(chooser, self.topics))
 
     def _recent_record(self) -> tuple[str, int] | None:
         """A drawn topic and one of the last ``duplicate_window`` offsets of its log."""

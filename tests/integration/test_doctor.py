@@ -1,5 +1,6 @@
 """``doctor`` and ``topics`` against real brokers: a correct deployment passes (exit 0),
-a deliberately unsafe setting is reported with its fix (exit 1)."""
+a deliberately unsafe setting is reported with its fix (exit 1); a log cut below every
+snapshot fails doctor and a node refuses to start on it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 import orjson
 import pytest
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -33,8 +35,10 @@ def set_topic_config(bootstrap: str, topic: str, key: str, value: str) -> None:
         future.result(timeout=30)
 
 
-def doctor(bootstrap: str, topic: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    out = run_cli("doctor", "--bootstrap-server", bootstrap, "--topics", topic, "--json")
+def doctor(
+    bootstrap: str, topic: str, *options: str
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    out = run_cli("doctor", "--bootstrap-server", bootstrap, "--topics", topic, "--json", *options)
     assert out.stderr == "", out.stderr
     return out, orjson.loads(out.stdout)
 
@@ -76,6 +80,10 @@ def test_doctor_passes_a_correct_deployment_and_fails_a_short_input_retention(
         assert "fix: kafka-configs.sh" in text.stdout
         describe_shows_the_settings(kafka_bootstrap, topic, log)
 
+        set_topic_config(kafka_bootstrap, log, "retention.ms", str(2 * 86_400_000))  # 2 days
+        out, report = doctor(kafka_bootstrap, topic)
+        assert out.returncode == 0, failures(report)  # twice 30 s plus a day's downtime
+
         fixed = run_cli(
             "topics", "create", "--bootstrap-server", kafka_bootstrap, "--topics", topic
         )
@@ -113,6 +121,39 @@ def describe_shows_the_settings(bootstrap: str, topic: str, log: str) -> None:
     nosuch = [e for e in absent if e["serves"] == f"{topic}-nosuch"]
     assert nosuch and all(not e["exists"] and e["retentionMs"] is None for e in nosuch)
     assert "(does not exist)" in run_cli(*args, f"{topic}-nosuch").stdout
+
+
+@pytest.mark.timeout(300)
+def test_a_log_cut_below_every_snapshot_fails_doctor_and_the_node_refuses_to_start(
+    kafka_bootstrap: str, topic_factory: Callable[[], str]
+) -> None:
+    """DESIGN §6.5: records deleted from an input log that no snapshot covers: doctor
+    fails ``truncated-log`` with the fix, and the node says why in one line and exits
+    with status 2 instead of starting from a state it cannot rebuild."""
+    topic = topic_factory()
+    log = input_topic(topic, "split")
+    created = run_cli("topics", "create", "--bootstrap-server", kafka_bootstrap, "--topics", topic)
+    assert created.returncode == 0, created.stdout + created.stderr
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(5):
+        producer.produce(log, b"{}", partition=0, key=str(i))
+    assert producer.flush(30) == 0
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for future in admin.delete_records([TopicPartition(log, 0, 3)]).values():
+        future.result(timeout=30)
+
+    out, report = doctor(kafka_bootstrap, topic, "--no-transactions")
+    assert out.returncode == 1
+    cut = [f for f in failures(report) if f["code"] == "truncated-log"]
+    assert [f["subject"] for f in cut] == [log] and "Recover" in cut[0]["fix"]
+
+    node = run_cli(
+        "node", "--bootstrap-server", kafka_bootstrap, "--topic", topic, "--max-seconds", "60"
+    )
+    assert node.returncode == 2, node.stderr[-2000:]
+    last = node.stderr.strip().splitlines()[-1]
+    assert last.startswith("atomickafka node: input log ") and "starts at offset 3" in last
+    assert "cannot be rebuilt" in last
 
 
 @pytest.mark.slow

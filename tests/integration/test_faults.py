@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import random
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -20,21 +22,23 @@ from typing import Any
 
 import pytest
 
-from atomickafka.core.reader import delivery_order_key, read_delivery
+from atomickafka.core.reader import delivery_order_key, header_value, read_delivery
 from atomickafka.kafka.consumer import read_to_end
 from atomickafka.kafka.status import Status, read_statuses
 from atomickafka.kafka.topics import delivery_topic
+from atomickafka.node.role_shell import EXIT_FENCED
 from tests.integration.harness import (
     Sent,
     Workload,
     assert_order_checked,
     collect_deliveries,
-    run_cli,
     running_cluster,
     send_concurrently,
 )
 
 pytestmark = pytest.mark.integration
+#: Each test's bound (s): the test's own waits plus a start of the broker, generously.
+BOUND_S = 600
 
 #: Lease sessions short enough for a test (the local broker allows 1 s; default 6 s).
 FAST: dict[str, Any] = {
@@ -62,14 +66,18 @@ def statuses_of(bootstrap: str) -> dict[str, Status]:
     return read_statuses(bootstrap)
 
 
-def wait_for_new_pid(bootstrap: str, key: str, old: int, timeout_s: float = 60) -> float:
-    """Seconds until ``key``'s status names a process other than ``old``."""
+def wait_for_new_pid(
+    bootstrap: str, key: str, old: int, timeout_s: float = 60, *, live: bool = False
+) -> float:
+    """Seconds until ``key``'s status names a process other than ``old`` (``live``:
+    one that has also finished its replay)."""
     start = time.monotonic()
     while time.monotonic() - start < timeout_s:
         status = statuses_of(bootstrap).get(key)
-        if status is not None and status.pid != old and time.time() - status.time < 3:
+        fresh = status is not None and status.pid != old and time.time() - status.time < 3
+        if fresh and status is not None and not (live and status.replaying):
             return time.monotonic() - start
-        time.sleep(0.2)
+        time.sleep(0.1)
     raise AssertionError(f"no new active instance of {key} within {timeout_s} s")
 
 
@@ -90,6 +98,7 @@ def send_in_background(
     return thread, out, errors
 
 
+@pytest.mark.timeout(BOUND_S)
 def test_nodes_killed_at_random_moments_lose_nothing_and_repeat_nothing(
     kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
 ) -> None:
@@ -127,14 +136,22 @@ def test_nodes_killed_at_random_moments_lose_nothing_and_repeat_nothing(
     assert_order_checked(sent, deliveries)
 
 
+@pytest.mark.timeout(BOUND_S)
 def test_a_standby_takes_over_from_a_killed_node(
     kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
 ) -> None:
-    """`cluster --standby`: the active node of a topic is SIGKILLed; its standby takes
-    over within seconds and nothing is lost or repeated."""
+    """`cluster --standby`: the active node of a topic is SIGKILLed; its hot standby,
+    which followed the input log, takes over from its own state within seconds and
+    nothing is lost or repeated."""
     topics = [topic_factory() for _ in range(3)]
     with running_cluster(
-        kafka_bootstrap, topics, log_dir=tmp_path, standby=True, name="standby", **FAST
+        kafka_bootstrap,
+        topics,
+        log_dir=tmp_path,
+        standby=True,
+        name="standby",
+        log_level="info",
+        **FAST,
     ):
         sent = send_concurrently(
             kafka_bootstrap, Workload(topics, 2000, clients=2, seed=1), "split"
@@ -143,17 +160,26 @@ def test_a_standby_takes_over_from_a_killed_node(
         killed_at = time.monotonic()
         os.kill(victim.pid, signal.SIGKILL)
         takeover_s = wait_for_new_pid(kafka_bootstrap, topics[0], victim.pid)
+        live_s = time.monotonic() - killed_at
+        live_s += wait_for_new_pid(kafka_bootstrap, topics[0], victim.pid, live=True)
         sent += send_concurrently(
             kafka_bootstrap, Workload(topics, 2000, clients=2, seed=2), "split"
         )
         expected = Counter(t for s in sent for t in s.destinations)
         deliveries = collect_deliveries(kafka_bootstrap, topics, dict(expected), "split")
         assert_plain_consumers_see_each_delivery_once(kafka_bootstrap, topics, expected)
-    print(f"standby takeover: {takeover_s:.1f} s after SIGKILL (session 2 s)")
+    print(
+        f"standby takeover: active {takeover_s:.1f} s, live (replay done) "
+        f"{live_s:.1f} s after SIGKILL (session 2 s)"
+    )
     assert takeover_s < 20, time.monotonic() - killed_at
+    log = (tmp_path / "cluster-standby.log").read_text()
+    opened = [line for line in log.splitlines() if f"node {topics[0]} active: " in line]
+    assert len(opened) >= 2 and "(standby state)" in opened[-1], opened  # the takeover
     assert_order_checked(sent, deliveries)
 
 
+@pytest.mark.timeout(BOUND_S)
 def test_a_killed_layer_node_and_merger_recover(
     kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
 ) -> None:
@@ -181,46 +207,58 @@ def test_a_killed_layer_node_and_merger_recover(
     assert_order_checked(sent, deliveries)
 
 
+@pytest.mark.timeout(BOUND_S)
 def test_a_second_node_for_a_running_topic_stands_by_and_never_writes(
     kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
 ) -> None:
     """Started twice by mistake: the second instance waits as a standby (the lease is
-    held) instead of writing beside the first: every delivery is written once."""
+    held) instead of writing beside the first, while traffic flows. It runs with
+    ``--delivery-format json`` where the first writes raw records, so any record it
+    wrote would show in ``T``: every delivery there is raw, written once, and the
+    first instance stayed active throughout."""
     topics = [topic_factory() for _ in range(2)]
     with running_cluster(kafka_bootstrap, topics, log_dir=tmp_path, name="twice", **FAST):
-        second = run_cli(
-            "node",
-            "--bootstrap-server",
-            kafka_bootstrap,
-            "--topic",
-            topics[0],
-            "--takeover-after",
-            "2",
-            "--max-seconds",
-            "25",
-            "--log-level",
-            "info",
-            timeout=120,
-        )
-        # meanwhile nothing was sent; now traffic, with the second one gone
-        sent = send_concurrently(
-            kafka_bootstrap, Workload(topics, 1000, clients=2, seed=3), "split"
-        )
-        expected = Counter(t for s in sent for t in s.destinations)
-        deliveries = collect_deliveries(kafka_bootstrap, topics, dict(expected), "split")
+        first = statuses_of(kafka_bootstrap)[topics[0]].pid
+        args = ["--bootstrap-server", kafka_bootstrap, "--topic", topics[0]]
+        args += ["--takeover-after", "2", "--delivery-format", "json"]
+        stderr_path = tmp_path / "second.log"
+        with stderr_path.open("w") as stderr_file:
+            second = subprocess.Popen(
+                [sys.executable, "-m", "atomickafka", "node", *args, "--log-level", "info"],
+                stdout=subprocess.DEVNULL,
+                stderr=stderr_file,
+            )
+        try:
+            time.sleep(4)  # it joins the lease group and stands by
+            sent = send_concurrently(
+                kafka_bootstrap, Workload(topics, 1000, clients=2, seed=3), "split"
+            )
+            expected = Counter(t for s in sent for t in s.destinations)
+            deliveries = collect_deliveries(kafka_bootstrap, topics, dict(expected), "split")
+            assert second.poll() is None, "the second instance ran while traffic flowed"
+        finally:
+            second.terminate()
+            second.wait(timeout=60)
         assert_plain_consumers_see_each_delivery_once(kafka_bootstrap, topics, expected)
-    assert second.returncode == 0, second.stderr[-2000:]
-    assert "standing by" in second.stderr
-    assert " active: " not in second.stderr  # it never became the active instance
+        written = read_to_end(kafka_bootstrap, delivery_topic(topics[0]), [0], timeout_s=60)
+        assert statuses_of(kafka_bootstrap)[topics[0]].pid == first
+    forms = Counter(header_value(r, "atomickafka-format") for r in written)
+    assert forms == {b"3": expected[topics[0]]}, forms  # raw only: the first instance's
+    stderr = stderr_path.read_text()
+    assert second.returncode == 0, stderr[-2000:]
+    assert "standing by" in stderr and "following atomickafka-in." in stderr, stderr[-2000:]
+    assert " active: " not in stderr  # it never became the active instance
     assert_order_checked(sent, deliveries)
 
 
+@pytest.mark.timeout(BOUND_S)
 def test_a_paused_node_is_fenced_when_it_wakes_after_its_standby_took_over(
     kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
 ) -> None:
     """A zombie: the active node is paused (SIGSTOP) past its lease; the standby takes
-    over and initialises its transactional producer, fencing the paused one, which on
-    waking (SIGCONT) fails its next transaction and stops without writing."""
+    over and initialises its transactional producer, fencing the paused one. It wakes
+    (SIGCONT) while traffic flows, so its next step writes: the broker refuses that
+    transaction and it stops without writing (exit status 4, EXIT_FENCED)."""
     topics = [topic_factory() for _ in range(2)]
     with running_cluster(
         kafka_bootstrap, topics, log_dir=tmp_path, standby=True, name="zombie", **FAST
@@ -235,6 +273,7 @@ def test_a_paused_node_is_fenced_when_it_wakes_after_its_standby_took_over(
             thread, out, errors = send_in_background(
                 kafka_bootstrap, Workload(topics, 1000, clients=2, seed=9)
             )
+            time.sleep(0.5)  # records wait in the zombie's input log
         finally:
             os.kill(zombie.pid, signal.SIGCONT)
         thread.join(timeout=300)
@@ -248,7 +287,9 @@ def test_a_paused_node_is_fenced_when_it_wakes_after_its_standby_took_over(
         assert_plain_consumers_see_each_delivery_once(kafka_bootstrap, topics, expected)
     assert not _alive(zombie.pid), "the fenced instance stopped"
     log = (tmp_path / "cluster-zombie.log").read_text()
-    assert "fenced" in log or "lease went to another instance" in log
+    assert f"node {topics[0]} (pid {zombie.pid}) exited with {EXIT_FENCED}" in log, log[-3000:]
+    assert "fenced while" in log and "another instance of this role took over" in log
+    assert "lease went to another instance" not in log
     assert_order_checked(sent, deliveries)
 
 

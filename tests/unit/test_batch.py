@@ -1,5 +1,6 @@
-"""The node's batch layer (node/batch.py), the snapshot records (node/snapshots.py) and
-signed records (core/signing.py): pure, so tested with plain records and no broker."""
+"""The node's batch layer (node/batch.py), its hot standby (node/standby.py), the
+snapshot records and the choice of snapshot at start (node/snapshots.py) and signed
+records (core/signing.py): pure, so tested with plain records and no broker."""
 
 from __future__ import annotations
 
@@ -29,7 +30,14 @@ from atomickafka.core.wire import (
     value_bytes,
 )
 from atomickafka.node.batch import NodeBatch, NodeSpec, OutKind, OutRecord, Ready
-from atomickafka.node.snapshots import encode_snapshot, newest_snapshots
+from atomickafka.node.snapshots import (
+    LoadedSnapshot,
+    SnapshotFollower,
+    choose_snapshot,
+    encode_snapshot,
+    newest_snapshots,
+)
+from atomickafka.node.standby import NodeStandby
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 NOW_MS = 1_795_000_000_000
@@ -246,6 +254,160 @@ def test_a_large_snapshot_is_split_into_chunks_and_read_back() -> None:
 @given(st.lists(st.tuples(st.binary(max_size=20), st.binary(max_size=50)), max_size=20))
 def test_reading_snapshots_never_raises(rows: list[tuple[bytes, bytes]]) -> None:
     newest_snapshots([(b"A|0|" + k, v) for k, v in rows] + [(b"A|0|m", b"{}")], "A")
+
+
+def test_the_snapshot_follower_reads_rows_as_they_come_like_a_whole_read() -> None:
+    rows = [
+        (r.key, r.value)
+        for seq in (1, 2, 3)
+        for r in encode_snapshot("A", seq, {0: 10 * seq}, {"engine": {"n": seq}})
+    ]
+    rows += [(b"B|1|m", b"{}")]  # another role's
+    follower = SnapshotFollower("A")
+    assert follower.newest_seq == -1 and not follower.changed
+    follower.add(rows[:2])
+    assert follower.newest_seq == 1 and follower.changed
+    follower.add(rows[2:])
+    assert follower.newest_seq == 3
+    assert follower.snapshots() == newest_snapshots(rows, "A") and not follower.changed
+    assert [s.seq for s in follower.snapshots()] == [3, 2]
+
+
+def _loaded(seq: int, offset: int, *, readable: bool = True) -> LoadedSnapshot:
+    return LoadedSnapshot(
+        "A", seq, {0: offset}, {"engine": {}} if readable else None, None if readable else "bad"
+    )
+
+
+@pytest.mark.parametrize(
+    ("found", "low", "high", "chosen", "cut"),
+    [
+        ([], 0, 50, None, {}),  # no snapshot, whole log: replay from 0
+        ([_loaded(2, 40), _loaded(1, 20)], 0, 50, 2, {}),  # the newest
+        ([_loaded(2, 40, readable=False), _loaded(1, 20)], 0, 50, 1, {}),  # damaged: older
+        ([_loaded(2, 40), _loaded(1, 20)], 30, 50, 2, {}),  # retention cut below both
+        ([_loaded(2, 60), _loaded(1, 20)], 0, 50, 1, {}),  # past the end (re-created)
+        ([_loaded(2, 40), _loaded(1, 20)], 45, 50, None, {0: 45}),  # cut above both
+        ([_loaded(2, 40, readable=False)], 10, 50, None, {0: 10}),  # only a damaged one
+        ([], 10, 50, None, {0: 10}),  # records deleted, nothing covers them
+    ],
+)
+def test_a_role_starts_from_the_newest_snapshot_its_log_still_holds(
+    found: list[LoadedSnapshot], low: int, high: int, chosen: int | None, cut: dict[int, int]
+) -> None:
+    """§6.5: a node refuses to start (``cut``) when its log was cut below every readable
+    snapshot; otherwise it starts from the newest one the log still covers."""
+    choice = choose_snapshot(found, {0: (low, high)})
+    assert (None if choice.snapshot is None else choice.snapshot.seq) == chosen
+    assert dict(choice.cut) == cut
+    assert len(choice.skipped) == sum(1 for s in found if chosen is None or s.seq > chosen)
+
+
+def test_a_merger_needs_one_snapshot_that_every_layer_log_still_holds() -> None:
+    both = LoadedSnapshot("T/merger", 3, {0: 30, 1: 5}, {"merger": {}})
+    choice = choose_snapshot([both], {0: (0, 40), 1: (8, 40)})
+    assert choice.snapshot is None and dict(choice.cut) == {1: 8}
+    assert choose_snapshot([both], {0: (20, 40), 1: (5, 40)}).snapshot == both
+
+
+# ---------------------------------------------------------------------------- standby
+
+
+def _traffic(n: int) -> list[PlainRecord]:
+    values = []
+    for i in range(n):
+        dests = ["A", "B"] if i % 3 else ["A"]
+        values.append(encode_client(client_message(f"m{i}", dests, i, "c", sent_at=NOW_MS)))
+    return log("A", values)
+
+
+def _stepped(batch: NodeBatch, records: list[PlainRecord], size: int) -> list[OutRecord]:
+    out: list[OutRecord] = []
+    for start in range(0, len(records), size):
+        out += batch.step(records[start : start + size], wall_s=3).outputs()
+    return out
+
+
+@given(
+    snap_at=st.integers(0, 14),
+    committed=st.integers(0, 20),
+    views=st.lists(st.integers(0, 20), max_size=6),
+    fetch=st.integers(1, 5),
+    active=st.integers(1, 5),
+    after=st.integers(1, 5),
+)
+def test_a_standby_that_takes_over_writes_what_an_uninterrupted_run_writes(
+    snap_at: int, committed: int, views: list[int], fetch: int, active: int, after: int
+) -> None:
+    """§6.4: the standby starts from a snapshot, fetches the log in any batches, sees
+    the committed offset at any (growing) moments and applies only what is below it;
+    at takeover it continues from the committed offset: the outputs after it and the
+    active instance's before it are those of a run that never stopped (rule 8)."""
+    records = _traffic(20)
+    snap_at = min(snap_at, committed)
+    straight = NodeBatch(spec(), NodeBatch.fresh_engine(spec()))
+    expected = straight.step(records, wall_s=0).outputs()
+
+    first = NodeBatch(spec(), NodeBatch.fresh_engine(spec()))
+    written = _stepped(first, records[:snap_at], active)
+    rows = _snapshot_rows(first.snapshot_now(wall_s=1))
+    written += _stepped(first, records[snap_at:committed], active)
+    (loaded, *_) = newest_snapshots(rows, "A")
+
+    start = max(snap_at, min(views[0] if views else snap_at, committed))
+    standby = NodeStandby(spec(), loaded, committed=start, max_pending=7)
+    seen = iter(sorted(v for v in views if v <= committed))
+    fetched = standby.position
+    while fetched < len(records):
+        take = min(fetch, standby.room)
+        if take <= 0:  # the buffer past the committed offset is full: no more fetching
+            if standby.commit_seen(next(seen, committed)) == 0 and not standby.room:
+                break
+            continue
+        standby.take(records[fetched : fetched + take])
+        fetched += take
+        standby.commit_seen(next(seen, standby.committed))
+        assert standby.position <= max(standby.committed, snap_at)
+    batch = standby.take_over(committed, newest_seq=5)
+    assert batch is not None and batch.snapshot_seq == 5
+    assert batch.position <= committed == batch.replay_until
+    written += _stepped(batch, records[batch.position :], after)
+    assert _comparable(written) == _comparable(expected)
+
+
+def test_a_standby_never_applies_a_record_at_or_past_the_committed_offset() -> None:
+    records = _traffic(10)
+    standby = NodeStandby(spec(), None, committed=3, max_pending=4)
+    assert standby.take(records[:6]) == 3 and standby.position == 3
+    assert standby.pending == 3 and standby.room == 1 and standby.fetch_from == 6
+    assert standby.commit_seen(2) == 0 and standby.committed == 3  # stale: ignored
+    assert standby.commit_seen(5) == 2 and standby.position == 5
+    assert standby.batch.engine.stats.records_in == 5  # applied, nothing written
+
+
+def test_a_standby_far_behind_a_committed_snapshot_jumps_to_it() -> None:
+    records = _traffic(12)
+    active = NodeBatch(spec(), NodeBatch.fresh_engine(spec()))
+    active.step(records[:9], wall_s=0)
+    (snapshot, *_) = newest_snapshots(_snapshot_rows(active.snapshot_now(wall_s=1)), "A")
+    standby = NodeStandby(spec(), None, committed=2, jump_records=5)
+    standby.take(records[:4])
+    assert standby.position == 2 and not standby.wants(snapshot)  # not committed yet
+    standby.commit_seen(9)
+    assert standby.position == 4 and standby.wants(snapshot)
+    assert standby.jump(snapshot) == 9 and standby.position == 9 and standby.jumps == 1
+    standby.take(records[4:11])  # the consumer's older records are dropped
+    assert standby.position == 9 and standby.pending == 2
+    near = NodeStandby(spec(), None, committed=9, jump_records=5)
+    near.take(records[:6])
+    assert not near.wants(snapshot)  # 3 records behind: applying them is cheaper
+
+
+def test_a_standby_whose_committed_offset_went_back_recovers_as_a_restart() -> None:
+    standby = NodeStandby(spec(), None, committed=4)
+    standby.take(_traffic(6))
+    assert standby.position == 4
+    assert standby.take_over(3, newest_seq=0) is None  # the group's offsets were reset
 
 
 # ---------------------------------------------------------------------------- signing

@@ -17,7 +17,7 @@ from atomickafka.doctor import (
     render_text,
 )
 from atomickafka.doctor.cluster_checks import check_cluster, kafka_version_floor
-from atomickafka.doctor.deployment import CREATE_CONFIGS
+from atomickafka.doctor.deployment import CREATE_CONFIGS, DEFAULT_SNAPSHOT_INTERVAL_S
 from atomickafka.doctor.facts import (
     ClusterFacts,
     DeploymentFacts,
@@ -30,6 +30,8 @@ from atomickafka.doctor.node_checks import check_nodes
 from atomickafka.doctor.topic_checks import check_topics
 from atomickafka.kafka.status import NodeState, Role, Status, WaitingHead
 from atomickafka.kafka.topics import Layout
+from atomickafka.node.config import NodeConfig
+from atomickafka.node.snapshots import LoadedSnapshot
 
 B = "kafka:9092"
 NOW = 1_000_000.0
@@ -155,6 +157,92 @@ def test_replication_isr_partitions_truncation_and_missing_topics() -> None:
         missing.fix
         == f"atomickafka topics create --bootstrap-server {B} --topics orders --partitions 2"
     )
+
+
+def _with(facts: dict[str, TopicFacts], topic: str, **configs: str) -> dict[str, TopicFacts]:
+    facts[topic] = dataclasses.replace(facts[topic], configs={**facts[topic].configs, **configs})
+    return facts
+
+
+def test_a_finite_retention_passes_when_it_outlasts_two_snapshots_and_the_downtime() -> None:
+    """§6.5: input logs may delete records older than twice the snapshot interval plus
+    the longest downtime (by default 30 s and one day); never by size."""
+    log = "atomickafka-in.orders"
+    minimum = DEPLOYMENT.min_retention_ms
+    assert minimum == (2 * 30 + 86_400) * 1000
+    assert NodeConfig("b", "t").snapshot_every_s == DEFAULT_SNAPSHOT_INTERVAL_S
+    for ms, ok in ((minimum, True), (7 * 86_400_000, True), (minimum - 1, False)):
+        facts = _with(healthy(DEPLOYMENT), log, **{"retention.ms": str(ms)})
+        assert (("retention", log) not in codes(check_topics(DEPLOYMENT, facts, 3, B))) is ok
+    facts = _with(healthy(DEPLOYMENT), log, **{"retention.ms": "3600000"})
+    (short,) = [f for f in check_topics(DEPLOYMENT, facts, 3, B) if f.severity is Severity.FAIL]
+    assert "(1 h)" in short.message and "twice the snapshot interval" in short.message
+    assert f"retention.ms={minimum} or more" in short.fix
+    # an operator who restarts nodes within the hour may keep logs for two
+    quick = dataclasses.replace(DEPLOYMENT, max_downtime_s=3600)
+    facts = _with(healthy(quick), log, **{"retention.ms": str(2 * 3_600_000)})
+    assert not codes(check_topics(quick, facts, 3, B))
+    # a bound by size, however large, can delete records a node still needs
+    facts = _with(healthy(DEPLOYMENT), log, **{"retention.bytes": str(10**12)})
+    assert ("retention", log) in codes(check_topics(DEPLOYMENT, facts, 3, B))
+
+
+def _cut_log(deployment: Deployment, name: str, low: int) -> dict[str, TopicFacts]:
+    facts = healthy(deployment)
+    parts = tuple(
+        dataclasses.replace(p, low=low if p.partition == 0 else 0, high=100)
+        for p in facts[name].partitions
+    )
+    facts[name] = dataclasses.replace(facts[name], partitions=parts)
+    return facts
+
+
+def _snapshot(
+    role: str, seq: int, offsets: dict[int, int], readable: bool = True
+) -> LoadedSnapshot:
+    if readable:
+        return LoadedSnapshot(role, seq, offsets, {})
+    return LoadedSnapshot(role, seq, offsets, None, "bad")
+
+
+@pytest.mark.parametrize(
+    ("snapshots", "ok"),
+    [
+        ({"orders": (_snapshot("orders", 4, {0: 60}),)}, True),  # covers what is left
+        (
+            {"orders": (_snapshot("orders", 4, {0: 60}, False), _snapshot("orders", 3, {0: 30}))},
+            False,
+        ),  # the newest is damaged, the one before it below the cut
+        ({"orders": (_snapshot("orders", 4, {0: 30}),)}, False),  # cut above it
+        ({"audit": (_snapshot("audit", 4, {0: 60}),)}, False),  # another topic's
+        ({}, False),
+    ],
+)
+def test_a_log_cut_by_retention_passes_while_a_readable_snapshot_covers_it(
+    snapshots: dict[str, tuple[LoadedSnapshot, ...]], ok: bool
+) -> None:
+    """§6.5: the rule a node starts by (it refuses to start on a log cut below every
+    readable snapshot) is the rule doctor judges a cut log by."""
+    log = "atomickafka-in.orders"
+    findings = check_topics(DEPLOYMENT, _cut_log(DEPLOYMENT, log, 50), 3, B, snapshots)
+    assert (("truncated-log", log) not in codes(findings)) is ok
+    if ok:
+        (info,) = [f for f in findings if f.code == "truncated-log"]
+        assert info.severity is Severity.INFO and "orders from snapshot 4" in info.message
+
+
+def test_a_cut_layer_stream_needs_a_merger_snapshot_covering_every_layer() -> None:
+    layered = Deployment(("orders",), Layout.SPLIT, partitions=2)
+    stream, log = "atomickafka-layers.orders", "atomickafka-in.orders"
+    merger = {"orders/merger": (_snapshot("orders/merger", 2, {0: 70, 1: 0}),)}
+    assert not codes(check_topics(layered, _cut_log(layered, stream, 50), 3, B, merger))
+    behind = {"orders/merger": (_snapshot("orders/merger", 2, {0: 40, 1: 0}),)}
+    findings = check_topics(layered, _cut_log(layered, stream, 50), 3, B, behind)
+    assert codes(findings) == {("truncated-log", stream)}
+    # a layer's input log needs that layer's node's snapshot
+    layer = {"orders/0": (_snapshot("orders/0", 1, {0: 55}),)}
+    assert not codes(check_topics(layered, _cut_log(layered, log, 50), 3, B, layer))
+    assert codes(check_topics(layered, _cut_log(layered, log, 50), 3, B, merger))
 
 
 def test_a_single_broker_is_fine_for_development() -> None:

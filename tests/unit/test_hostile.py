@@ -53,6 +53,7 @@ from tests.unit.test_properties import (
     assert_correct,
     delivery_modes,
     examples,
+    seeded_run,
     topic_names,
 )
 
@@ -243,25 +244,17 @@ def test_without_gapless_writes_a_failed_batch_breaks_order() -> None:
         caught = 0
         for seed in range(10):
             topics = topic_names(5)
-            rng = random.Random(seed)
-            workload = random_workload(rng, topics, clients=3, messages=30, relay=0.1)
-            sim = Simulator(
-                topics,
-                algorithm=algorithm,
-                chooser=RandomChooser(rng),
-                chaos=Chaos(producer_gap=0.15),
-                exactly_once=False,
-                commit_lag=3,
-                gapless=False,
+            chaos = Chaos(producer_gap=0.15)
+            result = seeded_run(
+                algorithm, seed, chaos, exactly_once=False, commit_lag=3, gapless=False
             )
-            result = sim.run(workload)
             if not result.check().ok or result.determinism_errors or result.stuck():
                 caught += 1
             good = Simulator(
                 topics,
                 algorithm=algorithm,
                 chooser=RandomChooser(random.Random(seed)),
-                chaos=Chaos(producer_gap=0.15),
+                chaos=chaos,
                 exactly_once=False,
                 commit_lag=3,
             )

@@ -31,6 +31,7 @@ PURE_NODE = {
     "atomickafka.node.batch",
     "atomickafka.node.merger_batch",
     "atomickafka.node.snapshots",
+    "atomickafka.node.standby",
 }
 #: Which layers may import the pure batch layers besides ``node`` itself.
 PURE_NODE_USERS = {"verify"}

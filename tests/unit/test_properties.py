@@ -4,7 +4,9 @@ Every run drives the production batch layer (``NodeBatch``) through the simulato
 at least five topics, random overlapping destination sets (one topic to all of them),
 several clients, relays, client retries via another topic, random interleavings and
 batch sizes, duplicated records (byte for byte, and without ``seq``), delays, crashes
-recovered as production recovers (newest snapshot, then replay), both delivery modes
+recovered as production recovers (newest snapshot, then replay), hot standbys that
+follow the logs below the committed offsets and take over from a dying node, both
+delivery modes
 (exactly-once; at-least-once with lagging commits and producer gaps), and skewed
 clocks. The independent checker must find integrity, validity and total order for
 every protocol, and each node's deliveries must be what a fresh node replaying its
@@ -18,6 +20,7 @@ Example counts scale with the Hypothesis profile (``tests/unit/conftest.py``): w
 from __future__ import annotations
 
 import random
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -66,6 +69,16 @@ def assert_correct(result: SimulationResult, *, honest: bool = True) -> None:
         assert [(m.messageID, m.timeStamp) for m in replayed] == expected, topic
 
 
+def seeded_run(algorithm: Algorithm, seed: int, chaos: Chaos, **options: Any) -> SimulationResult:
+    """30 messages from three clients over five topics (some relayed), every choice
+    drawn from ``seed``; ``options`` go to the :class:`Simulator`."""
+    topics = topic_names(5)
+    rng = random.Random(seed)
+    workload = random_workload(rng, topics, clients=3, messages=30, relay=0.1)
+    sim = Simulator(topics, algorithm=algorithm, chooser=RandomChooser(rng), chaos=chaos, **options)
+    return sim.run(workload)
+
+
 # ---------------------------------------------------------------------------- seeded runs
 
 chaos_settings = st.builds(
@@ -75,6 +88,8 @@ chaos_settings = st.builds(
     unsequenced=st.sampled_from([0.0, 0.0, 0.1]),  # copies without seq: rule 5 below §4.12
     delay=st.sampled_from([0.0, 0.05, 0.1]),
     crash=st.sampled_from([0.0, 0.0, 0.02, 0.05]),
+    takeover=st.sampled_from([0.0, 0.0, 0.02, 0.05]),  # hot standbys take over (§6.4)
+    follow=st.sampled_from([0.2, 0.5, 1.0]),
     partial_write=st.sampled_from([0.0, 0.1, 0.5]),  # direct: a client dies mid-write
     checkpoint=st.sampled_from([0.05, 0.2]),
     max_delay=st.integers(1, 40),
@@ -131,6 +146,19 @@ def test_random_runs_keep_atomic_multicast(
         commit_lag=mode[1],
     )
     assert_correct(sim.run(workload))
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_standbys_do_take_over_and_jump_to_snapshots(algorithm: Algorithm) -> None:
+    """The standby chaos is not idle: over a few seeded runs, standbys take over many
+    times and some jump to a snapshot first."""
+    events: Counter[str] = Counter()
+    for seed in range(4):
+        chaos = Chaos(takeover=0.05, follow=0.3, crash=0.01)
+        result = seeded_run(algorithm, seed, chaos, exactly_once=seed % 2 == 0)
+        assert_correct(result)
+        events.update(result.events)
+    assert events["takeover"] >= 10 and events["standby_jump"] >= 1, events
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -228,6 +256,7 @@ def test_drawn_schedules_keep_atomic_multicast(
         unsequenced=0.05,
         delay=0.05,
         crash=0.02,
+        takeover=0.02,
         checkpoint=0.1,
         partial_write=0.2,
     )

@@ -9,12 +9,14 @@ import time
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from atomickafka.node import writers
 from atomickafka.node.batch import OutKind, OutRecord
 from atomickafka.node.writers import (
     BatchWriteError,
     ClientWedgedError,
+    FencedError,
     TransactionalWriter,
     bounded_call,
 )
@@ -76,18 +78,46 @@ class GroupConsumer:
         return object()
 
 
-def test_a_hanging_offsets_call_wedges_the_writer_which_then_touches_nothing(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(writers, "SEND_OFFSETS_TIMEOUT_S", 0.1)
-    monkeypatch.setattr(writers, "WEDGE_MARGIN_S", 0.1)
-    producer = HangingProducer()
+def _writer(producer: object) -> TransactionalWriter:
     writer = object.__new__(TransactionalWriter)  # without the broker its init needs
     writer._producer = producer  # type: ignore[assignment]
     writer._consumer = GroupConsumer()  # type: ignore[assignment]
     writer._input = "in"
     writer._last_commit = 0.0
     writer.wedged = False
+    return writer
+
+
+class FencedProducer(HangingProducer):
+    """A producer a newer instance fenced while it was paused: ``produce`` fails with a
+    plain fatal error, and the transactional calls name the fence (as librdkafka does)."""
+
+    def produce(self, topic: str, value: bytes | None, **_: Any) -> None:
+        self.calls.append(f"produce {topic}")
+        raise KafkaException(KafkaError(KafkaError._FATAL, "Local: Fatal error", fatal=True))
+
+    def abort_transaction(self, *_: Any) -> None:
+        self.calls.append("abort")
+        raise KafkaException(KafkaError(KafkaError._FENCED, "fenced by a newer instance"))
+
+
+def test_a_fence_that_surfaces_as_a_fatal_produce_error_is_a_fence() -> None:
+    """The zombie of the fault test: its first write after waking fails in ``produce``
+    with "Local: Fatal error"; the abort says it was fenced, so the instance stops as
+    fenced (exit status 4), not as a failed write (1)."""
+    producer = FencedProducer()
+    with pytest.raises(FencedError, match="another instance of this role took over"):
+        _writer(producer).write([OutRecord(OutKind.DELIVERY, "out", b"v", None)], {0: 7})
+    assert producer.calls == ["begin", "produce out", "abort"]
+
+
+def test_a_hanging_offsets_call_wedges_the_writer_which_then_touches_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(writers, "SEND_OFFSETS_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(writers, "WEDGE_MARGIN_S", 0.1)
+    producer = HangingProducer()
+    writer = _writer(producer)
     record = OutRecord(OutKind.DELIVERY, "out", b"v", None)
     with pytest.raises(ClientWedgedError) as raised:
         writer.write([record], {0: 7})
