@@ -24,7 +24,7 @@ from atomickafka.doctor.facts import (
     TopicFacts,
     TransactionsProbe,
 )
-from atomickafka.kafka.consumer import read_to_end
+from atomickafka.kafka.consumer import read_to_end, retry_transient
 from atomickafka.kafka.settings import admin_config, producer_config
 from atomickafka.kafka.status import Role, Status, read_statuses
 from atomickafka.kafka.topics import (
@@ -151,9 +151,9 @@ def gather_topics(
     configs: dict[str, dict[str, str]] = {}
     if present:
         resources = [ConfigResource(ResourceType.TOPIC, n) for n in present]
-        for resource, future in admin.describe_configs(resources).items():
-            entries = future.result(timeout=_TIMEOUT_S)
-            configs[resource.name] = {k: str(e.value) for k, e in entries.items()}
+        configs = retry_transient(
+            lambda: _configs(admin, resources), "topic configs", 3 * _TIMEOUT_S
+        )
     offsets = _offsets(admin, {n: list(metadata[n].partitions) for n in present})
     out: dict[str, TopicFacts] = {}
     for name in wanted:
@@ -171,6 +171,16 @@ def gather_topics(
             for p in sorted(metadata[name].partitions.values(), key=lambda p: p.id)
         )
         out[name] = TopicFacts(name, True, parts, configs.get(name, {}))
+    return out
+
+
+def _configs(admin: AdminClient, resources: list[ConfigResource]) -> dict[str, dict[str, str]]:
+    """Each topic's configs (a just-created topic may be unknown to one broker a while:
+    the caller retries)."""
+    out = {}
+    for resource, future in admin.describe_configs(resources).items():
+        entries = future.result(timeout=_TIMEOUT_S)
+        out[resource.name] = {k: str(e.value) for k, e in entries.items()}
     return out
 
 

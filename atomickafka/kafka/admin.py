@@ -154,4 +154,28 @@ def ensure_topics(
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
+    if created:
+        retry_transient(lambda: _ready(admin, created), "new topics' metadata", 30.0)
     return created
+
+
+def _ready(admin: AdminClient, names: list[str]) -> None:
+    """Raise a transient error until every topic of ``names`` has a leader for each
+    partition and its configs can be described: on several brokers a new topic's
+    metadata spreads for a while, and a request that reaches a broker without it is
+    answered "unknown topic or partition" (seen in the three-broker doctor test)."""
+    topics = admin.list_topics(timeout=10).topics
+    for name in names:
+        meta = topics.get(name)
+        if (
+            meta is None
+            or meta.error is not None
+            or not meta.partitions
+            or any(p.leader < 0 for p in meta.partitions.values())
+        ):
+            raise KafkaException(
+                KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, f"{name}: no leader yet")
+            )
+    resources = [ConfigResource(ResourceType.TOPIC, n) for n in names]
+    for future in admin.describe_configs(resources).values():
+        future.result(timeout=10)
