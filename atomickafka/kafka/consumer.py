@@ -62,6 +62,9 @@ _TRANSIENT_CODES: Final = frozenset(
         # the handle of a broker that died (e.g. killed in a failover) was just destroyed:
         # another broker answers on the retry
         KafkaError._DESTROY_BROKER,
+        # a partition's new leader (after a failover) answers this until its high
+        # watermark has caught up with the followers
+        KafkaError.OFFSET_NOT_AVAILABLE,
     }
 )
 

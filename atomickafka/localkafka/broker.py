@@ -29,6 +29,7 @@ from atomickafka.localkafka.locks import file_lock
 from atomickafka.localkafka.ports import port_accepts, port_taken
 from atomickafka.localkafka.processes import (
     alive_brokers,
+    exit_note,
     format_storage,
     is_our_broker,
     log_tail,
@@ -95,7 +96,8 @@ def _wait_ready(data_dir: Path, state: ClusterState, deadline: float) -> None:
         for spec in state.brokers:
             if spec.pid is None or not is_our_broker(spec.pid, data_dir, spec.node_id):
                 raise BrokerError(
-                    f"broker {spec.node_id} (port {spec.port}) exited during start-up:\n"
+                    f"broker {spec.node_id} (port {spec.port}) exited during start-up"
+                    f"{exit_note(spec.pid)}:\n"
                     + log_tail(data_dir, spec.node_id)
                 )
         remaining = deadline - time.monotonic()

@@ -20,6 +20,7 @@ from atomickafka.localkafka.state import BrokerSpec, ClusterState, broker_dir
 
 __all__ = [
     "alive_brokers",
+    "exit_note",
     "format_storage",
     "is_our_broker",
     "log_tail",
@@ -33,14 +34,29 @@ LOG_TAIL_LINES = 25
 # Brokers started by this process; kept so they are reaped (no zombies) and so that
 # Popen does not warn about children still running when it is collected.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+# How the brokers started here that have ended ended (Popen's return code), for errors.
+_EXIT_CODES: dict[int, int] = {}
+
+
+def exit_note(pid: int | None) -> str:
+    """`` (exit code N)`` or `` (killed by signal N)`` for a broker started here that has
+    ended, else ``""``."""
+    code = _EXIT_CODES.get(pid) if pid is not None else None
+    if code is None:
+        return ""
+    return f" (killed by signal {-code})" if code < 0 else f" (exit code {code})"
 
 
 def is_our_broker(pid: int, data_dir: Path, node_id: int) -> bool:
     """True when ``pid`` is alive (not a zombie) and is the broker of that broker dir."""
     child = _CHILDREN.get(pid)
-    if child is not None and child.poll() is not None:
+    if child is not None:
+        if child.poll() is None:
+            return True  # our own child, still running (poll reaps a dead one)
+        _EXIT_CODES[pid] = child.returncode
         del _CHILDREN[pid]
-        return False
+        # Popen says 0 when it cannot wait for the child (ECHILD, a child another waiter
+        # reaped): a live process there is only believed dead if /proc agrees, below.
     proc = Path(f"/proc/{pid}")
     if proc.is_dir():
         try:
