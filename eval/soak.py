@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from atomickafka.cli.options import parse_fanout
+from atomickafka.errors import AtomicKafkaError
 from atomickafka.evaluation.soak_common import LoadShape, load_average
 from atomickafka.evaluation.soak_faults import FaultSettings, run_recovery, run_takeover
 from atomickafka.evaluation.soak_memory import SoakSettings, run_soak
@@ -63,7 +64,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--no-check", action="store_true", help="skip the order checker")
     g = p.add_argument_group("soak")
     g.add_argument("--soak-messages", type=int, default=1_000_000)
-    g.add_argument("--soak-rate", type=float, default=4000.0, help="msg/s (0: unpaced)")
+    g.add_argument("--soak-rate", type=float, default=2000.0, help="msg/s (0: unpaced)")
     g.add_argument("--soak-senders", type=int, default=2, help="client processes")
     g.add_argument("--sample-interval", type=float, default=2.0, help="seconds")
     g.add_argument("--warmup-seconds", type=float, default=90.0, help="before 'start'")
@@ -184,9 +185,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "load_before": load_average(),
         "phases": {},
     }
+    failed: str | None = None
     try:
         with _broker(args.bootstrap_server) as bootstrap:
             _run_phases(args, bootstrap, out, results)
+    except AtomicKafkaError as exc:  # one line, what was measured so far is kept
+        failed = f"{type(exc).__name__}: {exc}"
+        results["failed"] = failed
     finally:
         results["load_after"] = load_average()
         write_json(out / "results.json", results)
@@ -199,6 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if results["phases"]:
             (out / "summary.md").write_text(markdown(results, plot))
         print(f"results in {out}")
+    if failed is not None:
+        print(f"soak: a phase failed: {failed}", file=sys.stderr)
+        return 1
     return 0 if _all_good(results["phases"]) else 1
 
 

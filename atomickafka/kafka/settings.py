@@ -32,6 +32,17 @@ __all__ = [
 #: Where librdkafka's log lines go (served while a client polls).
 LIBRDKAFKA_LOGGER: Final = logging.getLogger("atomickafka.librdkafka")
 
+
+def _not_the_gapless_notice(record: logging.LogRecord) -> bool:
+    """Drop librdkafka's warning that ``enable.gapless.guarantee`` is experimental: the
+    at-least-once writers set it on purpose (docs/DESIGN.md §6.3), and every node start
+    would otherwise log it once per producer."""
+    message = record.getMessage()
+    return not (message.startswith("CONFWARN") and "enable.gapless.guarantee" in message)
+
+
+LIBRDKAFKA_LOGGER.addFilter(_not_the_gapless_notice)
+
 #: Producer defaults: durable (idempotent, acks=all) and batched *adaptively*: a record
 #: waits at most ``linger.ms`` (1 ms) while the producer is idle, so a lightly loaded
 #: client or relay sends at once; under load librdkafka holds new produce requests back

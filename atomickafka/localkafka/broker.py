@@ -97,8 +97,7 @@ def _wait_ready(data_dir: Path, state: ClusterState, deadline: float) -> None:
             if spec.pid is None or not is_our_broker(spec.pid, data_dir, spec.node_id):
                 raise BrokerError(
                     f"broker {spec.node_id} (port {spec.port}) exited during start-up"
-                    f"{exit_note(spec.pid)}:\n"
-                    + log_tail(data_dir, spec.node_id)
+                    f"{exit_note(spec.pid)}:\n" + log_tail(data_dir, spec.node_id)
                 )
         remaining = deadline - time.monotonic()
         if remaining <= 0:

@@ -80,6 +80,7 @@ def _ordering_survives_a_broker_killed_mid_run(
         log_dir=log_dir,
         session_timeout_ms=2000,
         log_level="info",
+        exactly_once=True,  # the default, named: each delivery once is checked below
         window_ms=120_000,
     ):
         sent = send_concurrently(bootstrap, Workload(topics, 1500, clients=2, seed=1), "split")

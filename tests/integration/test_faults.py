@@ -3,7 +3,10 @@ random moments and restarted, standbys taking over, a second instance fenced, a 
 ("zombie") instance that comes back after its standby took over. Every test runs the
 order checker on what the client reads, and reads each delivery topic with a plain
 ``read_committed`` consumer: exactly-once delivery topics hold every delivery once,
-in increasing order, whatever was killed when.
+in increasing order, whatever was killed when. These clusters name their mode,
+exactly-once (the default; what they check of plain consumers and fencing is that
+mode's); failed writes and restarts in ``--at-least-once`` mode are in test_hostile.py,
+and the multicast test runs that mode end to end on the shared layout.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ BOUND_S = 600
 
 #: Lease sessions short enough for a test (the local broker allows 1 s; default 6 s).
 FAST: dict[str, Any] = {
+    "exactly_once": True,  # the default, named: these tests check what it promises
     "session_timeout_ms": 2000,
     "snapshot_every_records": 2000,
     "snapshot_every_s": 2.0,

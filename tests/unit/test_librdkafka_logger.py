@@ -29,3 +29,21 @@ def test_every_kafka_client_is_built_with_a_logger() -> None:
             if not any(k.arg == "logger" for k in node.keywords):
                 bare.append(f"{name}:{node.lineno}: {node.func.id}(...) without logger=")
     assert not bare, "\n".join(bare)
+
+
+def test_the_gapless_notice_is_not_logged_and_other_warnings_are() -> None:
+    import logging  # noqa: PLC0415
+
+    from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER  # noqa: PLC0415
+
+    def passes(message: str) -> bool:
+        record = logging.LogRecord(LIBRDKAFKA_LOGGER.name, 30, __file__, 1, message, None, None)
+        return bool(LIBRDKAFKA_LOGGER.filter(record))
+
+    notice = (
+        "CONFWARN [rdkafka#producer-9] [thrd:app]: Configuration property "
+        "enable.gapless.guarantee is experimental: When set to `true`, ..."
+    )
+    assert not passes(notice)
+    assert passes("CONFWARN [rdkafka#producer-1] [thrd:app]: linger.ms is a producer property")
+    assert passes("FAIL [rdkafka#consumer-3] [thrd:127.0.0.1:9092/1]: Connection refused")
