@@ -64,7 +64,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--no-check", action="store_true", help="skip the order checker")
     g = p.add_argument_group("soak")
     g.add_argument("--soak-messages", type=int, default=1_000_000)
-    g.add_argument("--soak-rate", type=float, default=2000.0, help="msg/s (0: unpaced)")
+    g.add_argument("--soak-rate", type=float, default=1000.0, help="msg/s (0: unpaced)")
     g.add_argument("--soak-senders", type=int, default=2, help="client processes")
     g.add_argument("--sample-interval", type=float, default=2.0, help="seconds")
     g.add_argument("--warmup-seconds", type=float, default=90.0, help="before 'start'")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import base64
 import sys
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -50,13 +50,21 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=guarded("tail", _run))
 
 
+#: Characters JSON leaves unescaped that Python's ``str.splitlines`` (and some
+#: editors) still take for line ends; inside JSON they can only stand in strings, where
+#: their escapes mean the same.
+_LINE_BREAKS_JSON_KEEPS: Final = str.maketrans(
+    {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+)
+
+
 def text_value(delivery: Delivery) -> str:
     """A delivery's value on one line that cannot be mistaken for another: its JSON
-    text (a string in quotes, tabs and newlines escaped); bytes sent as bytes as
-    ``{"valueBase64": ...}``."""
+    text (a string in quotes, tabs and every kind of line break escaped); bytes sent as
+    bytes as ``{"valueBase64": ...}``."""
     if delivery.is_bytes:
         return orjson.dumps({"valueBase64": base64.b64encode(delivery.raw).decode()}).decode()
-    return orjson.dumps(delivery.value).decode()
+    return orjson.dumps(delivery.value).decode().translate(_LINE_BREAKS_JSON_KEEPS)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -79,7 +87,8 @@ def _run(args: argparse.Namespace) -> int:
     ) as reader:
         for delivery in reader.deliveries(timeout_s=timeout_s, max_messages=args.max_messages):
             if args.json:
-                out.write(orjson.dumps(delivery.to_json_dict()).decode() + "\n")
+                line = orjson.dumps(delivery.to_json_dict()).decode()
+                out.write(line.translate(_LINE_BREAKS_JSON_KEEPS) + "\n")
             else:
                 out.write(f"{delivery.timeStamp}\t{delivery.messageID}\t{text_value(delivery)}\n")
             out.flush()

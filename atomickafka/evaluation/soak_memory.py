@@ -46,7 +46,7 @@ class SoakSettings:
     warm-up is (the memory window of 60 s of log time, filled, and a margin)."""
 
     messages: int = 1_000_000
-    rate: float | None = 2000.0
+    rate: float | None = 1000.0
     senders: int = 2
     sample_s: float = 2.0
     warmup_s: float = 90.0
