@@ -62,7 +62,8 @@ def register(subparsers: Any) -> None:
         "--at-least-once",
         dest="exactly_once",
         action="store_false",
-        help="run the nodes in at-least-once mode (as cluster --at-least-once)",
+        help="run the nodes in at-least-once mode (as cluster --at-least-once; default: "
+        "--exactly-once)",
     )
     parser.add_argument("--json", dest="json_out", default=None, help="also write results here")
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up pass")

@@ -124,7 +124,7 @@ def _add_node_options(parser: argparse.ArgumentParser) -> None:
         help="write outputs with a gapless idempotent producer, then commit the input "
         "offsets: no transactions, but a plain consumer of a delivery topic may see the last "
         "deliveries again after a crash (the client and tail hide them) and there is no "
-        "broker fence, only the lease",
+        "broker fence, only the lease (default: --exactly-once)",
     )
     parser.add_argument(
         "--snapshot-every",
