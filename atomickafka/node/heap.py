@@ -45,7 +45,7 @@ def return_large_blocks() -> bool:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    _done = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
+    _done = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1)
     if not _done:
         log.debug("mallopt(M_MMAP_THRESHOLD) refused; the allocator keeps its defaults")
     return _done
