@@ -13,6 +13,7 @@ from tqdm import tqdm
 
 from atomickafka.cli.options import (
     add_bootstrap,
+    add_delivery_mode,
     add_load_shape,
     add_overrides,
     guarded,
@@ -50,20 +51,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--layout", choices=[x.value for x in Layout], default=Layout.SPLIT.value, help="layout"
     )
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument(
-        "--exactly-once",
-        dest="exactly_once",
-        action="store_true",
-        default=True,
-        help="run the nodes in exactly-once mode, the default (as cluster)",
-    )
-    mode.add_argument(
-        "--at-least-once",
-        dest="exactly_once",
-        action="store_false",
-        help="run the nodes in at-least-once mode (as cluster --at-least-once; default: "
-        "--exactly-once)",
+    add_delivery_mode(
+        parser,
+        "run the nodes in exactly-once mode, the default (as cluster)",
+        "run the nodes in at-least-once mode (as cluster --at-least-once; default: --exactly-once)",
     )
     parser.add_argument("--json", dest="json_out", default=None, help="also write results here")
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up pass")

@@ -15,6 +15,7 @@ from atomickafka.audit.config import AuditConfig
 from atomickafka.audit.rules import DEFAULT_BOUND_S
 from atomickafka.cli.options import (
     add_bootstrap,
+    add_delivery_mode,
     add_log_level,
     add_overrides,
     add_secret_file,
@@ -107,21 +108,12 @@ def _add_node_options(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_STUCK_AFTER_S,
         help="warn when a message has held the queue head this long (seconds)",
     )
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument(
-        "--exactly-once",
-        dest="exactly_once",
-        action="store_true",
-        default=True,
-        help="the default: each batch's outputs, snapshot and input offsets in one Kafka "
+    add_delivery_mode(
+        parser,
+        "the default: each batch's outputs, snapshot and input offsets in one Kafka "
         "transaction; a plain read_committed consumer of a delivery topic sees each delivery "
         "once across any crash, and the broker fences an older instance of the role",
-    )
-    mode.add_argument(
-        "--at-least-once",
-        dest="exactly_once",
-        action="store_false",
-        help="write outputs with a gapless idempotent producer, then commit the input "
+        "write outputs with a gapless idempotent producer, then commit the input "
         "offsets: no transactions, but a plain consumer of a delivery topic may see the last "
         "deliveries again after a crash (the client and tail hide them) and there is no "
         "broker fence, only the lease (default: --exactly-once)",

@@ -40,6 +40,7 @@ __all__ = [
     "EXIT_USAGE",
     "LOG_LEVELS",
     "add_bootstrap",
+    "add_delivery_mode",
     "add_destinations",
     "add_load_shape",
     "add_log_level",
@@ -126,6 +127,20 @@ def add_secret_file(parser: argparse.ArgumentParser) -> None:
         help="signing secrets, one per line (the first signs, all are accepted); records "
         "written are signed with HMAC-SHA256, unsigned or wrongly signed ones are set "
         "aside (nodes) or dropped (readers); its content is never shown. Default: no signing",
+    )
+
+
+def add_delivery_mode(
+    parser: argparse.ArgumentParser, exactly_once: str, at_least_once: str
+) -> None:
+    """``--exactly-once`` (the default) | ``--at-least-once`` into ``args.exactly_once``,
+    with each flag's help (the nodes' delivery mode, docs/DESIGN.md §6.3)."""
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--exactly-once", dest="exactly_once", action="store_true", default=True, help=exactly_once
+    )
+    mode.add_argument(
+        "--at-least-once", dest="exactly_once", action="store_false", help=at_least_once
     )
 
 
