@@ -75,7 +75,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--delivery-format",
-        default="raw",
+        default="json",
         help="the nodes' delivery format: raw, json, or both (raw,json: the unpaced "
         "multicast runs once per format, the first for the rest)",
     )

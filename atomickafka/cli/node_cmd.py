@@ -143,10 +143,12 @@ def _add_node_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--delivery-format",
         choices=["raw", "json"],
-        default="raw",
-        help="raw: a delivery record's value is the value as sent, its key the key as sent, "
-        "the sender's headers carried, AtomicKafka's metadata in atomickafka-* headers; "
-        "json: a JSON envelope (messageID, value, timeStamp, ...)",
+        default="json",
+        help="json: a JSON envelope (messageID, value, timeStamp, ...); raw: a delivery "
+        "record's value is the value as sent, its key the key as sent, the sender's headers "
+        "carried, AtomicKafka's metadata in atomickafka-* headers, so that existing consumers "
+        "read the topic as any other (costs more broker and node CPU per delivery, "
+        "docs/performance.md)",
     )
     parser.add_argument(
         "--takeover-after",

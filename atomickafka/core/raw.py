@@ -1,13 +1,14 @@
 """The raw record form: the user's bytes as the record's value, AtomicKafka's metadata in
 headers (docs/DESIGN.md §3.8).
 
-A delivery topic in the raw form (``--delivery-format raw``, the default) holds records
+A delivery topic in the raw form (``--delivery-format raw``) holds records
 that any existing consumer reads as it reads any topic: the value is exactly the value
 that was sent (bytes, any encoding), the Kafka key is the key that was sent, the user's
 headers are carried, and the message id, final timestamp, layer, destinations, digest
 and the rest travel in ``atomickafka-*`` headers. Clients write their ClientMessages in
-the same form. The JSON envelope of earlier versions (``--delivery-format json``) is
-still written on request and read everywhere.
+the same form. Delivery topics hold the JSON envelope by default
+(``--delivery-format json``), which costs the broker and the nodes less per record;
+both forms are read everywhere.
 
 Header names (values are UTF-8 text unless said otherwise):
 

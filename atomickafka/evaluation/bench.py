@@ -415,8 +415,9 @@ class BenchSetup:
     #: The nodes' delivery mode: one Kafka transaction per batch (the default), or
     #: outputs acknowledged, then committed (``--at-least-once``).
     exactly_once: bool = True
-    #: How the nodes write deliveries (``raw`` or ``json``, docs/DESIGN.md §3.8).
-    delivery_format: str = "raw"
+    #: How the nodes write deliveries (``json``, the nodes' default, or ``raw``,
+    #: docs/DESIGN.md §3.8).
+    delivery_format: str = "json"
 
     def node_config(self, bootstrap: str, topics: list[str]) -> NodeConfig:
         """The configuration the cluster's nodes share (the first topic's)."""

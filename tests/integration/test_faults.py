@@ -221,7 +221,9 @@ def test_a_second_node_for_a_running_topic_stands_by_and_never_writes(
     wrote would show in ``T``: every delivery there is raw, written once, and the
     first instance stayed active throughout."""
     topics = [topic_factory() for _ in range(2)]
-    with running_cluster(kafka_bootstrap, topics, log_dir=tmp_path, name="twice", **FAST):
+    with running_cluster(
+        kafka_bootstrap, topics, log_dir=tmp_path, name="twice", delivery_format="raw", **FAST
+    ):
         first = statuses_of(kafka_bootstrap)[topics[0]].pid
         args = ["--bootstrap-server", kafka_bootstrap, "--topic", topics[0]]
         args += ["--takeover-after", "2", "--delivery-format", "json"]

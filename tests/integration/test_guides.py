@@ -24,7 +24,14 @@ TOPICS = ["orders", "payments", "audit"]
 @pytest.fixture(scope="module")
 def guide_nodes(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The nodes the guides assume, for the module."""
-    with running_cluster(kafka_bootstrap, TOPICS, log_dir=tmp_path_factory.mktemp("guides")):
+    # raw deliveries: users.md's "Reading with any Kafka consumer" says its example runs
+    # against nodes started with --delivery-format raw
+    with running_cluster(
+        kafka_bootstrap,
+        TOPICS,
+        log_dir=tmp_path_factory.mktemp("guides"),
+        delivery_format="raw",
+    ):
         yield
 
 

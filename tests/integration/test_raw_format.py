@@ -1,7 +1,8 @@
-"""Delivery topics that existing consumers read as any topic (docs/DESIGN.md §3.8):
-the value exactly as sent (any bytes), the key as sent, the sender's headers, and
-AtomicKafka's metadata in headers; readers in a consumer group that resume where they
-stopped. Every test runs the order checker."""
+"""Delivery topics that existing consumers read as any topic (``--delivery-format raw``,
+docs/DESIGN.md §3.8): the value exactly as sent (any bytes), the key as sent, the
+sender's headers, and AtomicKafka's metadata in headers; the JSON envelope, the default;
+readers in a consumer group that resume where they stopped. Every test runs the order
+checker."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def test_a_plain_consumer_reads_the_values_keys_and_headers_as_sent(
     kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
 ) -> None:
     topics = [topic_factory(), topic_factory()]
-    with running_cluster(kafka_bootstrap, topics, log_dir=tmp_path):
+    with running_cluster(kafka_bootstrap, topics, log_dir=tmp_path, delivery_format="raw"):
         sent = _send_mixed(kafka_bootstrap, topics, 60, "raw")
         expected = Counter(t for s in sent for t in s.destinations)
         deliveries = collect_deliveries(kafka_bootstrap, topics, dict(expected), "split")
@@ -76,13 +77,13 @@ def _index(value: bytes) -> int:
     return int(value.split(b"\t")[0][3:])
 
 
-def test_the_json_envelope_is_kept_on_request(
+def test_the_json_envelope_is_the_default(
     kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
 ) -> None:
+    """Without --delivery-format a delivery record is the JSON envelope (raw costs more,
+    docs/performance.md), carrying the value, key and headers as sent."""
     topics = [topic_factory(), topic_factory()]
-    with running_cluster(
-        kafka_bootstrap, topics, log_dir=tmp_path, name="json", delivery_format="json"
-    ):
+    with running_cluster(kafka_bootstrap, topics, log_dir=tmp_path, name="json"):
         sent = _send_mixed(kafka_bootstrap, topics, 20, "env")
         with AtomicKafkaClient(kafka_bootstrap) as client:
             mid = client.send({"order": 1}, topics)
@@ -143,7 +144,12 @@ def test_send_keys_and_headers_cross_the_merger_to_a_plain_consumer(
     assert sorted(keys) == list(range(layers))
     sent: list[Sent] = []
     with running_cluster(
-        kafka_bootstrap, topics, partitions=layers, log_dir=tmp_path, name="headers"
+        kafka_bootstrap,
+        topics,
+        partitions=layers,
+        log_dir=tmp_path,
+        name="headers",
+        delivery_format="raw",
     ):
         for layer, key in sorted(keys.items()):
             values = [{"n": n, "layer": layer} for n in range(4)]
