@@ -190,7 +190,9 @@ def test_the_jobs_parser_reads_deliveries_as_the_reader_does() -> None:
         _record("audit", 7, b"not json"),
     ]
     rows = [(r.topic(), r.partition(), r.offset(), r.timestamp()[1], r.value()) for r in records]
-    spark = session("local[1]", app_name="atomickafka-audit-contract")
+    # with the Kafka connector, as every session of the test process: a session started
+    # without it first leaves a later one (test_sasl's) unable to find the kafka source
+    spark = session("local[1]", kafka_source=True, app_name="atomickafka-audit-contract")
     try:
         raw = spark.createDataFrame(
             rows, "topic string, partition int, offset long, ms long, value binary"

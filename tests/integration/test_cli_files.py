@@ -20,9 +20,11 @@ AWKWARD = ["tab\there", "two\nlines", 'a "quoted" \\ slash', "crlf\r\nend", "ét
 
 
 def _tail(bootstrap: str, topic: str, *extra: str) -> str:
+    """Every delivery of ``topic``: tail ends once it has read them all (a busy machine's
+    nodes may take seconds to deliver after ``send`` returns), or after 30 s without."""
     out = run_cli(
         "tail", "--bootstrap-server", bootstrap, "--topic", topic, "--from-beginning",
-        "--timeout-ms", "4000", *extra,
+        "--max-messages", str(len(AWKWARD)), "--timeout-ms", "30000", *extra,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     return out.stdout
