@@ -73,18 +73,17 @@ def test_an_unusual_entry_is_refused_as_the_checked_path_refuses_it(
     head, _, body = raw.partition(b"\n")
     header = orjson.loads(head)
     header["messages"][0][field] = bad
-    broken = orjson.dumps(header) + b"\n" + body
-    with pytest.raises(MessageError) as fast:
-        decode_record(broken)
-    with pytest.raises(MessageError) as checked:
-        _checked(broken)
-    assert str(fast.value) == str(checked.value)
+    _refused_alike(orjson.dumps(header) + b"\n" + body)
 
 
 def test_a_value_that_is_not_json_is_refused_the_same_way() -> None:
     raw = encode_bundle(_messages()[:1], sender_id="node-t1", sent_from="t1", protocol="direct")
     head, _, body = raw.partition(b"\n")
-    broken = head + b"\n" + b"x" + body[1:]
+    _refused_alike(head + b"\n" + b"x" + body[1:])
+
+
+def _refused_alike(broken: bytes) -> None:
+    """The fast decoder refuses ``broken`` with the checked decoder's very message."""
     with pytest.raises(MessageError) as fast:
         decode_record(broken)
     with pytest.raises(MessageError) as checked:
