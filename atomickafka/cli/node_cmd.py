@@ -151,6 +151,13 @@ def _add_node_options(parser: argparse.ArgumentParser) -> None:
         "docs/performance.md)",
     )
     parser.add_argument(
+        "--reconfigure",
+        action="store_true",
+        help="take up another --algorithm, --delivery-format or signing than the node's "
+        "state was built with; only accepted for a node stopped cleanly with nothing in "
+        "flight (docs/DESIGN.md §6.6). Without it such a start is refused",
+    )
+    parser.add_argument(
         "--takeover-after",
         type=float,
         default=6.0,
@@ -203,6 +210,7 @@ def _node_config(args: argparse.Namespace, topic: str, layer: int | None) -> Nod
         metrics_host=args.metrics_host,
         delivery_format=args.delivery_format,
         secret_file=None if args.secret_file is None else str(args.secret_file),
+        reconfigure=args.reconfigure,
     )
 
 

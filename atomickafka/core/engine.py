@@ -60,10 +60,14 @@ message it never heard of is set aside too (no honest one exists). A destination
 refuses a message *version* it has not proposed for -- whatever the reason -- refuses
 it for good and sends ``AbortMessage`` to its other destinations: a version needs every
 destination's proposal to be decided, so a refused version is decided nowhere, and the
-Abort frees whoever holds it in a queue. A version whose destinations run different
-protocols is never decided either (each refuses the others' proposals), so a protocol
-mismatch aborts it even where it was proposed. A known value is never replaced by an
-unknown one.
+Abort frees whoever holds it in a queue. A version this node *has* proposed for may be
+decided elsewhere with that proposal, so it is dropped only on an Abort that answers
+this node's own proposal (echoes its ``seq``: its sender read the proposal and still
+refused); any other record about it is set aside, and the node that drops it forwards
+the Abort to every peer whose proposal it heard. A record naming another protocol
+about a proposed version is answered that way: if it is its sender's own, the two run
+different protocols and the version is decided nowhere. A known value is never replaced
+by an unknown one.
 
 The small ``_``-prefixed methods (``_propose``, ``_observe``, ``_ack_timestamp``,
 ``_complete``, ``_already_seen``) are the seams where the 2019 implementation went
@@ -74,7 +78,7 @@ from __future__ import annotations
 
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, NoReturn
 
 from sortedcontainers import SortedList
@@ -110,6 +114,7 @@ from atomickafka.core.wire import (
     check_json_value,
     envelope_bytes,
 )
+from atomickafka.errors import ConfigError
 
 __all__ = [
     "DEFAULT_ALGORITHM",
@@ -124,6 +129,8 @@ __all__ = [
 ]
 
 _DELIVERY_TYPES: Final = frozenset({MessageType.DELIVERY, MessageType.PARTITION_DELIVERY})
+#: The records that carry a proposal to a peer.
+_PROPOSAL_TYPES: Final = frozenset({MessageType.NOTIFY, MessageType.ACK})
 _new_tuple: Final = tuple.__new__
 #: Positions of a Message's type and seq fields (tuples built by position, hot path).
 _TYPE: Final = Message._fields.index("messageType")
@@ -189,6 +196,7 @@ class Engine:
         max_record_bytes: int = MAX_RECORD_BYTES,
         window_ms: int = DEFAULT_WINDOW_MS,
         merger_id: str | None = None,
+        members: frozenset[str] | None = None,
     ) -> None:
         self.topic = topic
         self.node_id = node_id if node_id is not None else f"node-{topic}"
@@ -228,8 +236,10 @@ class Engine:
             MessageType.MEMBERS: self._on_members,
         }
         #: The topics that have a node, as this node last wrote them into its log
-        #: (§4.9.5); ``None``: not known, every destination is taken on trust.
-        self.members: frozenset[str] | None = None
+        #: (§4.9.5); ``None``: not known, every destination is taken on trust (an
+        #: engine driven by hand). A node's batch layer starts with the empty set: what
+        #: names another topic waits for the node's first members record.
+        self.members: frozenset[str] | None = None if members is None else members | {topic}
         #: Messages naming a destination not (yet) a member: they wait for a members
         #: record that names it; one of MEMBERS_GRACE_MS or more after their log time
         #: that does not refuses them (§4.9.5). The int: that log time plus the grace.
@@ -239,6 +249,9 @@ class Engine:
         #: needs. Only such a record refuses, so a members record lost with an aborted
         #: transaction (a crash) delays a message but never refuses it.
         self.members_log_ms: int | None = None
+        #: Another protocol than this engine's, named by one of its own members records
+        #: (written by an earlier process of this node): ``None`` while all agree.
+        self.logged_protocol: str | None = None
 
     # ------------------------------------------------------------------ public API
 
@@ -314,7 +327,7 @@ class Engine:
                 continue
             del self._pending[mid]
             self.stats.forgotten += 1
-            out.extend(self._abort_version(mid, entry.version, entry.sent_at))
+            out.extend(self._abort_version(mid, entry.version, entry.sent_at, heard=entry.heard))
         return out
 
     def _take(
@@ -324,7 +337,8 @@ class Engine:
         if handler is None:  # deliveries (the shared layout), watermarks
             self.stats.ignored += 1
             return
-        if not released and self._repeated(record):
+        link = None if released else self._link(record)
+        if link is not None and self._links.seen(*link):
             self.stats.duplicates += 1
             return
         if released and record.origin is not None:
@@ -344,19 +358,25 @@ class Engine:
             return
         try:
             outputs = handler(record)
+            if link is not None:
+                self._links.take(*link)
             if outputs:
                 result.outputs.extend(self._numbered(outputs))
-        except _Refused as refusal:
+        except _Refused as refusal:  # its seq is not taken: a stray silences nobody
             self.stats.rejected += 1
             result.rejected.append(Rejection(position, record, refusal.reason))
             result.outputs.extend(self._numbered(refusal.outputs))
         except _Held as held:
+            if link is not None:
+                self._links.take(*link)
             self.stats.held += 1
             pushed_out = self._held.hold(record, held.ts)
             self._kept(position, record, result, released)
             if pushed_out is not None:
                 self._refuse_held(pushed_out, result)
         except _AwaitingMembers as awaiting:
+            if link is not None:
+                self._links.take(*link)
             self._awaiting.append((awaiting.until_ms, record))
             self._kept(position, record, result, released)
 
@@ -390,11 +410,12 @@ class Engine:
             result.rejected.append(Rejection(None, record, refusal.reason))
             result.outputs.extend(self._numbered(refusal.outputs))
 
-    def _repeated(self, record: Message) -> bool:
-        """§4.12: a control message (or relay copy) at or below the last ``seq`` taken
-        from its sender is a repeat."""
+    @staticmethod
+    def _link(record: Message) -> tuple[str, tuple[int, int]] | None:
+        """§4.12: the sender and ``seq`` of a control message (or relay copy); one at or
+        below the last ``seq`` taken from its sender is a repeat."""
         seq, sender = record.seq, record.sentFromTopic
-        return seq is not None and sender is not None and self._links.repeat(sender, seq)
+        return None if seq is None or sender is None else (sender, seq)
 
     def _numbered(self, outputs: Iterable[Output]) -> list[Output]:
         """Give each control output its ``seq`` (§4.12): the offset of the input record
@@ -406,14 +427,21 @@ class Engine:
         index = self._next_index
         out: list[Output] = []
         append = out.append
+        pending = self._pending
         for output in outputs:
             message = output[1]
-            if message[_TYPE] in _DELIVERY_TYPES:
+            kind = message[_TYPE]
+            if kind in _DELIVERY_TYPES:
                 append(output)
                 continue
-            numbered = _new_tuple(Message, (*message[:_SEQ], (origin, index), *message[_SEQ + 1 :]))
+            seq = (origin, index)
+            numbered = _new_tuple(Message, (*message[:_SEQ], seq, *message[_SEQ + 1 :]))
             append(_new_tuple(Output, (output[0], numbered)))
             index += 1
+            if kind in _PROPOSAL_TYPES:  # what an Abort answering it must echo (§4.9.4)
+                entry = pending.get(message[0])
+                if entry is not None:
+                    entry.sent[output[0]] = seq
         self._next_index = index
         return out
 
@@ -439,6 +467,15 @@ class Engine:
         self.stats.deliveries += len(out)
         self.stats.records_out += len(out)
         return out
+
+    def reconfigure(self, algorithm: Algorithm) -> None:
+        """Run ``algorithm`` from now on: only while nothing is pending or held (a
+        drained node, §6.6). Its next members record names the new protocol."""
+        if self._pending or self._held or self._awaiting:
+            raise ConfigError("a node changes protocol only with nothing in flight")
+        self.algorithm = Algorithm(algorithm)
+        self._protocol = str(self.algorithm)
+        self.logged_protocol = None
 
     # ------------------------------------------------------------------ introspection
 
@@ -592,57 +629,94 @@ class Engine:
             "the id was reused",
         )
 
-    def _refuse_version(self, record: Message, reason: str, *, always: bool = False) -> NoReturn:
-        """Refuse ``record`` and, unless this node proposed for its version (or
-        ``always``: a version that can never be decided anywhere), the version itself,
-        for good (§4.9.4): this node never proposes for it, so it is decided nowhere;
-        the first time, tell its other destinations (Abort) so that none of them waits
-        for this node's proposal."""
+    def _refuse_version(self, record: Message, reason: str, *, mismatch: bool = False) -> NoReturn:
+        """Refuse ``record`` and, unless this node proposed for its version, the version
+        itself, for good (§4.9.4): this node never proposes for it, so it is decided
+        nowhere; the first time, tell its other destinations (Abort) so that none of them
+        waits for this node's proposal. The Abort to the record's sender answers it
+        (echoes its ``seq``), and so do those to every peer whose proposal was heard.
+
+        A record about a version this node proposed for is only set aside: another
+        destination may have decided it. ``mismatch``: the record names another
+        protocol. If it is its sender's own proposal, the sender runs another protocol,
+        and neither ever counts the other's proposals, so the version is decided
+        nowhere: the sender is answered with an Abort echoing the record, which drops
+        the version there (§4.9.6). A stray's ``seq`` echoes nothing its sender wrote."""
         mid, version = record.messageID, _version(record)
         entry = self._pending.get(mid)
         ours = entry is not None and entry.version == version
-        if (
-            ours
-            and entry is not None
-            and (entry.final is not None or (entry.local is not None and not always))
-        ):
-            raise _Refused(reason)  # a bad record about a message this node goes on with
+        if ours:
+            assert entry is not None
+            if entry.final is not None or entry.local is not None:
+                answer: list[Output] = []
+                sender, seq = record.sentFromTopic, record.seq
+                if (
+                    mismatch
+                    and entry.final is None
+                    and sender is not None
+                    and seq is not None
+                    and record.messageType in _PROPOSAL_TYPES
+                ):
+                    answer = [Output(sender, self._abort(mid, version, record.sentAt, seq))]
+                raise _Refused(reason, answer)  # the version goes on here
+        heard = entry.heard if ours and entry is not None else {}
         sender = record.sentFromTopic if record.messageType is not MessageType.ABORT else None
         aborts: list[Output] = []
         if not self._memory.is_refused(mid, version):
             if ours:
                 self._drop(mid, reason)
-            aborts = self._abort_version(mid, version, record.sentAt, sender)
+            answering = record if sender is not None else None
+            aborts = self._abort_version(mid, version, record.sentAt, answering, heard)
         elif sender not in (None, self.topic) and {sender, self.topic} <= set(version[0]):
             # refused before: the peer that wrote this waits for this node -- tell it
             # again (an Abort is idempotent), as for a settled message (_answer_settled)
-            aborts = [Output(sender, self._abort(mid, version, record.sentAt))]
+            aborts = [Output(sender, self._abort(mid, version, record.sentAt, record.seq))]
         raise _Refused(reason, aborts)
 
     def _abort_version(
-        self, mid: str, version: Version, sent_at: int | None, sender: str | None = None
+        self,
+        mid: str,
+        version: Version,
+        sent_at: int | None,
+        answering: Message | None = None,
+        heard: Mapping[str, tuple[int, int]] | None = None,
     ) -> list[Output]:
         """Refuse ``mid``'s ``version`` for good here and tell its other destinations
-        (those known to have a node, and ``sender``, the peer whose record brought the
-        version here: it has one): the Aborts to write (§4.9.4)."""
+        (those known to have a node, and the sender of ``answering``, the record that
+        brought the version here: it has one): the Aborts to write (§4.9.4). The one to
+        ``answering``'s sender echoes its ``seq``; one to a peer whose proposal this node
+        heard (``heard``) echoes that proposal's."""
         self._memory.refuse(mid, version, self.now_ms)
         if self._known_version(mid) is None:  # never take this version up again
             self._memory.settle(mid, Outcome.ABORTED, version, self.now_ms)
         destinations = version[0]
         if self.topic not in destinations:
             return []
-        abort = self._abort(mid, version, sent_at)
         members = self.members
-        return [
-            Output(t, abort)
-            for t in destinations
-            if t != self.topic and (members is None or t in members or t == sender)
-        ]
+        replied = answering.sentFromTopic if answering is not None else None
+        out: list[Output] = []
+        for t in destinations:
+            if t == self.topic:
+                continue
+            if t == replied:
+                assert answering is not None
+                echo = answering.seq
+            else:
+                echo = heard.get(t) if heard else None
+                if echo is None and members is not None and t not in members:
+                    continue
+            out.append(Output(t, self._abort(mid, version, sent_at, echo)))
+        return out
 
-    def _abort(self, mid: str, version: Version, sent_at: int | None) -> Message:
-        """The Abort of ``mid``'s ``version`` this node writes."""
+    def _abort(
+        self, mid: str, version: Version, sent_at: int | None, answers: tuple[int, int] | None
+    ) -> Message:
+        """The Abort of ``mid``'s ``version`` this node writes (``answers``: the ``seq`` of
+        the peer's record it answers)."""
         destinations, digest = version
-        return self._outgoing(MessageType.ABORT, mid, destinations, digest, sent_at=sent_at)
+        return self._outgoing(
+            MessageType.ABORT, mid, destinations, digest, sent_at=sent_at, answers=answers
+        )
 
     def _drop(self, mid: str, reason: str) -> None:
         """Forget the undelivered message ``mid`` here: it is aborted."""
@@ -677,7 +751,7 @@ class Engine:
                 f"protocol mismatch: {record.senderID or 'the sender'} runs "
                 f"{record.protocol or 'no stated protocol (a format-1 record?)'}, "
                 f"this node runs {self.algorithm.value}",
-                always=True,
+                mismatch=True,
             )
         if versioned:
             self._check_version(record)
@@ -787,10 +861,7 @@ class Engine:
         self.stats.duplicates += 1
         if not refused or sender is None or self.topic not in record.topic:
             return []
-        abort = self._outgoing(
-            MessageType.ABORT, mid, record.topic, record.digest, sent_at=record.sentAt
-        )
-        return [Output(sender, abort)]
+        return [Output(sender, self._abort(mid, version, record.sentAt, record.seq))]
 
     # ------------------------------------------------------------------ handlers
 
@@ -901,6 +972,8 @@ class Engine:
         self._observe(ts)
         entry = self._entry(record, entry)
         entry.proposals.setdefault(sender, ts)  # a Notify is a proposal too
+        if record.seq is not None:
+            entry.heard[sender] = record.seq
         if entry.final is not None:
             self.stats.duplicates += 1
             return []
@@ -967,6 +1040,8 @@ class Engine:
         if entry is None:
             self._orphans.append((self.now_ms + self.window.window_ms, mid))
         entry = self._entry(record, entry)  # poc: an Ack may overtake the Notify that starts us
+        if record.seq is not None:
+            entry.heard[sender] = record.seq
         if sender in entry.proposals:
             self.stats.duplicates += 1
             return []
@@ -1025,6 +1100,14 @@ class Engine:
             )
 
     def _on_abort(self, record: Message) -> list[Output]:
+        """§4.9.4: a destination refused a version. An honest Abort comes from a
+        destination that never proposed for it (or from one that learnt of such a
+        refusal), so nobody can have decided it. A version this node has not proposed
+        for is dropped on any Abort (this node will never propose for it: decided
+        nowhere). One it proposed for is dropped only on an Abort that answers its own
+        proposal to that sender (echoes its ``seq``): anything else may be a stray, and
+        another destination may have delivered the version. When it drops such a
+        version, it tells every peer whose proposal it heard, echoing it."""
         mid = record.messageID
         self._check_peer(record, versioned=False)
         version = _version(record)
@@ -1041,11 +1124,24 @@ class Engine:
             # refused by one of its destinations (it proposed for it), so this is a copy
             self.stats.duplicates += 1
             return []
-        self._drop(
-            mid,
-            f"destination {record.sentFromTopic} refused it (see its dead-letter topic)",
-        )
-        return []
+        sender = record.sentFromTopic
+        assert sender is not None  # _check_peer
+        if entry.local is not None and (
+            record.answers is None or entry.sent.get(sender) != record.answers
+        ):
+            self.stats.unconfirmed_aborts += 1
+            raise _Refused(
+                f"an Abort from {sender} that answers none of this node's proposals to it: "
+                "the version goes on here, and is dropped when that destination answers "
+                "this node's proposal (§4.9.4); a stray, or the Abort it sends before that"
+            )
+        out = [
+            Output(t, self._abort(mid, version, entry.sent_at, seq))
+            for t, seq in entry.heard.items()
+            if t != sender
+        ]
+        self._drop(mid, f"destination {sender} aborted it (see its dead-letter topic)")
+        return out
 
     def _on_tick(self, record: Message) -> list[Output]:
         """§8: the merger moves an idle layer's clock through the log; a node's own tick
@@ -1069,10 +1165,15 @@ class Engine:
                 f"MembersMessage from {record.senderID or 'an unnamed sender'}: only this "
                 "node writes its own"
             )
+        if record.protocol is not None and record.protocol != self._protocol:
+            # this node's log was processed under another protocol up to here: a node
+            # restarted with another --algorithm; its batch layer refuses to go on (§6.6)
+            self.logged_protocol = record.protocol
         # only ever grows: a record written from a partial read of the statuses (a
         # restarted node, a broker failover) must not make live destinations unknown
         self.members = (self.members or frozenset()) | frozenset(record.topic) | {self.topic}
-        self.members_log_ms = record.logTime if record.logTime is not None else self.now_ms
+        if record.logTime is not None:  # the evidence a refusal needs: a time in the log
+            self.members_log_ms = max(record.logTime, self.members_log_ms or 0)
         self._members_changed = True
         return []
 
@@ -1143,6 +1244,7 @@ class Engine:
         key: bytes | None = None,
         headers: tuple[tuple[str, bytes], ...] = (),
         encoding: str | None = None,
+        answers: tuple[int, int] | None = None,
     ) -> Message:
         """A message this node writes: it names the node, its topic, layer and protocol
         (every field by position, built with ``tuple.__new__``: this is on the hot path)."""
@@ -1166,6 +1268,7 @@ class Engine:
                 key,
                 headers,
                 encoding,
+                answers,
             ),
         )
 

@@ -72,12 +72,14 @@ def _message_data(m: Message) -> list[Any]:
         _text(m.key),
         _headers_data(m.headers),
         m.encoding,
+        None if m.answers is None else list(m.answers),
     ]
 
 
 def _message_from(data: list[Any]) -> Message:
     (mid, kind, topic, value, sender, sent_from, ts, layer, digest, protocol) = data[:10]
     sent_at, seq, log_time, origin, key, headers, encoding = data[10:17]
+    answers = data[17] if len(data) > 17 else None  # absent before the answers field
     return Message(
         messageID=mid,
         messageType=MessageType(kind),
@@ -96,6 +98,7 @@ def _message_from(data: list[Any]) -> Message:
         key=_bytes(key),
         headers=_headers_from(headers),
         encoding=encoding,
+        answers=None if answers is None else (int(answers[0]), int(answers[1])),
     )
 
 
@@ -127,6 +130,8 @@ def engine_to_data(engine: Engine) -> dict[str, Any]:
                 _text(e.key),
                 _headers_data(e.headers),
                 e.encoding,
+                {t: list(seq) for t, seq in e.sent.items()},
+                {t: list(seq) for t, seq in e.heard.items()},
             ]
             for mid, e in engine._pending.items()
         },
@@ -135,6 +140,7 @@ def engine_to_data(engine: Engine) -> dict[str, Any]:
         "links": engine._links.to_data(),
         "members": None if engine.members is None else sorted(engine.members),
         "members_log_ms": engine.members_log_ms,
+        "logged_protocol": engine.logged_protocol,
         "orphans": [list(o) for o in engine._orphans],
         "awaiting": [[t, _message_data(m)] for t, m in engine._awaiting],
         "stats": {name: getattr(engine.stats, name) for name in EngineStats.__dataclass_fields__},
@@ -178,6 +184,7 @@ def _load(engine: Engine, data: dict[str, Any]) -> None:
     for mid, e in data["pending"].items():
         destinations, digest, value, sent_at, proposals, local, final, coord, acked = e[:9]
         key, headers, encoding = e[9:12]
+        sent, heard = (e[12], e[13]) if len(e) > 13 else ({}, {})  # absent before both
         entry = PendingMessage(
             destinations=tuple(destinations),
             digest=digest,
@@ -191,6 +198,8 @@ def _load(engine: Engine, data: dict[str, Any]) -> None:
             key=_bytes(key),
             headers=_headers_from(headers),
             encoding=encoding,
+            sent={str(t): (int(q[0]), int(q[1])) for t, q in sent.items()},
+            heard={str(t): (int(q[0]), int(q[1])) for t, q in heard.items()},
         )
         engine._pending[mid] = entry
         if entry.key_ts is not None:
@@ -207,5 +216,7 @@ def _load(engine: Engine, data: dict[str, Any]) -> None:
     engine.members = None if members is None else frozenset(str(t) for t in members)
     members_log_ms = data.get("members_log_ms")  # absent in older snapshots: wait for the next
     engine.members_log_ms = None if members_log_ms is None else int(members_log_ms)
+    logged = data.get("logged_protocol")  # absent in older snapshots
+    engine.logged_protocol = None if logged is None else str(logged)
     engine.stats = EngineStats(**data["stats"])
     engine._check_due = True

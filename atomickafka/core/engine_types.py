@@ -104,6 +104,13 @@ class PendingMessage:
     final: int | None = None
     coordinator: bool = False
     acked_to: set[str] = field(default_factory=set)  # optimized: coordinators acked
+    #: The ``seq`` of the last proposal record (Notify or Ack) this node wrote about this
+    #: version to each peer: an Abort that echoes it answers this node's proposal and
+    #: may drop the version here (§4.9.4).
+    sent: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: The ``seq`` of the last proposal record each peer wrote here about this version:
+    #: what this node's Aborts to that peer echo.
+    heard: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def key_ts(self) -> int | None:
@@ -128,6 +135,9 @@ class EngineStats:
     protocol_mismatches: int = 0
     conflicts: int = 0
     aborted: int = 0
+    #: Aborts about a version this node proposed for that answer none of its proposals:
+    #: set aside, the version goes on (§4.9.4).
+    unconfirmed_aborts: int = 0
     held: int = 0  # messages held until the log's time reached their timestamp (§4.11)
     late: int = 0  # late client copies set aside (§4.13)
     forgotten: int = 0  # settled ids forgotten after the memory window (§4.13)

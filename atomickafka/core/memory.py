@@ -198,13 +198,25 @@ class LinkSequences:
     def __init__(self) -> None:
         self._last: dict[str, tuple[int, int]] = {}
 
-    def repeat(self, sender: str, seq: tuple[int, int]) -> bool:
+    def seen(self, sender: str, seq: tuple[int, int]) -> bool:
         """True when ``seq`` from ``sender`` was taken already (it is at or below the last
-        one); otherwise take it."""
+        one taken)."""
         last = self._last.get(sender)
-        if last is not None and seq <= last:
+        return last is not None and seq <= last
+
+    def take(self, sender: str, seq: tuple[int, int]) -> None:
+        """``seq`` from ``sender`` was taken: anything at or below it is a repeat. Only
+        records that passed the engine's checks are taken, so a stray with a high
+        ``seq`` that is set aside silences nobody (§4.12)."""
+        last = self._last.get(sender)
+        if last is None or seq > last:
+            self._last[sender] = seq
+
+    def repeat(self, sender: str, seq: tuple[int, int]) -> bool:
+        """:meth:`seen`, taking ``seq`` when it was not."""
+        if self.seen(sender, seq):
             return True
-        self._last[sender] = seq
+        self.take(sender, seq)
         return False
 
     def to_data(self) -> dict[str, list[int]]:

@@ -199,6 +199,10 @@ class Message(NamedTuple):
     headers: tuple[tuple[str, bytes], ...] = ()
     #: ``None``: the value is one JSON text; ``"bytes"``: any bytes (raw form, §3.8).
     encoding: str | None = None
+    #: On an Abort written in answer to a peer's record: that record's ``seq``. Only
+    #: such an answer to its own proposal makes a destination drop a version it has
+    #: proposed for (§4.9.4).
+    answers: tuple[int, int] | None = None
 
 
 _new_tuple = tuple.__new__
@@ -508,6 +512,7 @@ def decode_record(
                 messageType=kind,
                 topic=parse_destinations(obj.get("topic")),
                 senderID=_sender(obj),
+                protocol=_optional_str(obj, "protocol"),
                 logTime=log_time,
                 origin=origin,
             )
@@ -673,6 +678,11 @@ def _fast_entry(
     if fields is None or "topic" not in entry:
         return None
     message_id, ts, digest, sent_at, seq = fields
+    answers = get("answers")
+    if answers is not None:
+        answers = _plain_seq(answers)
+        if answers is None:
+            return None
     sender, sent_from, protocol, partition, log_time, origin = common
     message = _new_tuple(
         Message,
@@ -694,6 +704,7 @@ def _fast_entry(
             None,
             _NO_HEADERS,
             None,
+            answers,
         ),
     )
     return message, position + (size or 0)
@@ -809,6 +820,7 @@ def _checked_entry(
         key=extras.key,
         headers=extras.headers,
         encoding=extras.encoding,
+        answers=_optional_seq(entry, "answers"),
     )
     return message, position
 
@@ -884,18 +896,20 @@ def encode_tick(sender_id: str, timestamp: int, partition: int | None = None) ->
     return orjson.dumps(out)
 
 
-def encode_members(sender_id: str, topics: Iterable[str]) -> bytes:
+def encode_members(sender_id: str, topics: Iterable[str], protocol: str | None = None) -> bytes:
     """A MembersMessage record: the topics that have a node, as ``sender_id`` knows them
-    (§4.9.5); a node writes it into its own input log."""
-    return orjson.dumps(
-        {
-            "messageID": "members",
-            "senderID": sender_id,
-            "messageType": MessageType.MEMBERS,
-            "topic": sorted(set(topics)),
-            "formatVersion": FORMAT_VERSION,
-        }
-    )
+    (§4.9.5), and the protocol the node runs; a node writes it into its own input log,
+    so the log itself says which protocol processed what follows (§6.6)."""
+    out: dict[str, Any] = {
+        "messageID": "members",
+        "senderID": sender_id,
+        "messageType": MessageType.MEMBERS,
+        "topic": sorted(set(topics)),
+        "formatVersion": FORMAT_VERSION,
+    }
+    if protocol is not None:
+        out["protocol"] = protocol
+    return orjson.dumps(out)
 
 
 def encode_watermark(sender_id: str, timestamp: int, partition: int) -> bytes:
@@ -928,6 +942,8 @@ def _bundle_entry(message: Message) -> dict[str, Any]:
         entry["sentAt"] = message.sentAt
     if message.seq is not None:
         entry["seq"] = message.seq
+    if message.answers is not None:
+        entry["answers"] = message.answers
     if message.encoding is not None or message.key is not None or message.headers:
         _put_extras(entry, message)
     return entry

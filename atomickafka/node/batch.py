@@ -58,9 +58,19 @@ from atomickafka.core.wire import (
     encode_watermark,
     pack_bundles,
 )
+from atomickafka.errors import AtomicKafkaError
 from atomickafka.node.snapshots import LoadedSnapshot, SnapshotSchedule, encode_snapshot
 
-__all__ = ["NodeBatch", "NodeSpec", "OutKind", "OutRecord", "Ready", "signed"]
+__all__ = [
+    "NodeBatch",
+    "NodeSpec",
+    "NodeStartError",
+    "OutKind",
+    "OutRecord",
+    "Ready",
+    "SettingsChangedError",
+    "signed",
+]
 
 #: How much of a set-aside record a dead letter keeps (all of any record a producer
 #: with the default limits can write).
@@ -69,6 +79,13 @@ DEAD_LETTER_KEEP: Final = 990_000
 #: oldest dropped first) so that a later refusal sets the record aside verbatim.
 DEFERRED_KEEP_BYTES: Final = 64 * 1024 * 1024
 _DELIVERY_TYPE: Final = b"DeliveryMessage"
+#: What a refusal to go on with changed settings tells the operator to do (§6.6).
+HOW_TO_RECONFIGURE: Final = (
+    "a node cannot change these while messages may be in flight. To change them "
+    "safely: stop the clients, wait until `atomickafka status` shows nothing pending, "
+    "stop every node (a clean stop takes a snapshot), then start each with the new "
+    "settings and --reconfigure"
+)
 _LOG_APPEND_TIME: Final = 2  # confluent-kafka's TIMESTAMP_LOG_APPEND_TIME
 #: The delivery formats (§3.8).
 RAW: Final = "raw"
@@ -148,6 +165,19 @@ class NodeSpec:
     #: How deliveries are written to the topic: ``raw`` (the value as sent, metadata in
     #: headers) or ``json`` (the JSON envelope), §3.8.
     delivery_format: str = "raw"
+    #: Take up settings (protocol, delivery format, signing) other than those the node's
+    #: state was built with, when it is drained (§6.6); otherwise such a start is refused.
+    reconfigure: bool = False
+
+
+class NodeStartError(AtomicKafkaError):
+    """The node cannot start safely; the message says why and what to do."""
+
+
+class SettingsChangedError(NodeStartError):
+    """The node is configured with another protocol, delivery format or signing than
+    its state was built with (§6.6): going on would run two protocols under one state.
+    The message says what differs and how to change it safely."""
 
 
 def signed(record: OutRecord, signer: Signer | None) -> OutRecord:
@@ -232,6 +262,7 @@ class NodeBatch(SnapshotTaker):
         known = engine.members
         self._members_written: set[str] | None = None if known is None else set(known)
         self._deferred = DeferredRecords(DEFERRED_KEEP_BYTES)
+        self._snapshot_due = False
 
     # ------------------------------------------------------------------ starting
 
@@ -247,6 +278,9 @@ class NodeBatch(SnapshotTaker):
             max_value_bytes=spec.max_value_bytes,
             max_record_bytes=spec.max_record_bytes,
             window_ms=spec.window_ms,
+            # no destination is taken on trust: a message naming another topic waits for
+            # the node's first members record, which the shell writes at once (§4.9.5)
+            members=frozenset(),
         )
 
     @classmethod
@@ -262,6 +296,7 @@ class NodeBatch(SnapshotTaker):
         committed input offset: it replays from the snapshot's offset, dropping outputs
         below ``committed``. ``engine_class`` is what the engine is rebuilt as (the
         simulators' mutation tests keep their mutant across a crash)."""
+        reconfigured = False
         if snapshot is None or snapshot.state is None:
             start = 0
             engine = cls.fresh_engine(spec, engine_class)
@@ -270,9 +305,12 @@ class NodeBatch(SnapshotTaker):
             start = snapshot.offsets.get(spec.input_partition, 0)
             engine = engine_class.restore(snapshot.state["engine"])
             seq = snapshot.seq
-        return cls(
+            reconfigured = _take_settings(spec, snapshot, engine, committed)
+        batch = cls(
             spec, engine, position=start, replay_until=max(committed, start), snapshot_seq=seq
         )
+        batch._snapshot_due = reconfigured  # the new settings' first state, at once
+        return batch
 
     @property
     def replaying(self) -> bool:
@@ -303,6 +341,13 @@ class NodeBatch(SnapshotTaker):
             self._maybe_snapshot(ready, wall_s)
         return ready
 
+    def _maybe_snapshot(self, ready: Ready, wall_s: float) -> None:
+        if self._snapshot_due:
+            self._snapshot_due = False
+            self._snapshot(ready, wall_s)
+            return
+        super()._maybe_snapshot(ready, wall_s)
+
     def idle(self, *, wall_s: float) -> Ready:
         """Nothing new in the log: tick it while messages are held (§4.11), and take a
         snapshot if one is due."""
@@ -312,6 +357,12 @@ class NodeBatch(SnapshotTaker):
         self._maybe_tick(ready, wall_s)
         self._maybe_snapshot(ready, wall_s)
         return ready
+
+    def knows_members(self, topics: Iterable[str]) -> bool:
+        """True when this node's last members record named every one of ``topics``
+        (:meth:`members` would write nothing new)."""
+        written = self._members_written
+        return written is not None and (set(topics) | {self.spec.topic}) <= written
 
     def members(self, topics: Iterable[str], *, again: bool = False) -> Ready:
         """The topics that have a node, as the shell learnt them from the statuses: when
@@ -325,7 +376,7 @@ class NodeBatch(SnapshotTaker):
             return ready
         self._members_written = known | (self._members_written or set())
         spec = self.spec
-        value = encode_members(spec.node_id, self._members_written)
+        value = encode_members(spec.node_id, self._members_written, self.engine.algorithm.value)
         ready.records.append(
             self._signed(OutRecord(OutKind.TICK, spec.input_topic, value, spec.input_partition))
         )
@@ -353,6 +404,14 @@ class NodeBatch(SnapshotTaker):
                 sources.extend([record] * len(decoded))
         step = self.engine.step(messages)
         self.position = (records[-1].offset() or 0) + 1
+        logged = self.engine.logged_protocol
+        if logged is not None:
+            spec = self.spec
+            raise SettingsChangedError(
+                f"node {spec.role}: its input log was processed running protocol {logged} "
+                f"(its own members record says so, before offset {self.position}), and it is "
+                f"configured with {self.engine.algorithm.value}: {HOW_TO_RECONFIGURE}"
+            )
         for position in step.deferred:
             self._deferred.keep(sources[position])
         out.extend(self._refused(step, sources))
@@ -457,7 +516,7 @@ class NodeBatch(SnapshotTaker):
                 messages,
                 sender_id=spec.node_id,
                 sent_from=spec.topic,
-                protocol=spec.algorithm.value,
+                protocol=self.engine.algorithm.value,  # what the engine runs (§4.9.6)
                 partition=spec.layer,
             ):
                 out.append(
@@ -554,9 +613,11 @@ class NodeBatch(SnapshotTaker):
     # ------------------------------------------------------------------ ticks, snapshots
 
     def _maybe_tick(self, ready: Ready, wall_s: float) -> None:
-        """§4.11: while messages are held, the node ticks its own log so that the log's
-        time moves on even when nothing else is written to it."""
-        if not self.engine.held_count:
+        """§4.11: while messages are held until the log's time reaches their timestamp,
+        the node ticks its own log so that the log's time moves on even when nothing else
+        is written to it. (Messages waiting for members need no tick: the shell writes
+        its members record every second while they wait, §4.9.5.)"""
+        if self.engine.next_due_ms is None:
             return
         if self._last_tick_s is not None and wall_s - self._last_tick_s < self.spec.tick_every_s:
             return
@@ -569,7 +630,49 @@ class NodeBatch(SnapshotTaker):
 
     def _snapshot_content(self) -> tuple[Mapping[int, int], dict[str, Any], int]:
         offsets = {self.spec.input_partition: self.position}
-        return offsets, {"engine": self.engine.snapshot()}, self.position
+        state = {"engine": self.engine.snapshot(), "node": _settings(self.spec)}
+        return offsets, state, self.position
+
+
+def _settings(spec: NodeSpec) -> dict[str, Any]:
+    """What a snapshot records of the settings its state was built with (§6.6)."""
+    return {"deliveryFormat": spec.delivery_format, "signed": spec.signer is not None}
+
+
+def _take_settings(
+    spec: NodeSpec, snapshot: LoadedSnapshot, engine: Engine, committed: int
+) -> bool:
+    """Compare the settings ``snapshot``'s state was built with to ``spec``'s (§6.6): the
+    same, False; different and ``spec.reconfigure`` with the snapshot drained at the
+    committed offset, take them up (True); otherwise :class:`SettingsChangedError`."""
+    assert snapshot.state is not None
+    recorded = snapshot.state.get("node") or {}  # absent in older snapshots: not compared
+    now = _settings(spec)
+    changes = []
+    if engine.algorithm is not spec.algorithm:
+        changes.append(f"protocol {engine.algorithm.value} -> {spec.algorithm.value}")
+    for name, label in (("deliveryFormat", "delivery format"), ("signed", "signing")):
+        if name in recorded and recorded[name] != now[name]:
+            old, new = recorded[name], now[name]
+            if name == "signed":
+                old, new = ("on" if old else "off"), ("on" if new else "off")
+            changes.append(f"{label} {old} -> {new}")
+    if not changes:
+        return False
+    what = f"node {spec.role}: its state (snapshot {snapshot.seq}) differs from its settings: "
+    what += ", ".join(changes)
+    if not spec.reconfigure:
+        raise SettingsChangedError(f"{what}; {HOW_TO_RECONFIGURE}")
+    start = snapshot.offsets.get(spec.input_partition, 0)
+    if start != committed or engine.held_count or engine.pending_count:
+        raise SettingsChangedError(
+            f"{what}; --reconfigure needs the node's newest snapshot at its committed "
+            f"offset with nothing in flight (snapshot at {start}, committed {committed}, "
+            f"{engine.pending_count} pending, {engine.held_count} held): stop the node "
+            "cleanly once `atomickafka status` shows nothing pending, then start it again"
+        )
+    engine.reconfigure(spec.algorithm)
+    return True
 
 
 class DeferredRecords:

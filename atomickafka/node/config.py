@@ -87,6 +87,9 @@ class NodeConfig:
     #: it costs measurably more (docs/performance.md: 25-35 % less capacity at 0-10 %
     #: multicast), and issue 17 made it the default only if it cost nothing measurable.
     delivery_format: str = "json"
+    #: Take up another protocol, delivery format or signing than the node's state was
+    #: built with, when the node was stopped cleanly with nothing in flight (§6.6).
+    reconfigure: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "algorithm", Algorithm(self.algorithm))

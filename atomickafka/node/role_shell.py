@@ -112,7 +112,11 @@ class RoleShell(Stoppable):
                 raise FencedError("the role's lease went to another instance")
             if self._tick(time.monotonic()):
                 break
+        self._final_round()
         return 0
+
+    def _final_round(self) -> None:
+        """What a clean stop writes last (by default: nothing)."""
 
     def _round(self) -> None:
         """One batch read, handed to the batch layer, and what it decided written."""

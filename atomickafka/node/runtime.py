@@ -78,7 +78,15 @@ from atomickafka.kafka.topics import (
 )
 from atomickafka.logs import log_context
 from atomickafka.metrics.shell import ShellMetrics
-from atomickafka.node.batch import NodeBatch, NodeSpec, OutKind, OutRecord, Ready
+from atomickafka.node.batch import (
+    HOW_TO_RECONFIGURE,
+    NodeBatch,
+    NodeSpec,
+    NodeStartError,
+    OutKind,
+    OutRecord,
+    Ready,
+)
 from atomickafka.node.config import NodeConfig
 from atomickafka.node.follow import NodeFollower, signed_rows
 from atomickafka.node.lease import LEASE_TOPIC
@@ -139,10 +147,6 @@ COMPACTED: Final = {
 }
 
 
-class NodeStartError(AtomicKafkaError):
-    """The node cannot start safely; the message says why and what to do."""
-
-
 def node_topic_specs(config: NodeConfig) -> dict[str, TopicSpec]:
     """Every Kafka topic the node of ``config`` needs, with partitions and configs."""
     topic, layout = config.topic, config.layout
@@ -185,6 +189,7 @@ def node_spec(config: NodeConfig, signer: Signer | None) -> NodeSpec:
         snapshot_every_s=config.snapshot_every_s,
         signer=signer,
         delivery_format=config.delivery_format,
+        reconfigure=config.reconfigure,
     )
 
 
@@ -448,8 +453,13 @@ class NodeRuntime(RoleShell):
 
     def _usable_snapshot(self, low: int, high: int) -> LoadedSnapshot | None:
         """The newest snapshot whose offset the input log still holds; refuse to start
-        when the log was cut below every snapshot (records were lost to retention)."""
+        when the log was cut below every snapshot (records were lost to retention), or
+        when signing is on and the newest snapshot is not signed with this node's secret
+        (§6.6: signing was just turned on, or the secret is another; with --reconfigure,
+        an unsigned newest snapshot is taken up once)."""
         found = read_snapshots(self.config, self.config.key, self.signer)
+        if self.signer is not None:
+            found = self._signed_or_taken_up(found)
         choice = choose_snapshot(found, {self._partition: (low, high)})
         for why in choice.skipped:
             log.warning("%s", why)
@@ -463,6 +473,34 @@ class NodeRuntime(RoleShell):
             )
         return choice.snapshot
 
+    def _signed_or_taken_up(self, verified: list[LoadedSnapshot]) -> list[LoadedSnapshot]:
+        """With signing on: ``verified`` (the snapshots signed with this node's secret),
+        unless a newer one is not (§6.6)."""
+        cfg = self.config
+        every = read_snapshots(cfg, cfg.key, None)
+        newest = max((s.seq for s in verified), default=-1)
+        newer = [s for s in every if s.seq > newest and s.state is not None]
+        if not newer:
+            return verified
+        latest = newer[0]
+        was_signed = bool((latest.state or {}).get("node", {}).get("signed", False))
+        if not was_signed and cfg.reconfigure:
+            log.warning(
+                "node %s: taking up unsigned snapshot %d once (--reconfigure)", cfg.key, latest.seq
+            )
+            return [latest, *verified]
+        why = (
+            "was written without signing: signing was turned on"
+            if not was_signed
+            else "is signed with a secret this node does not hold: is --secret-file the "
+            "one the node ran with?"
+        )
+        raise NodeStartError(
+            f"node {cfg.key}: its newest snapshot ({latest.seq}) {why}; going on from an "
+            "older state would replay its log under other settings. To turn signing on "
+            f"safely: {HOW_TO_RECONFIGURE.split(': ', 1)[1]}"
+        )
+
     def _round(self) -> None:
         consumer, writer = self._consumer, self._writer
         assert consumer is not None and writer is not None
@@ -472,6 +510,19 @@ class NodeRuntime(RoleShell):
         self._note_members()
         writer.settle()
         freeze_heap(time.monotonic())
+
+    def _final_round(self) -> None:
+        """A clean stop ends with a snapshot at the node's position: its restart has
+        nothing to replay, and a drained node can take up new settings (§6.6)."""
+        if self.batch.replaying or self._writer is None:
+            return
+        self._write(self.batch.snapshot_now(wall_s=time.time()), 0)
+        log.info(
+            "node %s: snapshot %d at offset %d on a clean stop",
+            self.config.key,
+            self.batch.snapshot_seq,
+            self.batch.position,
+        )
 
     def _note_members(self) -> None:
         """Every couple of seconds (and after a replay), tell the batch layer which

@@ -6,6 +6,8 @@ AtomicKafka's topics may put there, built exactly as it would reach the broker.
 - :func:`stray_tick`, :func:`stray_control`: a ``TickMessage`` (from the merger's id or
   an intruder's) or an Ack/Notify about a message its reader has already delivered,
   carrying such a timestamp and no ``seq``.
+- :func:`stray_in_flight`: a Notify, Ack or Abort about a message in flight, naming
+  another protocol, none (format 1), or answering nothing its reader wrote (§4.9).
 - :func:`bad_value_bundle`: a Bundle whose ClientMessage value is not JSON.
 - :func:`foreign_delivery_records`: what a plain producer might append to a delivery
   topic ``T``: a record that is not JSON, a ClientMessage, and (the forged one) a
@@ -41,6 +43,7 @@ __all__ = [
     "bad_value_bundle",
     "foreign_delivery_records",
     "stray_control",
+    "stray_in_flight",
     "stray_tick",
     "stray_timestamp",
 ]
@@ -98,7 +101,43 @@ def stray_control(
 ) -> bytes:
     """An Ack or Notify (no ``seq``) from ``sender``'s node about the delivered message
     ``about`` (its version: destinations, digest and send time), at ``timestamp``."""
+    return stray_in_flight(kind, about, sender, timestamp, protocol=protocol, layer=layer)
+
+
+def stray_in_flight(
+    kind: MessageType,
+    about: Message,
+    sender: str,
+    timestamp: int | None,
+    *,
+    protocol: str | None,
+    layer: int | None,
+    seq: tuple[int, int] | None = None,
+    answers: tuple[int, int] | None = None,
+) -> bytes:
+    """A Notify, Ack or Abort from ``sender``'s node about ``about`` (its version), as a
+    stray or careless writer might append it while the message is in flight (§4.9):
+    naming ``protocol`` (``None``: a format-1 record, which names none and is one
+    record per message), with ``seq`` and, on an Abort, ``answers`` as given."""
     node = f"node-{sender}" if layer is None else f"node-{sender}/{layer}"
+    if protocol is None:
+        record: dict[str, object] = {
+            "messageID": about.messageID,
+            "senderID": node,
+            "sentFromTopic": sender,
+            "messageType": kind,
+            "topic": list(about.topic),
+            "digest": about.digest,
+        }
+        if about.sentAt is not None:
+            record["sentAt"] = about.sentAt
+        if kind is MessageType.NOTIFY and about.value is not None:
+            record["value"] = orjson.Fragment(about.value)
+        if timestamp is not None:
+            record["timeStamp"] = timestamp
+        if layer is not None:
+            record["partitionID"] = layer
+        return orjson.dumps(record)
     message = Message(
         about.messageID,
         kind,
@@ -106,11 +145,13 @@ def stray_control(
         about.value if kind is MessageType.NOTIFY else None,
         senderID=node,
         sentFromTopic=sender,
-        timeStamp=timestamp,
+        timeStamp=None if kind is MessageType.ABORT else timestamp,
         partitionID=layer,
         digest=about.digest,
         protocol=protocol,
         sentAt=about.sentAt,
+        seq=seq,
+        answers=answers if kind is MessageType.ABORT else None,
     )
     return encode_bundle(
         [message], sender_id=node, sent_from=sender, protocol=protocol, partition=layer

@@ -356,6 +356,7 @@ class LayeredSimulator:
         protocols: Mapping[str, Algorithm | str] | None = None,
         signer: Signer | None = None,
         snapshot_every: int = SNAPSHOT_EVERY,
+        members_known: bool = False,
     ) -> None:
         if layers < 1:
             raise ConfigError(f"at least one layer, not {layers}")
@@ -376,6 +377,7 @@ class LayeredSimulator:
                 record_trace=record_trace,
                 layer=layer,
                 clock=self.clock,
+                members_known=members_known,
             )
 
         first = layer_of_topics(0, protocols)  # a topic's layers all run one protocol
@@ -648,7 +650,7 @@ class LayeredSimulator:
         """Nothing to read anywhere: time passes until the first held message is due."""
         if any(sim.unread() for sim in self.sims):
             return
-        dues = [e.next_due_ms for sim in self.sims for e in sim.engines.values()]
+        dues = [sim.next_due_ms(t) for sim in self.sims for t in sim.topics]
         due = min((d for d in dues if d is not None), default=None)
         if due is not None and due > self.clock.now_ms:
             self.clock.jump_to(due)

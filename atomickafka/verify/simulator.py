@@ -78,7 +78,7 @@ from __future__ import annotations
 
 import random  # noqa: F401  (the module doctest uses it)
 from collections import Counter, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -152,6 +152,9 @@ SNAPSHOT_EVERY: Final = 12
 STANDBY_JUMP: Final = 4
 #: Records a standby buffers past the committed offset.
 STANDBY_PENDING: Final = 8
+#: How often (log time) a node's shell writes its members record again while messages
+#: wait for members (node/runtime.py's ``MEMBERS_AGAIN_S``, §4.9.5).
+MEMBERS_AGAIN_MS: Final = 1000
 #: Stray bounds an Ack or Notify is drawn from: applied, held a moment, refused. Not
 #: just under ``CLOCK_HOLD_US``: a record about a delivered message is then held for up
 #: to an hour and judged against the node's memory only when released, after §4.13's
@@ -339,6 +342,9 @@ class _Node:
         self.snapshot_rows: list[tuple[bytes | None, bytes | None]] = []
         #: The hot standby (with ``Chaos.takeover``).
         self.standby: NodeStandby | None = None
+        #: When (log time) the shell last wrote the node's members record; ``None``:
+        #: not since its process started (it writes one after its first round).
+        self.members_at: int | None = None
 
     def new_standby(self, log_length: int) -> NodeStandby:
         """A standby starting as the shell starts one: from the newest snapshot."""
@@ -382,6 +388,12 @@ class Simulator:
     topics, whose nodes write to the layer streams of ``atomickafka-layers.T``.
     ``gapless=False`` is the negative control of the at-least-once producer gaps: the
     producer of issue 15's item 6, which writes what follows a failed record.
+    Each node's shell writes its members record (every topic of the run has a node)
+    after its first round, as a starting node does, so what a node reads before that
+    waits (§4.9.5); ``members_known`` starts every node knowing them instead (as a node
+    restarted from a snapshot does), for scripted runs that count records. ``views``
+    maps a topic to the topics its node's shell sees in the statuses, when that is not
+    every topic (a view that lags, §4.9.5).
     """
 
     def __init__(
@@ -401,6 +413,8 @@ class Simulator:
         layer: int | None = None,
         clock: SimClock | None = None,
         gapless: bool = True,
+        members_known: bool = False,
+        views: Mapping[str, Collection[str]] | None = None,
     ) -> None:
         if len(set(topics)) != len(topics) or not topics:
             raise ConfigError("topics must be distinct and not empty")
@@ -415,6 +429,7 @@ class Simulator:
         self.layer = layer
         self.clock = clock if clock is not None else SimClock()
         self.protocols = self._protocols(protocols)
+        self.views = {t: tuple((views or {}).get(t, self.topics)) for t in self.topics}
         factory = engine_factory or (lambda topic, alg: Engine(topic, f"node-{topic}", alg))
         part = layer or 0
         self.inputs: dict[str, Log] = {
@@ -431,6 +446,10 @@ class Simulator:
             spec = self._spec(engine, snapshot_every)
             if (engine.node_id, engine.partition) != (spec.node_id, spec.layer):
                 engine = NodeBatch.fresh_engine(spec, type(engine))  # one of a layer
+            if members_known:  # as restarted from a snapshot that knows every member
+                engine.members = frozenset(self.views[topic])
+            elif engine.members is None:  # as a node starts: nothing taken on trust
+                engine.members = frozenset({topic})
             self.nodes[topic] = _Node(spec, engine)
             if chaos.takeover:
                 self.nodes[topic].standby = self.nodes[topic].new_standby(0)
@@ -518,11 +537,27 @@ class Simulator:
         return any(n.batch.engine.held_count for n in self.nodes.values())
 
     def has_work(self, topic: str) -> bool:
-        """``topic``'s node has records to read, or a held message that is due."""
+        """``topic``'s node has records to read, a held message that is due, or a
+        members record to write."""
         if self.unread(topic):
             return True
-        due = self.nodes[topic].batch.engine.next_due_ms
+        due = self.next_due_ms(topic)
         return due is not None and self.clock.now_ms >= due
+
+    def next_due_ms(self, topic: str) -> int | None:
+        """When ``topic``'s node next has something to do without new input: a held
+        message comes due (§4.11), or its shell writes its members record (after its
+        first round, and every second while messages wait for members, §4.9.5)."""
+        node = self.nodes[topic]
+        dues = [node.batch.engine.next_due_ms]
+        if not node.batch.replaying:
+            awaited = bool(node.batch.engine.awaiting_members)
+            if node.members_at is None:
+                if awaited or not node.batch.knows_members(self.views[topic]):
+                    dues.append(self.clock.now_ms)
+            elif awaited:
+                dues.append(node.members_at + MEMBERS_AGAIN_MS)
+        return min((d for d in dues if d is not None), default=None)
 
     # ------------------------------------------------------------------ clients
 
@@ -592,7 +627,30 @@ class Simulator:
         else:
             ready = node.batch.idle(wall_s=wall)
         self._write(topic, ready)
+        self._write_members(topic)
         return len(records)
+
+    def _write_members(self, topic: str) -> None:
+        """After a round, what the shell does (node/runtime.py's ``_note_members``):
+        it writes the node's members record -- every topic of the run has a node -- once
+        its replay is done, when it has not since it started, and again every second
+        while messages wait for members (§4.9.5)."""
+        node = self.nodes[topic]
+        if node.batch.replaying:
+            return
+        now = self.clock.now_ms
+        awaited = bool(node.batch.engine.awaiting_members)
+        if node.members_at is None:
+            again = awaited
+        else:
+            again = awaited and now - node.members_at >= MEMBERS_AGAIN_MS
+            if not again:
+                return
+        ready = node.batch.members(self.views[topic], again=again)
+        node.members_at = now
+        if ready.records:
+            self.events["members"] += 1
+            self._write(topic, ready)
 
     def checkpoint(self, topic: str) -> None:
         """``topic``'s node takes a snapshot now."""
@@ -625,6 +683,7 @@ class Simulator:
         them are lost (at-least-once)."""
         node.commits.clear()
         node.snapshot = None
+        node.members_at = None
         self.events[event] += 1
 
     def follow(self, topic: str, batch: int) -> None:
@@ -823,7 +882,7 @@ class Simulator:
         (its node then ticks its log, §4.11)."""
         if self.unread():
             return
-        dues = [n.batch.engine.next_due_ms for n in self.nodes.values()]
+        dues = [self.next_due_ms(t) for t in self.topics]
         due = min((d for d in dues if d is not None), default=None)
         if due is not None and due > self.clock.now_ms:
             self.clock.jump_to(due)

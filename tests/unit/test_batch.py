@@ -60,6 +60,15 @@ def spec(topic: str = "A", **kw: object) -> NodeSpec:
     return NodeSpec(**settings)  # type: ignore[arg-type]
 
 
+def knowing(*members: str) -> NodeBatch:
+    """A node's batch layer whose engine knows ``members`` have nodes (§4.9.5), as one
+    restarted from a snapshot does: no members record needed first."""
+    node_spec = spec()
+    engine = NodeBatch.fresh_engine(node_spec)
+    engine.members = frozenset(members) | {node_spec.topic}
+    return NodeBatch(node_spec, engine)
+
+
 def log(topic: str, values: list[bytes], start: int = 0) -> list[PlainRecord]:
     """Input records at offsets ``start``..., appended one millisecond apart."""
     return [
@@ -93,7 +102,7 @@ def test_a_step_delivers_and_commits_past_the_batch() -> None:
 
 
 def test_a_multicast_becomes_one_bundle_per_destination() -> None:
-    batch = NodeBatch(spec(), NodeBatch.fresh_engine(spec()))
+    batch = knowing("B", "C")
     multicast = encode_client(client_message("m", ["A", "B", "C"], 1, "c", sent_at=NOW_MS))
     ready = batch.step(log("A", [multicast]), wall_s=0)
     control = [r for r in ready.records if r.kind is OutKind.CONTROL]
@@ -487,7 +496,7 @@ def test_secret_files_are_checked() -> None:
 
 def test_a_node_holding_messages_ticks_its_own_log() -> None:
     """§4.11: a held message waits for the log's time; the node's own ticks move it."""
-    batch = NodeBatch(spec(), NodeBatch.fresh_engine(spec()))
+    batch = knowing("B", "C")
     ahead = NOW_MS * 1000 + CLOCK_LEAD_US + 50_000
     notify = Message(
         "m", MessageType.NOTIFY, ("A", "B", "C"), value_bytes("v"), "node-B", "B", ahead,

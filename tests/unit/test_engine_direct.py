@@ -23,7 +23,7 @@ from atomickafka.core.engine import Algorithm, Engine, Output, Waiting
 from atomickafka.core.wire import Message, MessageType, value_digest
 from atomickafka.verify.simulator import Send, Simulator
 from tests.unit.engine_helpers import delivered, kinds, state
-from tests.unit.records import abort, client, notify, tick, v
+from tests.unit.records import abort, at, client, notify, tick, v
 
 DIRECT = Algorithm.DIRECT
 
@@ -322,21 +322,27 @@ def test_rule9_a_notify_without_its_value_is_refused_and_changes_nothing() -> No
 
 def test_rule9_an_id_reused_for_other_destinations_is_refused_and_aborted() -> None:
     """B knows m for {A, B}; a client reuses m for {B, C}. B refuses that version and
-    tells C, which drops it and delivers what waited behind it."""
+    tells C. C proposed for it, so B's first Abort (which answers nothing C wrote) only
+    waits there; B's answer to C's own Notify drops it at C (§4.9.4), which then
+    delivers what waited behind it."""
     b = direct("B")
-    b.step([client("m", "A", "B")])
-    step = b.step([client("m", "B", "C", value="second")])
+    b.step([at(0, client("m", "A", "B"), origin=0)])
+    step = b.step([at(0, client("m", "B", "C", value="second"), origin=1)])
     assert "the id was reused" in step.rejected[0].reason
     assert kinds(step.outputs) == [("C", "AbortMessage", "m", None)]
-    abort_record = step.outputs[0].message
+    unanswered = step.outputs[0].message
     c = direct("C")
-    c.step([client("m", "B", "C", value="second")])  # C proposes 1, waits for B
-    c.step([client("s", "C")])  # s@2 waits behind m
-    step = c.step([abort_record])
+    proposal = c.step([at(0, client("m", "B", "C", value="second"), origin=0)]).outputs
+    assert kinds(proposal) == [("B", "NotifyMessage", "m", 1)]  # C proposes 1, waits for B
+    c.step([at(0, client("s", "C"), origin=1)])  # s@2 waits behind m
+    step = c.step([unanswered])
+    assert step.aborted == [] and c.is_pending("m") and c.stats.unconfirmed_aborts == 1
+    answer = b.step([proposal[0].message])  # B never proposes for the refused version...
+    assert answer.rejected and kinds(answer.outputs) == [("C", "AbortMessage", "m", None)]
+    assert answer.outputs[0].message.answers == proposal[0].message.seq  # ...and says so
+    step = c.step([answer.outputs[0].message])
     assert [a.messageID for a in step.aborted] == ["m"]
     assert delivered(step.outputs) == [("s", 2)]
-    # B never proposes for the refused version, whatever else arrives about it.
-    assert b.step([peer_notify("m", "BC", "C", 1, value="second")]).rejected
     assert b.waiting() == [Waiting("m", 1, False, ("A",))]
 
 

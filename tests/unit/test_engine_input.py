@@ -281,17 +281,56 @@ def test_colliding_ids_never_stall_and_never_split(
 
 
 def test_an_abort_frees_the_queue_head() -> None:
+    """§4.9.4: C proposed for m; B's Abort answering C's own Notify drops m, and what
+    queued behind it is delivered."""
     node = Engine("C")
-    node.step([client("m", "B", "C")])  # C coordinates m, waits for B
-    node.step([client("s", "C")])  # s queues behind m
+    proposal = node.step([at(NOW, client("m", "B", "C"), origin=0)]).outputs
+    node.step([at(NOW, client("s", "C"), origin=1)])  # s queues behind m
     assert node.oldest_pending() is not None and node.oldest_pending().messageID == "m"  # type: ignore[union-attr]
-    step = node.step([abort("m", "BC", "B")])
+    answer = abort("m", "BC", "B")._replace(seq=(5, 0), answers=proposal[0].message.seq)
+    step = node.step([answer])
     assert [a.messageID for a in step.aborted] == ["m"]
     assert [o.message.messageID for o in step.outputs] == ["s"]  # s is delivered now
     # Late records of the aborted version change nothing; their sender, which may be
     # waiting, is told again that the version is aborted (Aborts are idempotent).
-    assert types(node.step([ack("m", "BC", "B", 4)]).outputs) == [("B", "AbortMessage", "m")]
+    late = ack("m", "BC", "B", 4)._replace(seq=(6, 0))
+    again = node.step([late]).outputs
+    assert types(again) == [("B", "AbortMessage", "m")] and again[0].message.answers == (6, 0)
     assert node.pending_count == 0 and node.stats.aborted == 1
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_an_abort_that_answers_nothing_this_node_wrote_leaves_its_proposal_standing(
+    algorithm: Algorithm,
+) -> None:
+    """§4.9.4: an Abort about a version this node proposed for may be a stray while
+    another destination has delivered the version: unless it answers this node's own
+    proposal to its sender, it is set aside, and the version is decided as usual."""
+    node = Engine("A", algorithm=algorithm)
+    node.step([at(NOW, members("A", "B", "C"))])
+    sent = node.step([at(NOW, client("m", "A", "B", "C"), origin=0)]).outputs
+    to_b = next(o.message.seq for o in sent if o.topic == "B")
+    to_c = next(o.message.seq for o in sent if o.topic == "C")
+    assert to_b is not None and to_c is not None
+    strays = [
+        abort("m", "ABC", "B"),  # answers nothing
+        abort("m", "ABC", "B")._replace(answers=to_c),  # A's Notify to C, not to B
+        abort("m", "ABC", "C")._replace(answers=(to_c[0] + 1, 0)),  # nothing A wrote
+    ]
+    step = node.step([at(NOW, m, origin=1)._replace(seq=(9, i)) for i, m in enumerate(strays)])
+    assert step.aborted == [] and node.is_pending("m")
+    assert node.stats.unconfirmed_aborts == 3
+    assert to_b != to_c
+    # the proposals arrive: m is decided and delivered
+    if algorithm is Algorithm.DIRECT:
+        replies = [
+            notify("m", "ABC", "B", 2, alg=algorithm),
+            notify("m", "ABC", "C", 3, alg=algorithm),
+        ]
+    else:
+        replies = [ack("m", "ABC", "B", 2, alg=algorithm), ack("m", "ABC", "C", 3, alg=algorithm)]
+    node.step([at(NOW, m, origin=2)._replace(seq=(10, i)) for i, m in enumerate(replies)])
+    assert node.is_delivered("m")
 
 
 def test_an_abort_of_another_version_is_ignored_and_one_for_an_unknown_id_is_kept() -> None:
@@ -308,26 +347,35 @@ def test_an_abort_of_another_version_is_ignored_and_one_for_an_unknown_id_is_kep
 
 
 @pytest.mark.parametrize("ours", ALGORITHMS)
-def test_another_protocol_is_refused_with_a_clear_reason_and_aborted(ours: Algorithm) -> None:
-    """§4.9.6: a version whose destinations run different protocols can be decided
-    nowhere (each refuses the others' proposals), so the refusing node aborts it -- also
-    one it proposed for -- and tells the other destinations, which then stop waiting."""
+def test_another_protocol_is_refused_with_a_clear_reason(ours: Algorithm) -> None:
+    """§4.9.6: a record naming another protocol is refused. A version this node has not
+    proposed for is refused for good and aborted (none can decide it without this node).
+    One it proposed for is only set aside -- the record may be a stray, and another
+    destination may have delivered it -- and the sender is answered with an Abort that
+    echoes the record: if the record is the sender's own, its node runs another protocol,
+    neither counts the other's proposals, and the version is decided nowhere. The version
+    is dropped here once the sender answers this node's own proposal the same way."""
     for theirs in ALGORITHMS:
         if theirs is ours:
             continue
         node = Engine("A", algorithm=ours)
-        node.step([client("m", "A", "B")])
-        step = node.step(
-            [notify("n", "AB", "B", 4, alg=theirs), decided("m", "AB", "B", 9, alg=theirs)]
-        )
-        assert len(step.rejected) == 2
+        mine = node.step([at(NOW, client("m", "A", "B"), origin=0)]).outputs
+        assert types(mine) == [("B", "NotifyMessage", "m")]
+        fresh = notify("n", "AB", "B", 4, alg=theirs)._replace(seq=(7, 0))
+        proposed = notify("m", "AB", "B", 9, alg=theirs)._replace(seq=(7, 1))
+        stray_decided = decided("m", "AB", "B", 9, alg=theirs)._replace(seq=(7, 2))
+        step = node.step([at(NOW, r, origin=1) for r in (fresh, proposed, stray_decided)])
+        assert len(step.rejected) == 3
         assert all(
             f"runs {theirs.value}, this node runs {ours.value}" in r.reason for r in step.rejected
         )
         assert types(step.outputs) == [("B", "AbortMessage", "n"), ("B", "AbortMessage", "m")]
-        assert [a.messageID for a in step.aborted] == ["m"]
-        assert node.pending_count == 0 and node.clock == 1
-        assert node.stats.protocol_mismatches == 2
+        assert [o.message.answers for o in step.outputs] == [(7, 0), (7, 1)]
+        assert step.aborted == [] and node.is_pending("m") and node.clock == 1
+        assert node.stats.protocol_mismatches == 3
+        answer = abort("m", "AB", "B")._replace(seq=(8, 0), answers=mine[0].message.seq)
+        assert [a.messageID for a in node.step([at(NOW, answer, origin=2)]).aborted] == ["m"]
+        assert node.pending_count == 0
 
 
 def test_format_one_control_records_are_refused() -> None:

@@ -259,7 +259,10 @@ def test_one_layer_merges_to_the_plain_run(
     assert all(d.wait == 0 for d in result.delays)
     (layer,) = result.layer_results
     for topic in topics:
-        plain = Engine(topic, algorithm=algorithm).handle_batch(layer.logs[topic])
+        # the layer's node id: its members records are its own (§4.9.5)
+        plain = Engine(
+            topic, f"node-{topic}/0", algorithm=algorithm, members=frozenset()
+        ).handle_batch(layer.logs[topic])
         expected = [
             (o.message.messageID, o.message.timeStamp)
             for o in plain
@@ -344,8 +347,10 @@ def test_an_idle_layer_is_moved_by_ticks(seed: int) -> None:
     assert all(d == [] for d in idle.deliveries.values())
     for topic in topics:
         log = idle.logs[topic]
-        assert log and all(r.messageType is MessageType.TICK for r in log), topic
-        assert all(r.partitionID == 0 for r in log)
+        ticks = [r for r in log if r.messageType is MessageType.TICK]
+        own = [r for r in log if r.messageType is MessageType.MEMBERS]  # its node's (§4.9.5)
+        assert ticks and len(ticks) + len(own) == len(log), topic
+        assert all(r.partitionID == 0 for r in ticks)
         assert result.ticks[topic] >= 1
         assert result.merged_ids(topic) == [k.messageID for k in result.keys[topic]]
         # ticks move the idle layer's clock: its watermark passes the last merged item

@@ -240,7 +240,9 @@ def test_rule3_a_lost_or_refused_tick_is_written_again_and_the_layer_takes_it(
     for retry in (True, False):
         if not retry:
             monkeypatch.setattr(MergerBatch, "retry_ticks", lambda self: Ready())
-        sim = LayeredSimulator(["T", "U"], 2, signer=Signer([b"merger-tests-secret-0123456789ab"]))
+        sim = LayeredSimulator(
+            ["T", "U"], 2, signer=Signer([b"merger-tests-secret-0123456789ab"]), members_known=True
+        )
         route, first = sim._route_merger, list[OutRecord]()
 
         def spoil(topic: str, record: OutRecord, route=route, first=first) -> None:  # type: ignore[no-untyped-def]

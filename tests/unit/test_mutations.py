@@ -143,6 +143,7 @@ def seeded_run(
         chooser=RandomChooser(rng),
         chaos=chaos,
         engine_factory=factory(engine_class),
+        members_known=True,
     )
     return sim.run(workload)
 
@@ -205,7 +206,11 @@ def scripted_skewed_clock(engine_class: type[Engine]) -> SimulationResult:
     there; m1's Decided (1) comes too late. A delivers m1, m2; C m2, m1.
     """
     sim = Simulator(
-        ["A", "C"], algorithm="optimized", engine_factory=factory(engine_class), record_trace=True
+        ["A", "C"],
+        algorithm="optimized",
+        engine_factory=factory(engine_class),
+        members_known=True,
+        record_trace=True,
     )
     for i in range(20):
         sim.send(Send("hot", f"hot-{i}", ("C",), i, "C"))
@@ -251,6 +256,7 @@ def scripted_tie(engine_class: type[Engine]) -> SimulationResult:
         ["A", "B", "C"],
         algorithm="optimized",
         engine_factory=factory(engine_class),
+        members_known=True,
         record_trace=True,
     )
     for i in range(5):
@@ -306,6 +312,7 @@ def scripted_stray_ack(engine_class: type[Engine]) -> SimulationResult:
         ["A", "B", "C"],
         algorithm="optimized",
         engine_factory=factory(engine_class),
+        members_known=True,
         record_trace=True,
     )
     for i in range(10):

@@ -48,7 +48,7 @@ property) and :mod:`~.report` (:class:`CheckReport`).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 
 from atomickafka.verify.checker.adapters import (
     ClientDelivery,
@@ -118,6 +118,7 @@ def check(
     complete: bool = True,
     check_timestamps: bool = True,
     max_violations: int = 1000,
+    all_or_none: Collection[str] = (),
 ) -> CheckReport:
     """Check delivery logs against what was sent; return a :class:`CheckReport`.
 
@@ -131,6 +132,8 @@ def check(
     :class:`CheckInputError`.
 
     ``complete=False`` checks a prefix of a running system: everything but validity.
+    ``all_or_none`` names messages a run may have aborted (a stray record reached
+    them, §4.9): each must be delivered at all of its destinations or at none.
     At most ``max_violations`` violations are kept (all are counted).
     """
     messages, reused = index_sent(_sent_messages(sent))
@@ -138,7 +141,7 @@ def check(
     found = [*reused, *integrity(messages, logs), *pairwise_order(messages, logs), *cycle(logs)]
     without_log: tuple[str, ...] = ()
     if complete:
-        lost, without_log = validity(messages, logs)
+        lost, without_log = validity(messages, logs, all_or_none)
         found += lost
     if check_timestamps:
         found += timestamps(logs)

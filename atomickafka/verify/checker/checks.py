@@ -8,7 +8,7 @@ topic name and then position in the log. The theory is in the package's docstrin
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -192,14 +192,19 @@ def _record_integrity(
 
 
 def validity(
-    sent: Mapping[str, SentMessage], logs: Sequence[TopicLog]
+    sent: Mapping[str, SentMessage],
+    logs: Sequence[TopicLog],
+    all_or_none: Collection[str] = (),
 ) -> tuple[list[Violation], tuple[str, ...]]:
     """``lost``: a message not delivered at one of its destinations, in the order sent;
-    and the destinations that have no delivery log at all."""
+    and the destinations that have no delivery log at all. A message of ``all_or_none``
+    (one a run may have aborted) is lost only when some destination delivered it."""
     delivered = {log.topic: set(log.ids) for log in logs}
     lost: list[Violation] = []
     for mid, msg in sent.items():
         missing = sorted(t for t in msg.destinations if mid not in delivered.get(t, ()))
+        if missing and mid in all_or_none and len(missing) == len(msg.destinations):
+            continue  # aborted everywhere
         if missing:
             lost.append(
                 Violation(
