@@ -358,11 +358,11 @@ class Engine:
             return
         try:
             outputs = handler(record)
-            if link is not None:
+            if link is not None and record.messageType is not MessageType.ABORT:
                 self._links.take(*link)
             if outputs:
                 result.outputs.extend(self._numbered(outputs))
-        except _Refused as refusal:  # its seq is not taken: a stray silences nobody
+        except _Refused as refusal:
             self.stats.rejected += 1
             result.rejected.append(Rejection(position, record, refusal.reason))
             result.outputs.extend(self._numbered(refusal.outputs))
@@ -413,7 +413,10 @@ class Engine:
     @staticmethod
     def _link(record: Message) -> tuple[str, tuple[int, int]] | None:
         """§4.12: the sender and ``seq`` of a control message (or relay copy); one at or
-        below the last ``seq`` taken from its sender is a repeat."""
+        below the last ``seq`` taken from its sender is a repeat. A ``seq`` is taken from
+        every record that passed the checks but an Abort (Aborts change nothing when read
+        again, and one set aside silences nobody: a stray's high ``seq`` is never
+        taken)."""
         seq, sender = record.seq, record.sentFromTopic
         return None if seq is None or sender is None else (sender, seq)
 
@@ -468,6 +471,13 @@ class Engine:
         self.stats.records_out += len(out)
         return out
 
+    def know_members(self, topics: Iterable[str]) -> None:
+        """Know ``topics`` as members, as from a members record read before any other
+        record (what a node restarted from a snapshot knows; for scripted runs)."""
+        self.members = (self.members or frozenset()) | frozenset(topics) | {self.topic}
+        if self.members_log_ms is None:
+            self.members_log_ms = 0
+
     def reconfigure(self, algorithm: Algorithm) -> None:
         """Run ``algorithm`` from now on: only while nothing is pending or held (a
         drained node, §6.6). Its next members record names the new protocol."""
@@ -499,8 +509,9 @@ class Engine:
     @property
     def awaiting_members(self) -> tuple[str, ...]:
         """Destinations that messages here wait to see in a members record (§4.9.5)."""
-        members = self.members or frozenset()
-        return tuple(sorted({t for _, m in self._awaiting for t in m.topic if t not in members}))
+        members = self.members if self.members_log_ms is not None else None
+        known = members or frozenset({self.topic})
+        return tuple(sorted({t for _, m in self._awaiting for t in m.topic if t not in known}))
 
     @property
     def next_due_ms(self) -> int | None:
@@ -826,8 +837,12 @@ class Engine:
         if members is None:
             return
         unknown = [t for t in record.topic if t not in members]
-        if not unknown:
+        if not unknown and (self.members_log_ms is not None or record.topic == (self.topic,)):
             return
+        # (before its first members record a node takes up nothing that names another
+        # topic, even one whose node wrote here: nothing protocol-specific happens before
+        # the record that names the protocol, so a restart under another protocol is
+        # caught by it (§6.6))
         since = record.logTime if record.logTime is not None else self.now_ms
         evidence = self.members_log_ms
         if evidence is None or evidence < since + MEMBERS_GRACE_MS:

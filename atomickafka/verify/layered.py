@@ -206,6 +206,8 @@ class LayeredResult:
         """
         if complete is None:
             complete = self.quiescent
+        hit = frozenset().union(*(r.all_or_none for r in self.layer_results))
+        options.setdefault("all_or_none", hit)
         return check(self.sent, deliveries_from_wire(self.merged), complete=complete, **options)
 
     def order_errors(self) -> list[str]:
@@ -577,7 +579,8 @@ class LayeredSimulator:
             pick = chooser.integer(0, choices - 1)
             if pick < len(senders):
                 partial = self._chaos_until is None and chooser.chance(chaos.partial_write)
-                self.send(self._queues[senders[pick]].popleft(), partial=partial)
+                send = self._queues[senders[pick]].popleft()
+                self.send(self.sims[send.layer].misaddressed(send), partial=partial)
             elif pick < len(senders) + len(nodes):
                 layer, topic = nodes[pick - len(senders)]
                 self.step_node(layer, topic, chooser.integer(1, chaos.max_batch))

@@ -53,7 +53,17 @@ It can misbehave the way Kafka, crashes and careless writers do (:class:`Chaos`)
   appended to an input log (:mod:`atomickafka.verify.hostile`);
 - BAD VALUE: a forged Bundle whose ClientMessage value is not JSON;
 - MIXED PROTOCOLS: each topic's node runs a drawn protocol, and clients write as if
-  their entry topic's protocol were everyone's (a stale view of the statuses).
+  their entry topic's protocol were everyone's (a stale view of the statuses);
+- STRAY IN FLIGHT: a Notify or Ack naming another protocol (or none: format 1), or an
+  Abort (answering nothing, or a guess), about a message in flight, "from" one of its
+  destinations, appended to another's log at any point of the message's life
+  (:func:`~atomickafka.verify.hostile.stray_in_flight`); the message may then be
+  aborted, but only everywhere (the checker's ``all_or_none``);
+- ABSENT: a client names a topic that has no node too (such a message must be refused
+  everywhere; nodes read it before or after their first members record);
+- WRONG RESTART: a node is restarted with another protocol; it must refuse (§6.6),
+  from its snapshot or from its own members record in the replay, unless nothing
+  protocol-specific was committed yet; then it is restarted as it should be.
 
 Messages that must not be delivered (a forged one; one whose destinations run
 different protocols, which every destination aborts) are kept out of what the checker
@@ -79,8 +89,8 @@ from __future__ import annotations
 import random  # noqa: F401  (the module doctest uses it)
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Final
+from dataclasses import dataclass, replace
+from typing import Any, Final, TypeVar
 
 from atomickafka.core.engine import Algorithm, Engine
 from atomickafka.core.raw import decode_any
@@ -99,7 +109,14 @@ from atomickafka.core.wire import (
     encode_client,
 )
 from atomickafka.errors import ConfigError
-from atomickafka.node.batch import NodeBatch, NodeSpec, OutKind, OutRecord, Ready
+from atomickafka.node.batch import (
+    NodeBatch,
+    NodeSpec,
+    OutKind,
+    OutRecord,
+    Ready,
+    SettingsChangedError,
+)
 from atomickafka.node.snapshots import LoadedSnapshot, newest_snapshots
 from atomickafka.node.standby import NodeStandby
 from atomickafka.verify.checker import CheckReport, SentMessage, check, deliveries_from_wire
@@ -109,6 +126,7 @@ from atomickafka.verify.hostile import (
     StrayBound,
     bad_value_bundle,
     stray_control,
+    stray_in_flight,
     stray_tick,
     stray_timestamp,
 )
@@ -202,7 +220,22 @@ class Chaos:
     mixed_protocols: bool = False
     takeover: float = 0.0
     follow: float = 0.5
+    stray_in_flight: float = 0.0
+    absent: float = 0.0
+    wrong_restart: float = 0.0
 
+
+_S = TypeVar("_S", bound=Send)
+#: The topic a client names by mistake (ABSENT): no node serves it.
+ABSENT_TOPIC: Final = "no-such-topic"
+#: The strays of STRAY IN FLIGHT: (kind, the protocol named, answers).
+_IN_FLIGHT_STRAYS: Final = (
+    (MessageType.NOTIFY, "other", None),
+    (MessageType.ACK, "other", None),
+    (MessageType.NOTIFY, None, None),
+    (MessageType.ABORT, "own", None),
+    (MessageType.ABORT, "own", (10**9, 0)),  # answers nothing a node wrote
+)
 
 #: No misbehaviour at all, just interleavings.
 CALM = Chaos(duplicate=0.0, delay=0.0, crash=0.0, checkpoint=0.0, partial_write=0.0)
@@ -245,6 +278,8 @@ class SimulationResult:
     events: Counter[str]
     determinism_errors: list[str]
     trace: list[str]
+    #: Messages a stray reached in flight: delivered at all their destinations or none.
+    all_or_none: frozenset[str] = frozenset()
 
     @property
     def logs(self) -> dict[str, list[Message]]:
@@ -256,6 +291,7 @@ class SimulationResult:
         """Run the independent checker; validity is checked when the run is quiescent."""
         if complete is None:
             complete = self.quiescent
+        options.setdefault("all_or_none", self.all_or_none)
         return check(self.sent, deliveries_from_wire(self.deliveries), complete=complete, **options)
 
     def rejected_reasons(self) -> dict[str, list[str]]:
@@ -447,7 +483,7 @@ class Simulator:
             if (engine.node_id, engine.partition) != (spec.node_id, spec.layer):
                 engine = NodeBatch.fresh_engine(spec, type(engine))  # one of a layer
             if members_known:  # as restarted from a snapshot that knows every member
-                engine.members = frozenset(self.views[topic])
+                engine.know_members(self.views[topic])
             elif engine.members is None:  # as a node starts: nothing taken on trust
                 engine.members = frozenset({topic})
             self.nodes[topic] = _Node(spec, engine)
@@ -468,6 +504,10 @@ class Simulator:
         #: Offsets of the stray Acks and Notifies about a delivered message, per topic.
         self._about_ids: dict[str, set[int]] = {t: set() for t in self.topics}
         self._forged = 0
+        #: Recent multicasts (as their client wrote them), what STRAY IN FLIGHT picks from.
+        self._in_flight: deque[Message] = deque(maxlen=20)
+        self._stray_hit: set[str] = set()
+        self._misaddressed: dict[str, bool] = {}
 
     def _protocols(self, given: Mapping[str, Algorithm | str] | None) -> dict[str, Algorithm]:
         if given is not None:
@@ -570,16 +610,24 @@ class Simulator:
         handed to the checker as sent.
         """
         destinations = send.destinations
-        if len({self.protocols.get(t, self.algorithm) for t in destinations}) > 1:
+        if not set(destinations) <= set(self.topics):  # a topic with no node: refused
+            self.doomed.add(send.messageID)
+            self.events["absent_destination"] += 1
+        elif len({self.protocols.get(t, self.algorithm) for t in destinations}) > 1:
             self.doomed.add(send.messageID)
             self.events["mixed_message"] += 1
         else:
             self.sent.append(SentMessage(send.messageID, frozenset(destinations), send.value))
         sent_at = self._sent_at.setdefault((send.client, send.messageID), self.clock.now_ms)
-        value = encode_client(send.to_message(sent_at))
+        message = send.to_message(sent_at)
+        if self.layer is not None:
+            message = message._replace(partitionID=self.layer)
+        if len(destinations) > 1:
+            self._in_flight.append(message)
+        value = encode_client(message)
         targets = [send.via]
         if self.protocols[send.via] is Algorithm.DIRECT and send.via in destinations:
-            targets = list(destinations)
+            targets = [t for t in destinations if t in self.inputs]
             if partial and len(targets) > 1:
                 keep = self.chooser.integer(1, len(targets) - 1)
                 for _ in range(len(targets) - keep):
@@ -589,6 +637,17 @@ class Simulator:
             self.append_input(topic, value, signed=True)
         self.events["send"] += 1
         self._note(f"{send.client} sends {send.messageID} to {destinations} via {targets}")
+
+    def misaddressed(self, send: _S) -> _S:
+        """ABSENT: by chance, ``send`` also names a topic that has no node."""
+        if not self.chaos.absent:
+            return send
+        drawn = self._misaddressed.get(send.messageID)
+        if drawn is None:  # a client's retry of a message names what the first send did
+            drawn = self._misaddressed[send.messageID] = self.chooser.chance(self.chaos.absent)
+        if not drawn:
+            return send
+        return replace(send, destinations=tuple(sorted({*send.destinations, ABSENT_TOPIC})))
 
     def append(self, topic: str, record: Message) -> None:
         """Append any message to ``topic``'s log, encoded as its writer would (for
@@ -806,6 +865,67 @@ class Simulator:
         others = [t for t in message.topic if t != topic and t in self.protocols]
         return (message, pick(self.chooser, others)) if others else None
 
+    def stray_in_flight(self) -> None:
+        """Append a stray about a recent multicast to one of its destinations' logs
+        (STRAY IN FLIGHT): unsigned, "from" another of its destinations, with a drawn
+        ``seq``; the message is then delivered everywhere or nowhere."""
+        if not self._in_flight:
+            return
+        about = pick(self.chooser, list(self._in_flight))
+        served = [t for t in about.topic if t in self.inputs]
+        if len(served) < 2:
+            return
+        target = pick(self.chooser, served)
+        sender = pick(self.chooser, [t for t in served if t != target])
+        kind, named, answers = pick(self.chooser, list(_IN_FLIGHT_STRAYS))
+        own = self.protocols[target]
+        protocol = {
+            "other": pick(self.chooser, [a.value for a in Algorithm if a is not own]),
+            "own": own.value,
+            None: None,
+        }[named]
+        seq = pick(self.chooser, [None, (0, 0), (10**6, self.chooser.integer(0, 3))])
+        value = stray_in_flight(
+            kind, about, sender, 1, protocol=protocol, layer=self.layer, seq=seq, answers=answers
+        )
+        self.append_input(target, value, signed=False)
+        self._stray_hit.add(about.messageID)
+        self.events["stray_in_flight"] += 1
+        self._note(f"stray {kind.value} ({protocol}) about {about.messageID} into {target}")
+
+    def wrong_restart(self, topic: str) -> None:
+        """``topic``'s node is restarted with another protocol (WRONG RESTART): it must
+        refuse (§6.6) -- from its snapshot, or at its own members record in the replay --
+        unless nothing protocol-specific was committed (no own members record below its
+        committed offset); then it restarts with its own protocol."""
+        node = self.nodes[topic]
+        own = node.spec.algorithm
+        wrong = replace(
+            node.spec, algorithm=pick(self.chooser, [a for a in Algorithm if a is not own])
+        )
+        log = self.inputs[topic]
+        try:
+            batch = NodeBatch.recover(
+                wrong,
+                node.newest_snapshot(len(log)),
+                node.committed,
+                engine_class=node.engine_class,
+            )
+            replay = log.read(batch.position, max(0, node.committed - batch.position))
+            if replay:
+                batch.step(replay, wall_s=self.clock.wall_s)
+        except SettingsChangedError:
+            self.events["wrong_restart_refused"] += 1
+        else:
+            below = log.records[: node.committed]
+            if any(m.messageType is MessageType.MEMBERS and m.senderID == node.spec.node_id
+                   for m in decoded_log(below)):  # fmt: skip
+                self.determinism_errors.append(
+                    f"{topic}: restarted with {wrong.algorithm.value} and not refused"
+                )
+            self.events["wrong_restart_harmless"] += 1
+        self.crash(topic)
+
     def bad_value(self, topic: str) -> None:
         """Append a forged Bundle whose relayed ClientMessage value is not JSON."""
         self._forged += 1
@@ -853,7 +973,7 @@ class Simulator:
             pick = chooser.integer(0, n_choices - 1)
             if pick < len(senders):
                 partial = chaos_until is None and chooser.chance(chaos.partial_write)
-                self.send(queues[senders[pick]].popleft(), partial=partial)
+                self.send(self.misaddressed(queues[senders[pick]].popleft()), partial=partial)
             else:
                 topic = runnable[pick - len(senders)]
                 self.step_node(topic, chooser.integer(1, chaos.max_batch))
@@ -920,6 +1040,10 @@ class Simulator:
             self.stray(pick(chooser, topics), kind, pick(chooser, bounds))
         if chooser.chance(chaos.bad_value):
             self.bad_value(pick(chooser, topics))
+        if chooser.chance(chaos.stray_in_flight):
+            self.stray_in_flight()
+        if chooser.chance(chaos.wrong_restart):
+            self.wrong_restart(pick(chooser, topics))
         if chaos.takeover:
             self._standbys()
 
@@ -970,6 +1094,7 @@ class Simulator:
             events=Counter(self.events),
             determinism_errors=errors,
             trace=list(self.trace or ()),
+            all_or_none=frozenset(self._stray_hit),
         )
 
     # ------------------------------------------------------------------ writing

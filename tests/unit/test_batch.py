@@ -65,7 +65,7 @@ def knowing(*members: str) -> NodeBatch:
     restarted from a snapshot does: no members record needed first."""
     node_spec = spec()
     engine = NodeBatch.fresh_engine(node_spec)
-    engine.members = frozenset(members) | {node_spec.topic}
+    engine.know_members(members)
     return NodeBatch(node_spec, engine)
 
 

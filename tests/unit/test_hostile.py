@@ -463,3 +463,140 @@ def test_every_hostile_input_at_once_on_partitioned_topics(
     assert_doomed_nowhere(result)
     if signed:  # every stray is unsigned: set aside, so no clock was moved by one
         assert all(k.timeStamp < BASE_LOG_MS for ks in result.keys.values() for k in ks)
+
+
+# ---------------------------------------------------------------------------- issue 23
+
+IN_FLIGHT = Chaos(
+    stray_in_flight=0.2, duplicate=0.05, crash=0.02, checkpoint=0.1, delay=0.03, takeover=0.01
+)
+
+
+def assert_agreement(result: SimulationResult | LayeredResult) -> None:
+    """Every message a stray reached was delivered at all its destinations or none."""
+    streams = (
+        result.deliveries
+        if isinstance(result, SimulationResult)
+        else {t: result.merged[t] for t in result.topics}
+    )
+    hit = (
+        result.all_or_none
+        if isinstance(result, SimulationResult)
+        else frozenset().union(*(r.all_or_none for r in result.layer_results))
+    )
+    sent = {s.messageID: s.destinations for s in result.sent}
+    for mid in hit & sent.keys():
+        at = {t for t, ms in streams.items() if any(m.messageID == mid for m in ms)}
+        assert at in (set(), set(sent[mid])), (mid, at, sent[mid])
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@examples(0.15)
+@given(seed=st.integers(0, 2**32 - 1), mode=delivery_modes)
+def test_strays_about_messages_in_flight_never_split_or_hold_one(
+    algorithm: Algorithm, seed: int, mode: tuple[bool, int]
+) -> None:
+    """§4.9, issue 23: Notifies and Acks naming another protocol (or none), and Aborts
+    answering nothing, about messages in flight, reaching any destination at any point
+    of a message's life: each message is delivered everywhere or nowhere, nothing is
+    held for good, and everything else keeps atomic multicast."""
+    result = single_run(algorithm, seed, IN_FLIGHT, mode)
+    assert result.events["stray_in_flight"] or not result.sent, result.describe()
+    assert_correct(result, honest=False)
+    assert_agreement(result)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@examples(0.06)
+@given(seed=st.integers(0, 2**32 - 1), mode=delivery_modes)
+def test_strays_about_messages_in_flight_stop_no_partitioned_topic(
+    algorithm: Algorithm, seed: int, mode: tuple[bool, int]
+) -> None:
+    mchaos = MergerChaos(crash=0.02, checkpoint=0.05)
+    result = layered_run(algorithm, seed, IN_FLIGHT, mchaos, mode)
+    assert_merged_correct(result, honest=False)
+    assert_agreement(result)
+
+
+def test_strays_in_flight_are_set_aside_and_some_abort_what_they_reach() -> None:
+    """What the strays above do, over a few runs of each protocol: set aside (another
+    protocol, format 1, an unanswered Abort), and some messages aborted everywhere
+    (a stray reaching a destination before it proposed) -- never split."""
+    seen: Counter[str] = Counter()
+    for algorithm in ALGORITHMS:
+        for seed in range(6):
+            result = single_run(algorithm, seed, IN_FLIGHT)
+            assert_correct(result, honest=False)
+            assert_agreement(result)
+            seen["strays"] += result.events["stray_in_flight"]
+            for reason in reasons(result):
+                seen["mismatch"] += reason.startswith("protocol mismatch")
+                seen["unanswered abort"] += "answers none of this node's proposals" in reason
+            delivered = {m.messageID for ms in result.deliveries.values() for m in ms}
+            seen["aborted everywhere"] += len(result.all_or_none - delivered)
+    assert seen["strays"] and seen["mismatch"] and seen["unanswered abort"], seen
+    assert seen["aborted everywhere"], seen
+
+
+ABSENT = Chaos(absent=0.15, duplicate=0.05, crash=0.02, checkpoint=0.1, delay=0.03)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@examples(0.1)
+@given(seed=st.integers(0, 2**32 - 1), mode=delivery_modes)
+def test_a_topic_without_a_node_is_refused_before_and_after_the_first_members_record(
+    algorithm: Algorithm, seed: int, mode: tuple[bool, int]
+) -> None:
+    """§4.9.5, issue 23: clients name a topic that has no node, also in the first steps,
+    before the nodes read their first members record. Such a message is refused
+    everywhere (10 s of log time later) and holds nothing; the rest is delivered."""
+    result = single_run(algorithm, seed, ABSENT, mode)
+    assert_correct(result, honest=False)
+    assert_doomed_nowhere(result)
+    if result.events["absent_destination"]:
+        assert any("has no node" in r for r in reasons(result)), reasons(result)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@examples(0.06)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_a_topic_without_a_node_stops_no_partitioned_topic(algorithm: Algorithm, seed: int) -> None:
+    result = layered_run(algorithm, seed, ABSENT, MergerChaos(crash=0.02, checkpoint=0.05))
+    assert_merged_correct(result, honest=False)
+    assert_doomed_nowhere(result)
+
+
+WRONG = Chaos(wrong_restart=0.05, checkpoint=0.1, duplicate=0.05, delay=0.03)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@examples(0.1)
+@given(seed=st.integers(0, 2**32 - 1), mode=delivery_modes)
+def test_a_restart_with_another_protocol_is_refused(
+    algorithm: Algorithm, seed: int, mode: tuple[bool, int]
+) -> None:
+    """§6.6, issue 23: a node restarted with another protocol refuses (from its snapshot,
+    or at its own members record in its replay) unless it had committed nothing
+    protocol-specific; restarted as it should be, nothing is lost or split."""
+    result = single_run(algorithm, seed, WRONG, mode)
+    assert_correct(result)  # determinism_errors name a restart that was not refused
+
+
+def test_restarts_with_another_protocol_are_refused_from_snapshots_and_replays() -> None:
+    seen: Counter[str] = Counter()
+    for algorithm in ALGORITHMS:
+        for seed in range(4):
+            result = single_run(algorithm, seed, WRONG)
+            assert_correct(result)
+            seen.update(k for k in result.events.elements() if k.startswith("wrong_restart"))
+    assert seen["wrong_restart_refused"] >= 5, seen
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@examples(0.06)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_a_restart_with_another_protocol_stops_no_partitioned_topic(
+    algorithm: Algorithm, seed: int
+) -> None:
+    result = layered_run(algorithm, seed, WRONG, MergerChaos(crash=0.02, checkpoint=0.05))
+    assert_merged_correct(result)

@@ -114,7 +114,7 @@ def test_what_is_not_a_status_is_skipped() -> None:
 
 def test_reading_a_node_status_resets_no_rate() -> None:
     node = NodeRuntime(NodeConfig(bootstrap="127.0.0.1:9", topic="A"))
-    node.batch.engine.members = frozenset({"A", "B"})  # B has a node (§4.9.5)
+    node.batch.engine.know_members(["A", "B"])  # B has a node (§4.9.5)
     node.batch.engine.step([client_message("c-1", ["A", "B"], "v")])  # waits for B's proposal
     node.measure(10.0)
     node.records_read += 40

@@ -32,6 +32,7 @@ from atomickafka.core.wire import (
     Message,
     MessageType,
     client_message,
+    encode_bundle,
     encode_client,
     encode_members,
 )
@@ -207,6 +208,27 @@ def test_3_an_absent_topic_named_before_the_first_members_record_holds_nothing()
     assert node.engine.held_count == 0 and node.engine.pending_count == 0
 
 
+def test_3_nothing_naming_another_topic_is_taken_up_before_the_first_members_record() -> None:
+    """Not even a message whose other destination's node already wrote here: before the
+    record that names the node's protocol, nothing protocol-specific happens (§6.6)."""
+    node = NodeBatch(spec(), NodeBatch.fresh_engine(spec()))
+    peer = Engine("B", "node-B", Algorithm.DIRECT)
+    peer.know_members(["A"])
+    (notify,) = peer.step([client_message("m", ["A", "B"], "v", "c", sent_at=NOW_MS)]).outputs
+    bundle = encode_bundle(
+        [notify.message._replace(seq=(0, 0))],
+        sender_id="node-B",
+        sent_from="B",
+        protocol="direct",
+    )
+    ready = node.step([record(bundle, 0, NOW_MS)], wall_s=0)
+    assert not [r for r in ready.records if r.kind is OutKind.CONTROL]
+    assert node.engine.awaiting_members == ("B",) and not node.engine.is_pending("m")
+    members = encode_members("node-A", ["A", "B"], "direct")
+    ready = node.step([record(members, 1, NOW_MS + 1)], wall_s=1)
+    assert delivered(list(ready.records)) == ["m"]  # proposed, decided with B's
+
+
 # ---------------------------------------------------------------------------- defect 4
 
 
@@ -273,7 +295,7 @@ def test_4_reconfigure_takes_up_a_new_protocol_only_when_drained() -> None:
     with pytest.raises(SettingsChangedError, match="committed offset"):
         NodeBatch.recover(poc, snapshot_of(rows), committed=5)  # type: ignore[arg-type]
     busy = NodeBatch(spec(), NodeBatch.fresh_engine(spec()))
-    busy.engine.members = frozenset({"A", "B"})
+    busy.engine.know_members(["A", "B"])
     busy.step([record(client("m", "A", "B"), 0, NOW_MS)], wall_s=0)  # waits for B
     rows = [
         PlainRecord(r.value, key=r.key)
@@ -286,7 +308,8 @@ def test_4_reconfigure_takes_up_a_new_protocol_only_when_drained() -> None:
 
 def test_4_bundles_name_the_protocol_the_engine_runs() -> None:
     """What a node's bundles name is what its engine runs (they were the spec's)."""
-    engine = Engine("A", "node-A", Algorithm.POC, members=frozenset({"B"}))
+    engine = Engine("A", "node-A", Algorithm.POC)
+    engine.know_members(["B"])
     batch = NodeBatch(spec(), engine)  # a spec saying direct: the engine decides
     ready = batch.step([record(client("m", "A", "B"), 0, NOW_MS)], wall_s=0)
     (bundle,) = [r for r in ready.records if r.kind is OutKind.CONTROL]
