@@ -301,6 +301,10 @@ class NodeRuntime(RoleShell):
         """Follow the input log below the committed offset, as a hot standby, and read
         the statuses now rather than when the lease comes."""
         cfg = self.config
+        if self.signer is not None:  # before following from an older state (§6.6)
+            verified = read_snapshots(cfg, cfg.key, self.signer)
+            if len(self._signed_or_taken_up(verified)) > len(verified):
+                return  # an unsigned snapshot taken up once: a cold start loads it
         try:
             self._membership = Membership(cfg.bootstrap, cfg.overrides)
             self._follower = NodeFollower(cfg, self.spec, self.signer)

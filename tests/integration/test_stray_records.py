@@ -199,8 +199,8 @@ def test_a_restart_with_another_protocol_is_refused_and_reconfigure_changes_it(
     kafka_bootstrap: str, topic_factory: Callable[..., str], tmp_path: Path
 ) -> None:
     """§6.6: a node whose state was built under ``direct`` refuses to start with
-    ``--algorithm poc`` (exit 2, one line naming --reconfigure); restarted as it was it
-    goes on. Stopped cleanly everywhere and started with ``poc --reconfigure``, the
+    ``--algorithm poc`` (exit 2, one line naming --reconfigure), and with signing turned
+    on; restarted as it was it goes on. Stopped cleanly everywhere and started with ``poc --reconfigure``, the
     cluster runs poc; every message of the three phases is delivered in one order."""
     a, b = topic_factory(), topic_factory()
     sent: list[Sent] = []
@@ -226,6 +226,14 @@ def test_a_restart_with_another_protocol_is_refused_and_reconfigure_changes_it(
     lines = [line for line in refused.stderr.splitlines() if line.startswith("atomickafka node:")]
     assert len(lines) == 1 and "protocol direct -> poc" in lines[0], refused.stderr[-2000:]
     assert "--reconfigure" in lines[0]
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"stray-records-test-secret-0123456789")
+    signing = run_cli(
+        "node", "--bootstrap-server", kafka_bootstrap, "--topic", a, "--secret-file",
+        str(secret), "--max-seconds", "90", "--takeover-after", "1", timeout=120,
+    )  # fmt: skip
+    assert signing.returncode == 2, (signing.returncode, signing.stderr[-2000:])
+    assert "written without signing" in signing.stderr, signing.stderr[-2000:]
     with running_cluster(kafka_bootstrap, [a, b], log_dir=tmp_path, name="direct-2"):
         wait_for_nodes(kafka_bootstrap, [a, b], timeout_s=60)
         sent += send_concurrently(kafka_bootstrap, Workload([a, b], 20, clients=1, seed=2), "split")
