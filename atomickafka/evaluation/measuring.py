@@ -213,9 +213,13 @@ class DeliveryCounter(DeliveryTally):
     ) -> None:
         signer = load_signer(secret_file)
         super().__init__(topics, read if signer is None else verified(read, signer))
-        self._consumer = make_consumer(
-            bootstrap, None, overrides, **{"fetch.wait.max.ms": fetch_wait_ms}
-        )
+        # read_uncommitted, as the filtering client reads (docs/DESIGN.md §6.3): a
+        # delivery counts when it first arrives, and one written again counts once
+        settings: dict[str, str | int | bool] = {
+            "fetch.wait.max.ms": fetch_wait_ms,
+            "isolation.level": "read_uncommitted",
+        }
+        self._consumer = make_consumer(bootstrap, None, overrides, **settings)
         self._consumer.assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in self.topics])
 
     def poll(self, timeout_s: float) -> int:

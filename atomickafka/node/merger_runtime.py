@@ -62,7 +62,7 @@ from atomickafka.node.runtime import NodeStartError, node_topic_specs, read_snap
 from atomickafka.node.snapshots import LoadedSnapshot, choose_snapshot
 from atomickafka.node.writers import (
     GaplessWriter,
-    TransactionalWriter,
+    SplitWriter,
 )
 
 __all__ = ["MergerRuntime", "merger_spec"]
@@ -110,7 +110,7 @@ class MergerRuntime(RoleShell):
         self.foreign = 0  # records in T that are not this merger's
         self.rates = Rates(1)  # deliveries per second
         self._consumer: Consumer | None = None
-        self._writer: TransactionalWriter | GaplessWriter | None = None
+        self._writer: SplitWriter | GaplessWriter | None = None
         self._replay_ends: dict[int, int] = {}
         self._blocked_since: float | None = None
         self.recovery_s: float | None = None
@@ -185,9 +185,15 @@ class MergerRuntime(RoleShell):
             cfg.bootstrap, None, cfg.overrides, **{"isolation.level": "read_committed"}
         )
         self._consumer = consumer
-        if cfg.exactly_once:
-            self._writer = TransactionalWriter(
-                cfg.bootstrap, self.key, consumer, source, dict(cfg.overrides)
+        if cfg.exactly_once:  # deliveries in transactions, ticks outside them (§6.3)
+            self._writer = SplitWriter(
+                cfg.bootstrap,
+                self.key,
+                None,
+                source,
+                0,
+                dict(cfg.overrides),
+                commit_interval_s=cfg.commit_interval_s,
             )
         else:
             self._writer = GaplessWriter(cfg.bootstrap, dict(cfg.overrides))
@@ -316,7 +322,10 @@ class MergerRuntime(RoleShell):
         writer.write(ready.records, None)
         self.metrics.wrote(ready.records, time.time())
         self._retry_ticks_if_blocked(writer)
-        writer.settle()
+        if isinstance(writer, SplitWriter):
+            writer.settle(idle=not records)
+        else:
+            writer.settle()
 
     def _note_progress(self, records: list[KafkaMessage]) -> None:
         for record in records:
@@ -338,7 +347,7 @@ class MergerRuntime(RoleShell):
             if tp.offset >= self._replay_ends.get(tp.partition, 0):
                 self._replay_ends.pop(tp.partition, None)
 
-    def _retry_ticks_if_blocked(self, writer: TransactionalWriter | GaplessWriter) -> None:
+    def _retry_ticks_if_blocked(self, writer: SplitWriter | GaplessWriter) -> None:
         """Rule 3: a head blocked for :data:`TICK_RETRY_S` asks its blockers again."""
         now = time.monotonic()
         if not self.batch.merger.blocked_by():

@@ -96,7 +96,7 @@ from atomickafka.node.role_shell import EXIT_FENCED, RoleShell
 from atomickafka.node.snapshots import LoadedSnapshot, choose_snapshot, newest_snapshots
 from atomickafka.node.writers import (
     AckedWriter,
-    TransactionalWriter,
+    SplitWriter,
 )
 
 __all__ = [
@@ -256,7 +256,7 @@ class NodeRuntime(RoleShell):
         self._input = self.spec.input_topic
         self._partition = config.partition
         self._consumer: Consumer | None = None
-        self._writer: TransactionalWriter | AckedWriter | None = None
+        self._writer: SplitWriter | AckedWriter | None = None
         self._status_count = 0
         self._mismatch_logged: set[str] = set()
         self._membership: Membership | None = None
@@ -374,9 +374,16 @@ class NodeRuntime(RoleShell):
             **{"isolation.level": "read_committed"},
         )
         self._consumer = consumer
-        if cfg.exactly_once:
-            self._writer = TransactionalWriter(
-                cfg.bootstrap, cfg.key, consumer, self._input, dict(cfg.overrides)
+        if cfg.exactly_once:  # fences older instances before the committed offset is read
+            self._writer = SplitWriter(
+                cfg.bootstrap,
+                cfg.key,
+                consumer,
+                self._input,
+                self._partition,
+                dict(cfg.overrides),
+                commit_interval_s=cfg.commit_interval_s,
+                on_unwritable=self._unwritable,
             )
         low, high, committed = self._log_bounds(consumer)
         batch, source = self._followed_batch(committed, low), "standby state"
@@ -385,6 +392,8 @@ class NodeRuntime(RoleShell):
             batch = NodeBatch.recover(self.spec, snapshot, committed)
             source = "snapshot " + ("none" if snapshot is None else str(snapshot.seq))
         self.batch = batch
+        if isinstance(self._writer, SplitWriter):
+            self._writer.start_at(self.batch.replay_until)
         if not cfg.exactly_once:
             tracker = OffsetsTracker(self.batch.replay_until)
             self._writer = AckedWriter(
@@ -512,7 +521,10 @@ class NodeRuntime(RoleShell):
         self.metrics.read(records, ready.replayed)
         self._write(ready, len(records))
         self._note_members()
-        writer.settle()
+        if isinstance(writer, SplitWriter):
+            writer.settle(idle=not records)
+        else:
+            writer.settle()
         freeze_heap(time.monotonic())
 
     def _final_round(self) -> None:
@@ -562,7 +574,7 @@ class NodeRuntime(RoleShell):
             self.metrics.recovered(self.recovery_s, self.batch.engine.stats.protocol_mismatches)
         self._log_dead_letters(ready.records)
         commit = None if ready.commit is None else {self._partition: ready.commit}
-        if isinstance(writer, TransactionalWriter):
+        if isinstance(writer, SplitWriter):
             writer.write(ready.records, commit)
         else:
             writer.write_batch(
@@ -574,11 +586,11 @@ class NodeRuntime(RoleShell):
         self.metrics.wrote(ready.records, time.time())
 
     def _unwritable(self, ticket: Ticket, topic: str, value: bytes | None, reason: str) -> None:
-        """At-least-once: an output the broker refuses for good is set aside (§6.3)."""
+        """A control output the broker refuses for good is set aside (§6.3)."""
         log.error("an output to %s could not be written: %s", topic, reason)
         letter = self.batch.dead_letter(value, f"output to {topic} refused: {reason}")
         writer = self._writer
-        assert isinstance(writer, AckedWriter)
+        assert isinstance(writer, AckedWriter | SplitWriter)
         writer.send_dead_letter(ticket, letter)
         self.metrics.wrote([letter], time.time())
 

@@ -43,6 +43,7 @@ __all__ = [
     "FencedError",
     "GaplessWriter",
     "OffsetCommit",
+    "SplitWriter",
     "TransactionalWriter",
     "Writer",
     "transactional_id",
@@ -310,6 +311,272 @@ class TransactionalWriter:
         a wedged one is left alone (the process is about to exit)."""
         if not self.wedged:
             self._producer.flush(5)
+
+
+#: The records a node exchanges with nodes, and writes into its own log: never in a
+#: transaction, so that no input log has a transactional writer (§6.3).
+_CONTROL_KINDS: Final = frozenset({OutKind.CONTROL, OutKind.TICK})
+#: How often a split writer commits its transaction at most while records keep
+#: arriving (s): a few transactions a second, whatever the rate (§6.3).
+COMMIT_INTERVAL_S: Final = 0.1
+#: How soon after the last commit an idle node commits what it has (s).
+IDLE_COMMIT_GAP_S: Final = 0.01
+#: The longest a commit may take before its producer is taken for wedged (s).
+COMMIT_TIMEOUT_S: Final = 60.0
+
+
+class _Job:
+    """A librdkafka call running on its own thread while the node's loop goes on."""
+
+    def __init__(self, call: Callable[[], object]) -> None:
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.started = time.monotonic()
+
+        def run() -> None:
+            try:
+                call()
+            except BaseException as exc:  # handed to the loop by result()
+                self.error = exc
+            finally:
+                self.done.set()
+
+        threading.Thread(target=run, name="transaction-commit", daemon=True).start()
+
+
+class SplitWriter:
+    """Exactly-once with transactions only where a reader needs them (§6.3).
+
+    Control records (bundles to the peers' input logs, this node's own ticks and members
+    records) go through a gapless idempotent producer at once, outside any transaction,
+    as at-least-once writes them: a restart or a zombie writes them again with the same
+    ``seq`` and receivers drop the repeats (§4.12). Everything a reader reads once --
+    deliveries, watermarks, dead letters, snapshots -- goes into a transaction that
+    stays open over several batches and commits, with the input offset, on an interval
+    (:data:`COMMIT_INTERVAL_S`; sooner when the node is idle). An offset commits only
+    once every control record of the batches below it is acknowledged, so no restart
+    from it can lose one. The commit runs on a thread: control records keep flowing
+    meanwhile, and the transactional records of the batches read meanwhile wait in
+    memory for the next transaction. The transactional producer's id is the role's, so
+    a newer instance fences this one (:class:`FencedError` on its next commit).
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        role: str,
+        consumer: Consumer | None,
+        input_topic: str,
+        partition: int,
+        overrides: dict[str, str] | None = None,
+        *,
+        commit_interval_s: float = COMMIT_INTERVAL_S,
+        on_unwritable: Callable[[Ticket, str, bytes | None, str], None] | None = None,
+        init_timeout_s: float = 60.0,
+    ) -> None:
+        self._consumer = consumer
+        self._input = input_topic
+        self._partition = partition
+        self._tracker = OffsetsTracker(0)
+        self._acked = 0
+        self._interval_s = commit_interval_s
+        self._on_unwritable = on_unwritable
+        self._control = Producer(
+            producer_config(bootstrap, overrides, **{"enable.gapless.guarantee": True}),
+            logger=LIBRDKAFKA_LOGGER,
+        )
+        settings: dict[str, str | int | bool] = {
+            "transactional.id": transactional_id(role),
+            "transaction.timeout.ms": 60000,
+            "retry.backoff.ms": 5,
+            "retry.backoff.max.ms": TXN_RETRY_BACKOFF_MAX_MS,
+        }
+        self._txn = Producer(
+            producer_config(bootstrap, overrides, **settings), logger=LIBRDKAFKA_LOGGER
+        )
+        self.wedged = False
+        self.failed: str | None = None
+        self.commits = 0
+        self._open = False  # a transaction is begun
+        self._began = 0.0
+        self._last_commit = 0.0
+        self._target: int | None = None  # the input offset the open transaction commits
+        self._records = 0  # records in the open transaction
+        self._waiting: list[OutRecord] = []  # for the next transaction, while one commits
+        self._waiting_target: int | None = None
+        self._job: _Job | None = None
+        self._job_target: int | None = None
+        try:
+            self._txn.init_transactions(init_timeout_s)  # fences any older instance
+        except KafkaException as exc:
+            raise _classified(exc, "initialising transactions") from exc
+
+    def start_at(self, committed: int) -> None:
+        """The committed input offset, read after this writer fenced older instances:
+        the node replays up to it, and commits above it."""
+        self._tracker = OffsetsTracker(committed)
+        self._acked = committed
+
+    # ------------------------------------------------------------------ writing
+
+    def write(self, records: Sequence[OutRecord], commit: OffsetCommit | None) -> None:
+        """Write the control ``records`` at once and queue the others for the
+        transaction that commits ``commit`` (the offset after the batch)."""
+        target = None
+        if commit:
+            (target,) = commit.values()
+        ticket = None if target is None else self._tracker.processed(target - 1)
+        rest: list[OutRecord] = []
+        for record in records:
+            if record.kind in _CONTROL_KINDS:
+                if ticket is not None:
+                    ticket.sent()
+                    _produce(self._control, record, ticket.on_delivery)
+                else:
+                    _produce(self._control, record, self._on_control)
+            else:
+                rest.append(record)
+        self._control.poll(0)
+        if self._job is not None:
+            self._waiting.extend(rest)
+            if target is not None:
+                self._waiting_target = target
+        else:
+            self._add(rest, target)
+
+    def _on_control(self, err: KafkaError | None, _msg: object) -> None:
+        if err is not None and self.failed is None:
+            self.failed = f"a control record could not be written: {err}"
+
+    def _add(self, records: Sequence[OutRecord], target: int | None) -> None:
+        """Put ``records`` (and the offset ``target``) into the open transaction."""
+        if not records and target is None:
+            return
+        try:
+            if not self._open:
+                self._txn.begin_transaction()
+                self._open, self._began = True, time.monotonic()
+            for record in records:
+                _produce(self._txn, record, None)
+        except KafkaException as exc:
+            raise self._failed(exc, "writing to the transaction") from exc
+        self._records += len(records)
+        if target is not None:
+            self._target = target
+
+    # ------------------------------------------------------------------ committing
+
+    def settle(self, *, idle: bool = False) -> None:
+        """Serve delivery reports; finish a commit that ended; start one when it is due
+        (the interval passed, or the node is idle) and every control record below its
+        offset is acknowledged. Raises :class:`BatchWriteError` (or
+        :class:`FencedError`) once a write or a commit failed."""
+        self._control.poll(0)
+        tracker = self._tracker
+        for ticket, msg, reason in tracker.unwritable():
+            if self._on_unwritable is not None:
+                self._on_unwritable(ticket, msg.topic() or "?", msg.value(), reason)
+        acked = tracker.target()
+        if acked is not None:
+            tracker.committed_at(acked)
+            self._acked = acked
+        if tracker.failed is not None:
+            raise BatchWriteError(tracker.failed)
+        if self.failed is not None:
+            raise BatchWriteError(self.failed)
+        if self._job is not None:
+            self._finish_commit()
+        if self._job is None and self._open and self._due(idle):
+            self._start_commit()
+
+    def send_dead_letter(self, ticket: Ticket, record: OutRecord) -> None:
+        """Set aside a control output the broker refused for good: the dead letter goes
+        into the transaction; ``ticket`` no longer waits for the refused record."""
+        del ticket
+        if self._job is not None:
+            self._waiting.append(record)
+        else:
+            self._add([record], None)
+
+    def _due(self, idle: bool) -> bool:
+        target = self._target
+        if target is not None and self._acked < target:
+            return False  # a control record below the offset is not acknowledged yet
+        now = time.monotonic()
+        if now - self._began >= self._interval_s:
+            return True
+        return idle and now - self._last_commit >= IDLE_COMMIT_GAP_S
+
+    def _start_commit(self) -> None:
+        target, producer = self._target, self._txn
+        consumer = self._consumer
+
+        def commit() -> None:
+            if target is not None and consumer is not None:
+                offsets = [TopicPartition(self._input, self._partition, target)]
+                producer.send_offsets_to_transaction(
+                    offsets, consumer.consumer_group_metadata(), SEND_OFFSETS_TIMEOUT_S
+                )
+            producer.commit_transaction(COMMIT_TIMEOUT_S)
+
+        self._job, self._job_target = _Job(commit), target
+        self._open, self._target, self._records = False, None, 0
+
+    def _finish_commit(self, wait_s: float = 0.0) -> None:
+        job = self._job
+        assert job is not None
+        if not job.done.wait(wait_s):
+            if time.monotonic() - job.started > COMMIT_TIMEOUT_S + SEND_OFFSETS_TIMEOUT_S + (
+                WEDGE_MARGIN_S
+            ):
+                self.wedged = True
+                raise ClientWedgedError("librdkafka did not return from a commit in time")
+            return
+        self._job = None
+        error = job.error
+        if error is not None:
+            if isinstance(error, KafkaException):
+                raise self._failed(error, "committing a transaction") from error
+            raise error
+        self.commits += 1
+        self._last_commit = time.monotonic()
+        waiting, target = self._waiting, self._waiting_target
+        self._waiting, self._waiting_target = [], None
+        self._add(waiting, target)
+
+    def _failed(self, exc: KafkaException, doing: str) -> AtomicKafkaError:
+        """The error to stop with: the fence when the producer was fenced (an abort names
+        it when the failed call did not), else a write failure."""
+        error = _classified(exc, doing)
+        if isinstance(error, FencedError):
+            return error
+        try:
+            self._txn.abort_transaction(30)
+        except KafkaException as abort_exc:
+            fenced = _classified(abort_exc, doing)
+            if isinstance(fenced, FencedError):
+                return fenced
+        self._open = False
+        return error
+
+    def close(self) -> None:
+        """Commit what is open (bounded), flush the control records, release."""
+        if self.wedged:
+            return
+        try:
+            if self._job is not None:
+                self._finish_commit(COMMIT_TIMEOUT_S)
+            self._control.flush(30)
+            self.settle()
+            if self._open:
+                self._interval_s = 0.0
+                self.settle()
+            if self._job is not None:
+                self._finish_commit(COMMIT_TIMEOUT_S)
+        except AtomicKafkaError as exc:
+            log.error("the last transaction did not commit: %s", exc)
+        if self._control.flush(30):
+            log.error("control records not acknowledged at shutdown")
 
 
 def _classified(exc: KafkaException, doing: str) -> AtomicKafkaError:

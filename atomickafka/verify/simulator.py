@@ -14,8 +14,19 @@ which then relays; with ``direct`` a client writes to every destination.
 
 Two delivery modes, as in production (``exactly_once``):
 
-- exactly-once: a step's records and its input commit happen together (one Kafka
-  transaction). A crash between steps loses nothing and writes nothing twice.
+- exactly-once (§6.3): a step's control records (bundles into the peers' logs, the
+  node's own ticks and members records) are written at once, outside any transaction,
+  by a gapless producer; its other records (deliveries, watermarks, dead letters,
+  snapshots) join the node's open transaction, which commits with the input offset a
+  few steps later (drawn), as the node's writer commits on an interval. A crash aborts
+  the open transaction; the restart writes the control records of the replayed steps
+  again (receivers drop the repeats). Delivery streams hold what a ``read_committed``
+  reader sees; beside each, an *uncommitted view* holds every transactional record in
+  the order it was written, aborted ones included, which a reader with the client's
+  repeat filter reads as the filtering client reads ``read_uncommitted``: it must show
+  exactly the committed stream. With ``Chaos.zombie`` a node that lost its role to its
+  standby goes on for a while as a zombie: it writes control records (and records to
+  its transaction, which is fenced: aborted).
 - at-least-once: a step's records are written at once (a gapless producer), and its
   commit takes effect ``commit_lag`` steps later; a snapshot is written only once the
   commit has passed its offset. A crash replays from the last commit and writes what
@@ -223,9 +234,17 @@ class Chaos:
     stray_in_flight: float = 0.0
     absent: float = 0.0
     wrong_restart: float = 0.0
+    #: Exactly-once: the chance per node step that its open transaction commits (1:
+    #: every step, as scripted runs expect; below 1: on a drawn interval, as the
+    #: node's writer commits).
+    commit: float = 1.0
+    #: The chance that a node that lost its role to its standby goes on as a zombie.
+    zombie: float = 0.0
 
 
 _S = TypeVar("_S", bound=Send)
+#: What a node writes outside its transaction in exactly-once mode (§6.3).
+_CONTROL_KINDS: Final = frozenset({OutKind.CONTROL, OutKind.TICK})
 #: The topic a client names by mistake (ABSENT): no node serves it.
 ABSENT_TOPIC: Final = "no-such-topic"
 #: The strays of STRAY IN FLIGHT: (kind, the protocol named, answers).
@@ -381,6 +400,12 @@ class _Node:
         #: When (log time) the shell last wrote the node's members record; ``None``:
         #: not since its process started (it writes one after its first round).
         self.members_at: int | None = None
+        #: Exactly-once: the open transaction's records and the offset it commits.
+        self.txn: list[OutRecord] = []
+        self.txn_commit: int | None = None
+        #: A zombie (a fenced instance going on) and how many steps it has left.
+        self.zombie: NodeBatch | None = None
+        self.zombie_steps = 0
 
     def new_standby(self, log_length: int) -> NodeStandby:
         """A standby starting as the shell starts one: from the newest snapshot."""
@@ -476,6 +501,14 @@ class Simulator:
             for t in self.topics
         }
         self.readers = {t: StreamReader(t, self.streams[t], signer) for t in self.topics}
+        #: Exactly-once: every transactional delivery (or layer) record in write order,
+        #: aborted ones included, and a reader of it with the client's repeat filter.
+        self.uncommitted: dict[str, Log] = {
+            t: Log(self.streams[t].topic, part, self.clock) for t in self.topics
+        }
+        self.uncommitted_readers = {
+            t: StreamReader(t, self.uncommitted[t], signer) for t in self.topics
+        }
         self.nodes: dict[str, _Node] = {}
         for topic in self.topics:
             engine = factory(topic, self.protocols[topic])
@@ -573,13 +606,20 @@ class Simulator:
         return sum(len(self.inputs[t]) - self.nodes[t].batch.position for t in topics)
 
     def holding(self) -> bool:
-        """True while some node holds a message for the log's time to catch up."""
-        return any(n.batch.engine.held_count for n in self.nodes.values())
+        """True while some node holds a message for the log's time to catch up, has a
+        transaction open, or goes on as a zombie."""
+        return any(
+            n.batch.engine.held_count or n.txn or n.txn_commit is not None or n.zombie
+            for n in self.nodes.values()
+        )
 
     def has_work(self, topic: str) -> bool:
         """``topic``'s node has records to read, a held message that is due, or a
         members record to write."""
         if self.unread(topic):
+            return True
+        node = self.nodes[topic]
+        if node.txn or node.txn_commit is not None or node.zombie is not None:
             return True
         due = self.next_due_ms(topic)
         return due is not None and self.clock.now_ms >= due
@@ -677,6 +717,8 @@ class Simulator:
         """``topic``'s node consumes up to ``batch`` records (or, with none, ticks its
         log if it holds a message); returns how many it read."""
         node = self.nodes[topic]
+        if node.zombie is not None:
+            self._zombie_step(topic, batch)
         records = self.inputs[topic].read(node.batch.position, batch)
         wall = self.clock.wall_s
         if records:
@@ -686,8 +728,34 @@ class Simulator:
         else:
             ready = node.batch.idle(wall_s=wall)
         self._write(topic, ready)
+        if self.exactly_once and (node.txn or node.txn_commit is not None):
+            if not records or self.chooser.chance(self.chaos.commit):
+                self._commit(topic)
         self._write_members(topic)
         return len(records)
+
+    def _zombie_step(self, topic: str, batch: int) -> None:
+        """The fenced instance of ``topic``'s node goes on for a step: it writes what
+        needs no transaction (control records) and what it puts into its transaction
+        shows only in the uncommitted view (the transaction never commits)."""
+        node = self.nodes[topic]
+        zombie = node.zombie
+        assert zombie is not None
+        records = self.inputs[topic].read(zombie.position, batch)
+        ready = zombie.step(records, wall_s=self.clock.wall_s) if records else None
+        if ready is not None:
+            for record in ready.records:
+                if record.kind is OutKind.CONTROL or record.kind is OutKind.TICK:
+                    self._route(topic, record)
+                elif record.kind is OutKind.DELIVERY or record.kind is OutKind.WATERMARK:
+                    self.uncommitted[topic].append(
+                        record.value, key=record.key, headers=record.headers
+                    )
+            self.events["zombie_step"] += 1
+            self._note(f"{topic}'s zombie reads {len(records)} records")
+        node.zombie_steps -= 1
+        if node.zombie_steps <= 0 or ready is None:
+            node.zombie = None  # its next commit is refused: it stops
 
     def _write_members(self, topic: str) -> None:
         """After a round, what the shell does (node/runtime.py's ``_note_members``):
@@ -715,9 +783,8 @@ class Simulator:
         """``topic``'s node takes a snapshot now."""
         node = self.nodes[topic]
         ready = node.batch.snapshot_now(wall_s=self.clock.wall_s)
-        if self.exactly_once:
-            for record in ready.records:
-                self._route(topic, record)
+        if self.exactly_once:  # in the open transaction, with what the state produced
+            node.txn.extend(ready.records)
         else:
             node.snapshot = (node.batch.position, ready.snapshot_records())
             self._settle(node)
@@ -743,6 +810,7 @@ class Simulator:
         node.commits.clear()
         node.snapshot = None
         node.members_at = None
+        node.txn, node.txn_commit = [], None  # the open transaction aborts
         self.events[event] += 1
 
     def follow(self, topic: str, batch: int) -> None:
@@ -775,6 +843,9 @@ class Simulator:
             self.crash(topic)
         else:
             position = node.batch.position
+            if self.exactly_once and self.chooser.chance(self.chaos.zombie):
+                node.zombie, node.zombie_steps = node.batch, self.chooser.integer(1, 20)
+                self.events["zombie"] += 1
             node.batch = batch
             self._lose_uncommitted(node, "takeover")
             self._note(
@@ -1075,6 +1146,8 @@ class Simulator:
             errors.extend(reader.anomalies)
             if self.exactly_once and reader.repeats:
                 errors.append(f"{reader.topic}: {reader.repeats} deliveries written twice")
+        if self.exactly_once and self.quiet():
+            errors.extend(self._uncommitted_errors())
         return SimulationResult(
             topics=self.topics,
             algorithm=self.algorithm,
@@ -1097,21 +1170,49 @@ class Simulator:
             all_or_none=frozenset(self._stray_hit),
         )
 
+    def _uncommitted_errors(self) -> list[str]:
+        """What a ``read_uncommitted`` reader with the client's repeat filter shows that
+        a ``read_committed`` one does not (§6.3): nothing, once every transaction ended."""
+        errors: list[str] = []
+        for topic, reader in self.uncommitted_readers.items():
+            reader.poll()
+            errors.extend(f"uncommitted view: {a}" for a in reader.anomalies)
+            shown = [(m.messageID, m.timeStamp) for m in reader.read]
+            committed = [(m.messageID, m.timeStamp) for m in self.readers[topic].raw]
+            if shown != committed:
+                errors.append(
+                    f"{topic}: read_uncommitted with the repeat filter shows {shown[:8]}..., "
+                    f"read_committed {committed[:8]}..."
+                )
+        return errors
+
     # ------------------------------------------------------------------ writing
 
     def _write(self, topic: str, ready: Ready) -> None:
         """Write what a step decided, as the shell's writer of the mode would."""
         node = self.nodes[topic]
         if self.exactly_once:
-            if ready.records and self.chooser.chance(self.chaos.producer_gap):
-                self.events["producer_gap"] += 1  # the transaction aborts: nothing visible
-                self._note(f"{topic}: a transaction fails")
+            control = [r for r in ready.records if r.kind in _CONTROL_KINDS]
+            if control and self.chooser.chance(self.chaos.producer_gap):
+                failed = self.chooser.integer(0, len(control) - 1)
+                for record in control[:failed]:  # gapless: a prefix, then the node exits
+                    self._route(topic, record)
+                self.events["producer_gap"] += 1
+                self._note(f"{topic}: control write {failed} of {len(control)} fails")
                 self.crash(topic)
                 return
-            for record in ready.records:
+            for record in control:
                 self._route(topic, record)
+            for record in ready.records:
+                if record.kind in _CONTROL_KINDS:
+                    continue
+                node.txn.append(record)
+                if record.kind is OutKind.DELIVERY or record.kind is OutKind.WATERMARK:
+                    self.uncommitted[topic].append(
+                        record.value, key=record.key, headers=record.headers
+                    )
             if ready.commit is not None:
-                node.committed = ready.commit
+                node.txn_commit = ready.commit
             return
         outputs = ready.outputs()
         if outputs and self.chooser.chance(self.chaos.producer_gap):
@@ -1131,6 +1232,23 @@ class Simulator:
         if ready.commit is not None:
             node.commits.append((self.clock.step + self.commit_lag, ready.commit))
         self._settle(node)
+
+    def _commit(self, topic: str) -> None:
+        """Exactly-once: ``topic``'s node commits its open transaction -- its records
+        become visible, its input offset committed -- or, by chance, the commit fails
+        (the transaction aborts and the node restarts)."""
+        node = self.nodes[topic]
+        if self.chooser.chance(self.chaos.producer_gap):
+            self.events["producer_gap"] += 1
+            self._note(f"{topic}: a commit fails")
+            self.crash(topic)
+            return
+        for record in node.txn:
+            self._route(topic, record)
+        if node.txn_commit is not None:
+            node.committed = node.txn_commit
+        node.txn, node.txn_commit = [], None
+        self.events["commit"] += 1
 
     def _settle(self, node: _Node) -> None:
         while node.commits and node.commits[0][0] <= self.clock.step:

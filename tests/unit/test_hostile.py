@@ -468,7 +468,14 @@ def test_every_hostile_input_at_once_on_partitioned_topics(
 # ---------------------------------------------------------------------------- issue 23
 
 IN_FLIGHT = Chaos(
-    stray_in_flight=0.2, duplicate=0.05, crash=0.02, checkpoint=0.1, delay=0.03, takeover=0.01
+    stray_in_flight=0.2,
+    duplicate=0.05,
+    crash=0.02,
+    checkpoint=0.1,
+    delay=0.03,
+    takeover=0.01,
+    commit=0.4,
+    zombie=0.5,
 )
 
 
