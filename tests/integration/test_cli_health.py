@@ -144,7 +144,9 @@ def test_status_is_a_health_check(
 def check_health(
     kafka_bootstrap: str, tmp_path: Path, live: str, ghost: str, gone: str, stopped: str
 ) -> None:
-    """Stale fails, a clean stop is forgotten, live passes, a stuck head fails."""
+    """Stale fails, live passes, a stuck head fails; a clean stop is forgotten unless
+    the node is expected (named by ``--topics``, or shown by ``--all``), where it fails
+    as ``doctor`` fails it, and a named topic no node ever served is ``missing``."""
 
     def status(*topics: str, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
         return run_cli(
@@ -154,9 +156,11 @@ def check_health(
     stale = status(gone)
     assert stale.returncode == 1 and "(stale)" in stale.stdout
     assert f"unhealthy: {gone} (stale)" in stale.stdout
-    forgotten = status(stopped)  # a clean stop is forgotten, not stale
-    assert forgotten.returncode == 1 and "every node has stopped" in forgotten.stderr
+    named = status(stopped)  # named: expected, so its clean stop fails (issue 26, item 5)
+    assert named.returncode == 1 and "(stopped)" in named.stdout, named.stdout + named.stderr
+    assert f"unhealthy: {stopped} (stopped)" in named.stdout
     shown = status(stopped, extra=("--all", "--json"))
+    assert shown.returncode == 1  # --all with every node shown stopped is no health
     entry = orjson.loads(shown.stdout)
     assert entry["health"] == entry["state"] == "stopped" and entry["nodeID"] == f"node-{stopped}"
     assert entry["statusAgeSeconds"] >= 0
@@ -165,9 +169,18 @@ def check_health(
     with running_cluster(kafka_bootstrap, [ghost], log_dir=tmp_path, name="ghost"):
         pass
     with running_cluster(kafka_bootstrap, [live], log_dir=tmp_path):
-        healthy = status(live, stopped)
+        healthy = status(live)
         assert healthy.returncode == 0, healthy.stdout + healthy.stderr
         assert stopped not in healthy.stdout
+        extra = status(f"{live}-nosuch", live, stopped)  # a typo'd or stopped topic fails
+        assert extra.returncode == 1, extra.stdout + extra.stderr
+        (unhealthy,) = [line for line in extra.stdout.splitlines() if line.startswith("unhealthy")]
+        assert f"{live}-nosuch (missing)" in unhealthy and f"{stopped} (stopped)" in unhealthy
+        assert f"{live} (" not in unhealthy
+        listed = status(f"{live}-nosuch", live, extra=("--json",))
+        rows = [orjson.loads(line) for line in listed.stdout.splitlines()]
+        health = {r["topic"]: r["health"] for r in rows}
+        assert health == {f"{live}-nosuch": "missing", live: "live"} and listed.returncode == 1
         waits = run_cli(
             "send", "--bootstrap-server", kafka_bootstrap, "--to", f"{live},{ghost}",
             "--allow-offline", "waits for the ghost",
