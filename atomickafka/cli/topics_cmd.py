@@ -151,14 +151,21 @@ def describe_row(name: str, topic: KafkaTopic, fact: TopicFacts) -> dict[str, An
         "cleanupPolicy": configs.get("cleanup.policy"),
         "maxMessageBytes": configs.get("max.message.bytes"),
         "records": fact.records,
+        "offsets": fact.offsets,
     }
+
+
+def _records(row: dict[str, Any]) -> str:
+    """The RECORDS column: the count, or ``<=N`` (the offsets, an upper bound) when
+    the topic was too large to count."""
+    return str(row["records"]) if row["records"] is not None else f"<={row['offsets']}"
 
 
 def _describe(args: argparse.Namespace) -> int:
     deployment = _deployment(args)
     reach(args)
     known = deployment.kafka_topics()
-    facts = gather_topics(args.bootstrap_server, args.overrides, known)
+    facts = gather_topics(args.bootstrap_server, args.overrides, known, count=known)
     rows = [describe_row(name, topic, facts[name]) for name, topic in known.items()]
     if args.json:
         for row in rows:
@@ -177,6 +184,6 @@ def _describe(args: argparse.Namespace) -> int:
             f"{row['replicationFactor']:>3} {row['minInsyncReplicas'] or '-':>7} "
             f"{row['inSync']:>4} {row['retentionMs'] or '-':>13} "
             f"{row['timestampType'] or '-':<14} {row['cleanupPolicy'] or '-':<8} "
-            f"{row['records']:>8}"
+            f"{_records(row):>8}"
         )
     return 0

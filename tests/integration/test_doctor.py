@@ -20,7 +20,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from atomickafka.kafka.topics import input_topic
+from atomickafka.kafka.topics import dead_letter_topic, input_topic
 from atomickafka.localkafka import ensure_broker, free_port_block, stop_broker
 from tests.integration.harness import run_cli, running_cluster
 
@@ -80,6 +80,7 @@ def test_doctor_passes_a_correct_deployment_and_fails_a_short_input_retention(
         assert "fix: kafka-configs.sh" in text.stdout
         describe_shows_the_settings(kafka_bootstrap, topic, log)
 
+        records_are_counted_not_offsets(kafka_bootstrap, topic)
         set_topic_config(kafka_bootstrap, log, "retention.ms", str(2 * 86_400_000))  # 2 days
         out, report = doctor(kafka_bootstrap, topic)
         assert out.returncode == 0, failures(report)  # twice 30 s plus a day's downtime
@@ -90,6 +91,27 @@ def test_doctor_passes_a_correct_deployment_and_fails_a_short_input_retention(
         assert fixed.returncode == 0 and f"{log}: exists, settings aligned" in fixed.stdout
         out, report = doctor(kafka_bootstrap, topic)
         assert out.returncode == 0, failures(report)
+
+
+def records_are_counted_not_offsets(bootstrap: str, topic: str) -> None:
+    """Issue 26, item 9: four dead letters written in four transactions span eight
+    offsets (each commit marker takes one); ``doctor`` says four were set aside and
+    ``topics describe`` counts four records, the offsets apart."""
+    dlq = dead_letter_topic(topic)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"dlq-{topic}"})
+    producer.init_transactions(30)
+    for i in range(4):
+        producer.begin_transaction()
+        producer.produce(dlq, f"letter {i}".encode(), headers={"atomickafka-error": b"test"})
+        producer.commit_transaction(30)
+    _, report = doctor(bootstrap, topic)
+    (letters,) = [f for f in report["findings"] if f["code"] == "dead-letters"]
+    assert letters["message"].startswith("4 records set aside"), letters
+    args = ("topics", "describe", "--bootstrap-server", bootstrap, "--topics", topic)
+    rows = {e["topic"]: e for e in map(orjson.loads, run_cli(*args, "--json").stdout.splitlines())}
+    assert (rows[dlq]["records"], rows[dlq]["offsets"]) == (4, 8)
+    (row,) = [r for r in run_cli(*args).stdout.splitlines() if r.startswith(f"{dlq} ")]
+    assert row.split()[-1] == "4", row
 
 
 def describe_shows_the_settings(bootstrap: str, topic: str, log: str) -> None:
@@ -109,11 +131,12 @@ def describe_shows_the_settings(bootstrap: str, topic: str, log: str) -> None:
     assert len(by_topic) == len(rows)
     assert {e["kind"] for e in by_topic.values()} >= {"input log", "deliveries", "statuses"}
     entry = by_topic[log]
-    assert entry | {"records": 0} == {
+    assert entry | {"records": 0, "offsets": 0} == {
         "topic": log, "kind": "input log", "serves": topic, "exists": True, "partitions": 1,
         "replicationFactor": 1, "minInsyncReplicas": "1", "inSync": 1,
         "retentionMs": "3600000", "retentionBytes": "-1", "timestampType": "LogAppendTime",
         "cleanupPolicy": "delete", "maxMessageBytes": entry["maxMessageBytes"], "records": 0,
+        "offsets": 0,
     }  # fmt: skip
     missing = run_cli(*args, f"{topic}-nosuch", "--json")
     assert missing.returncode == 0, missing.stderr
