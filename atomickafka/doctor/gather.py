@@ -16,7 +16,6 @@ from typing import Any, Final
 from confluent_kafka import (
     Consumer,
     ConsumerGroupTopicPartitions,
-    KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
@@ -32,7 +31,8 @@ from atomickafka.doctor.facts import (
     TopicFacts,
     TransactionsProbe,
 )
-from atomickafka.kafka.consumer import read_to_end, retry_transient
+from atomickafka.errors import TimedOutError
+from atomickafka.kafka.consumer import read_to_end, retry_transient, until_partition_ends
 from atomickafka.kafka.settings import admin_config, consumer_config, producer_config
 from atomickafka.kafka.status import Role, Status, read_statuses
 from atomickafka.kafka.topics import (
@@ -230,24 +230,14 @@ def count_records(
                         **settings),
         logger=logger,
     )  # fmt: skip
-    counted = 0
     deadline = time.monotonic() + timeout_s
     try:
         consumer.assign([TopicPartition(facts.name, p, spans[p][0] or 0) for p in todo])
-        while todo:
-            if time.monotonic() > deadline:
-                return None
-            for record in consumer.consume(num_messages=10_000, timeout=0.5):
-                err = record.error()
-                if err is None:
-                    counted += 1
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    todo.discard(record.partition() or 0)
-                elif err.fatal():
-                    raise KafkaException(err)
+        return sum(1 for _ in until_partition_ends(consumer, todo, deadline, facts.name))
+    except TimedOutError:
+        return None
     finally:
         consumer.close()
-    return counted
 
 
 def _configs(admin: AdminClient, resources: list[ConfigResource]) -> dict[str, dict[str, str]]:
