@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from types import MappingProxyType
@@ -26,6 +26,7 @@ import orjson
 
 __all__ = [
     "LIBRDKAFKA_LOGGER_NAME",
+    "Throttle",
     "configure_logging",
     "hide_in_logs",
     "log_context",
@@ -50,6 +51,29 @@ def log_context(**fields: object) -> Iterator[None]:
         yield
     finally:
         _CONTEXT.reset(token)
+
+
+class Throttle:
+    """At most one log line per key every ``every_s`` seconds: the first passes, the
+    lines within the next ``every_s`` are held back and counted, and the next line
+    that passes says how many were (so repeated errors cost one line a period, and
+    none is hidden without a count). Keys are the caller's (a bounded set)."""
+
+    def __init__(self, every_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every_s = every_s
+        self._clock = clock
+        self._next: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def admit(self, key: str) -> int | None:
+        """``None`` to hold this line back (it is counted); else how many lines of
+        ``key`` were held back since the last one that passed."""
+        now = self._clock()
+        if now < self._next.get(key, float("-inf")):
+            self._held[key] = self._held.get(key, 0) + 1
+            return None
+        self._next[key] = now + self.every_s
+        return self._held.pop(key, 0)
 
 
 def hide_in_logs(secrets: Iterable[str]) -> None:

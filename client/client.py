@@ -30,6 +30,7 @@ from atomickafka.client.errors import (
     DestinationError,
     MessageError,
     OfflineDestinationError,
+    SigningError,
 )
 from atomickafka.client.reader import DeliveryReader
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
@@ -272,12 +273,42 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
                 f"no live AtomicKafka node for {'; '.join(offline)}: start one "
                 "(atomickafka node/cluster), or send with allow_offline / --allow-offline"
             )
+        unsigned = self._cannot_sign(topics, statuses, now)
+        if unsigned is not None:
+            return unsigned
         if len(algorithms) > 1:
             return DestinationError(
                 f"the destinations' nodes run different protocols ({', '.join(sorted(algorithms))})"
             )
         algorithm = algorithms.pop() if algorithms else self.algorithm or DEFAULT_ALGORITHM
         return algorithm, min(layers, default=1)
+
+    def _cannot_sign(
+        self, topics: list[str], statuses: dict[str, Status], now: float
+    ) -> SigningError | None:
+        """A :class:`SigningError` when a destination's live nodes check signatures this
+        client cannot make (no secret, or one they do not accept): every copy would be
+        set aside as unsigned or wrongly signed (§4.14), and the send look like a
+        success."""
+        signs_with = None if self._signer is None else self._signer.key_ids()[0]
+        for topic in dict.fromkeys(topics):
+            for status in statuses.values():
+                keys = status.signing_keys
+                if status.topic != topic or not keys or not status.live(now):
+                    continue
+                if signs_with is None:
+                    return SigningError(
+                        f"the nodes of {topic!r} check signatures (signing is on there): give "
+                        "this client the deployment's secret (secret_file / --secret-file); "
+                        "unsigned, the message would be set aside at every destination"
+                    )
+                if signs_with not in keys:
+                    return SigningError(
+                        f"the nodes of {topic!r} accept none of this client's secret (its "
+                        f"key id {signs_with}, theirs {', '.join(keys)}): sign with the "
+                        "deployment's secret (the first line of its secret file)"
+                    )
+        return None
 
     def _statuses(self) -> dict[str, Status]:
         if self._watch is None:

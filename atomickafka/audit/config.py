@@ -40,6 +40,9 @@ class AuditConfig:
     poll_timeout_s: float = 0.2
     batch_size: int = 5000
     log_level: str = "info"
+    #: The deployment's signing secrets (docs/DESIGN.md §4.14): only validly signed
+    #: deliveries are audited, the others counted as forged. ``None``: no signing.
+    secret_file: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "topics", tuple(dict.fromkeys(self.topics)))
@@ -60,6 +63,7 @@ class AuditConfig:
         bound_s: float = DEFAULT_BOUND_S,
         overrides: Mapping[str, str] | None = None,
         name: str = "private",
+        secret_file: str | None = None,
     ) -> AuditConfig:
         """An audit of its own: a fresh consumer group (``atomickafka-audit-<name>-...``),
         and no audit topic (violations go to its log and its caller only)."""
@@ -70,6 +74,7 @@ class AuditConfig:
             group=f"atomickafka-audit-{name}-{uuid.uuid4().hex[:12]}",
             audit_topic=None,
             overrides=dict(overrides or {}),
+            secret_file=secret_file,
         )
 
     @property

@@ -163,7 +163,9 @@ class LayerState:
 
 
 #: Status fields whose JSON form is not the attribute itself.
-_ENCODED: Final = frozenset({"role", "algorithm", "layout", "waiting", "layers", "state"})
+_ENCODED: Final = frozenset(
+    {"role", "algorithm", "layout", "waiting", "layers", "state", "signing_keys"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +216,10 @@ class Status:
     layers: tuple[LayerState, ...] = ()
     #: ``stopped`` in the last status of a node that stopped cleanly.
     state: NodeState = NodeState.RUNNING
+    #: With signing on (``--secret-file``, §4.14): the ids of the secrets it accepts
+    #: (:meth:`~atomickafka.core.signing.Signer.key_ids`, the signing one first); empty:
+    #: it checks no signature. A client refuses to send it what it would set aside.
+    signing_keys: tuple[str, ...] = ()
 
     @property
     def head(self) -> WaitingHead | None:
@@ -233,6 +239,8 @@ class Status:
                 out[json_name(f.name)] = getattr(self, f.name)
             elif f.name == "waiting":
                 out["waiting"] = [w.to_dict() for w in self.waiting]
+            elif f.name == "signing_keys":
+                out["signingKeys"] = list(self.signing_keys)
             elif f.name != "layers":
                 out[f.name] = getattr(self, f.name).value  # role, algorithm, layout, state
         out["layerWatermarks"] = [state.watermark for state in self.layers]
@@ -268,6 +276,7 @@ class Status:
             waiting=tuple(map(WaitingHead.from_dict, waiting)) if waiting else (),
             layers=layers,
             state=_STATES[data.get("state") or "running"],
+            signing_keys=tuple(map(str, data.get("signingKeys") or ())),
         )
 
     def age_s(self, now: float | None = None) -> float:

@@ -377,7 +377,7 @@ class MergerRuntime(RoleShell):
         blocked = merger.blocked_by()
         marks = merger.watermarks
         return replace(
-            status_of(cfg, Role.MERGER, self.key, self.sender_id),
+            status_of(cfg, Role.MERGER, self.key, self.sender_id, self.signer),
             pending=merger.pending_count,
             oldest_pending_id=None if head is None else head.messageID,
             watermark=min(marks),

@@ -585,7 +585,7 @@ class NodeRuntime(RoleShell):
             WaitingHead(w.messageID, w.timeStamp, w.decided, w.missing) for w in engine.waiting(10)
         )
         return replace(
-            status_of(cfg, Role.NODE, cfg.key, cfg.node_id),
+            status_of(cfg, Role.NODE, cfg.key, cfg.node_id, self.signer),
             layer=cfg.layer if cfg.layered else None,
             clock=engine.clock,
             watermark=engine.watermark() if cfg.layered else None,

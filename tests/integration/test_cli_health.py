@@ -79,6 +79,9 @@ def test_every_command_against_an_unresolvable_host_or_a_closed_port() -> None:
          ("atomickafka cluster: no answer from Kafka", "Connection refused")),
         (["node", "--bootstrap-server", UNREACHABLE, "--topic", "a"], 1,
          ("atomickafka node: no answer from Kafka",)),
+        # issue 26, item 6: the audit waited for ever
+        (["audit", "--bootstrap-server", UNREACHABLE, "--topics", "a,b"], 1,
+         ("atomickafka audit: no answer from Kafka", "Connection refused")),
     ]  # fmt: skip
     one_line_errors(*cases)
 

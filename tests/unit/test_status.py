@@ -65,8 +65,10 @@ def test_the_json_form_is_camel_case_and_reads_back() -> None:
     merger = parse_status(orjson.dumps(OLD_MERGER))
     assert merger is not None
     data = merger.to_dict()
-    # "state" came with clean stops, "duplicates" with the fuzz test's accounting
-    assert {json_name(k) for k in OLD_NODE} | {"state", "duplicates"} == set(data)
+    # "state" came with clean stops, "duplicates" with the fuzz test's accounting,
+    # "signingKeys" with the clients' check of signing (issue 26, item 7)
+    assert {json_name(k) for k in OLD_NODE} | {"state", "duplicates", "signingKeys"} == set(data)
+    assert data["signingKeys"] == []  # what a record without the field means: no signing
     assert all(JSON_NAME.fullmatch(k) for k in data), sorted(data)
     assert data["nodeID"] == "merger-A" and data["oldestPendingAgeSeconds"] is None
     assert data["duplicates"] == 0  # what a record without the field means
