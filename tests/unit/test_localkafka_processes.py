@@ -48,3 +48,23 @@ def test_an_exit_code_is_told(tmp_path: Path) -> None:
     assert _ended(proc, tmp_path)
     assert exit_note(proc.pid) == " (exit code 3)"
     assert exit_note(None) == ""
+
+
+def test_a_new_cluster_refuses_ports_in_the_ephemeral_range(tmp_path: Path) -> None:
+    """Issue 26, item 12: a cluster on ports the kernel hands out to client connections
+    could not restart a broker (a client's socket held its port: 13 failed restarts).
+    Refused before anything starts, naming the range and a port that fits."""
+    import pytest  # noqa: PLC0415
+
+    from atomickafka.localkafka import BrokerError, ensure_broker  # noqa: PLC0415
+    from atomickafka.localkafka.ports import ephemeral_range, in_ephemeral_range  # noqa: PLC0415
+
+    low, high = ephemeral_range()
+    with pytest.raises(BrokerError, match=rf"ephemeral range \({low}-{high}") as refused:
+        ensure_broker(3, tmp_path / "cluster", port=low + 10, log=lambda _: None)
+    assert f"--port at most {low - 6}" in str(refused.value)
+    assert not (tmp_path / "cluster" / "state.json").exists()  # nothing was started
+    ranges = tmp_path / "range"
+    ranges.write_text("40000\t50000\n")
+    assert in_ephemeral_range([39999, 40000, 50000, 50001], ranges) == [40000, 50000]
+    assert ephemeral_range(tmp_path / "missing") == (32768, 60999)
