@@ -59,9 +59,12 @@ class Throttle:
     that passes says how many were (so repeated errors cost one line a period, and
     none is hidden without a count). Keys are the caller's (a bounded set)."""
 
-    def __init__(self, every_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, every_s: float, clock: Callable[[], float] = time.monotonic, max_keys: int = 1000
+    ) -> None:
         self.every_s = every_s
         self._clock = clock
+        self._max_keys = max_keys
         self._next: dict[str, float] = {}
         self._held: dict[str, int] = {}
 
@@ -72,8 +75,23 @@ class Throttle:
         if now < self._next.get(key, float("-inf")):
             self._held[key] = self._held.get(key, 0) + 1
             return None
+        if key not in self._next and len(self._next) >= self._max_keys:
+            oldest = next(iter(self._next))  # the key admitted longest ago goes
+            del self._next[oldest]
+            self._held.pop(oldest, None)
+        self._next.pop(key, None)
         self._next[key] = now + self.every_s
         return self._held.pop(key, 0)
+
+    def overdue(self) -> list[tuple[str, int]]:
+        """The keys whose period has ended with lines held back, and how many (each
+        reported once: its count starts again). For saying the count of lines that
+        stopped coming, once their period is over."""
+        now = self._clock()
+        due = [(k, n) for k, n in self._held.items() if now >= self._next.get(k, now)]
+        for key, _ in due:
+            del self._held[key]
+        return due
 
 
 def hide_in_logs(secrets: Iterable[str]) -> None:

@@ -13,6 +13,7 @@ from confluent_kafka import Message as KafkaMessage
 
 from atomickafka.errors import TimedOutError
 from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER, consumer_config
+from atomickafka.logs import Throttle
 
 __all__ = [
     "consume_batch",
@@ -28,6 +29,8 @@ __all__ = [
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
+#: A consumer's transient errors (a broker down) are logged once a kind every 30 s.
+_consumer_errors = Throttle(30.0)
 
 
 def consume_batch(consumer: Consumer, max_records: int, timeout_s: float) -> list[KafkaMessage]:
@@ -124,7 +127,10 @@ def usable(records: Iterable[KafkaMessage]) -> list[KafkaMessage]:
         elif err.fatal():
             raise KafkaException(err)
         elif err.code() not in (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART):
-            log.warning("consumer: %s (librdkafka retries)", err)
+            held = _consumer_errors.admit(str(err.code()))
+            if held is not None:
+                more = f" ({held} more since, not logged)" if held else ""
+                log.warning("consumer: %s (librdkafka retries)%s", err, more)
     return out
 
 

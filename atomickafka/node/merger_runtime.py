@@ -187,7 +187,12 @@ class MergerRuntime(RoleShell):
         self._consumer = consumer
         if cfg.exactly_once:
             self._writer = TransactionalWriter(
-                cfg.bootstrap, self.key, consumer, source, dict(cfg.overrides)
+                cfg.bootstrap,
+                self.key,
+                consumer,
+                source,
+                dict(cfg.overrides),
+                on_wait=self._heartbeat,
             )
         else:
             self._writer = GaplessWriter(cfg.bootstrap, dict(cfg.overrides))

@@ -367,7 +367,12 @@ class NodeRuntime(RoleShell):
         self._consumer = consumer
         if cfg.exactly_once:
             self._writer = TransactionalWriter(
-                cfg.bootstrap, cfg.key, consumer, self._input, dict(cfg.overrides)
+                cfg.bootstrap,
+                cfg.key,
+                consumer,
+                self._input,
+                dict(cfg.overrides),
+                on_wait=self._heartbeat,
             )
         low, high, committed = self._log_bounds(consumer)
         batch, source = self._followed_batch(committed, low), "standby state"
@@ -411,6 +416,25 @@ class NodeRuntime(RoleShell):
             "exactly-once" if cfg.exactly_once else "at-least-once",
             extra={"fields": {"offset": self.batch.position}},
         )
+
+    def _still_ours(self) -> bool:
+        """After the lease came back: False when the node's group has committed past
+        this instance's position -- another instance processed the log meanwhile (with
+        ``--at-least-once`` nothing else fences this one)."""
+        consumer = self._consumer
+        if consumer is None:
+            return True
+        committed = self._committed_offset(consumer)
+        if committed > self.batch.position:
+            log.warning(
+                "node %s: its group committed offset %d, past this instance's %d: another "
+                "instance wrote meanwhile",
+                self.config.key,
+                committed,
+                self.batch.position,
+            )
+            return False
+        return True
 
     def _followed_batch(self, committed: int, low: int) -> NodeBatch | None:
         """A hot standby's batch layer, continued (``None``: not a hot standby)."""

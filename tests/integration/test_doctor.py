@@ -21,7 +21,6 @@ from confluent_kafka.admin import (
 )
 
 from atomickafka.kafka.topics import dead_letter_topic, input_topic
-from atomickafka.localkafka import ensure_broker, free_port_block, stop_broker
 from tests.integration.harness import run_cli, running_cluster
 
 pytestmark = pytest.mark.integration
@@ -177,33 +176,3 @@ def test_a_log_cut_below_every_snapshot_fails_doctor_and_the_node_refuses_to_sta
     last = node.stderr.strip().splitlines()[-1]
     assert last.startswith("atomickafka node: input log ") and "starts at offset 3" in last
     assert "cannot be rebuilt" in last
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(400)
-def test_doctor_on_three_brokers_fails_min_insync_replicas_of_one(
-    tmp_path: Path, topic_factory: Callable[[], str]
-) -> None:
-    data_dir = tmp_path / "cluster"
-    topic = topic_factory()
-    try:
-        bootstrap = ensure_broker(3, data_dir, port=free_port_block(6), timeout=180)
-        created = run_cli("topics", "create", "--bootstrap-server", bootstrap, "--topics", topic)
-        assert created.returncode == 0, created.stdout + created.stderr
-        with running_cluster(bootstrap, [topic], log_dir=tmp_path):
-            out, report = doctor(bootstrap, topic)
-            assert out.returncode == 0, failures(report)
-            assert {"code": "brokers", "severity": "ok", "subject": "brokers",
-                    "message": "3 brokers", "fix": ""} in report["findings"]  # fmt: skip
-
-            set_topic_config(bootstrap, topic, "min.insync.replicas", "1")
-            out, report = doctor(bootstrap, topic)
-            assert out.returncode == 1
-            (finding,) = failures(report)
-            assert finding["code"] == "min-insync-replicas" and finding["subject"] == topic
-            assert "acknowledged by one broker" in finding["message"]
-            assert finding["fix"].endswith(
-                f"--entity-name {topic} --add-config min.insync.replicas=2"
-            )
-    finally:
-        stop_broker(data_dir)
