@@ -30,6 +30,7 @@ __all__ = [
     "configure_logging",
     "hide_in_logs",
     "log_context",
+    "logs_json",
     "redacted",
 ]
 
@@ -37,6 +38,8 @@ __all__ = [
 LIBRDKAFKA_LOGGER_NAME: Final = "atomickafka.librdkafka"
 _MASK: Final = "********"
 _SECRETS: set[str] = set()
+#: Whether this process logs JSON lines (:func:`configure_logging`).
+_json_lines = False
 _CONTEXT: ContextVar[Mapping[str, object]] = ContextVar(
     "atomickafka_log_context", default=MappingProxyType({})
 )
@@ -94,6 +97,12 @@ class Throttle:
         return due
 
 
+def logs_json() -> bool:
+    """True once :func:`configure_logging` made this process log JSON lines (a node's,
+    ``cluster``'s): its last line, an error, is one too."""
+    return _json_lines
+
+
 def hide_in_logs(secrets: Iterable[str]) -> None:
     """Never show any of ``secrets`` in a log line from now on (in this process)."""
     _SECRETS.update(s for s in secrets if s)
@@ -112,6 +121,7 @@ class _JsonFormatter(logging.Formatter):
             "ts": round(time.time(), 3),
             "level": record.levelname.lower(),
             "logger": record.name,
+            "pid": record.process,
             "msg": record.getMessage(),
         }
         entry.update(_CONTEXT.get())
@@ -141,6 +151,8 @@ def configure_logging(
         handler.setFormatter(_JsonFormatter())
     else:
         handler.setFormatter(_TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    global _json_lines  # noqa: PLW0603 (how this process logs)
+    _json_lines = json
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

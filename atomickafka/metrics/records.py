@@ -27,6 +27,7 @@ from atomickafka.core.wire import MessageType
 
 __all__ = [
     "REASONS",
+    "REASON_LABELS",
     "SENT_HEADER",
     "UNKNOWN",
     "dead_letter_reason",
@@ -86,6 +87,11 @@ REASONS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = tuple(
         ("invalid record", r"field '|record:"),
     )
 )
+
+
+#: Every label :func:`dead_letter_reason` can give (so that each series can be shown
+#: from the start, at 0).
+REASON_LABELS: Final = (*(label for label, _ in REASONS), OTHER)
 
 
 def _header(headers: Headers | None, name: str) -> bytes | None:

@@ -16,6 +16,7 @@ from typing import ClassVar, Final, Protocol
 
 from confluent_kafka import Consumer
 from confluent_kafka import Message as KafkaMessage
+from setproctitle import getproctitle, setproctitle
 
 from atomickafka.kafka.consumer import consume_batch, usable
 from atomickafka.kafka.producer import RecordProducer
@@ -114,6 +115,15 @@ class RoleShell(Stoppable):
                 break
         return 0
 
+    def _retitle(self, state: str) -> None:
+        """Under ``cluster``, whose children are titled ``atomickafka node T`` in ``ps``:
+        add what this instance is now (``starting``, ``standby``, ``active``), so that
+        an active instance can be told from its standby. A process titled otherwise
+        (``atomickafka node`` run by hand) keeps its command line."""
+        title = getproctitle()
+        if title.startswith(f"atomickafka {self.kind} "):
+            setproctitle(f"{title.split(' (', 1)[0]} ({state})")
+
     def _heartbeat(self) -> None:
         """While a write waits on Kafka (a failover): the status when due, so that the
         instance is seen alive."""
@@ -161,6 +171,7 @@ class RoleShell(Stoppable):
         self._prepare_topics()
         self._status = RecordProducer(cfg.bootstrap, cfg.overrides)
         self._start_clock(cfg.status_interval_s, max_seconds)
+        self._retitle("starting")
         try:
             self._start_standby()
             if not self._catch_up():
@@ -174,6 +185,7 @@ class RoleShell(Stoppable):
             if not self._await_lease():
                 return 0
             self._open()
+            self._retitle("active")
             status = self._loop()
             self._stopped_cleanly = True
             return status
@@ -198,6 +210,7 @@ class RoleShell(Stoppable):
         if lease.poll(1.0):
             return True
         self._log.info("%s: another instance is active; standing by", name)
+        self._retitle("standby")
         while not self.stopping:
             if lease.poll(0):
                 self._log.info("%s: the lease is ours; taking over", name)

@@ -259,6 +259,10 @@ class NodeRuntime(RoleShell):
         self._members_written_at = 0.0
         self._follower: NodeFollower | None = None  # while a hot standby
         self._followed = 0  # records the follower applied, counted in the metrics
+        #: Dead letters this instance wrote: its status's count. The batch layer counts
+        #: those of replayed records too, whose outputs are dropped (with another secret
+        #: than before a restart, every replayed record would count, none written).
+        self.dead_letters_written = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -530,6 +534,7 @@ class NodeRuntime(RoleShell):
             log.info("node %s recovered in %.3f s", self.config.key, self.recovery_s)
             self.metrics.recovered(self.recovery_s, self.batch.engine.stats.protocol_mismatches)
         self._log_dead_letters(ready.records)
+        self.dead_letters_written += sum(r.kind is OutKind.DEAD_LETTER for r in ready.records)
         commit = None if ready.commit is None else {self._partition: ready.commit}
         if isinstance(writer, TransactionalWriter):
             writer.write(ready.records, commit)
@@ -549,6 +554,7 @@ class NodeRuntime(RoleShell):
         writer = self._writer
         assert isinstance(writer, AckedWriter)
         writer.send_dead_letter(ticket, letter)
+        self.dead_letters_written += 1
         self.metrics.wrote([letter], time.time())
 
     def _log_dead_letters(self, records: list[OutRecord]) -> None:
@@ -620,7 +626,7 @@ class NodeRuntime(RoleShell):
             records_in=stats.records_in,
             records_out=stats.records_out,
             deliveries=stats.deliveries,
-            dead_letters=self.batch.dead_letters,
+            dead_letters=self.dead_letters_written,
             rejected=stats.rejected,
             duplicates=stats.duplicates,
             protocol_mismatches=stats.protocol_mismatches,

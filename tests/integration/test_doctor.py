@@ -173,6 +173,6 @@ def test_a_log_cut_below_every_snapshot_fails_doctor_and_the_node_refuses_to_sta
         "node", "--bootstrap-server", kafka_bootstrap, "--topic", topic, "--max-seconds", "60"
     )
     assert node.returncode == 2, node.stderr[-2000:]
-    last = node.stderr.strip().splitlines()[-1]
+    last = orjson.loads(node.stderr.strip().splitlines()[-1])["msg"]  # a JSON log's last line
     assert last.startswith("atomickafka node: input log ") and "starts at offset 3" in last
     assert "cannot be rebuilt" in last
