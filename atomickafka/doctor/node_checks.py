@@ -181,8 +181,10 @@ def _dead_letters(topic: str, dlq: TopicFacts | None, bootstrap: str) -> list[Fi
             Severity.WARN,
             dead_letter_topic(topic),
             f"{how_many} set aside (each with the reason in header atomickafka-error)",
-            f"read them: kafka-console-consumer.sh --bootstrap-server {bootstrap} --topic "
-            f"{dead_letter_topic(topic)} --from-beginning --property print.headers=true",
+            f"read them: atomickafka broker tool kafka-console-consumer --bootstrap-server "
+            f"{bootstrap} --topic {dead_letter_topic(topic)} --from-beginning "
+            "--formatter-property print.headers=true (Kafka's kafka-console-consumer.sh takes "
+            "the same options, --property before Kafka 4; the tool runs it from Maven's jars)",
         )
     ]
 

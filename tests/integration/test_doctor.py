@@ -111,6 +111,11 @@ def records_are_counted_not_offsets(bootstrap: str, topic: str) -> None:
     assert (rows[dlq]["records"], rows[dlq]["offsets"]) == (4, 8)
     (row,) = [r for r in run_cli(*args).stdout.splitlines() if r.startswith(f"{dlq} ")]
     assert row.split()[-1] == "4", row
+    # the fix doctor names, as an operator runs it, with no Kafka download (item 13)
+    command = letters["fix"].removeprefix("read them: atomickafka ").split(" (", 1)[0]
+    read = run_cli(*command.split(), "--max-messages", "4", "--timeout-ms", "30000", timeout=600)
+    assert read.returncode == 0, read.stderr[-2000:]
+    assert read.stdout.splitlines() == [f"atomickafka-error:test\tletter {i}" for i in range(4)]
 
 
 def describe_shows_the_settings(bootstrap: str, topic: str, log: str) -> None:

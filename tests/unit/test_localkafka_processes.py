@@ -68,3 +68,16 @@ def test_a_new_cluster_refuses_ports_in_the_ephemeral_range(tmp_path: Path) -> N
     ranges.write_text("40000\t50000\n")
     assert in_ephemeral_range([39999, 40000, 50000, 50001], ranges) == [40000, 50000]
     assert ephemeral_range(tmp_path / "missing") == (32768, 60999)
+
+
+def test_an_unknown_kafka_tool_is_named_with_the_tools_there_are() -> None:
+    """``atomickafka broker tool`` (issue 26, item 13): Kafka's scripts by name, with or
+    without ``.sh``; anything else is one line naming the tools, before any download."""
+    import pytest  # noqa: PLC0415
+
+    from atomickafka.localkafka import BrokerError  # noqa: PLC0415
+    from atomickafka.localkafka.tools import TOOLS, tool_command  # noqa: PLC0415
+
+    with pytest.raises(BrokerError, match=r"'kafka-nosuch\.sh'; the tools: kafka-acls"):
+        tool_command("kafka-nosuch.sh", [])
+    assert TOOLS["kafka-console-consumer"] == "org.apache.kafka.tools.consumer.ConsoleConsumer"
