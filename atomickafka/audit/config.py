@@ -43,9 +43,14 @@ class AuditConfig:
     #: The deployment's signing secrets (docs/DESIGN.md §4.14): only validly signed
     #: deliveries are audited, the others counted as forged. ``None``: no signing.
     secret_file: str | None = None
+    #: The sender ids whose deliveries are audited; ``None``: each topic's node and
+    #: merger (the evaluation's baselines name theirs).
+    writers: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "topics", tuple(dict.fromkeys(self.topics)))
+        if self.writers is not None:
+            object.__setattr__(self, "writers", tuple(self.writers))
         object.__setattr__(self, "overrides", dict(self.overrides))
         if not self.topics:
             raise ConfigError("the audit needs at least one topic (--topics)")
@@ -64,6 +69,7 @@ class AuditConfig:
         overrides: Mapping[str, str] | None = None,
         name: str = "private",
         secret_file: str | None = None,
+        writers: Iterable[str] | None = None,
     ) -> AuditConfig:
         """An audit of its own: a fresh consumer group (``atomickafka-audit-<name>-...``),
         and no audit topic (violations go to its log and its caller only)."""
@@ -75,6 +81,7 @@ class AuditConfig:
             audit_topic=None,
             overrides=dict(overrides or {}),
             secret_file=secret_file,
+            writers=None if writers is None else tuple(writers),
         )
 
     @property
@@ -87,6 +94,7 @@ class AuditConfig:
         data = asdict(self)
         data["topics"] = list(self.topics)
         data["overrides"] = dict(self.overrides)
+        data["writers"] = None if self.writers is None else list(self.writers)
         return data
 
     @classmethod

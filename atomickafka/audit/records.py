@@ -69,13 +69,14 @@ def audited_delivery(record: KafkaRecord, signer: Signer | None = None) -> Audit
 
 
 def audit_verdict(
-    record: KafkaRecord, signer: Signer | None = None
+    record: KafkaRecord, signer: Signer | None = None, writers: frozenset[str] | None = None
 ) -> AuditedDelivery | Unaccepted:
     """The delivery ``record`` holds, as the audit keeps it; else why it holds none its
-    own topic's node or merger wrote (core/reader's rule, :func:`~atomickafka.core.
-    reader.delivery_of`: with ``signer``, only validly signed deliveries count)."""
+    own topic's node or merger (or one of ``writers``) wrote (core/reader's rule,
+    :func:`~atomickafka.core.reader.delivery_of`: with ``signer``, only validly signed
+    deliveries count)."""
     topic = record.topic() or ""
-    message = delivery_of(record, topic, signer=signer, addressed=False)
+    message = delivery_of(record, topic, writers=writers, signer=signer, addressed=False)
     if isinstance(message, Unaccepted):
         return message
     timestamp, layer, message_id = delivery_order_key(message)

@@ -94,6 +94,7 @@ class LiveAudit:
     ) -> None:
         self.config = config
         self._signer = load_signer(config.secret_file)
+        self._writers = None if config.writers is None else frozenset(config.writers)
         self.rules = AuditRules(config.topics, config.bound_s)
         self.clock = EventClock()  # its partitions are known once started
         self.metrics = metrics if metrics is not None else AuditMetrics()
@@ -351,7 +352,7 @@ class LiveAudit:
         replaying = offset < self._replay_end.get(where, -1)
         time_ms = record.timestamp()[1]
         self.clock.record(where, time_ms)
-        delivery = audit_verdict(record, self._signer)
+        delivery = audit_verdict(record, self._signer, self._writers)
         if isinstance(delivery, Unaccepted):
             if not replaying:
                 tally = {
