@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from types import MappingProxyType
@@ -26,9 +26,11 @@ import orjson
 
 __all__ = [
     "LIBRDKAFKA_LOGGER_NAME",
+    "Throttle",
     "configure_logging",
     "hide_in_logs",
     "log_context",
+    "logs_json",
     "redacted",
 ]
 
@@ -36,6 +38,8 @@ __all__ = [
 LIBRDKAFKA_LOGGER_NAME: Final = "atomickafka.librdkafka"
 _MASK: Final = "********"
 _SECRETS: set[str] = set()
+#: Whether this process logs JSON lines (:func:`configure_logging`).
+_json_lines = False
 _CONTEXT: ContextVar[Mapping[str, object]] = ContextVar(
     "atomickafka_log_context", default=MappingProxyType({})
 )
@@ -50,6 +54,53 @@ def log_context(**fields: object) -> Iterator[None]:
         yield
     finally:
         _CONTEXT.reset(token)
+
+
+class Throttle:
+    """At most one log line per key every ``every_s`` seconds: the first passes, the
+    lines within the next ``every_s`` are held back and counted, and the next line
+    that passes says how many were (so repeated errors cost one line a period, and
+    none is hidden without a count). Keys are the caller's (a bounded set)."""
+
+    def __init__(
+        self, every_s: float, clock: Callable[[], float] = time.monotonic, max_keys: int = 1000
+    ) -> None:
+        self.every_s = every_s
+        self._clock = clock
+        self._max_keys = max_keys
+        self._next: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def admit(self, key: str) -> int | None:
+        """``None`` to hold this line back (it is counted); else how many lines of
+        ``key`` were held back since the last one that passed."""
+        now = self._clock()
+        if now < self._next.get(key, float("-inf")):
+            self._held[key] = self._held.get(key, 0) + 1
+            return None
+        if key not in self._next and len(self._next) >= self._max_keys:
+            oldest = next(iter(self._next))  # the key admitted longest ago goes
+            del self._next[oldest]
+            self._held.pop(oldest, None)
+        self._next.pop(key, None)
+        self._next[key] = now + self.every_s
+        return self._held.pop(key, 0)
+
+    def overdue(self) -> list[tuple[str, int]]:
+        """The keys whose period has ended with lines held back, and how many (each
+        reported once: its count starts again). For saying the count of lines that
+        stopped coming, once their period is over."""
+        now = self._clock()
+        due = [(k, n) for k, n in self._held.items() if now >= self._next.get(k, now)]
+        for key, _ in due:
+            del self._held[key]
+        return due
+
+
+def logs_json() -> bool:
+    """True once :func:`configure_logging` made this process log JSON lines (a node's,
+    ``cluster``'s): its last line, an error, is one too."""
+    return _json_lines
 
 
 def hide_in_logs(secrets: Iterable[str]) -> None:
@@ -70,6 +121,7 @@ class _JsonFormatter(logging.Formatter):
             "ts": round(time.time(), 3),
             "level": record.levelname.lower(),
             "logger": record.name,
+            "pid": record.process,
             "msg": record.getMessage(),
         }
         entry.update(_CONTEXT.get())
@@ -99,6 +151,8 @@ def configure_logging(
         handler.setFormatter(_JsonFormatter())
     else:
         handler.setFormatter(_TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    global _json_lines  # noqa: PLW0603 (how this process logs)
+    _json_lines = json
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

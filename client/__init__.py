@@ -8,7 +8,8 @@ topics, read a topic's deliveries in their agreed order.
 - :class:`SentMessage` (what ``on_delivery(err, sent)`` gets) and :class:`Delivery`.
 - Errors, all :class:`AtomicKafkaError`: :class:`DeliveryError` (``failures``: pairs of
   messageID and ``KafkaError``), :class:`DestinationError`,
-  :class:`OfflineDestinationError`, :class:`MessageError`, :class:`ConfigError`,
+  :class:`OfflineDestinationError`, :class:`SigningError` (the destinations' nodes check
+  signatures this client cannot make), :class:`MessageError`, :class:`ConfigError`,
   :class:`QueueFullError`, :class:`TimedOutError`, :class:`ClosedError` (used after
   ``close()``; also a ``RuntimeError``).
 """
@@ -24,6 +25,7 @@ from atomickafka.client.errors import (
     MessageError,
     OfflineDestinationError,
     QueueFullError,
+    SigningError,
     TimedOutError,
 )
 from atomickafka.client.reader import DeliveryReader
@@ -46,5 +48,6 @@ __all__ = [
     "OnDelivery",
     "QueueFullError",
     "SentMessage",
+    "SigningError",
     "TimedOutError",
 ]

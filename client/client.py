@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Final
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import Message as KafkaMessage
 
 from atomickafka.client.delivery import Delivery, OnDelivery, SentMessage
@@ -30,6 +30,7 @@ from atomickafka.client.errors import (
     DestinationError,
     MessageError,
     OfflineDestinationError,
+    SigningError,
 )
 from atomickafka.client.reader import DeliveryReader
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
@@ -61,6 +62,10 @@ _STATUS_TIMEOUT_S = 30.0
 #: How long librdkafka tries to write a record: under the nodes' lateness bound (half
 #: the default 60 s memory window, docs/DESIGN.md §4.13).
 CLIENT_TIMEOUT_MS: Final = 25_000
+#: How long ``send`` waits, by default, for a destination whose node's status is late
+#: (:data:`~atomickafka.kafka.status.FAILOVER_GRACE_S`) or for a status topic that cannot
+#: be read, before it refuses the destination (docs/DESIGN.md §5.3).
+FAILOVER_WAIT_S: Final = 30.0
 
 
 class _Pending:
@@ -126,8 +131,13 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         secret: str | bytes | None = None,
         secret_file: str | None = None,
         idempotent: bool = True,
+        failover_wait_s: float = FAILOVER_WAIT_S,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
+        self.failover_wait_s = failover_wait_s
+        #: Per topic, the time of the late status it was refused on after a wait: the
+        #: same status is refused at once, without waiting again.
+        self._given_up: dict[str, float] = {}
         self._secret, self._secret_file = secret, secret_file
         self._signer = signer_from(secret, secret_file)
         self.layout = Layout(layout)
@@ -150,7 +160,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         self._producer: RecordProducer | None = None
         self._watch: StatusWatch | None = None
         self._watched_at = 0.0
-        self._routes: dict[tuple[str, ...], tuple[Algorithm, int] | DestinationError] = {}
+        self._routes: dict[tuple[str, ...], _Route] = {}
 
     # ------------------------------------------------------------------ sending
 
@@ -242,36 +252,87 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
     def _serving(self, topics: list[str]) -> tuple[Algorithm, int]:
         """The protocol the topics' nodes run and the layers they share; raises
         :class:`OfflineDestinationError` for a topic no live node serves. Decided once
-        per route until the statuses are read again (not per message)."""
-        statuses = self._statuses()
+        per route until the statuses are read again (not per message). A destination
+        whose node's status is only late (:meth:`~atomickafka.kafka.status.Status.late`:
+        Kafka may be failing over), or a status topic that cannot be read, is waited
+        for, up to ``failover_wait_s``, before it is refused."""
         key = tuple(topics)
-        known = self._routes.get(key)
+        try:
+            statuses = self._statuses()
+        except KafkaException as exc:  # the status topic unreadable: Kafka failing over?
+            statuses = self._watch.statuses if self._watch is not None else {}
+            known: _Route | None = _Late(f"the status topic could not be read ({exc})")
+        else:
+            known = self._routes.get(key)
         if known is None:
             known = self._routes[key] = self._judge(topics, statuses)
+        if isinstance(known, _Late):
+            known = self._routes[key] = self._wait_out(topics, known)
         if isinstance(known, DestinationError):
             raise type(known)(str(known))  # a fresh one: no traceback piles up
         return known
 
+    def _wait_out(self, topics: list[str], late: _Late) -> tuple[Algorithm, int] | DestinationError:
+        """Wait, up to ``failover_wait_s``, for the statuses to be live again (reading
+        the status topic every half second); then judge as usual, a destination still
+        late being refused (and then at once, until its node publishes again)."""
+        log.warning(
+            "waiting up to %.0f s before sending to %s: %s (a Kafka failover?)",
+            self.failover_wait_s,
+            ", ".join(dict.fromkeys(topics)),
+            late.reason,
+        )
+        deadline = time.monotonic() + self.failover_wait_s
+        statuses = self._watch.statuses if self._watch is not None else {}
+        while time.monotonic() < deadline:
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+            try:
+                statuses = self._statuses(force=True)
+            except KafkaException:
+                continue
+            judged = self._judge(topics, statuses)
+            if not isinstance(judged, _Late):
+                return judged
+        judged = self._judge(topics, statuses, waited=True)
+        assert not isinstance(judged, _Late)
+        return judged
+
     def _judge(
-        self, topics: list[str], statuses: dict[str, Status]
-    ) -> tuple[Algorithm, int] | DestinationError:
+        self, topics: list[str], statuses: dict[str, Status], *, waited: bool = False
+    ) -> _Route:
+        """The route's protocol and layers, the error that refuses it, or -- a node's
+        status only late, not yet waited for -- :class:`_Late`."""
         now = time.time()
         offline = []
+        late = []
         algorithms: set[Algorithm] = set()
         layers: list[int] = []
         for topic in dict.fromkeys(topics):
             mine = [s for s in statuses.values() if s.topic == topic]
             nodes = [s for s in mine if s.role is Role.NODE]
             if not nodes or not all(s.live(now) for s in mine):
-                offline.append(_describe(topic, mine, now))
-                continue
+                excused = bool(nodes) and all(s.live(now) or s.late(now) for s in mine)
+                may_wait = self.failover_wait_s > 0 and not waited
+                if excused and may_wait and self._given_up.get(topic) != _newest(mine):
+                    late.append(_describe(topic, mine, now))
+                else:
+                    offline.append(_describe(topic, mine, now))
+                    if excused and waited:
+                        self._given_up[topic] = _newest(mine)
+                    continue
             algorithms.update(s.algorithm for s in nodes)
             layers.append(min(s.partitions for s in nodes))
         if offline and not self.allow_offline:
+            waited_for = f" (waited {self.failover_wait_s:.0f} s for it)" if waited else ""
             return OfflineDestinationError(
-                f"no live AtomicKafka node for {'; '.join(offline)}: start one "
+                f"no live AtomicKafka node for {'; '.join(offline)}{waited_for}: start one "
                 "(atomickafka node/cluster), or send with allow_offline / --allow-offline"
             )
+        if late and not self.allow_offline:
+            return _Late("; ".join(late))
+        unsigned = self._cannot_sign(topics, statuses, now)
+        if unsigned is not None:
+            return unsigned
         if len(algorithms) > 1:
             return DestinationError(
                 f"the destinations' nodes run different protocols ({', '.join(sorted(algorithms))})"
@@ -279,13 +340,40 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         algorithm = algorithms.pop() if algorithms else self.algorithm or DEFAULT_ALGORITHM
         return algorithm, min(layers, default=1)
 
-    def _statuses(self) -> dict[str, Status]:
+    def _cannot_sign(
+        self, topics: list[str], statuses: dict[str, Status], now: float
+    ) -> SigningError | None:
+        """A :class:`SigningError` when a destination's live nodes check signatures this
+        client cannot make (no secret, or one they do not accept): every copy would be
+        set aside as unsigned or wrongly signed (§4.14), and the send look like a
+        success."""
+        signs_with = None if self._signer is None else self._signer.key_ids()[0]
+        for topic in dict.fromkeys(topics):
+            for status in statuses.values():
+                keys = status.signing_keys
+                if status.topic != topic or not keys or not status.live(now):
+                    continue
+                if signs_with is None:
+                    return SigningError(
+                        f"the nodes of {topic!r} check signatures (signing is on there): give "
+                        "this client the deployment's secret (secret_file / --secret-file); "
+                        "unsigned, the message would be set aside at every destination"
+                    )
+                if signs_with not in keys:
+                    return SigningError(
+                        f"the nodes of {topic!r} accept none of this client's secret (its "
+                        f"key id {signs_with}, theirs {', '.join(keys)}): sign with the "
+                        "deployment's secret (the first line of its secret file)"
+                    )
+        return None
+
+    def _statuses(self, *, force: bool = False) -> dict[str, Status]:
         if self._watch is None:
             self._watch = StatusWatch(
                 self.bootstrap_servers, self._config, timeout_s=_STATUS_TIMEOUT_S
             )
         now = time.monotonic()
-        if now - self._watched_at >= _REFRESH_S:
+        if force or now - self._watched_at >= _REFRESH_S:
             self._watched_at = now
             self._routes.clear()  # judged again against what was read now
             return self._watch.refresh()
@@ -434,6 +522,22 @@ def _layer(key: str | bytes | None, seq: int, partitions: int) -> int | None:
         return seq % partitions
     data = key.encode() if isinstance(key, str) else key
     return zlib.crc32(data) % partitions
+
+
+class _Late:
+    """A route whose nodes' statuses are only late (Kafka may be failing over): wait."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+#: What a route was judged: its protocol and layers, the error refusing it, or late.
+_Route = tuple[Algorithm, int] | DestinationError | _Late
+
+
+def _newest(statuses: list[Status]) -> float:
+    """When the newest of ``statuses`` was taken."""
+    return max((s.time for s in statuses), default=0.0)
 
 
 def _describe(topic: str, statuses: list[Status], now: float) -> str:

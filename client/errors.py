@@ -27,6 +27,7 @@ __all__ = [
     "MessageError",
     "OfflineDestinationError",
     "QueueFullError",
+    "SigningError",
     "TimedOutError",
 ]
 
@@ -63,3 +64,9 @@ class DestinationError(AtomicKafkaError, ValueError):
 
 class OfflineDestinationError(DestinationError):
     """A destination has no live AtomicKafka node: its other destinations would stall."""
+
+
+class SigningError(DestinationError):
+    """A destination's nodes check signatures (docs/DESIGN.md §4.14) that this client
+    cannot make: it has no secret, or signs with one they do not accept. What it sent
+    would be set aside at every destination, so nothing is sent."""

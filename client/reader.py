@@ -8,10 +8,12 @@
 
 from __future__ import annotations
 
+import logging
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
+from typing import Final
 
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
@@ -19,33 +21,60 @@ from confluent_kafka import Message as KafkaMessage
 
 from atomickafka.client.delivery import Delivery
 from atomickafka.client.errors import ClosedError, MessageError
-from atomickafka.core.reader import delivery_order_key, delivery_writers, read_delivery
+from atomickafka.core.reader import Unaccepted, delivery_of, delivery_order_key, delivery_writers
 from atomickafka.core.wire import Message, is_valid_topic_name
 from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
 from atomickafka.kafka.guarantees import refuse_unsafe
 from atomickafka.kafka.secrets import signer_from
 from atomickafka.kafka.topics import delivery_topic
+from atomickafka.logs import Throttle
 
-__all__ = ["DeliveryReader"]
+__all__ = ["RECENT_KEYS", "WARN_EVERY_S", "DeliveryReader"]
+
+log = logging.getLogger("atomickafka.client")
+
+#: How many of the last deliveries handed out a reader remembers (key and digest), to
+#: tell an exact repeat from a record out of order.
+RECENT_KEYS: Final = 10_000
+#: At most one warning per kind (foreign, forged, out of order) this often (seconds).
+WARN_EVERY_S: Final = 10.0
+_KINDS: Final = {
+    Unaccepted.FOREIGN: "not written by its node or merger",
+    Unaccepted.FORGED: "not validly signed",
+}
 
 
 class DeliveryReader(AbstractContextManager["DeliveryReader"]):
     """Reads ``topic``'s deliveries in order, hiding control records and repeated
-    deliveries (a node that crashed in at-least-once mode may write some again).
+    deliveries (a node that crashed in at-least-once mode may write some again), and
+    never dropping a delivery without saying so.
 
     Deliveries are strictly increasing in ``(timeStamp, layer, messageID)`` at a topic
-    (docs/DESIGN.md §4.4, §8), so a repeat is anything at or below the last one read:
-    the reader remembers one key, not every id. It reads ``read_committed``. With a
-    signing secret (``secret`` or ``secret_file``, §4.14) it drops deliveries that are
-    not validly signed and counts them in :attr:`forged`. Without one it still drops
-    deliveries whose sender is not ``topic``'s node or merger (``writers`` names other
-    writers, e.g. an evaluation baseline's) and counts them in :attr:`foreign`: a record
-    someone else wrote into the topic must not pass for a delivery, nor -- its
-    timestamp ahead of the real ones -- hide them as repeats. Records that hold no
-    delivery of ``topic`` at all (control records of the shared layout, records that
-    are not AtomicKafka's) are skipped and counted in :attr:`skipped`. ``ordered=False``
-    is for writers that order nothing (the evaluation's bare pipe): it drops only ids
-    read before, and hands the rest out in the topic's order.
+    (docs/DESIGN.md §4.4, §8). A record at or below the last key handed out is an
+    *exact repeat* when it is one of the last :data:`RECENT_KEYS` deliveries handed out
+    again (same key, same digest): dropped and counted in :attr:`repeats`. Anything
+    else at or below the last key is *out of order*: never handed out, never moving the
+    reader's position (its last key), counted in :attr:`out_of_order` and logged as a
+    warning (logger ``atomickafka.client``, at most one line per kind every
+    :data:`WARN_EVERY_S` seconds, with the count held back). It reads
+    ``read_committed``.
+
+    Only deliveries that ``topic``'s node or merger can have written are handed out
+    (:func:`~atomickafka.core.reader.delivery_of`): with a signing secret (``secret``
+    or ``secret_file``, §4.14) those validly signed (the others counted in
+    :attr:`forged`); always, those under its node's or merger's id (``writers`` names
+    other writers, e.g. an evaluation baseline's), naming the topic among their
+    destinations, with a timestamp no node's clock can have passed yet at the record's
+    time (the others counted in :attr:`foreign`). Both are logged as warnings too. A
+    record written under the node's id without the secret, with a plausible timestamp,
+    passes for a delivery: only signing rules it out. Records that hold no delivery of
+    ``topic`` at all (control records of the shared layout, records that are not
+    AtomicKafka's) are skipped and counted in :attr:`skipped`. ``ordered=False`` is for
+    writers that order nothing (the evaluation's bare pipe): it drops only ids read
+    before, and hands the rest out in the topic's order.
+
+    A group's reader commits, with its position, the key of the last delivery it
+    handed out, and resumes after it: its committed key is always one it accepted.
 
     ``config`` holds librdkafka settings (``-X``); one that would show uncommitted
     records is refused (:class:`~atomickafka.client.ConfigError`). Use it as a context
@@ -75,8 +104,14 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
         self.skipped = 0
         self._writers = delivery_writers(topic) if writers is None else frozenset(writers)
         self.repeats = 0
+        #: Records at or below the last key handed out that repeat none of the recent ones.
+        self.out_of_order = 0
         self._signer = signer_from(secret, secret_file)
         self._last: tuple[int, int, str] | None = None
+        self._last_offset: int | None = None  # of the record that set ``_last``
+        #: The last deliveries handed out: key -> digest, oldest first.
+        self._recent: OrderedDict[tuple[int, int, str], str | None] = OrderedDict()
+        self._warnings = Throttle(WARN_EVERY_S)
         #: ``ordered=False`` (writers that promise no order, e.g. the evaluation's bare
         #: pipe): a repeat is an id read before; the ids are kept (memory grows with them).
         self._seen: set[str] | None = None if ordered else set()
@@ -160,20 +195,20 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
             return
 
     def _take(self, record: KafkaMessage) -> Message | None:
-        """The delivery ``record`` holds, unless it is none, forged or a repeat."""
-        message = read_delivery(record, at=self.topic)
-        if message is None:
+        """The delivery ``record`` holds, unless it is none, foreign, forged, a repeat
+        or out of order (each counted; all but none and repeats logged)."""
+        found = delivery_of(record, self.topic, writers=self._writers, signer=self._signer)
+        if found is Unaccepted.SKIPPED:
             self.skipped += 1
             return None
-        if message.senderID not in self._writers:
-            self.foreign += 1
+        if isinstance(found, Unaccepted):
+            if found is Unaccepted.FORGED:
+                self.forged += 1
+            else:
+                self.foreign += 1
+            self._warn(found.value, record, _KINDS[found])
             return None
-        signer = self._signer
-        if signer is not None and signer.problem(
-            record.topic() or self.topic, record.key(), record.value(), record.headers()
-        ):
-            self.forged += 1
-            return None
+        message = found
         seen = self._seen
         if seen is not None:
             if message.messageID in seen:
@@ -182,11 +217,42 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
             seen.add(message.messageID)
             return message
         key = delivery_order_key(message)
-        if self._last is not None and key <= self._last:
-            self.repeats += 1
+        last = self._last
+        if last is not None and key <= last:
+            if key in self._recent and self._recent[key] == message.digest:
+                self.repeats += 1  # written again (at-least-once, after a crash)
+                return None
+            self.out_of_order += 1
+            self._warn(
+                "out of order",
+                record,
+                f"at or below the last delivery handed out ({list(last)}, offset "
+                f"{self._last_offset}) and no repeat of one of the last {len(self._recent)}: "
+                f"{list(key)} not handed out; a record another writer put into the topic, "
+                "it or the one before (sign records to tell), or a repeat older than that",
+            )
             return None
-        self._last = key
+        self._last, self._last_offset = key, record.offset()
+        recent = self._recent
+        recent[key] = message.digest
+        if len(recent) > RECENT_KEYS:
+            recent.popitem(last=False)
         return message
+
+    def _warn(self, kind: str, record: KafkaMessage, what: str) -> None:
+        """Log that ``record`` was not handed out (throttled per kind)."""
+        held = self._warnings.admit(kind)
+        if held is None:
+            return
+        also = f" ({held} more such records since the last warning)" if held else ""
+        log.warning(
+            "%s offset %s: a delivery %s, skipped%s",
+            delivery_topic(self.topic),
+            record.offset(),
+            what,
+            also,
+            extra={"fields": {"topic": self.topic, "offset": record.offset(), "kind": kind}},
+        )
 
     def __iter__(self) -> Iterator[Delivery]:
         return self.deliveries()

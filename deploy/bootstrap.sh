@@ -56,6 +56,11 @@ fi
 
 lib=$(.venv/bin/atomickafka broker fetch | tail -n1)
 say "Kafka jars ready in $lib"
+if tools=$(.venv/bin/atomickafka broker fetch --tools | head -n1); then
+  say "Kafka's command-line tools ready in $tools (atomickafka broker tool NAME)"
+else
+  say "warning: could not fetch Kafka's command-line tools; atomickafka broker tool cannot run"
+fi
 case " $* " in
   *" eval "*)
     if spark_lib=$(.venv/bin/atomickafka broker fetch --spark | tail -n1); then

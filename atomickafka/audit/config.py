@@ -40,9 +40,17 @@ class AuditConfig:
     poll_timeout_s: float = 0.2
     batch_size: int = 5000
     log_level: str = "info"
+    #: The deployment's signing secrets (docs/DESIGN.md §4.14): only validly signed
+    #: deliveries are audited, the others counted as forged. ``None``: no signing.
+    secret_file: str | None = None
+    #: The sender ids whose deliveries are audited; ``None``: each topic's node and
+    #: merger (the evaluation's baselines name theirs).
+    writers: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "topics", tuple(dict.fromkeys(self.topics)))
+        if self.writers is not None:
+            object.__setattr__(self, "writers", tuple(self.writers))
         object.__setattr__(self, "overrides", dict(self.overrides))
         if not self.topics:
             raise ConfigError("the audit needs at least one topic (--topics)")
@@ -60,6 +68,8 @@ class AuditConfig:
         bound_s: float = DEFAULT_BOUND_S,
         overrides: Mapping[str, str] | None = None,
         name: str = "private",
+        secret_file: str | None = None,
+        writers: Iterable[str] | None = None,
     ) -> AuditConfig:
         """An audit of its own: a fresh consumer group (``atomickafka-audit-<name>-...``),
         and no audit topic (violations go to its log and its caller only)."""
@@ -70,6 +80,8 @@ class AuditConfig:
             group=f"atomickafka-audit-{name}-{uuid.uuid4().hex[:12]}",
             audit_topic=None,
             overrides=dict(overrides or {}),
+            secret_file=secret_file,
+            writers=None if writers is None else tuple(writers),
         )
 
     @property
@@ -82,6 +94,7 @@ class AuditConfig:
         data = asdict(self)
         data["topics"] = list(self.topics)
         data["overrides"] = dict(self.overrides)
+        data["writers"] = None if self.writers is None else list(self.writers)
         return data
 
     @classmethod

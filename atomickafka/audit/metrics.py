@@ -25,6 +25,10 @@ class AuditTotals:
     repeats: Tally[str] = field(default_factory=Tally)
     late: Tally[str] = field(default_factory=Tally)
     skipped: Tally[str] = field(default_factory=Tally)
+    #: Deliveries not written by the topic's node or merger, and (signing on) deliveries
+    #: not validly signed: not audited (core/reader's rule).
+    foreign: Tally[str] = field(default_factory=Tally)
+    forged: Tally[str] = field(default_factory=Tally)
     violations: Tally[tuple[str, str]] = field(default_factory=Tally)  # (kind, topic)
 
     def add(self, other: AuditTotals) -> None:
@@ -33,6 +37,8 @@ class AuditTotals:
         self.repeats.update(other.repeats)
         self.late.update(other.late)
         self.skipped.update(other.skipped)
+        self.foreign.update(other.foreign)
+        self.forged.update(other.forged)
         self.violations.update(other.violations)
 
     def count(self, violation: Violation) -> None:
@@ -58,6 +64,8 @@ class AuditTotals:
             "repeats": dict(self.repeats),
             "late": dict(self.late),
             "skipped": dict(self.skipped),
+            "foreign": dict(self.foreign),
+            "forged": dict(self.forged),
             "violations": self.by_kind(),
         }
 
@@ -101,6 +109,18 @@ class AuditMetrics:
             ["topic"],
             registry=r,
         )
+        self.foreign = Counter(
+            "atomickafka_audit_foreign",
+            "Deliveries of an audited topic its node or merger cannot have written, not audited",
+            ["topic"],
+            registry=r,
+        )
+        self.forged = Counter(
+            "atomickafka_audit_forged",
+            "Deliveries not validly signed (with --secret-file), not audited",
+            ["topic"],
+            registry=r,
+        )
         self.lag = Gauge(
             "atomickafka_audit_lag_seconds",
             "Age of the last record read, while the topic has more to read (else 0)",
@@ -126,8 +146,13 @@ class AuditMetrics:
             self.repeats.labels(topic).inc(n)
         for topic, n in batch.late.items():
             self.late.labels(topic).inc(n)
-        for topic, n in batch.skipped.items():
-            self.skipped.labels(topic).inc(n)
+        for tally, metric in (
+            (batch.skipped, self.skipped),
+            (batch.foreign, self.foreign),
+            (batch.forged, self.forged),
+        ):
+            for topic, n in tally.items():
+                metric.labels(topic).inc(n)
         for (kind, topic), n in batch.violations.items():
             self.violations.labels(kind, topic).inc(n)
             if kind == "missing":
@@ -136,7 +161,10 @@ class AuditMetrics:
     def prepare(self, topics: tuple[str, ...]) -> None:
         """Show every topic's series from the start (at 0)."""
         for topic in topics:
-            for metric in (self.checked, self.repeats, self.late, self.skipped, self.missing):
+            for metric in (
+                self.checked, self.repeats, self.late, self.skipped, self.foreign, self.forged,
+                self.missing,
+            ):  # fmt: skip
                 metric.labels(topic)
             self.lag.labels(topic).set(0)
 

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from atomickafka.core.reader import KafkaRecord, delivery_order_key, read_delivery
+from atomickafka.core.reader import KafkaRecord, Unaccepted, delivery_of, delivery_order_key
+from atomickafka.core.signing import Signer
 
-__all__ = ["AuditedDelivery", "Key", "Kind", "Violation", "audited_delivery"]
+__all__ = ["AuditedDelivery", "Key", "Kind", "Violation", "audit_verdict", "audited_delivery"]
 
 #: A delivery's place in the final order: ``(timeStamp, layer, messageID)``.
 Key = tuple[int, int, str]
@@ -60,13 +61,24 @@ class AuditedDelivery:
         return (self.timestamp, self.layer, self.message_id)
 
 
-def audited_delivery(record: KafkaRecord) -> AuditedDelivery | None:
+def audited_delivery(record: KafkaRecord, signer: Signer | None = None) -> AuditedDelivery | None:
     """The delivery ``record`` holds, as the audit keeps it; ``None`` when it holds no
-    delivery written by its own topic's node or merger (core/reader's rule)."""
+    delivery its own topic's node or merger wrote (:func:`audit_verdict` says why)."""
+    found = audit_verdict(record, signer)
+    return None if isinstance(found, Unaccepted) else found
+
+
+def audit_verdict(
+    record: KafkaRecord, signer: Signer | None = None, writers: frozenset[str] | None = None
+) -> AuditedDelivery | Unaccepted:
+    """The delivery ``record`` holds, as the audit keeps it; else why it holds none its
+    own topic's node or merger (or one of ``writers``) wrote (core/reader's rule,
+    :func:`~atomickafka.core.reader.delivery_of`: with ``signer``, only validly signed
+    deliveries count)."""
     topic = record.topic() or ""
-    message = read_delivery(record, at=topic)
-    if message is None:
-        return None
+    message = delivery_of(record, topic, writers=writers, signer=signer, addressed=False)
+    if isinstance(message, Unaccepted):
+        return message
     timestamp, layer, message_id = delivery_order_key(message)
     _, time_ms = record.timestamp()
     return AuditedDelivery(

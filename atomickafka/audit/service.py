@@ -34,10 +34,12 @@ from atomickafka.audit.clock import EventClock
 from atomickafka.audit.config import AuditConfig
 from atomickafka.audit.metrics import AuditMetrics, AuditTotals
 from atomickafka.audit.position import decode_metadata, encode_metadata, replay_from_ms
-from atomickafka.audit.records import Violation, audited_delivery
+from atomickafka.audit.records import Violation, audit_verdict
 from atomickafka.audit.rules import BUCKET_MS, AuditRules
 from atomickafka.audit.sink import ViolationSink
+from atomickafka.core.reader import Unaccepted
 from atomickafka.kafka.consumer import consume_batch, make_consumer, retry_transient, watermarks
+from atomickafka.kafka.secrets import load_signer
 
 __all__ = ["AuditReport", "LiveAudit", "audit_once", "run_audit"]
 
@@ -91,6 +93,8 @@ class LiveAudit:
         keep_violations: int | None = None,
     ) -> None:
         self.config = config
+        self._signer = load_signer(config.secret_file)
+        self._writers = None if config.writers is None else frozenset(config.writers)
         self.rules = AuditRules(config.topics, config.bound_s)
         self.clock = EventClock()  # its partitions are known once started
         self.metrics = metrics if metrics is not None else AuditMetrics()
@@ -145,6 +149,10 @@ class LiveAudit:
                     break
         finally:
             self.close()
+            log.info(
+                "audit stopped: %s", self.report.summary(),
+                extra={"fields": {"totals": self.report.totals.to_json()}},
+            )  # fmt: skip
         return 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -344,10 +352,15 @@ class LiveAudit:
         replaying = offset < self._replay_end.get(where, -1)
         time_ms = record.timestamp()[1]
         self.clock.record(where, time_ms)
-        delivery = audited_delivery(record)
-        if delivery is None:
+        delivery = audit_verdict(record, self._signer, self._writers)
+        if isinstance(delivery, Unaccepted):
             if not replaying:
-                batch.skipped[topic] += 1
+                tally = {
+                    Unaccepted.SKIPPED: batch.skipped,
+                    Unaccepted.FOREIGN: batch.foreign,
+                    Unaccepted.FORGED: batch.forged,
+                }[delivery]
+                tally[topic] += 1
             return
         seen = self.rules.observe(delivery, replay=replaying)
         if replaying:

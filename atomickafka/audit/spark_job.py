@@ -73,6 +73,11 @@ except ImportError:  # this file alone under spark-submit, with --py-files .../s
 #: The wire format as this job reads it (``atomickafka.core.wire``).
 DELIVERY_TYPES: Final = ("DeliveryMessage", "PartitionDeliveryMessage")
 FORMAT_VERSION: Final = 2
+#: How far a delivery's timestamp may be ahead of its record's time (µs), and the ids
+#: that write a topic's deliveries (``atomickafka.core.reader``: ``DELIVERY_LEAD_US``,
+#: ``delivery_writers``): a record another writer put into the topic is no delivery.
+DELIVERY_LEAD_US: Final = 3_660_000_000
+WRITER_PREFIXES: Final = ("node-", "merger-")
 #: Where violations go by default (``atomickafka.audit.config.AUDIT_TOPIC``).
 AUDIT_TOPIC: Final = "atomickafka-audit"
 DEFAULT_BOUND_S: Final = 10.0
@@ -110,6 +115,7 @@ RECORD_SCHEMA: Final = T.StructType(
     [
         T.StructField("messageID", T.StringType()),
         T.StructField("messageType", T.StringType()),
+        T.StructField("senderID", T.StringType()),
         T.StructField("sentFromTopic", T.StringType()),
         T.StructField("topic", T.ArrayType(T.StringType())),
         T.StructField("timeStamp", T.LongType()),
@@ -164,6 +170,11 @@ def parse_deliveries(raw: DataFrame) -> DataFrame:
         & (F.size(r["topic"]) > 0)
         & F.coalesce(F.col("has_value"), F.lit(False))
         & (r["sentFromTopic"] == F.col("topic"))
+        & r["senderID"].isin(*(F.concat(F.lit(p), F.col("topic")) for p in WRITER_PREFIXES))
+        & (
+            (F.col("time_ms") <= 0)
+            | (r["timeStamp"] <= F.col("time_ms") * 1000 + F.lit(DELIVERY_LEAD_US))
+        )
         & (F.coalesce(r["formatVersion"], F.lit(1)) <= FORMAT_VERSION)
     )
     return parsed.select(

@@ -16,7 +16,14 @@ from typing import Any
 
 from atomickafka.audit.config import AUDIT_GROUP, AUDIT_TOPIC, AuditConfig
 from atomickafka.audit.rules import DEFAULT_BOUND_S
-from atomickafka.cli.options import add_log_level, add_overrides, fail, guarded
+from atomickafka.cli.options import (
+    add_log_level,
+    add_overrides,
+    add_secret_file,
+    fail,
+    guarded,
+    reach,
+)
 from atomickafka.logs import configure_logging
 
 __all__ = ["SPARK_JOB_MODULE", "register", "spark_job_path"]
@@ -72,6 +79,7 @@ def register(subparsers: Any) -> None:
         "--print-job", action="store_true", help="print the Spark job's file and exit"
     )
     add_overrides(parser)
+    add_secret_file(parser)
     add_log_level(parser)
     parser.set_defaults(func=guarded("audit", _run))
 
@@ -97,8 +105,17 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if not args.bootstrap_server or not args.topics:
         return fail("audit", "--bootstrap-server and --topics are required")
-    configure_logging(args.log_level)
     topics = _topics(args.topics)
+    if args.spark and args.secret_file is not None:
+        return fail(
+            "audit",
+            "--secret-file is not supported with --spark: the Spark job does not check "
+            "signatures; run the in-process audit (without --spark) on a signed deployment",
+        )
+    if args.spark and (args.out is None or args.checkpoint is None):
+        return fail("audit", "--spark needs --out DIR and --checkpoint DIR")
+    reach(args)  # a wrong --bootstrap-server: one line, within seconds, as every command
+    configure_logging(args.log_level)
     if args.spark:
         return _run_spark(args, topics)
     from atomickafka.audit.service import LiveAudit  # noqa: PLC0415
@@ -113,6 +130,7 @@ def _run(args: argparse.Namespace) -> int:
         metrics_host=args.metrics_host,
         overrides=args.overrides,
         log_level=args.log_level,
+        secret_file=None if args.secret_file is None else str(args.secret_file),
     )
     audit = LiveAudit(config)
     audit.install_signal_handlers()
@@ -120,8 +138,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _run_spark(args: argparse.Namespace, topics: tuple[str, ...]) -> int:
-    if args.out is None or args.checkpoint is None:
-        return fail("audit", "--spark needs --out DIR and --checkpoint DIR")
     from atomickafka.audit import spark_job  # noqa: PLC0415 (the eval extra)
     from atomickafka.evaluation.spark import session  # noqa: PLC0415
 

@@ -3,14 +3,17 @@
     atomickafka broker start [--brokers 1|3] [--data-dir DIR] [--port BASEPORT] [--sasl [--acls]]
     atomickafka broker stop [--data-dir DIR] [--purge]
     atomickafka broker status [--data-dir DIR]
-    atomickafka broker fetch [--spark [VERSION]]
+    atomickafka broker fetch [--spark [VERSION]] [--tools]
+    atomickafka broker tool NAME [ARGS...]
 
 ``start`` prints the bootstrap servers as the last line of stdout, so
 ``export KAFKA_BOOTSTRAP_SERVERS=$(atomickafka broker start | tail -n1)`` works; progress
 goes to stderr. With ``--sasl`` clients must log in (SASL PLAIN over SASL_PLAINTEXT, users
 ``admin``, ``alice``, ``node``, ``ops``; ``--acls`` adds an authorizer, ``admin`` the only
 super user): the data dir then holds ``client.properties`` and ``atomickafka.toml`` with
-alice's settings (``atomickafka send --config DIR/atomickafka.toml``).
+alice's settings (``atomickafka send --config DIR/atomickafka.toml``). ``tool`` runs one of
+Kafka's command-line tools (``kafka-console-consumer`` ...) from the same Maven jars, for
+any Kafka, so the commands ``doctor`` suggests need no Kafka download.
 Errors print one message and exit with status 2.
 """
 
@@ -26,6 +29,8 @@ from typing import Any
 from atomickafka import localkafka
 from atomickafka.localkafka import BrokerError, fetch_kafka, fetch_spark_kafka, log_stderr
 from atomickafka.localkafka.configs import CLIENT_PROPERTIES, CLIENT_TOML
+from atomickafka.localkafka.jars import fetch_kafka_tools
+from atomickafka.localkafka.tools import TOOLS, run_tool
 
 EXIT_ERROR = 2
 
@@ -87,6 +92,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _fetch(args: argparse.Namespace) -> int:
+    if args.tools:
+        print(fetch_kafka_tools())
     lib = fetch_kafka()
     print(lib)
     if args.spark is not None:
@@ -102,6 +109,10 @@ def _fetch(args: argparse.Namespace) -> int:
                 ) from None
         print(fetch_spark_kafka(version))
     return 0
+
+
+def _tool(args: argparse.Namespace) -> int:
+    return run_tool(args.name, args.tool_args)
 
 
 def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -173,4 +184,17 @@ def register(subparsers: Any) -> None:
         metavar="VERSION",
         help="also fetch spark-sql-kafka-0-10_2.13 (default: installed pyspark version)",
     )
+    fetch.add_argument(
+        "--tools", action="store_true", help="also fetch Kafka's command-line tools (broker tool)"
+    )
     fetch.set_defaults(func=_guarded(_fetch))
+
+    tool = actions.add_parser(
+        "tool",
+        help="run one of Kafka's command-line tools (kafka-console-consumer, ...) from its jars",
+        description="Run Kafka's tool NAME with ARGS, as its script NAME.sh would, from "
+        "jars fetched with Maven (once): no Kafka download. The tools: " + ", ".join(sorted(TOOLS)),
+    )
+    tool.add_argument("name", metavar="NAME", help="the tool, e.g. kafka-console-consumer")
+    tool.add_argument("tool_args", nargs=argparse.REMAINDER, metavar="ARGS", help="its options")
+    tool.set_defaults(func=_guarded(_tool))

@@ -252,6 +252,7 @@ def _run_cluster(args: argparse.Namespace) -> int:
             metrics_port=args.audit_metrics_port,
             overrides=node.overrides,
             log_level=node.log_level,
+            secret_file=node.secret_file,
         )
     supervisor = Supervisor(ClusterConfig(topics, node, audit=audit, standby=args.standby))
     reach(args)

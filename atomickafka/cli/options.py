@@ -21,11 +21,14 @@ and a non-zero exit status; secrets never show in it.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Final
 
+import orjson
 from confluent_kafka import KafkaException
 
 from atomickafka.config import KafkaPairAction
@@ -33,7 +36,7 @@ from atomickafka.core.wire import MessageError, parse_destinations
 from atomickafka.errors import KafkaUnreachableError
 from atomickafka.kafka.reach import is_unreachable, probe
 from atomickafka.localkafka import BrokerError
-from atomickafka.logs import redacted
+from atomickafka.logs import logs_json, redacted
 
 __all__ = [
     "EXIT_FAILURE",
@@ -58,6 +61,8 @@ EXIT_USAGE: Final = 2
 #: Exit status when the command could not do its work (Kafka unreachable, unhealthy).
 EXIT_FAILURE: Final = 1
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+#: The long-running commands whose stderr is a JSON log (once they configured it).
+_JSON_LOGGING: Final = frozenset({"node", "cluster"})
 
 
 def add_bootstrap(parser: argparse.ArgumentParser, *, local_fallback: bool = False) -> None:
@@ -192,9 +197,22 @@ def reach(args: argparse.Namespace, topics: Iterable[str] = ()) -> Any:
 
 def fail(command: str, reason: object, status: int = EXIT_USAGE) -> int:
     """Print ``atomickafka COMMAND: reason`` on stderr (one line, secrets hidden);
-    return ``status``."""
+    return ``status``. A command that logs JSON lines (``node``, ``cluster``: their
+    stderr is a JSON log) prints it as one more: ``level`` ``error``, the line as
+    ``msg``, ``exitStatus``."""
     text = " ".join(redacted(str(reason)).split("\n"))
-    print(f"atomickafka{' ' + command if command else ''}: {text}", file=sys.stderr)
+    line = f"atomickafka{' ' + command if command else ''}: {text}"
+    if command in _JSON_LOGGING and logs_json():
+        entry = {
+            "ts": round(time.time(), 3),
+            "level": "error",
+            "logger": f"atomickafka.{command.split(maxsplit=1)[0] if command else 'cli'}",
+            "pid": os.getpid(),
+            "msg": line,
+            "exitStatus": status,
+        }
+        line = orjson.dumps(entry).decode()
+    print(line, file=sys.stderr)
     return status
 
 

@@ -3,8 +3,12 @@ and the messages that hold a queue's head with what they wait for.
 
 It serves as a health check: the exit status is 0 when every node and merger shown is
 live and none has held its queue head longer than ``--stuck-after``, 1 when one is
-stale or stuck (or none has published), 2 for bad usage. Nodes that stopped cleanly
-are forgotten (``--all`` shows them).
+stale, stuck, stopped or missing (or none has published), 2 for bad usage. Without
+``--topics``, nodes that stopped cleanly are forgotten (a retired topic); ``--all``
+shows them, and then a stopped one fails the check, as ``doctor`` fails it. With
+``--topics`` every node of each topic named is expected: one that stopped is shown and
+fails the check, and a topic none of whose nodes ever published is listed as
+``missing`` (so is a layer or merger of a partitioned topic that never published).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from atomickafka.cli.options import (
     reach,
 )
 from atomickafka.kafka.status import Role, Status, read_statuses
-from atomickafka.kafka.topics import dead_letter_topic
+from atomickafka.kafka.topics import dead_letter_topic, merger_key, node_key
 
 __all__ = ["register", "status_entry"]
 
@@ -77,8 +81,11 @@ def _state(status: Status, now: float, stuck_after_s: float) -> str:
     return "replaying" if status.replaying else "live"
 
 
-#: States that make the exit status 1.
-_UNHEALTHY = frozenset({"stale", "stuck"})
+#: States that make the exit status 1 (``stopped`` only where the node is expected:
+#: named by ``--topics``, or shown by ``--all``).
+_UNHEALTHY = frozenset({"stale", "stuck", "stopped", "missing"})
+#: The health of an expected node that never published a status.
+MISSING = "missing"
 
 
 def _held_head(status: Status, stuck_after_s: float) -> str | None:
@@ -95,16 +102,36 @@ def _held_head(status: Status, stuck_after_s: float) -> str | None:
     return f"{head.message_id} holds the head for {head_age:.0f}s, waiting for {what}"
 
 
+def _wanted(args: argparse.Namespace) -> tuple[str, ...]:
+    """The topics of ``--topics``, in order (empty: every one that published)."""
+    return tuple(dict.fromkeys(t.strip() for t in (args.topics or "").split(",") if t.strip()))
+
+
 def _chosen(args: argparse.Namespace, statuses: dict[str, Status]) -> dict[str, Status] | str:
     """The statuses ``args`` asks for (``--topics``), or why there are none."""
     if not statuses:
         return "no node has published a status yet"
-    if args.topics:
-        wanted = {t.strip() for t in args.topics.split(",") if t.strip()}
+    wanted = _wanted(args)
+    if wanted:
         statuses = {k: s for k, s in statuses.items() if s.topic in wanted}
         if not statuses:
             return f"no node of {args.topics} has published"
     return statuses
+
+
+def missing_keys(topics: tuple[str, ...], statuses: dict[str, Status]) -> list[tuple[str, str]]:
+    """``(key, topic)`` of every node and merger of ``topics`` that never published: a
+    topic without any status, and the layers and merger of a partitioned topic that its
+    published statuses name but that did not publish themselves."""
+    out: list[tuple[str, str]] = []
+    for topic in topics:
+        mine = [s for s in statuses.values() if s.topic == topic]
+        layers = max((s.partitions for s in mine), default=1)
+        keys = [node_key(topic)]
+        if layers > 1:
+            keys = [node_key(topic, p) for p in range(layers)] + [merger_key(topic)]
+        out += [(key, topic) for key in keys if key not in statuses]
+    return out
 
 
 def _print_table(statuses: dict[str, Status], states: dict[str, str], args: argparse.Namespace,
@@ -146,17 +173,25 @@ def _run(args: argparse.Namespace) -> int:
     statuses = chosen
     now = time.time()
     states = {key: _state(s, now, args.stuck_after) for key, s in statuses.items()}
-    if not args.all:
+    missing = missing_keys(_wanted(args), statuses)
+    if not args.all and not args.topics:  # retired topics' nodes stopped for good
         statuses = {k: s for k, s in statuses.items() if states[k] != "stopped"}
         if not statuses:
             return fail("status", "every node has stopped (--all shows them)", EXIT_FAILURE)
-    unhealthy = sorted(k for k in statuses if states[k] in _UNHEALTHY)
+    states.update((key, MISSING) for key, _ in missing)
+    shown = sorted([*statuses, *(key for key, _ in missing)])
+    unhealthy = [k for k in shown if states[k] in _UNHEALTHY]
     code = EXIT_FAILURE if unhealthy else 0
     if args.json:
+        for key, topic in missing:
+            print(orjson.dumps({"key": key, "topic": topic, "health": MISSING}).decode())
         for key in sorted(statuses):
             print(orjson.dumps(status_entry(statuses[key], now, states[key])).decode())
         return code
     stuck = _print_table(statuses, states, args, now)
+    for key, _ in missing:
+        print(f"{key:<28} {'-':<9} {'-':>8} {'-':>9} {'-':>9} {'-':>9} {'-':>5} {'-':>10}  "
+              "never (missing: no status published)")  # fmt: skip
     if stuck:
         print("\nwaiting:")
         for line in stuck:

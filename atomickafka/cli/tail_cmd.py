@@ -1,4 +1,9 @@
-"""``atomickafka tail``: print a topic's deliveries in order, control records hidden."""
+"""``atomickafka tail``: print a topic's deliveries in order, control records hidden.
+
+A record it does not print (not written by the topic's node or merger, wrongly signed,
+out of order) is said on stderr as it is read (a warning line, at most one per kind
+every ten seconds with the count of those held back) and counted in a last line when
+it exits."""
 
 from __future__ import annotations
 
@@ -92,7 +97,13 @@ def _run(args: argparse.Namespace) -> int:
             else:
                 out.write(f"{delivery.timeStamp}\t{delivery.messageID}\t{text_value(delivery)}\n")
             out.flush()
-    skipped = {"wrongly signed": reader.forged, "not written by its node or merger": reader.foreign}
+    skipped = {
+        "wrongly signed": reader.forged,
+        "not written by its node or merger": reader.foreign,
+        "out of order (at or below the last delivery shown, and no repeat of it)": (
+            reader.out_of_order
+        ),
+    }
     for what, count in skipped.items():
         if count:
             sys.stderr.write(f"atomickafka tail: skipped {count} records {what}\n")

@@ -19,8 +19,9 @@ import orjson
 from atomickafka.cli.doctor_cmd import add_retention_rule, with_retention_rule
 from atomickafka.cli.options import add_bootstrap, add_overrides, guarded, reach
 from atomickafka.doctor import Deployment, exit_status, render_json, render_text
-from atomickafka.doctor.deployment import KafkaTopic
+from atomickafka.doctor.deployment import KafkaTopic, aligned_min_insync
 from atomickafka.doctor.facts import TopicFacts
+from atomickafka.doctor.findings import Finding, Severity
 from atomickafka.doctor.gather import gather_snapshots, gather_topics
 from atomickafka.doctor.topic_checks import check_topics
 from atomickafka.errors import ConfigError
@@ -103,27 +104,88 @@ def _create(args: argparse.Namespace) -> int:
         if value is not None and value < 1:
             raise ConfigError(f"--{name} must be at least 1")
     metadata = reach(args)
-    specs = deployment.specs()
-    if args.min_insync_replicas is not None:
-        extra = {"min.insync.replicas": str(args.min_insync_replicas)}
-        specs = {n: TopicSpec(s.partitions, {**s.configs, **extra}) for n, s in specs.items()}
+    before = gather_topics(args.bootstrap_server, args.overrides, deployment.specs())
+    specs = _aligned(deployment.specs(), before, args.min_insync_replicas)
     admin = admin_client(args.bootstrap_server, args.overrides)
     created = set(ensure_topics(admin, specs, replication_factor=args.replication_factor))
-    for name in specs:
-        print(f"{name}: {'created' if name in created else 'exists, settings aligned'}")
-    return _report(args, deployment, len(metadata.brokers), title="after create")
+    after = gather_topics(args.bootstrap_server, args.overrides, deployment.kafka_topics())
+    findings = _findings(args, deployment, after, len(metadata.brokers))
+    for name, spec in specs.items():
+        print(f"{name}: {_outcome(name, spec, before[name], after.get(name), created, findings)}")
+    return _report(args, deployment, findings, title="after create")
+
+
+def _aligned(
+    specs: dict[str, TopicSpec], before: dict[str, TopicFacts], min_insync: int | None
+) -> dict[str, TopicSpec]:
+    """The specs to create or align: ``--min-insync-replicas`` everywhere when given;
+    else, on a topic that exists, the ``min.insync.replicas`` doctor would not fail
+    (:func:`~atomickafka.doctor.deployment.aligned_min_insync`)."""
+    out = {}
+    for name, spec in specs.items():
+        configs = dict(spec.configs)
+        fact = before[name]
+        if min_insync is not None:
+            configs["min.insync.replicas"] = str(min_insync)
+        elif fact.exists:
+            wanted = aligned_min_insync(
+                fact.replication_factor, fact.configs.get("min.insync.replicas")
+            )
+            if wanted is not None:
+                configs["min.insync.replicas"] = wanted
+        out[name] = TopicSpec(spec.partitions, configs)
+    return out
+
+
+def _outcome(
+    name: str,
+    spec: TopicSpec,
+    before: TopicFacts,
+    after: TopicFacts | None,
+    created: set[str],
+    findings: list[Finding],
+) -> str:
+    """What ``topics create`` did to ``name`` and whether it is safe now: created; or
+    the settings it changed (``key old -> new``); and what it could not fix."""
+    if name in created:
+        done = "created"
+    else:
+        now = after.configs if after is not None else {}
+        changed = [
+            f"{key} {before.configs.get(key, '(unset)')} -> {now.get(key, value)}"
+            for key, value in spec.configs.items()
+            if before.configs.get(key) != now.get(key, value)
+        ]
+        done = "exists, settings " + (
+            f"aligned ({', '.join(changed)})" if changed else "already aligned"
+        )
+    left = sorted({f.code for f in findings if f.subject == name and f.severity is Severity.FAIL})
+    if left:
+        return f"{done}; still unsafe: {', '.join(left)} (see below)"
+    return done
 
 
 def _check(args: argparse.Namespace) -> int:
     deployment = _deployment(args)
     metadata = reach(args)
-    return _report(args, deployment, len(metadata.brokers), title="check")
-
-
-def _report(args: argparse.Namespace, deployment: Deployment, brokers: int, title: str) -> int:
     facts = gather_topics(args.bootstrap_server, args.overrides, deployment.kafka_topics())
+    findings = _findings(args, deployment, facts, len(metadata.brokers))
+    return _report(args, deployment, findings, title="check")
+
+
+def _findings(
+    args: argparse.Namespace,
+    deployment: Deployment,
+    facts: dict[str, TopicFacts],
+    brokers: int,
+) -> list[Finding]:
     snapshots = gather_snapshots(args.bootstrap_server, args.overrides, deployment, facts)
-    findings = check_topics(deployment, facts, brokers, args.bootstrap_server, snapshots)
+    return check_topics(deployment, facts, brokers, args.bootstrap_server, snapshots)
+
+
+def _report(
+    args: argparse.Namespace, deployment: Deployment, findings: list[Finding], title: str
+) -> int:
     if getattr(args, "json", False):
         data = render_json(findings, bootstrap=args.bootstrap_server, topics=deployment.topics)
         print(orjson.dumps(data).decode())
@@ -151,14 +213,21 @@ def describe_row(name: str, topic: KafkaTopic, fact: TopicFacts) -> dict[str, An
         "cleanupPolicy": configs.get("cleanup.policy"),
         "maxMessageBytes": configs.get("max.message.bytes"),
         "records": fact.records,
+        "offsets": fact.offsets,
     }
+
+
+def _records(row: dict[str, Any]) -> str:
+    """The RECORDS column: the count, or ``<=N`` (the offsets, an upper bound) when
+    the topic was too large to count."""
+    return str(row["records"]) if row["records"] is not None else f"<={row['offsets']}"
 
 
 def _describe(args: argparse.Namespace) -> int:
     deployment = _deployment(args)
     reach(args)
     known = deployment.kafka_topics()
-    facts = gather_topics(args.bootstrap_server, args.overrides, known)
+    facts = gather_topics(args.bootstrap_server, args.overrides, known, count=known)
     rows = [describe_row(name, topic, facts[name]) for name, topic in known.items()]
     if args.json:
         for row in rows:
@@ -177,6 +246,6 @@ def _describe(args: argparse.Namespace) -> int:
             f"{row['replicationFactor']:>3} {row['minInsyncReplicas'] or '-':>7} "
             f"{row['inSync']:>4} {row['retentionMs'] or '-':>13} "
             f"{row['timestampType'] or '-':<14} {row['cleanupPolicy'] or '-':<8} "
-            f"{row['records']:>8}"
+            f"{_records(row):>8}"
         )
     return 0

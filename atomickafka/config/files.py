@@ -15,7 +15,10 @@ The TOML file (an example: ``deploy/atomickafka.example.toml``)::
     [producer]                    # only producers; [consumer] and [admin] likewise
     linger.ms = 5
 
-    [cluster]                     # the options of one command, over the top level
+    [node]                        # the options of one command, over the top level;
+    algorithm = "direct"          # [node] applies to cluster's nodes too, under [cluster]
+
+    [cluster]
     topics = ["orders", "payments", "audit"]
 
 Option names are the long flags without dashes (``bootstrap_server`` or
@@ -48,6 +51,11 @@ __all__ = [
 #: The table of librdkafka settings for every client; ``[producer]`` etc. for one role.
 KAFKA_TABLE: Final = "kafka"
 _ROLE_TABLES: Final = frozenset(role.value for role in ClientRole)
+#: Commands that take a table of another command too, under their own: ``cluster`` runs
+#: nodes, so the ``[node]`` table (the protocol, the delivery mode, ...) applies to the
+#: nodes it runs, and ``[cluster]`` over it. A key of the other table that the command
+#: does not have (``[node] topic``) is not its option and is left out.
+INHERITED_TABLES: Final[Mapping[str, tuple[str, ...]]] = {"cluster": ("node",)}
 
 
 def read_secret_file(path: str | Path) -> str:
@@ -91,11 +99,13 @@ class ConfigFile:
 
     def options_for(self, command: str) -> dict[str, tuple[Any, str]]:
         """The options the file sets for ``command`` (``"broker start"``: its ``[broker]``
-        table applies, then ``[broker.start]``), each with where it was written."""
+        table applies, then ``[broker.start]``; ``"cluster"``: ``[node]``, then
+        ``[cluster]``, :data:`INHERITED_TABLES`), each with where it was written."""
         out = {key: (value, str(self.path)) for key, value in self.options.items()}
         words = command.split()
-        for depth in range(1, len(words) + 1):
-            name = ".".join(words[:depth])
+        tables = [*INHERITED_TABLES.get(command, ())]
+        tables += [".".join(words[:depth]) for depth in range(1, len(words) + 1)]
+        for name in tables:
             for key, value in self.commands.get(name, {}).items():
                 out[key] = (value, f"{self.path} [{name}]")
         return out

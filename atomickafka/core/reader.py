@@ -7,7 +7,8 @@ resumes, the bench and the evaluation -- reads records that someone else wrote, 
 must never fail on one: it takes what it understands and skips the rest. This module is
 the one place that knows how to find, in a Kafka record,
 
-- a Delivery (:func:`read_delivery`), the message a delivery topic holds;
+- a Delivery (:func:`read_delivery`), the message a delivery topic holds, and whether
+  the topic's own node or merger can have written it (:func:`delivery_of`);
 - what any record holds, cheaply (:func:`peek`): its type, writer and inner messages
   (a Bundle's header line only; its values are not parsed);
 - a dead letter's reason and origin (:func:`read_dead_letter`).
@@ -25,11 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Final, Protocol
 
 import orjson
 
 from atomickafka.core.raw import H_FROM, H_ID, H_SENDER, H_TS, decode_any, is_raw
+from atomickafka.core.signing import Signer
+from atomickafka.core.timebounds import CLOCK_LEAD_US
 from atomickafka.core.wire import Message, MessageError, MessageType
 
 __all__ = [
@@ -38,6 +42,7 @@ __all__ = [
     "DEAD_LETTER_OFFSET_HEADER",
     "DEAD_LETTER_SOURCE_HEADER",
     "DEAD_LETTER_TRUNCATED_HEADER",
+    "DELIVERY_LEAD_US",
     "TYPE_HEADER",
     "UNDECODABLE",
     "DeadLetter",
@@ -47,7 +52,9 @@ __all__ = [
     "KafkaRecord",
     "Peek",
     "PlainRecord",
+    "Unaccepted",
     "declares_delivery",
+    "delivery_of",
     "delivery_order_key",
     "delivery_writers",
     "header_value",
@@ -208,6 +215,65 @@ def read_delivery(record: KafkaRecord, *, at: str | None = None) -> Message | No
     if message.value is None or (at is not None and message.sentFromTopic != at):
         return None
     return message
+
+
+#: How far a genuine delivery's timestamp can be ahead of its record's Kafka time (µs).
+#: A node applies a timestamp at most :data:`~atomickafka.core.timebounds.CLOCK_LEAD_US`
+#: ahead of its log's time (§4.11), its proposals are Lamport counters above that, and
+#: the delivery is written after the log's records that decided it; an hour more allows
+#: for the skew between the brokers' clock (the log's time) and the clock that stamped
+#: the delivery record (its writer's host, unless the topic is stamped by the broker).
+DELIVERY_LEAD_US: Final = CLOCK_LEAD_US + 3_600_000_000
+
+
+class Unaccepted(StrEnum):
+    """Why a record of a delivery topic is not one of its deliveries (:func:`delivery_of`)."""
+
+    #: It holds no delivery of the topic at all (a control record of the shared layout,
+    #: a record that is not AtomicKafka's).
+    SKIPPED = "skipped"
+    #: A delivery its topic's node or merger cannot have written: another writer's id,
+    #: a destination list without the topic, or a timestamp further ahead of the record's
+    #: time than any node's clock can be (:data:`DELIVERY_LEAD_US`).
+    FOREIGN = "foreign"
+    #: With signing on: not validly signed (§4.14).
+    FORGED = "forged"
+
+
+def delivery_of(
+    record: KafkaRecord,
+    topic: str,
+    *,
+    writers: frozenset[str] | None = None,
+    signer: Signer | None = None,
+    addressed: bool = True,
+) -> Message | Unaccepted:
+    """The delivery of ``topic`` that ``record`` holds, or why it holds none that
+    ``topic``'s node or merger (``writers``: their ids, by default
+    :func:`delivery_writers`) wrote. Without a signer a writer that copies the node's
+    id and a plausible timestamp passes: only signing authenticates (§4.14).
+    ``addressed=False`` keeps a delivery whose destinations do not name ``topic``
+    (the live audit reports it as a violation, §10.1 rule 2)."""
+    message = read_delivery(record, at=topic)
+    if message is None:
+        return Unaccepted.SKIPPED
+    if message.senderID not in (delivery_writers(topic) if writers is None else writers):
+        return Unaccepted.FOREIGN
+    if signer is not None and signer.problem(
+        record.topic() or topic, record.key(), record.value(), record.headers()
+    ):
+        return Unaccepted.FORGED
+    if (addressed and topic not in message.topic) or _ahead_of_its_time(record, message):
+        return Unaccepted.FOREIGN
+    return message
+
+
+def _ahead_of_its_time(record: KafkaRecord, message: Message) -> bool:
+    """True when the delivery's timestamp is further ahead of its record's Kafka time
+    than :data:`DELIVERY_LEAD_US` (a record without a time is not judged)."""
+    _, time_ms = record.timestamp()
+    stamp = message.timeStamp
+    return time_ms > 0 and stamp is not None and stamp > time_ms * 1000 + DELIVERY_LEAD_US
 
 
 def delivery_writers(topic: str) -> frozenset[str]:

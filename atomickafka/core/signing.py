@@ -41,6 +41,7 @@ SIGNATURE_HEADER: Final = "atomickafka-sig"
 _PREFIX: Final = b"v1:"
 _DOMAIN: Final = b"atomickafka-record-v1\x00"
 _MIN_SECRET_BYTES: Final = 16
+_KEY_ID_TEXT: Final = b"atomickafka-key-id-v1"
 
 HeaderPairs = Sequence[tuple[str, str | bytes | None]] | Mapping[str, str | bytes | None]
 
@@ -105,6 +106,17 @@ class Signer:
 
     def __repr__(self) -> str:
         return f"Signer(<{len(self._secrets)} secrets>)"  # never the secrets themselves
+
+    def key_ids(self) -> tuple[str, ...]:
+        """A short id of each secret, in the file's order (the first signs): 12 hex
+        digits of an HMAC under the secret of a fixed text, published in statuses so
+        that a client can tell, before it sends, whether the nodes would take what it
+        signs. It gives nothing away that a signed record does not: every record
+        carries an HMAC under the same secret of text anyone can read."""
+        return tuple(
+            hmac.new(secret, _KEY_ID_TEXT, hashlib.sha256).hexdigest()[:12]
+            for secret in self._secrets
+        )
 
     def _digest(self, secret: bytes, message: bytes) -> bytes:
         return hmac.new(secret, message, hashlib.sha256).hexdigest().encode()

@@ -36,6 +36,7 @@ __all__ = [
     "Deployment",
     "KafkaTopic",
     "TopicKind",
+    "aligned_min_insync",
 ]
 
 #: The timestamp type of input logs: the broker stamps each record when it appends it.
@@ -59,19 +60,50 @@ class TopicKind(StrEnum):
 
 
 _KEEP_FOREVER: Final = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
+#: On every topic: an out-of-sync replica never becomes leader, whatever the brokers'
+#: default (acknowledged records would vanish, and a replay differ from what was
+#: delivered).
+_CLEAN_ELECTIONS: Final = {"unclean.leader.election.enable": "false"}
 
 #: What ``topics create`` sets on each kind of topic (and aligns on existing ones).
 CREATE_CONFIGS: Final[Mapping[TopicKind, Mapping[str, str]]] = {
     TopicKind.INPUT: {
         **_KEEP_FOREVER,
+        **_CLEAN_ELECTIONS,
         "message.timestamp.type": LOG_APPEND_TIME,
         "max.message.bytes": _MAX_MESSAGE_BYTES,
     },
-    TopicKind.LAYERS: {**_KEEP_FOREVER, "max.message.bytes": _MAX_MESSAGE_BYTES},
-    TopicKind.DELIVERY: {"cleanup.policy": "delete", "max.message.bytes": _MAX_MESSAGE_BYTES},
-    TopicKind.DEAD_LETTERS: {"max.message.bytes": _MAX_MESSAGE_BYTES},
-    TopicKind.STATUS: {"cleanup.policy": "compact"},
+    TopicKind.LAYERS: {
+        **_KEEP_FOREVER,
+        **_CLEAN_ELECTIONS,
+        "max.message.bytes": _MAX_MESSAGE_BYTES,
+    },
+    TopicKind.DELIVERY: {
+        **_CLEAN_ELECTIONS,
+        "cleanup.policy": "delete",
+        "max.message.bytes": _MAX_MESSAGE_BYTES,
+    },
+    TopicKind.DEAD_LETTERS: {**_CLEAN_ELECTIONS, "max.message.bytes": _MAX_MESSAGE_BYTES},
+    TopicKind.STATUS: {**_CLEAN_ELECTIONS, "cleanup.policy": "compact"},
 }
+
+
+def aligned_min_insync(replicas: int, current: str | None) -> str | None:
+    """The ``min.insync.replicas`` ``topics create`` sets on an existing topic with
+    ``replicas`` replicas and ``current`` (``None``: the broker's default, 1), or
+    ``None`` to leave it: 2 where three or more replicas take writes acknowledged by
+    one (doctor fails it), the replicas less one (at least 1) where it is above them
+    (every write refused). Equal to the replicas (doctor warns) is left: it is a choice
+    of refusing writes over a lost broker."""
+    try:
+        value = int(current or "1")
+    except ValueError:
+        return None
+    if replicas >= 3 and value < 2:
+        return "2"
+    if value > replicas > 0:
+        return str(max(1, replicas - 1))
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,9 @@ class TopicFacts:
     exists: bool
     partitions: tuple[PartitionFacts, ...] = ()
     configs: Mapping[str, str] = field(default_factory=dict)
+    #: The committed records its partitions hold, counted by reading them
+    #: (``read_committed``); ``None`` when they were not counted (too many to read).
+    records: int | None = None
 
     @property
     def replication_factor(self) -> int:
@@ -68,8 +71,10 @@ class TopicFacts:
         return min((len(p.replicas) for p in self.partitions), default=0)
 
     @property
-    def records(self) -> int:
-        """Records its partitions hold now (those whose offsets were read)."""
+    def offsets(self) -> int:
+        """The offsets its partitions span now (those whose offsets were read): an upper
+        bound of its records, since a transaction's commit or abort marker takes an
+        offset, and so does every record of an aborted transaction."""
         return sum(
             p.high - p.low for p in self.partitions if p.high is not None and p.low is not None
         )

@@ -9,10 +9,17 @@ import dataclasses
 import logging
 import re
 import time
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
 
 from atomickafka.doctor.deployment import Deployment, TopicKind
@@ -24,8 +31,9 @@ from atomickafka.doctor.facts import (
     TopicFacts,
     TransactionsProbe,
 )
-from atomickafka.kafka.consumer import read_to_end, retry_transient
-from atomickafka.kafka.settings import admin_config, producer_config
+from atomickafka.errors import TimedOutError
+from atomickafka.kafka.consumer import read_to_end, retry_transient, until_partition_ends
+from atomickafka.kafka.settings import admin_config, consumer_config, producer_config
 from atomickafka.kafka.status import Role, Status, read_statuses
 from atomickafka.kafka.topics import (
     STATUS_TOPIC,
@@ -41,6 +49,7 @@ from atomickafka.node.snapshots import newest_snapshots
 __all__ = [
     "DOCTOR_TRANSACTIONAL_ID",
     "api_versions",
+    "count_records",
     "discover",
     "gather_cluster",
     "gather_deployment",
@@ -140,10 +149,15 @@ def gather_cluster(
 
 
 def gather_topics(
-    bootstrap: str, overrides: Mapping[str, str] | None, names: Iterable[str]
+    bootstrap: str,
+    overrides: Mapping[str, str] | None,
+    names: Iterable[str],
+    *,
+    count: Iterable[str] = (),
 ) -> dict[str, TopicFacts]:
     """Each topic of ``names`` as the cluster has it: partitions, replicas, in-sync
-    replicas, first and next offsets, and its configs."""
+    replicas, first and next offsets, and its configs; the topics of ``count`` also
+    with their records counted (:func:`count_records`)."""
     admin = _admin(bootstrap, overrides)
     metadata = admin.list_topics(timeout=_TIMEOUT_S).topics
     wanted = list(dict.fromkeys(names))
@@ -171,7 +185,59 @@ def gather_topics(
             for p in sorted(metadata[name].partitions.values(), key=lambda p: p.id)
         )
         out[name] = TopicFacts(name, True, parts, configs.get(name, {}))
+    for name in dict.fromkeys(count):
+        facts = out.get(name)
+        if facts is not None and facts.exists:
+            counted = count_records(bootstrap, overrides, facts)
+            out[name] = dataclasses.replace(facts, records=counted)
     return out
+
+
+#: The most offsets :func:`count_records` reads, and for how long (s): past either it
+#: gives up, and the offsets are shown as an upper bound.
+COUNT_MAX_OFFSETS: Final = 200_000
+COUNT_TIMEOUT_S: Final = 10.0
+
+
+def count_records(
+    bootstrap: str,
+    overrides: Mapping[str, str] | None,
+    facts: TopicFacts,
+    *,
+    max_offsets: int = COUNT_MAX_OFFSETS,
+    timeout_s: float = COUNT_TIMEOUT_S,
+) -> int | None:
+    """The committed records of ``facts``' partitions, read ``read_committed`` from
+    their first offset to their end: offsets overcount them (a transaction's marker
+    takes one, and an aborted transaction's records are no records to a reader).
+    ``None`` when their offsets span more than ``max_offsets`` or the read takes longer
+    than ``timeout_s``."""
+    spans = {p.partition: (p.low, p.high) for p in facts.partitions}
+    if any(low is None or high is None for low, high in spans.values()):
+        return None
+    todo = {p for p, (low, high) in spans.items() if (high or 0) > (low or 0)}
+    if sum((high or 0) - (low or 0) for low, high in spans.values()) > max_offsets:
+        return None
+    if not todo:
+        return 0
+    settings: dict[str, str | int | bool] = {
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+    }
+    logger, _ = _quiet()
+    consumer = Consumer(
+        consumer_config(bootstrap, f"atomickafka-doctor-{uuid.uuid4().hex[:12]}", overrides,
+                        **settings),
+        logger=logger,
+    )  # fmt: skip
+    deadline = time.monotonic() + timeout_s
+    try:
+        consumer.assign([TopicPartition(facts.name, p, spans[p][0] or 0) for p in todo])
+        return sum(1 for _ in until_partition_ends(consumer, todo, deadline, facts.name))
+    except TimedOutError:
+        return None
+    finally:
+        consumer.close()
 
 
 def _configs(admin: AdminClient, resources: list[ConfigResource]) -> dict[str, dict[str, str]]:
@@ -233,7 +299,9 @@ def gather_deployment(
     bootstrap: str, overrides: Mapping[str, str] | None, deployment: Deployment
 ) -> DeploymentFacts:
     """The deployment's topics, the statuses of its nodes and their committed offsets."""
-    topics = gather_topics(bootstrap, overrides, deployment.kafka_topics())
+    names = deployment.kafka_topics()
+    dead_letters = [n for n, t in names.items() if t.kind is TopicKind.DEAD_LETTERS]
+    topics = gather_topics(bootstrap, overrides, names, count=dead_letters)
     status_topic = topics.get(STATUS_TOPIC)
     published = status_topic is not None and status_topic.exists
     statuses = read_statuses(bootstrap, overrides) if published else {}

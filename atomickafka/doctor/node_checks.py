@@ -170,16 +170,21 @@ def _lag(
 
 
 def _dead_letters(topic: str, dlq: TopicFacts | None, bootstrap: str) -> list[Finding]:
-    if dlq is None or not dlq.exists or dlq.records <= 0:
+    if dlq is None or not dlq.exists or dlq.offsets <= 0 or dlq.records == 0:
         return []
+    how_many = (
+        f"{dlq.records} records" if dlq.records is not None else f"up to {dlq.offsets} records"
+    )
     return [
         Finding(
             "dead-letters",
             Severity.WARN,
             dead_letter_topic(topic),
-            f"{dlq.records} records set aside (each with the reason in header atomickafka-error)",
-            f"read them: kafka-console-consumer.sh --bootstrap-server {bootstrap} --topic "
-            f"{dead_letter_topic(topic)} --from-beginning --property print.headers=true",
+            f"{how_many} set aside (each with the reason in header atomickafka-error)",
+            f"read them: atomickafka broker tool kafka-console-consumer --bootstrap-server "
+            f"{bootstrap} --topic {dead_letter_topic(topic)} --from-beginning "
+            "--formatter-property print.headers=true (Kafka's kafka-console-consumer.sh takes "
+            "the same options, --property before Kafka 4; the tool runs it from Maven's jars)",
         )
     ]
 

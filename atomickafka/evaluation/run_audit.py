@@ -160,9 +160,10 @@ class RunAudit:
         overrides: Mapping[str, str] | None = None,
         bound_s: float = 10.0,
         quiet: bool = False,
+        writers: Sequence[str] | None = None,
     ) -> None:
         config = AuditConfig.private(
-            bootstrap, topics, bound_s=bound_s, overrides=overrides, name="eval"
+            bootstrap, topics, bound_s=bound_s, overrides=overrides, name="eval", writers=writers
         )
         self._job = _Job(config.to_dict(), str(log_path), quiet, KEPT_VIOLATIONS)
         ctx = mp.get_context("spawn")
@@ -235,9 +236,12 @@ def running_audit(
     *,
     overrides: Mapping[str, str] | None = None,
     quiet: bool = False,
+    writers: Sequence[str] | None = None,
 ) -> Iterator[RunAudit]:
-    """A started :class:`RunAudit` for the block; its process is ended on exit."""
-    audit = RunAudit(bootstrap, topics, log_path, overrides=overrides, quiet=quiet)
+    """A started :class:`RunAudit` for the block; its process is ended on exit.
+    ``writers``: the sender ids of the run's deliveries (a baseline's; ``None``: each
+    topic's node or merger)."""
+    audit = RunAudit(bootstrap, topics, log_path, overrides=overrides, quiet=quiet, writers=writers)
     try:
         audit.start()
         yield audit

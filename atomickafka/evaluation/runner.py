@@ -467,6 +467,7 @@ def _start_audit(
                 spec.run_dir / "audit.log",
                 overrides=spec.overrides,
                 quiet=spec.variant.system is System.KAFKA,
+                writers=_BASELINE_WRITERS.get(spec.variant.system),
             )
         )
     except _AUDIT_FAILURES as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Final, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -13,6 +13,7 @@ from confluent_kafka import Message as KafkaMessage
 
 from atomickafka.errors import TimedOutError
 from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER, consumer_config
+from atomickafka.logs import Throttle
 
 __all__ = [
     "consume_batch",
@@ -21,12 +22,15 @@ __all__ = [
     "read_partitions",
     "read_to_end",
     "retry_transient",
+    "until_partition_ends",
     "usable",
     "watermarks",
 ]
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
+#: A consumer's transient errors (a broker down) are logged once a kind every 30 s.
+_consumer_errors = Throttle(30.0)
 
 
 def consume_batch(consumer: Consumer, max_records: int, timeout_s: float) -> list[KafkaMessage]:
@@ -123,7 +127,10 @@ def usable(records: Iterable[KafkaMessage]) -> list[KafkaMessage]:
         elif err.fatal():
             raise KafkaException(err)
         elif err.code() not in (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART):
-            log.warning("consumer: %s (librdkafka retries)", err)
+            held = _consumer_errors.admit(str(err.code()))
+            if held is not None:
+                more = f" ({held} more since, not logged)" if held else ""
+                log.warning("consumer: %s (librdkafka retries)%s", err, more)
     return out
 
 
@@ -202,17 +209,28 @@ def read_to_end(
             if high <= low:
                 todo.discard(p)
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in todo])
-        while todo:
-            if time.monotonic() > deadline:
-                raise TimedOutError(f"could not read {topic} to its end in {timeout_s:.0f} s")
-            for record in consume_batch(consumer, 1000, 0.5):
-                err = record.error()
-                if err is None:
-                    out.append(record)
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    todo.discard(record.partition() or 0)
-                elif err.fatal():
-                    raise KafkaException(err)
+        what = f"{topic} to its end in {timeout_s:.0f} s"
+        out.extend(until_partition_ends(consumer, todo, deadline, what))
     finally:
         consumer.close()
     return out
+
+
+def until_partition_ends(
+    consumer: Consumer, todo: set[int], deadline: float, what: str
+) -> Iterator[KafkaMessage]:
+    """The records ``consumer`` (with ``enable.partition.eof``) reads until every
+    partition of ``todo`` has reported its end (``todo`` is emptied as they do); a
+    :class:`~atomickafka.errors.TimedOutError` naming ``what`` once the monotonic
+    ``deadline`` passes first."""
+    while todo:
+        if time.monotonic() > deadline:
+            raise TimedOutError(f"could not read {what}")
+        for record in consume_batch(consumer, 1000, 0.5):
+            err = record.error()
+            if err is None:
+                yield record
+            elif err.code() == KafkaError._PARTITION_EOF:
+                todo.discard(record.partition() or 0)
+            elif err.fatal():
+                raise KafkaException(err)

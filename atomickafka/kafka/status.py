@@ -52,6 +52,7 @@ from atomickafka.kafka.producer import RecordProducer
 from atomickafka.kafka.topics import STATUS_TOPIC, Layout
 
 __all__ = [
+    "FAILOVER_GRACE_S",
     "LIVE_WINDOW_S",
     "STATUS_FORMAT_VERSION",
     "STATUS_READ_WINDOW_S",
@@ -76,9 +77,15 @@ log = logging.getLogger(__name__)
 STATUS_FORMAT_VERSION: Final = 3
 #: A node whose last status is older than this is not live (statuses come each second).
 LIVE_WINDOW_S: Final = 15.0
-#: How far back a :class:`StatusWatch` reads by default: the live window, and a margin
-#: for the clocks of the publishers (Kafka timestamps are the producer's clock).
-STATUS_READ_WINDOW_S: Final = LIVE_WINDOW_S + 15.0
+#: A running node's status older than :data:`LIVE_WINDOW_S` by at most this is *late*,
+#: not gone: Kafka may be failing over (a status partition without a leader, a node
+#: whose writes wait out a coordinator's move), and a client waits for a fresh one
+#: (bounded) before it refuses the node's topic. Past it, the node is taken for gone.
+FAILOVER_GRACE_S: Final = 30.0
+#: How far back a :class:`StatusWatch` reads by default: the live window, the failover
+#: grace, and a margin for the clocks of the publishers (Kafka timestamps are the
+#: producer's clock).
+STATUS_READ_WINDOW_S: Final = LIVE_WINDOW_S + FAILOVER_GRACE_S + 15.0
 
 #: The status topic's configs. Compaction only cleans closed segments, so segments
 #: roll every minute (``segment.ms``); a dirty share of 1 % suffices to clean, and no
@@ -163,7 +170,9 @@ class LayerState:
 
 
 #: Status fields whose JSON form is not the attribute itself.
-_ENCODED: Final = frozenset({"role", "algorithm", "layout", "waiting", "layers", "state"})
+_ENCODED: Final = frozenset(
+    {"role", "algorithm", "layout", "waiting", "layers", "state", "signing_keys"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +223,10 @@ class Status:
     layers: tuple[LayerState, ...] = ()
     #: ``stopped`` in the last status of a node that stopped cleanly.
     state: NodeState = NodeState.RUNNING
+    #: With signing on (``--secret-file``, §4.14): the ids of the secrets it accepts
+    #: (:meth:`~atomickafka.core.signing.Signer.key_ids`, the signing one first); empty:
+    #: it checks no signature. A client refuses to send it what it would set aside.
+    signing_keys: tuple[str, ...] = ()
 
     @property
     def head(self) -> WaitingHead | None:
@@ -233,6 +246,8 @@ class Status:
                 out[json_name(f.name)] = getattr(self, f.name)
             elif f.name == "waiting":
                 out["waiting"] = [w.to_dict() for w in self.waiting]
+            elif f.name == "signing_keys":
+                out["signingKeys"] = list(self.signing_keys)
             elif f.name != "layers":
                 out[f.name] = getattr(self, f.name).value  # role, algorithm, layout, state
         out["layerWatermarks"] = [state.watermark for state in self.layers]
@@ -268,6 +283,7 @@ class Status:
             waiting=tuple(map(WaitingHead.from_dict, waiting)) if waiting else (),
             layers=layers,
             state=_STATES[data.get("state") or "running"],
+            signing_keys=tuple(map(str, data.get("signingKeys") or ())),
         )
 
     def age_s(self, now: float | None = None) -> float:
@@ -277,6 +293,14 @@ class Status:
     def live(self, now: float | None = None) -> bool:
         """Running, and published recently enough to count as running."""
         return self.state is NodeState.RUNNING and self.age_s(now) <= LIVE_WINDOW_S
+
+    def late(self, now: float | None = None) -> bool:
+        """Running, not live, but late by at most :data:`FAILOVER_GRACE_S`: the node may
+        be alive behind a Kafka failover."""
+        age = self.age_s(now)
+        return self.state is NodeState.RUNNING and LIVE_WINDOW_S < age <= (
+            LIVE_WINDOW_S + FAILOVER_GRACE_S
+        )
 
     @property
     def is_stopped(self) -> bool:

@@ -26,7 +26,12 @@ from atomickafka.localkafka.configs import (
 from atomickafka.localkafka.errors import BrokerError, Log, log_stderr
 from atomickafka.localkafka.jars import fetch_kafka, find_java, kafka_version
 from atomickafka.localkafka.locks import file_lock
-from atomickafka.localkafka.ports import port_accepts, port_taken
+from atomickafka.localkafka.ports import (
+    ephemeral_range,
+    in_ephemeral_range,
+    port_accepts,
+    port_taken,
+)
 from atomickafka.localkafka.processes import (
     alive_brokers,
     exit_note,
@@ -154,9 +159,13 @@ def _check_acls(state: ClusterState, acls: bool, data: Path) -> None:
         )
 
 
-def _check_ports_free(state: ClusterState, data: Path, *, reused: bool) -> None:
-    """Every port the cluster needs is free on 127.0.0.1, or one line says which not."""
-    taken = [p for b in state.brokers for p in (b.port, b.controller_port) if port_taken(p)]
+def _check_ports_free(
+    state: ClusterState, data: Path, *, reused: bool, brokers: list[BrokerSpec] | None = None
+) -> None:
+    """Every port the cluster (or ``brokers`` of it) needs is free on 127.0.0.1, or one
+    line says which not."""
+    chosen = state.brokers if brokers is None else brokers
+    taken = [p for b in chosen for p in (b.port, b.controller_port) if port_taken(p)]
     if taken:
         hint = "or pick another base port with --port"
         if reused:
@@ -165,6 +174,73 @@ def _check_ports_free(state: ClusterState, data: Path, *, reused: bool) -> None:
             f"port(s) {', '.join(map(str, taken))} on 127.0.0.1 already in use; "
             f"stop what uses them {hint}"
         )
+
+
+def _check_not_ephemeral(state: ClusterState) -> None:
+    """A new cluster's ports are below the kernel's ephemeral range: there, a client's
+    connection may take a port while its broker is down, and the broker then fails to
+    start again (seen: 13 failed restarts in 104 s, no broker for 2.5 minutes)."""
+    ports = [p for b in state.brokers for p in (b.port, b.controller_port)]
+    clashing = in_ephemeral_range(ports)
+    if clashing:
+        low, high = ephemeral_range()
+        raise BrokerError(
+            f"port(s) {', '.join(map(str, clashing))} are in the kernel's ephemeral range "
+            f"({low}-{high}, /proc/sys/net/ipv4/ip_local_port_range): client connections "
+            f"take such ports, and a broker that stops could not listen there again; use a "
+            f"--port at most {low - 2 * len(state.brokers)} (the default is {DEFAULT_PORT})"
+        )
+
+
+def _restart_stopped(
+    data: Path, state: ClusterState, alive: list[BrokerSpec], deadline: float, log: Log
+) -> str:
+    """Start the brokers of ``state`` that are not among ``alive``, leaving those alone
+    (restarting a healthy broker of three only costs the cluster its quorum); return the
+    bootstrap once every broker serves."""
+    running = {b.node_id for b in alive}
+    stopped = [replace(b, pid=None) for b in state.brokers if b.node_id not in running]
+    _check_ports_free(state, data, reused=True, brokers=stopped)
+    ids = ", ".join(str(b.node_id) for b in stopped)
+    log(f"{len(alive)} of {len(state.brokers)} brokers still run; starting broker(s) {ids}")
+    java, lib = find_java(), fetch_kafka(log)
+    format_storage(java, lib, data, state)  # a broker whose storage is gone gets it back
+    return _spawn(java, lib, data, state, stopped, deadline, log).bootstrap
+
+
+def _spawn(
+    java: str,
+    lib: Path,
+    data: Path,
+    state: ClusterState,
+    which: list[BrokerSpec],
+    deadline: float,
+    log: Log,
+) -> ClusterState:
+    """Start ``which`` of ``state``'s brokers, recording each pid as it starts, and wait
+    until every broker serves; return the state. On a failure the brokers started here
+    are stopped (and recorded without a pid) before the error goes on."""
+    by_id = {b.node_id: b for b in state.brokers}
+    started: list[BrokerSpec] = []
+
+    def recorded() -> ClusterState:
+        return replace(state, brokers=tuple(by_id[b.node_id] for b in state.brokers))
+
+    try:
+        for spec in which:
+            started.append(replace(spec, pid=spawn(java, lib, data, spec)))
+            by_id[spec.node_id] = started[-1]
+            save_state(data, recorded())
+        _wait_ready(data, recorded(), deadline)
+    except BaseException:
+        if started:
+            log(f"stopping the {len(started)} broker process(es) started here")
+        terminate(data, started, 15.0, log)
+        by_id.update((b.node_id, replace(b, pid=None)) for b in started)
+        save_state(data, recorded())
+        raise
+    log(f"ready: {state.bootstrap}")
+    return recorded()
 
 
 def _without_pids(state: ClusterState) -> ClusterState:
@@ -212,8 +288,13 @@ def ensure_broker(
                 log(f"already running from {data}")
                 return state.bootstrap
             if alive:
-                log(f"{len(alive)} of {len(state.brokers)} brokers still run; restarting all")
-                terminate(data, alive, 30.0, log)
+                if state.kafka_version != kafka_version():
+                    raise BrokerError(
+                        f"{data} was created with Kafka {state.kafka_version}, this "
+                        f"installation pins {kafka_version()}; stop its brokers "
+                        f"(`atomickafka broker stop --purge --data-dir {data}`) first"
+                    )
+                return _restart_stopped(data, state, alive, deadline, log)
             state = _without_pids(state)
         else:
             state = ClusterState(
@@ -223,6 +304,7 @@ def ensure_broker(
                 sasl,
                 acls,
             )
+            _check_not_ephemeral(state)
         _check_ports_free(state, data, reused=previous is not None)
         java = find_java()
         lib = fetch_kafka(log) if state.kafka_version == kafka_version() else None
@@ -234,21 +316,7 @@ def ensure_broker(
         write_configs(data, state)
         log(f"starting {brokers} broker(s), Kafka {state.kafka_version}, data dir {data}")
         format_storage(java, lib, data, state)
-        started: list[BrokerSpec] = []
-        try:
-            for spec in state.brokers:
-                started.append(replace(spec, pid=spawn(java, lib, data, spec)))
-                state = replace(state, brokers=(*started, *state.brokers[len(started) :]))
-                save_state(data, state)
-            _wait_ready(data, state, deadline)
-        except BaseException:
-            if started:
-                log(f"stopping the {len(started)} broker process(es) started here")
-            terminate(data, started, 15.0, log)
-            save_state(data, _without_pids(state))
-            raise
-        log(f"ready: {state.bootstrap}")
-        return state.bootstrap
+        return _spawn(java, lib, data, state, list(state.brokers), deadline, log).bootstrap
 
 
 def stop_broker(

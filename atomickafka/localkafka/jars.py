@@ -28,10 +28,12 @@ __all__ = [
     "cache_dir",
     "default_spark_version",
     "fetch_kafka",
+    "fetch_kafka_tools",
     "fetch_spark_kafka",
     "find_java",
     "find_maven",
     "kafka_lib_dir",
+    "kafka_tools_dir",
     "kafka_version",
     "spark_kafka_lib_dir",
 ]
@@ -41,6 +43,8 @@ MIN_JAVA = 17
 #: Bound on one Maven download run (a cold fetch takes well under a minute).
 MAVEN_TIMEOUT_S = 900.0
 KAFKA_POM = "kafka.xml"
+#: Kafka's command-line tools (``kafka-tools``, which the broker's jars lack).
+KAFKA_TOOLS_POM = "kafka-tools.xml"
 SPARK_POM = "spark.xml"
 
 
@@ -83,6 +87,11 @@ def default_spark_version() -> str:
 def kafka_lib_dir(version: str | None = None) -> Path:
     """Where the jars of Kafka ``version`` (default: the pinned one) live once fetched."""
     return cache_dir() / f"kafka-{version or kafka_version()}" / "lib"
+
+
+def kafka_tools_dir(version: str | None = None) -> Path:
+    """Where the jars of Kafka ``version``'s command-line tools live once fetched."""
+    return cache_dir() / f"kafka-{version or kafka_version()}" / "tools"
 
 
 def spark_kafka_lib_dir(spark_version: str) -> Path:
@@ -181,6 +190,13 @@ def _maven_copy(pom_name: str, dest: Path, properties: Mapping[str, str], log: L
 def fetch_kafka(log: Log = log_stderr) -> Path:
     """Make sure the broker jars are cached (download with Maven if not); return their folder."""
     return _maven_copy(KAFKA_POM, kafka_lib_dir(kafka_version()), {}, log)
+
+
+def fetch_kafka_tools(log: Log = log_stderr) -> Path:
+    """Make sure Kafka's command-line tools are cached beside the broker's jars (their
+    runtime jars, ``kafka-tools`` and what it needs); return their folder."""
+    version = kafka_version()
+    return _maven_copy(KAFKA_TOOLS_POM, kafka_tools_dir(version), {"kafka.version": version}, log)
 
 
 def fetch_spark_kafka(spark_version: str, log: Log = log_stderr) -> Path:

@@ -4,10 +4,32 @@ from __future__ import annotations
 
 import random
 import socket
+from pathlib import Path
 
 from atomickafka.localkafka.errors import BrokerError
 
-__all__ = ["free_port_block", "port_accepts", "port_taken"]
+__all__ = ["ephemeral_range", "free_port_block", "in_ephemeral_range", "port_accepts", "port_taken"]
+
+#: Linux's default ephemeral port range, used where it cannot be read.
+DEFAULT_EPHEMERAL: tuple[int, int] = (32768, 60999)
+_EPHEMERAL_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def ephemeral_range(source: Path = _EPHEMERAL_FILE) -> tuple[int, int]:
+    """The ports the kernel hands out to outgoing connections (``ip_local_port_range``;
+    Linux's default where it cannot be read)."""
+    try:
+        low, high = (int(v) for v in source.read_text(encoding="ascii").split()[:2])
+    except (OSError, ValueError):
+        return DEFAULT_EPHEMERAL
+    return low, high
+
+
+def in_ephemeral_range(ports: list[int], source: Path = _EPHEMERAL_FILE) -> list[int]:
+    """Those of ``ports`` in the ephemeral range: a client's connection may hold one
+    while its broker is down, and the broker then cannot listen there again."""
+    low, high = ephemeral_range(source)
+    return [p for p in ports if low <= p <= high]
 
 
 def port_taken(port: int) -> bool:

@@ -2,8 +2,9 @@
 its restarts (``atomickafka_cluster_restarts_total``).
 
 The children record their metrics in prometheus-client's multiprocess mode, in files
-of a directory of this supervisor's own (created at start, removed at the end, so two
-``cluster`` processes on one host never mix their files); the supervisor serves them,
+of a directory of this supervisor's own (created at start, named after its pid, removed
+at the end -- or, after a SIGKILL, by the next ``cluster`` that starts on the host --
+so two ``cluster`` processes on one host never mix their files); the supervisor serves them,
 added up across processes, on the one ``--metrics-port``. Counters of a child that died
 stay in the sums (so they never go down across a restart); its gauges are dropped
 (:meth:`ClusterMetrics.process_exited`). The live audit (``cluster --audit``) keeps
@@ -25,7 +26,13 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 
 from atomickafka.metrics.serving import MetricsServer, serve
 
-__all__ = ["MULTIPROCESS_ENV", "ClusterMetrics", "RestartsCollector"]
+__all__ = [
+    "DIRECTORY_PREFIX",
+    "MULTIPROCESS_ENV",
+    "ClusterMetrics",
+    "RestartsCollector",
+    "remove_orphaned_directories",
+]
 
 #: The environment variable that puts prometheus-client into multiprocess mode; it must
 #: be set before a process creates its first metric, so it is given to children at start.
@@ -33,6 +40,43 @@ MULTIPROCESS_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
 
 #: Restarts per (role, key) of a child: ``node``/``T``, ``merger``/``T/merger``, ...
 RestartTotals = Mapping[tuple[str, str], int]
+#: A supervisor's metrics directory: ``<tmp>/atomickafka-metrics-<its pid>-<random>``.
+DIRECTORY_PREFIX: Final = "atomickafka-metrics-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def remove_orphaned_directories(folder: str | None = None) -> list[str]:
+    """Remove the metrics directories of supervisors that are gone (a ``cluster``
+    killed with SIGKILL cannot remove its own): those of this user named after a pid
+    that no longer runs. Return what was removed."""
+    where = folder or tempfile.gettempdir()
+    removed: list[str] = []
+    try:
+        names = os.listdir(where)
+    except OSError:
+        return removed
+    for name in names:
+        pid_text = name.removeprefix(DIRECTORY_PREFIX).split("-", 1)[0]
+        if not name.startswith(DIRECTORY_PREFIX) or not pid_text.isdigit():
+            continue
+        path = os.path.join(where, name)
+        try:
+            owned = os.stat(path).st_uid == os.getuid()
+        except OSError:
+            continue
+        if owned and not _alive(int(pid_text)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 class RestartsCollector:
@@ -58,7 +102,8 @@ class ClusterMetrics:
     """The supervisor's endpoint and the directory its children record into."""
 
     def __init__(self, host: str, port: int, restarts: Callable[[], RestartTotals]) -> None:
-        self.directory = tempfile.mkdtemp(prefix="atomickafka-metrics-")
+        remove_orphaned_directories()
+        self.directory = tempfile.mkdtemp(prefix=f"{DIRECTORY_PREFIX}{os.getpid()}-")
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=self.directory)  # type: ignore[no-untyped-call]
         registry.register(RestartsCollector(restarts))

@@ -27,6 +27,7 @@ from atomickafka.core.wire import MessageType
 
 __all__ = [
     "REASONS",
+    "REASON_LABELS",
     "SENT_HEADER",
     "UNKNOWN",
     "dead_letter_reason",
@@ -45,11 +46,13 @@ SENT_HEADER: Final = H_SENT
 _SNIFF_BYTES: Final = 2048
 _TYPES: Final = frozenset(t.value for t in MessageType)
 _TYPE_FIELD: Final = re.compile(rb'"messageType"\s*:\s*"(\w{1,40})"')
-#: ``sentAt`` as the JSON envelope writes it: the last field of a Delivery record, so
-#: within the record's last bytes (the field, 16 digits, the closing brace).
+#: ``sentAt`` as the JSON envelope writes it: after the envelope's ``digest`` (which
+#: every Delivery record has, after the value), before the sender's key, headers and
+#: encoding when the message has them (docs/DESIGN.md §11.2).
 _SENT_AT_FIELD: Final = b',"sentAt":'
-_TAIL_BYTES: Final = len(_SENT_AT_FIELD) + 17
+_DIGEST_FIELD: Final = b',"digest":"'
 _CLOSING_BRACE: Final = ord("}")
+_DIGITS: Final = re.compile(rb"(\d{1,16})[,}]")
 
 Headers = Sequence[tuple[str, str | bytes | None]] | Mapping[str, str | bytes | None]
 
@@ -84,6 +87,11 @@ REASONS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = tuple(
         ("invalid record", r"field '|record:"),
     )
 )
+
+
+#: Every label :func:`dead_letter_reason` can give (so that each series can be shown
+#: from the start, at 0).
+REASON_LABELS: Final = (*(label for label, _ in REASONS), OTHER)
 
 
 def _header(headers: Headers | None, name: str) -> bytes | None:
@@ -127,18 +135,26 @@ def _read_type(value: bytes, headers: Headers | None) -> str:
 
 def sent_at_ms(value: bytes | None, headers: Headers | None) -> int | None:
     """When the client sent a delivered message (ms since the epoch), from the
-    delivery record's ``sentAt`` header or the envelope's last field; ``None`` when
-    the record does not say."""
+    delivery record's ``sentAt`` header or the envelope's ``sentAt`` field; ``None``
+    when the record does not say.
+
+    The envelope's field is looked for after its last ``"digest"`` field only: that
+    one is the envelope's (it follows the value, and nothing after it is the user's
+    JSON: the key and headers are base64, header names JSON-escaped), so a ``sentAt``
+    inside the value is never taken. Only the record's tail is scanned."""
     stated = _header(headers, SENT_HEADER)
     if stated is not None:
         return int(stated) if stated.isdigit() else None
     if not value or value[-1] != _CLOSING_BRACE:
         return None
-    start = value.rfind(_SENT_AT_FIELD, max(0, len(value) - _TAIL_BYTES))
+    digest = value.rfind(_DIGEST_FIELD)
+    if digest < 0:
+        return None
+    start = value.find(_SENT_AT_FIELD, digest)
     if start < 0:
         return None
-    digits = value[start + len(_SENT_AT_FIELD) : -1]
-    return int(digits) if digits.isdigit() else None
+    found = _DIGITS.match(value, start + len(_SENT_AT_FIELD))
+    return None if found is None else int(found.group(1))
 
 
 def dead_letter_reason(text: str) -> str:

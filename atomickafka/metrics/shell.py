@@ -23,7 +23,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from atomickafka.core.reader import DEAD_LETTER_ERROR_HEADER, KafkaRecord
 from atomickafka.metrics.histogram import BatchObserver
-from atomickafka.metrics.records import dead_letter_reason, record_type, sent_at_ms
+from atomickafka.metrics.records import (
+    REASON_LABELS,
+    dead_letter_reason,
+    record_type,
+    sent_at_ms,
+)
 
 __all__ = ["DEAD_LETTER", "DELIVERY", "LATENCY_BUCKETS", "ShellMetrics", "WrittenRecord"]
 
@@ -148,10 +153,13 @@ class ShellMetrics:
         self._prepare()
 
     def _prepare(self) -> None:
-        """Show the series without a variable label from the start (at 0)."""
+        """Show the series from the start (at 0): those without a variable label, and
+        the dead letters of every reason (a fixed set)."""
         labels = self._labels
         self.deliveries.labels(*labels)
         self.active.labels(*labels).set(0)
+        for reason in REASON_LABELS:  # an alert on increase() needs a series before
+            self.dead_letters.labels(*labels, reason)
         for optional in (self.replayed, self.protocol_mismatches):
             if optional is not None:
                 optional.labels(*labels)

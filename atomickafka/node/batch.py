@@ -46,7 +46,7 @@ from atomickafka.core.reader import (
     KafkaRecord,
     header_value,
 )
-from atomickafka.core.signing import Signer
+from atomickafka.core.signing import SIGNATURE_HEADER, Signer
 from atomickafka.core.wire import (
     MAX_RECORD_BYTES,
     Message,
@@ -598,6 +598,7 @@ class NodeBatch(SnapshotTaker):
                 (DEAD_LETTER_SOURCE_HEADER, f"{source.topic()}/{source.partition()}".encode())
             )
             headers.append((DEAD_LETTER_OFFSET_HEADER, str(source.offset()).encode()))
+            headers += _original_headers(source)
             raw_key = source.key()
             key = raw_key.encode() if isinstance(raw_key, str) else raw_key
         if value is not None and len(value) > DEAD_LETTER_KEEP:
@@ -673,6 +674,23 @@ def _take_settings(
         )
     engine.reconfigure(spec.algorithm)
     return True
+
+
+def _original_headers(source: KafkaRecord) -> list[tuple[str, bytes]]:
+    """The set-aside record's own headers, after the dead letter's (so that a reader
+    taking a header's first value gets the dead letter's reason, never a forged one):
+    a raw record's ``atomickafka-id``, ``-to``, ``-sender`` and the user's headers say
+    which message was refused. Its signature is left out (it covered the input log,
+    and the dead letter carries its own)."""
+    headers = source.headers()
+    if not headers:
+        return []
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    return [
+        (name, value.encode() if isinstance(value, str) else value or b"")
+        for name, value in pairs
+        if name != SIGNATURE_HEADER
+    ]
 
 
 class DeferredRecords:

@@ -10,6 +10,8 @@ import threading
 import time
 from types import FrameType
 
+from atomickafka.kafka.settings import REPEATED_LINES
+
 __all__ = ["Stoppable"]
 
 log = logging.getLogger("atomickafka.node")
@@ -36,6 +38,7 @@ class Stoppable:
         if now >= self._next_status:
             self._publish_status(now)
             self._next_status = now + self._status_interval_s
+            REPEATED_LINES.flush()  # the count of librdkafka lines that stopped coming
         return self._ends_at is not None and now >= self._ends_at
 
     def _publish_status(self, now: float) -> None:

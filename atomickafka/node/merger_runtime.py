@@ -189,11 +189,12 @@ class MergerRuntime(RoleShell):
             self._writer = SplitWriter(
                 cfg.bootstrap,
                 self.key,
-                None,
+                consumer,
                 source,
                 0,
                 dict(cfg.overrides),
                 commit_interval_s=cfg.commit_interval_s,
+                on_wait=self._heartbeat,
             )
         else:
             self._writer = GaplessWriter(cfg.bootstrap, dict(cfg.overrides))
@@ -386,7 +387,7 @@ class MergerRuntime(RoleShell):
         blocked = merger.blocked_by()
         marks = merger.watermarks
         return replace(
-            status_of(cfg, Role.MERGER, self.key, self.sender_id),
+            status_of(cfg, Role.MERGER, self.key, self.sender_id, self.signer),
             pending=merger.pending_count,
             oldest_pending_id=None if head is None else head.messageID,
             watermark=min(marks),

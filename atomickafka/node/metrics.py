@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from atomickafka.core.signing import Signer
 from atomickafka.kafka.status import Role, Status
 from atomickafka.node.config import NodeConfig
 
@@ -84,11 +85,14 @@ class HeadWatch:
         return None
 
 
-def status_of(config: NodeConfig, role: Role, key: str, node_id: str) -> Status:
+def status_of(
+    config: NodeConfig, role: Role, key: str, node_id: str, signer: Signer | None = None
+) -> Status:
     """A status taken now with only who publishes it filled in (topic, role, protocol,
-    layout, layers, the heartbeat time, the process); the caller adds its counters with
-    :func:`dataclasses.replace`."""
+    layout, layers, the heartbeat time, the process, the secrets it accepts); the
+    caller adds its counters with :func:`dataclasses.replace`."""
     return Status(
+        signing_keys=() if signer is None else signer.key_ids(),
         key=key,
         topic=config.topic,
         role=role,

@@ -16,6 +16,7 @@ from typing import ClassVar, Final, Protocol
 
 from confluent_kafka import Consumer
 from confluent_kafka import Message as KafkaMessage
+from setproctitle import getproctitle, setproctitle
 
 from atomickafka.kafka.consumer import consume_batch, usable
 from atomickafka.kafka.producer import RecordProducer
@@ -108,7 +109,7 @@ class RoleShell(Stoppable):
         assert lease is not None
         while not self.stopping:
             self._round()
-            if not lease.poll(0):
+            if not lease.poll(0) and not self._lease_back(lease):
                 raise FencedError("the role's lease went to another instance")
             if self._tick(time.monotonic()):
                 break
@@ -117,6 +118,50 @@ class RoleShell(Stoppable):
 
     def _final_round(self) -> None:
         """What a clean stop writes last (by default: nothing)."""
+
+    def _retitle(self, state: str) -> None:
+        """Under ``cluster``, whose children are titled ``atomickafka node T`` in ``ps``:
+        add what this instance is now (``starting``, ``standby``, ``active``), so that
+        an active instance can be told from its standby. A process titled otherwise
+        (``atomickafka node`` run by hand) keeps its command line."""
+        title = getproctitle()
+        if title.startswith(f"atomickafka {self.kind} "):
+            setproctitle(f"{title.split(' (', 1)[0]} ({state})")
+
+    def _heartbeat(self) -> None:
+        """While a write waits on Kafka (a failover): the status when due, so that the
+        instance is seen alive."""
+        self._tick(time.monotonic())
+
+    def _lease_back(self, lease: Lease) -> bool:
+        """The lease was lost: wait, writing nothing, for at most twice the lease's
+        session (and 10 s) to get it back -- a group coordinator that moves or a broker
+        that fails over can make the group's member time out and rejoin (librdkafka
+        revokes the assignment as lost), and the group then gives the lease back to the
+        only instance that wants it. True when it came back and this instance may go on
+        (:meth:`_still_ours`); False when another instance holds it (or it did not come
+        back): then the instance stops as fenced. Safe either way: a newer instance that
+        took the role in between fenced this one's transactional producer, so it cannot
+        write anything more."""
+        name = f"{self.kind} {self.role_key}"
+        limit = max(10.0, 2 * self.config.session_timeout_ms / 1000)
+        self._log.warning(
+            "%s: the lease was lost (its group's coordinator moved?); waiting up to %.0f s "
+            "to get it back, writing nothing meanwhile", name, limit,
+        )  # fmt: skip
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline and not self.stopping:
+            if lease.poll(0.2):
+                if not self._still_ours():
+                    return False
+                self._log.info("%s: the lease is back; going on", name)
+                return True
+        return False
+
+    def _still_ours(self) -> bool:
+        """After the lease came back: True unless another instance wrote as this role
+        meanwhile (by default: nothing says so)."""
+        return True
 
     def _round(self) -> None:
         """One batch read, handed to the batch layer, and what it decided written."""
@@ -130,6 +175,7 @@ class RoleShell(Stoppable):
         self._prepare_topics()
         self._status = RecordProducer(cfg.bootstrap, cfg.overrides)
         self._start_clock(cfg.status_interval_s, max_seconds)
+        self._retitle("starting")
         try:
             self._start_standby()
             if not self._catch_up():
@@ -143,6 +189,7 @@ class RoleShell(Stoppable):
             if not self._await_lease():
                 return 0
             self._open()
+            self._retitle("active")
             status = self._loop()
             self._stopped_cleanly = True
             return status
@@ -167,6 +214,7 @@ class RoleShell(Stoppable):
         if lease.poll(1.0):
             return True
         self._log.info("%s: another instance is active; standing by", name)
+        self._retitle("standby")
         while not self.stopping:
             if lease.poll(0):
                 self._log.info("%s: the lease is ours; taking over", name)

@@ -264,6 +264,10 @@ class NodeRuntime(RoleShell):
         self._members_written_at = 0.0
         self._follower: NodeFollower | None = None  # while a hot standby
         self._followed = 0  # records the follower applied, counted in the metrics
+        #: Dead letters this instance wrote: its status's count. The batch layer counts
+        #: those of replayed records too, whose outputs are dropped (with another secret
+        #: than before a restart, every replayed record would count, none written).
+        self.dead_letters_written = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -384,6 +388,7 @@ class NodeRuntime(RoleShell):
                 dict(cfg.overrides),
                 commit_interval_s=cfg.commit_interval_s,
                 on_unwritable=self._unwritable,
+                on_wait=self._heartbeat,
             )
         low, high, committed = self._log_bounds(consumer)
         batch, source = self._followed_batch(committed, low), "standby state"
@@ -429,6 +434,25 @@ class NodeRuntime(RoleShell):
             "exactly-once" if cfg.exactly_once else "at-least-once",
             extra={"fields": {"offset": self.batch.position}},
         )
+
+    def _still_ours(self) -> bool:
+        """After the lease came back: False when the node's group has committed past
+        this instance's position -- another instance processed the log meanwhile (with
+        ``--at-least-once`` nothing else fences this one)."""
+        consumer = self._consumer
+        if consumer is None:
+            return True
+        committed = self._committed_offset(consumer)
+        if committed > self.batch.position:
+            log.warning(
+                "node %s: its group committed offset %d, past this instance's %d: another "
+                "instance wrote meanwhile",
+                self.config.key,
+                committed,
+                self.batch.position,
+            )
+            return False
+        return True
 
     def _followed_batch(self, committed: int, low: int) -> NodeBatch | None:
         """A hot standby's batch layer, continued (``None``: not a hot standby)."""
@@ -573,6 +597,7 @@ class NodeRuntime(RoleShell):
             log.info("node %s recovered in %.3f s", self.config.key, self.recovery_s)
             self.metrics.recovered(self.recovery_s, self.batch.engine.stats.protocol_mismatches)
         self._log_dead_letters(ready.records)
+        self.dead_letters_written += sum(r.kind is OutKind.DEAD_LETTER for r in ready.records)
         commit = None if ready.commit is None else {self._partition: ready.commit}
         if isinstance(writer, SplitWriter):
             writer.write(ready.records, commit)
@@ -592,6 +617,7 @@ class NodeRuntime(RoleShell):
         writer = self._writer
         assert isinstance(writer, AckedWriter | SplitWriter)
         writer.send_dead_letter(ticket, letter)
+        self.dead_letters_written += 1
         self.metrics.wrote([letter], time.time())
 
     def _log_dead_letters(self, records: list[OutRecord]) -> None:
@@ -652,7 +678,7 @@ class NodeRuntime(RoleShell):
             WaitingHead(w.messageID, w.timeStamp, w.decided, w.missing) for w in engine.waiting(10)
         )
         return replace(
-            status_of(cfg, Role.NODE, cfg.key, cfg.node_id),
+            status_of(cfg, Role.NODE, cfg.key, cfg.node_id, self.signer),
             layer=cfg.layer if cfg.layered else None,
             clock=engine.clock,
             watermark=engine.watermark() if cfg.layered else None,
@@ -663,7 +689,7 @@ class NodeRuntime(RoleShell):
             records_in=stats.records_in,
             records_out=stats.records_out,
             deliveries=stats.deliveries,
-            dead_letters=self.batch.dead_letters,
+            dead_letters=self.dead_letters_written,
             rejected=stats.rejected,
             duplicates=stats.duplicates,
             protocol_mismatches=stats.protocol_mismatches,

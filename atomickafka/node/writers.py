@@ -27,12 +27,13 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Final, Protocol
+from typing import Final, NoReturn, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from atomickafka.errors import AtomicKafkaError
 from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER, producer_config
+from atomickafka.logs import Throttle
 from atomickafka.node.batch import OutKind, OutRecord
 from atomickafka.node.offsets import OffsetsTracker, Ticket
 
@@ -50,6 +51,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("atomickafka.node")
+#: Retries are logged at most once a kind every 10 s (with the count held back).
+_retries = Throttle(10.0)
 
 #: librdkafka error codes that mean another instance has taken over this role.
 _FENCED_CODES: Final = frozenset(
@@ -97,6 +100,23 @@ SEND_OFFSETS_TIMEOUT_S: Final = 8.0
 #: group coordinator's broker dies (librdkafka issues #5456 and #5511): seen here when
 #: a broker of three was SIGKILLed, the node then neither wrote nor stopped.
 WEDGE_MARGIN_S: Final = 2.0
+#: How often a shell waiting on a librdkafka call (or between retries) is called back.
+HEARTBEAT_S: Final = 0.5
+#: librdkafka's bound on committing a transaction (s); a retriable failure (its timeout
+#: included) is retried, for up to :data:`TXN_RETRY_S` per batch.
+COMMIT_TIMEOUT_S: Final = 60.0
+#: How long one batch's transaction is retried through Kafka's routine events -- a
+#: group coordinator that moves (``NOT_COORDINATOR``, ``COORDINATOR_LOAD_IN_PROGRESS``),
+#: a leader election, a broker failover -- before the node gives the batch up and exits
+#: (its restart replays it). A failover on three loopback brokers stalled transactions
+#: ~20 s (docs/DESIGN.md §6.3); twice the transaction timeout covers several.
+TXN_RETRY_S: Final = 120.0
+#: How many producers an instance may leave hung (each replaced by a new one of the
+#: role; they are never closed, so they are kept) before it exits (exit status 5,
+#: :class:`ClientWedgedError`): its restart starts clean.
+MAX_HUNG_PRODUCERS: Final = 3
+#: Back-off between retries (s): doubling from the first to the last.
+_RETRY_BACKOFF_S: Final = (0.1, 2.0)
 
 
 class _CallThread:
@@ -121,14 +141,24 @@ class _CallThread:
             finally:
                 done.set()
 
-    def run(self, call: Callable[[], object], limit_s: float) -> list[BaseException] | None:
-        """Run ``call``; what it raised, or ``None`` if it did not return in time."""
+    def run(
+        self,
+        call: Callable[[], object],
+        limit_s: float,
+        on_wait: Callable[[], None] | None = None,
+    ) -> list[BaseException] | None:
+        """Run ``call``; what it raised, or ``None`` if it did not return in time.
+        ``on_wait`` is called about every :data:`HEARTBEAT_S` while it runs."""
         done = threading.Event()
         failure: list[BaseException] = []
         self.wedged = True
         self._jobs.put((call, done, failure))
-        if not done.wait(limit_s):
-            return None
+        deadline = time.monotonic() + limit_s
+        while not done.wait(max(0.0, min(HEARTBEAT_S, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                return None
+            if on_wait is not None:
+                on_wait()
         self.wedged = False
         return failure
 
@@ -136,15 +166,22 @@ class _CallThread:
 _call_thread: _CallThread | None = None
 
 
-def bounded_call(call: Callable[[], object], limit_s: float, doing: str) -> None:
+def bounded_call(
+    call: Callable[[], object],
+    limit_s: float,
+    doing: str,
+    on_wait: Callable[[], None] | None = None,
+) -> None:
     """Run ``call`` (a blocking librdkafka call, which releases the GIL) on a daemon
-    thread and wait at most ``limit_s``; raise :class:`ClientWedgedError` if it has not
+    thread and wait at most ``limit_s``, calling ``on_wait`` about every
+    :data:`HEARTBEAT_S` meanwhile (the shell publishes its status: a node that waits
+    out a broker failover is alive); raise :class:`ClientWedgedError` if it has not
     returned by then, or what it raised."""
     global _call_thread  # noqa: PLW0603 (one such thread per process, made on first use)
     thread = _call_thread
     if thread is None or thread.wedged:
         thread = _call_thread = _CallThread()
-    failure = thread.run(call, limit_s)
+    failure = thread.run(call, limit_s, on_wait)
     if failure is None:
         raise ClientWedgedError(
             f"librdkafka did not return from {doing} within {limit_s:g} s (a known "
@@ -215,8 +252,39 @@ def _produce(producer: Producer, record: OutRecord, callback: Callable[..., None
             producer.poll(0.05)  # the queue drains as the broker acknowledges
 
 
+def _log_retry(kind: str, text: str, exc: BaseException) -> None:
+    """A warning that a transaction is retried: at most one a kind every 10 s, with the
+    count of those held back since."""
+    held = _retries.admit(kind)
+    if held is not None:
+        log.warning(text + (f" ({held} more retries since)" if held else ""), exc)
+
+
+class _AbortedError(Exception):
+    """The batch's transaction was aborted (an abortable error, or a retriable one past
+    what retrying in place allows): nothing of it is visible, it may be written again."""
+
+
 class TransactionalWriter:
-    """One transaction per batch; fenced by a newer instance of the same role."""
+    """One transaction per batch; fenced by a newer instance of the same role.
+
+    A batch's transaction survives Kafka's routine events (docs/DESIGN.md §6.3): a
+    call that fails with a retriable error (a coordinator moving or loading, a leader
+    election, librdkafka's own timeout) is called again; an error that requires an abort
+    aborts the transaction, which is then written again from its first record -- as
+    librdkafka's transactional API prescribes, and safe, since an aborted transaction
+    is visible to no ``read_committed`` reader. Both for at most :data:`TXN_RETRY_S` per
+    batch, with a back-off; a fatal error, a fence, or a batch still unwritten then ends
+    the instance (exit status 1 or 4; the restart or the standby recovers). While it
+    waits, ``on_wait`` is called about every :data:`HEARTBEAT_S` (the shell publishes its
+    status, so that clients do not take a node waiting out a failover for a dead one).
+    """
+
+    #: The callback while waiting (class defaults: a writer is built without one too).
+    on_wait: Callable[[], None] | None = None
+    retry_s: float = TXN_RETRY_S
+    #: A write into the open transaction failed: :meth:`finish` writes it again.
+    broken: bool = False
 
     def __init__(
         self,
@@ -227,7 +295,9 @@ class TransactionalWriter:
         overrides: dict[str, str] | None = None,
         *,
         init_timeout_s: float = 60.0,
+        on_wait: Callable[[], None] | None = None,
     ) -> None:
+        self.on_wait = on_wait
         self._consumer = consumer
         self._input = input_topic
         settings: dict[str, str | int | bool] = {
@@ -241,66 +311,233 @@ class TransactionalWriter:
             # node's loop. Capped at 10 ms, a transaction took half as long (measured).
             "retry.backoff.max.ms": TXN_RETRY_BACKOFF_MAX_MS,
         }
-        self._producer = Producer(
-            producer_config(bootstrap, overrides, **settings), logger=LIBRDKAFKA_LOGGER
-        )
+        self._config = producer_config(bootstrap, overrides, **settings)
+        self._init_timeout_s = init_timeout_s
         self._last_commit = 0.0
         self.wedged = False  # a call never returned: the producer must not be touched
+        #: Producers replaced after a call on them hung: never touched again (closing
+        #: one could hang too), kept so that they are not destroyed under their thread.
+        self._hung: list[Producer] = []
+        self._producer = self._new_producer()
+
+    def _new_producer(self) -> Producer:
+        """A transactional producer of the role, initialised: this fences any older one
+        of the role (another instance's, or this instance's hung one), aborting its open
+        transaction."""
+        producer = Producer(self._config, logger=LIBRDKAFKA_LOGGER)
+        timeout_s = self._init_timeout_s
         try:
-            self._producer.init_transactions(init_timeout_s)  # fences any older instance
+            bounded_call(
+                lambda: producer.init_transactions(timeout_s),
+                timeout_s + WEDGE_MARGIN_S,
+                "initialising transactions",
+                self.on_wait,
+            )
         except KafkaException as exc:
             raise _classified(exc, "initialising transactions") from exc
+        return producer
 
     def write(self, records: Sequence[OutRecord], commit: OffsetCommit | None) -> None:
-        """Write ``records`` and commit ``commit`` in one transaction."""
+        """Write ``records`` and commit ``commit`` in one transaction (retried through
+        retriable and abortable errors, see the class)."""
         if not records and commit is None:
             return
         gap = _TXN_GAP_S - (time.monotonic() - self._last_commit)
         if gap > 0:
             time.sleep(gap)
+        deadline = time.monotonic() + self.retry_s
+        backoff = _RETRY_BACKOFF_S[0]
+        attempts = 1
+        while True:
+            try:
+                self._transaction(records, commit, deadline)
+                break
+            except ClientWedgedError as exc:
+                if len(self._hung) >= MAX_HUNG_PRODUCERS or time.monotonic() >= deadline:
+                    self.wedged = True
+                    raise
+                self._replace(exc)
+            except _AbortedError as exc:
+                if time.monotonic() + backoff >= deadline:
+                    raise BatchWriteError(
+                        f"a batch's transaction was aborted {attempts} times over "
+                        f"{self.retry_s:.0f} s; the last: {exc}"
+                    ) from None
+                _log_retry("aborted", "transaction aborted (%s); writing the batch again", exc)
+                self._wait(backoff)
+                backoff = min(_RETRY_BACKOFF_S[1], 2 * backoff)
+                attempts += 1
+        self._last_commit = time.monotonic()
+
+    def _transaction(
+        self, records: Sequence[OutRecord], commit: OffsetCommit | None, deadline: float
+    ) -> None:
+        """One try at the batch's transaction; :class:`_AbortedError` when it was aborted."""
         producer = self._producer
         try:
             producer.begin_transaction()
             for record in records:
                 _produce(producer, record, None)
+        except BatchWriteError as exc:  # the local queue stayed full
+            self._abort(deadline)
+            raise exc from None
+        except KafkaException as exc:
+            self._failed(exc, "writing a batch", deadline)
+        if commit:
+            offsets = [TopicPartition(self._input, p, o) for p, o in commit.items()]
+            group = self._consumer.consumer_group_metadata()
+            self._call(
+                lambda: producer.send_offsets_to_transaction(
+                    offsets, group, SEND_OFFSETS_TIMEOUT_S
+                ),
+                SEND_OFFSETS_TIMEOUT_S,
+                "adding the input offsets to the transaction",
+                deadline,
+            )
+        self._call(
+            lambda: producer.commit_transaction(COMMIT_TIMEOUT_S),
+            COMMIT_TIMEOUT_S,
+            "committing the transaction",
+            deadline,
+        )
+
+    def _call(
+        self, call: Callable[[], object], timeout_s: float, doing: str, deadline: float
+    ) -> None:
+        """A transactional call (bounded, :func:`bounded_call`: not returned by its own
+        timeout plus :data:`WEDGE_MARGIN_S`, :class:`ClientWedgedError`), called again
+        while it fails with a retriable error and the batch's time lasts."""
+        backoff = _RETRY_BACKOFF_S[0]
+        while True:
+            try:
+                bounded_call(call, timeout_s + WEDGE_MARGIN_S, doing, self.on_wait)
+                return
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                retriable = isinstance(error, KafkaError) and error.retriable()
+                if not retriable or time.monotonic() + backoff >= deadline:
+                    self._failed(exc, doing, deadline)
+                _log_retry(doing, f"{doing} failed, retrying (a Kafka failover?): %s", exc)
+                self._wait(backoff)
+                backoff = min(_RETRY_BACKOFF_S[1], 2 * backoff)
+
+    def _replace(self, hung: ClientWedgedError) -> None:
+        """Leave the producer a call hung on, untouched, and go on with a new one of the
+        role: its ``init_transactions`` fences the hung one and aborts its transaction,
+        so the batch is written again from its first record -- what a restart of the
+        process would do, without the restart. librdkafka keeps a group coordinator
+        that left the cluster cached, and its offsets request then waits for a broker
+        state change that may never come (librdkafka issue #5511); a new producer finds
+        the new coordinator."""
+        log.warning("%s; going on with a new producer of the role", hung)
+        self._hung.append(self._producer)
+        self._producer = self._new_producer()
+
+    def _failed(self, exc: KafkaException, doing: str, deadline: float) -> NoReturn:
+        """The transaction failed with ``exc``: raise :class:`FencedError` when another
+        instance took over; :class:`BatchWriteError` when the producer cannot go on (a
+        fatal error); otherwise abort it and raise :class:`_AbortedError`. A producer fenced
+        meanwhile fails its next call with a plain fatal error (``produce``: "Local: Fatal
+        error"), and the abort names the cause: then the instance stops as fenced."""
+        error = _classified(exc, doing)
+        if isinstance(error, FencedError):
+            raise error from exc
+        self._abort(deadline)
+        kafka_error = exc.args[0] if exc.args else None
+        if isinstance(kafka_error, KafkaError) and kafka_error.fatal():
+            raise error from exc
+        raise _AbortedError(f"{doing}: {exc}") from exc
+
+    def _abort(self, deadline: float) -> None:
+        """Abort the open transaction, again while it fails with a retriable error (and
+        the batch's time lasts); raise :class:`FencedError` when the abort names a fence."""
+        backoff = _RETRY_BACKOFF_S[0]
+        while True:
+            try:
+                self._producer.abort_transaction(30)
+                return
+            except KafkaException as exc:
+                error = _classified(exc, "writing a batch")
+                if isinstance(error, FencedError):
+                    raise error from exc
+                kafka_error = exc.args[0] if exc.args else None
+                retriable = isinstance(kafka_error, KafkaError) and kafka_error.retriable()
+                if not retriable or time.monotonic() + backoff >= deadline:
+                    log.warning("aborting the transaction failed too: %s", exc)
+                    return
+                self._wait(backoff)
+                backoff = min(_RETRY_BACKOFF_S[1], 2 * backoff)
+
+    def _wait(self, seconds: float) -> None:
+        """Sleep ``seconds``, calling ``on_wait`` about every :data:`HEARTBEAT_S`."""
+        until = time.monotonic() + seconds
+        while (left := until - time.monotonic()) > 0:
+            time.sleep(min(HEARTBEAT_S, left))
+            if self.on_wait is not None:
+                self.on_wait()
+
+    # -------------------------------------------------- a transaction over several batches
+
+    def begin(self) -> None:
+        """Begin a transaction that :meth:`produce` fills and :meth:`finish` commits."""
+        try:
+            self._producer.begin_transaction()
+        except KafkaException as exc:
+            error = _classified(exc, "beginning a transaction")
+            if isinstance(error, FencedError):
+                raise error from exc
+            self.broken = True  # finish() aborts it and writes it again
+
+    def produce(self, record: OutRecord) -> None:
+        """Put ``record`` into the transaction :meth:`begin` opened."""
+        if self.broken:
+            return
+        try:
+            _produce(self._producer, record, None)
+        except KafkaException as exc:
+            error = _classified(exc, "writing to a transaction")
+            if isinstance(error, FencedError):
+                raise error from exc
+            self.broken = True
+
+    def finish(self, records: Sequence[OutRecord], commit: OffsetCommit | None) -> None:
+        """Commit the transaction holding ``records`` (put there with :meth:`produce`)
+        and ``commit``: retried as :meth:`write` is; a transaction that had to be aborted
+        is written again from ``records``."""
+        deadline = time.monotonic() + self.retry_s
+        try:
+            if self.broken:
+                self.broken = False
+                self._abort(deadline)
+                raise _AbortedError("a write into it failed")
+            producer = self._producer
             if commit:
                 offsets = [TopicPartition(self._input, p, o) for p, o in commit.items()]
                 group = self._consumer.consumer_group_metadata()
-                bounded_call(
+                self._call(
                     lambda: producer.send_offsets_to_transaction(
                         offsets, group, SEND_OFFSETS_TIMEOUT_S
                     ),
-                    SEND_OFFSETS_TIMEOUT_S + WEDGE_MARGIN_S,
+                    SEND_OFFSETS_TIMEOUT_S,
                     "adding the input offsets to the transaction",
+                    deadline,
                 )
-            producer.commit_transaction(60)
-        except ClientWedgedError:
-            self.wedged = True
-            raise
-        except BatchWriteError as exc:
-            fenced = self._abort()
-            if fenced is not None:
-                raise fenced from exc
-            raise
-        except KafkaException as exc:
-            error = _classified(exc, "writing a batch")
-            if not isinstance(error, FencedError):
-                error = self._abort() or error
-            raise error from exc
+            self._call(
+                lambda: producer.commit_transaction(COMMIT_TIMEOUT_S),
+                COMMIT_TIMEOUT_S,
+                "committing the transaction",
+                deadline,
+            )
+        except _AbortedError as exc:
+            _log_retry("aborted", "transaction aborted (%s); writing the batches again", exc)
+            self.write(records, commit)
+        except ClientWedgedError as exc:
+            if len(self._hung) >= MAX_HUNG_PRODUCERS:
+                self.wedged = True
+                raise
+            self._replace(exc)
+            self.write(records, commit)
         self._last_commit = time.monotonic()
-
-    def _abort(self) -> FencedError | None:
-        """Abort the open transaction. A producer fenced meanwhile fails its next call
-        with a plain fatal error (``produce``: "Local: Fatal error"), and the abort names
-        the cause: then the fence is returned, so that the instance stops as fenced."""
-        try:
-            self._producer.abort_transaction(30)
-        except KafkaException as exc:
-            error = _classified(exc, "writing a batch")
-            if isinstance(error, FencedError):
-                return error
-            log.warning("aborting the transaction failed too: %s", exc)
-        return None
 
     def settle(self) -> None:
         """Serve librdkafka's callbacks (logs, errors)."""
@@ -321,8 +558,6 @@ _CONTROL_KINDS: Final = frozenset({OutKind.CONTROL, OutKind.TICK})
 COMMIT_INTERVAL_S: Final = 0.1
 #: How soon after the last commit an idle node commits what it has (s).
 IDLE_COMMIT_GAP_S: Final = 0.01
-#: The longest a commit may take before its producer is taken for wedged (s).
-COMMIT_TIMEOUT_S: Final = 60.0
 
 
 class _Job:
@@ -348,34 +583,35 @@ class SplitWriter:
     """Exactly-once with transactions only where a reader needs them (§6.3).
 
     Control records (bundles to the peers' input logs, this node's own ticks and members
-    records) go through a gapless idempotent producer at once, outside any transaction,
-    as at-least-once writes them: a restart or a zombie writes them again with the same
-    ``seq`` and receivers drop the repeats (§4.12). Everything a reader reads once --
-    deliveries, watermarks, dead letters, snapshots -- goes into a transaction that
-    stays open over several batches and commits, with the input offset, on an interval
-    (:data:`COMMIT_INTERVAL_S`; sooner when the node is idle). An offset commits only
-    once every control record of the batches below it is acknowledged, so no restart
-    from it can lose one. The commit runs on a thread: control records keep flowing
-    meanwhile, and the transactional records of the batches read meanwhile wait in
-    memory for the next transaction. The transactional producer's id is the role's, so
-    a newer instance fences this one (:class:`FencedError` on its next commit).
+    records; a merger's ticks) go through a gapless idempotent producer at once, outside
+    any transaction, as at-least-once writes them: a restart or a zombie writes them
+    again with the same ``seq`` and receivers drop the repeats (§4.12). Everything a
+    reader reads once -- deliveries, watermarks, dead letters, snapshots -- goes into a
+    transaction that stays open over several batches and commits, with the input offset,
+    on an interval (:data:`COMMIT_INTERVAL_S`; sooner when the node is idle). An offset
+    commits only once every control record of the batches below it is acknowledged, so
+    no restart from it can lose one. The commit runs on a thread (a
+    :class:`TransactionalWriter`'s, with its retries through Kafka's routine events and
+    its rewrite of an aborted transaction): control records keep flowing meanwhile, and
+    the transactional records of the batches read meanwhile wait in memory for the next
+    transaction. The transactional producer's id is the role's, so a newer instance
+    fences this one (:class:`FencedError` on its next commit).
     """
 
     def __init__(
         self,
         bootstrap: str,
         role: str,
-        consumer: Consumer | None,
+        consumer: Consumer,
         input_topic: str,
         partition: int,
         overrides: dict[str, str] | None = None,
         *,
         commit_interval_s: float = COMMIT_INTERVAL_S,
         on_unwritable: Callable[[Ticket, str, bytes | None, str], None] | None = None,
+        on_wait: Callable[[], None] | None = None,
         init_timeout_s: float = 60.0,
     ) -> None:
-        self._consumer = consumer
-        self._input = input_topic
         self._partition = partition
         self._tracker = OffsetsTracker(0)
         self._acked = 0
@@ -385,31 +621,32 @@ class SplitWriter:
             producer_config(bootstrap, overrides, **{"enable.gapless.guarantee": True}),
             logger=LIBRDKAFKA_LOGGER,
         )
-        settings: dict[str, str | int | bool] = {
-            "transactional.id": transactional_id(role),
-            "transaction.timeout.ms": 60000,
-            "retry.backoff.ms": 5,
-            "retry.backoff.max.ms": TXN_RETRY_BACKOFF_MAX_MS,
-        }
-        self._txn = Producer(
-            producer_config(bootstrap, overrides, **settings), logger=LIBRDKAFKA_LOGGER
+        # its producer is initialised here, fencing any older instance of the role
+        self._txn = TransactionalWriter(
+            bootstrap,
+            role,
+            consumer,
+            input_topic,
+            overrides,
+            init_timeout_s=init_timeout_s,
+            on_wait=on_wait,
         )
-        self.wedged = False
+        self._txn.on_wait = None  # its commits run on a thread: the loop goes on anyway
         self.failed: str | None = None
         self.commits = 0
         self._open = False  # a transaction is begun
         self._began = 0.0
         self._last_commit = 0.0
         self._target: int | None = None  # the input offset the open transaction commits
-        self._records = 0  # records in the open transaction
+        self._records: list[OutRecord] = []  # in the open transaction, kept to rewrite it
         self._waiting: list[OutRecord] = []  # for the next transaction, while one commits
         self._waiting_target: int | None = None
         self._job: _Job | None = None
-        self._job_target: int | None = None
-        try:
-            self._txn.init_transactions(init_timeout_s)  # fences any older instance
-        except KafkaException as exc:
-            raise _classified(exc, "initialising transactions") from exc
+
+    @property
+    def wedged(self) -> bool:
+        """A librdkafka call on the transactional producer never returned."""
+        return self._txn.wedged
 
     def start_at(self, committed: int) -> None:
         """The committed input offset, read after this writer fenced older instances:
@@ -452,15 +689,12 @@ class SplitWriter:
         """Put ``records`` (and the offset ``target``) into the open transaction."""
         if not records and target is None:
             return
-        try:
-            if not self._open:
-                self._txn.begin_transaction()
-                self._open, self._began = True, time.monotonic()
-            for record in records:
-                _produce(self._txn, record, None)
-        except KafkaException as exc:
-            raise self._failed(exc, "writing to the transaction") from exc
-        self._records += len(records)
+        if not self._open:
+            self._txn.begin()
+            self._open, self._began = True, time.monotonic()
+        for record in records:
+            self._txn.produce(record)
+        self._records.extend(records)
         if target is not None:
             self._target = target
 
@@ -470,7 +704,7 @@ class SplitWriter:
         """Serve delivery reports; finish a commit that ended; start one when it is due
         (the interval passed, or the node is idle) and every control record below its
         offset is acknowledged. Raises :class:`BatchWriteError` (or
-        :class:`FencedError`) once a write or a commit failed."""
+        :class:`FencedError`) once a write or a commit failed for good."""
         self._control.poll(0)
         tracker = self._tracker
         for ticket, msg, reason in tracker.unwritable():
@@ -508,56 +742,24 @@ class SplitWriter:
         return idle and now - self._last_commit >= IDLE_COMMIT_GAP_S
 
     def _start_commit(self) -> None:
-        target, producer = self._target, self._txn
-        consumer = self._consumer
-
-        def commit() -> None:
-            if target is not None and consumer is not None:
-                offsets = [TopicPartition(self._input, self._partition, target)]
-                producer.send_offsets_to_transaction(
-                    offsets, consumer.consumer_group_metadata(), SEND_OFFSETS_TIMEOUT_S
-                )
-            producer.commit_transaction(COMMIT_TIMEOUT_S)
-
-        self._job, self._job_target = _Job(commit), target
-        self._open, self._target, self._records = False, None, 0
+        records, target, txn = self._records, self._target, self._txn
+        commit = None if target is None else {self._partition: target}
+        self._job = _Job(lambda: txn.finish(records, commit))
+        self._open, self._target, self._records = False, None, []
 
     def _finish_commit(self, wait_s: float = 0.0) -> None:
         job = self._job
         assert job is not None
         if not job.done.wait(wait_s):
-            if time.monotonic() - job.started > COMMIT_TIMEOUT_S + SEND_OFFSETS_TIMEOUT_S + (
-                WEDGE_MARGIN_S
-            ):
-                self.wedged = True
-                raise ClientWedgedError("librdkafka did not return from a commit in time")
-            return
+            return  # (the transactional writer bounds its own calls)
         self._job = None
-        error = job.error
-        if error is not None:
-            if isinstance(error, KafkaException):
-                raise self._failed(error, "committing a transaction") from error
-            raise error
+        if job.error is not None:
+            raise job.error
         self.commits += 1
         self._last_commit = time.monotonic()
         waiting, target = self._waiting, self._waiting_target
         self._waiting, self._waiting_target = [], None
         self._add(waiting, target)
-
-    def _failed(self, exc: KafkaException, doing: str) -> AtomicKafkaError:
-        """The error to stop with: the fence when the producer was fenced (an abort names
-        it when the failed call did not), else a write failure."""
-        error = _classified(exc, doing)
-        if isinstance(error, FencedError):
-            return error
-        try:
-            self._txn.abort_transaction(30)
-        except KafkaException as abort_exc:
-            fenced = _classified(abort_exc, doing)
-            if isinstance(fenced, FencedError):
-                return fenced
-        self._open = False
-        return error
 
     def close(self) -> None:
         """Commit what is open (bounded), flush the control records, release."""
@@ -565,18 +767,17 @@ class SplitWriter:
             return
         try:
             if self._job is not None:
-                self._finish_commit(COMMIT_TIMEOUT_S)
+                self._finish_commit(COMMIT_TIMEOUT_S + TXN_RETRY_S)
             self._control.flush(30)
+            self._interval_s = 0.0
             self.settle()
-            if self._open:
-                self._interval_s = 0.0
-                self.settle()
             if self._job is not None:
-                self._finish_commit(COMMIT_TIMEOUT_S)
+                self._finish_commit(COMMIT_TIMEOUT_S + TXN_RETRY_S)
         except AtomicKafkaError as exc:
             log.error("the last transaction did not commit: %s", exc)
         if self._control.flush(30):
             log.error("control records not acknowledged at shutdown")
+        self._txn.close()
 
 
 def _classified(exc: KafkaException, doing: str) -> AtomicKafkaError:
@@ -665,7 +866,7 @@ class AckedWriter:
             else:
                 self._consumer.commit(offsets=offsets, asynchronous=True)
         except KafkaException as exc:  # retried with the next batch
-            log.warning("commit of offset %d failed: %s", target, exc)
+            _log_retry("offset commit", f"commit of offset {target} failed: %s", exc)
             return
         tracker.committed_at(target)
         self._last_commit = now

@@ -728,9 +728,13 @@ class Simulator:
         else:
             ready = node.batch.idle(wall_s=wall)
         self._write(topic, ready)
-        if self.exactly_once and (node.txn or node.txn_commit is not None):
-            if not records or self.chooser.chance(self.chaos.commit):
-                self._commit(topic)
+        txn_open = bool(node.txn) or node.txn_commit is not None
+        if (
+            self.exactly_once
+            and txn_open
+            and (not records or self.chooser.chance(self.chaos.commit))
+        ):
+            self._commit(topic)
         self._write_members(topic)
         return len(records)
 
@@ -1192,27 +1196,7 @@ class Simulator:
         """Write what a step decided, as the shell's writer of the mode would."""
         node = self.nodes[topic]
         if self.exactly_once:
-            control = [r for r in ready.records if r.kind in _CONTROL_KINDS]
-            if control and self.chooser.chance(self.chaos.producer_gap):
-                failed = self.chooser.integer(0, len(control) - 1)
-                for record in control[:failed]:  # gapless: a prefix, then the node exits
-                    self._route(topic, record)
-                self.events["producer_gap"] += 1
-                self._note(f"{topic}: control write {failed} of {len(control)} fails")
-                self.crash(topic)
-                return
-            for record in control:
-                self._route(topic, record)
-            for record in ready.records:
-                if record.kind in _CONTROL_KINDS:
-                    continue
-                node.txn.append(record)
-                if record.kind is OutKind.DELIVERY or record.kind is OutKind.WATERMARK:
-                    self.uncommitted[topic].append(
-                        record.value, key=record.key, headers=record.headers
-                    )
-            if ready.commit is not None:
-                node.txn_commit = ready.commit
+            self._write_exactly_once(topic, ready)
             return
         outputs = ready.outputs()
         if outputs and self.chooser.chance(self.chaos.producer_gap):
@@ -1232,6 +1216,30 @@ class Simulator:
         if ready.commit is not None:
             node.commits.append((self.clock.step + self.commit_lag, ready.commit))
         self._settle(node)
+
+    def _write_exactly_once(self, topic: str, ready: Ready) -> None:
+        """Exactly-once (§6.3): control records at once (a failed write leaves a prefix
+        and restarts the node), the rest into the node's open transaction."""
+        node = self.nodes[topic]
+        control = [r for r in ready.records if r.kind in _CONTROL_KINDS]
+        if control and self.chooser.chance(self.chaos.producer_gap):
+            failed = self.chooser.integer(0, len(control) - 1)
+            for record in control[:failed]:  # gapless: a prefix, then the node exits
+                self._route(topic, record)
+            self.events["producer_gap"] += 1
+            self._note(f"{topic}: control write {failed} of {len(control)} fails")
+            self.crash(topic)
+            return
+        for record in control:
+            self._route(topic, record)
+        for record in ready.records:
+            if record.kind in _CONTROL_KINDS:
+                continue
+            node.txn.append(record)
+            if record.kind is OutKind.DELIVERY or record.kind is OutKind.WATERMARK:
+                self.uncommitted[topic].append(record.value, key=record.key, headers=record.headers)
+        if ready.commit is not None:
+            node.txn_commit = ready.commit
 
     def _commit(self, topic: str) -> None:
         """Exactly-once: ``topic``'s node commits its open transaction -- its records

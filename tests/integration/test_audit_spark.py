@@ -28,7 +28,7 @@ import pytest
 from atomickafka.audit import spark_job
 from atomickafka.audit.records import audited_delivery
 from atomickafka.audit.service import audit_once
-from atomickafka.core.reader import PlainRecord
+from atomickafka.core.reader import DELIVERY_LEAD_US, PlainRecord
 from atomickafka.core.wire import Message, MessageType, encode_delivery, value_digest
 from atomickafka.evaluation.spark import session
 from tests.integration.audit_support import (
@@ -154,6 +154,10 @@ def test_spark_audit_equals_the_in_process_audit(
     assert dict(report.totals.repeats) == _counts(out, "repeat")
 
 
+#: A timestamp no node can have reached by the time of record 9 (``DELIVERY_LEAD_US``).
+_AHEAD = (1_700_000_000_000 + 9) * 1000 + DELIVERY_LEAD_US + 1
+
+
 def _record(topic: str, offset: int, value: bytes) -> PlainRecord:
     return PlainRecord(value, topic=topic, offset=offset, timestamp_ms=1_700_000_000_000 + offset)
 
@@ -188,6 +192,10 @@ def test_the_jobs_parser_reads_deliveries_as_the_reader_does() -> None:
         _record("other", 5, encode_delivery(base)),  # written by another topic's node
         _record("audit", 6, b'{"messageType":"ClientMessage","messageID":"z"}'),
         _record("audit", 7, b"not json"),
+        # not what audit's node can have written (issue 26): another writer's id, and a
+        # timestamp ahead of every clock at the record's time
+        _record("audit", 8, encode_delivery(base._replace(messageID="f", senderID="someone"))),
+        _record("audit", 9, encode_delivery(base._replace(messageID="g", timeStamp=_AHEAD))),
     ]
     rows = [(r.topic(), r.partition(), r.offset(), r.timestamp()[1], r.value()) for r in records]
     # with the Kafka connector, as every session of the test process: a session started

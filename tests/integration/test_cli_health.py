@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from confluent_kafka import Producer
 
 from atomickafka.kafka.status import LIVE_WINDOW_S, Role, Status, wait_for_nodes
 from atomickafka.kafka.topics import STATUS_TOPIC, Layout
+from atomickafka.metrics.cluster import DIRECTORY_PREFIX, remove_orphaned_directories
 from tests.integration.harness import run_cli, running_cluster
 
 pytestmark = pytest.mark.integration
@@ -79,6 +81,9 @@ def test_every_command_against_an_unresolvable_host_or_a_closed_port() -> None:
          ("atomickafka cluster: no answer from Kafka", "Connection refused")),
         (["node", "--bootstrap-server", UNREACHABLE, "--topic", "a"], 1,
          ("atomickafka node: no answer from Kafka",)),
+        # issue 26, item 6: the audit waited for ever
+        (["audit", "--bootstrap-server", UNREACHABLE, "--topics", "a,b"], 1,
+         ("atomickafka audit: no answer from Kafka", "Connection refused")),
     ]  # fmt: skip
     one_line_errors(*cases)
 
@@ -144,7 +149,9 @@ def test_status_is_a_health_check(
 def check_health(
     kafka_bootstrap: str, tmp_path: Path, live: str, ghost: str, gone: str, stopped: str
 ) -> None:
-    """Stale fails, a clean stop is forgotten, live passes, a stuck head fails."""
+    """Stale fails, live passes, a stuck head fails; a clean stop is forgotten unless
+    the node is expected (named by ``--topics``, or shown by ``--all``), where it fails
+    as ``doctor`` fails it, and a named topic no node ever served is ``missing``."""
 
     def status(*topics: str, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
         return run_cli(
@@ -154,9 +161,11 @@ def check_health(
     stale = status(gone)
     assert stale.returncode == 1 and "(stale)" in stale.stdout
     assert f"unhealthy: {gone} (stale)" in stale.stdout
-    forgotten = status(stopped)  # a clean stop is forgotten, not stale
-    assert forgotten.returncode == 1 and "every node has stopped" in forgotten.stderr
+    named = status(stopped)  # named: expected, so its clean stop fails (issue 26, item 5)
+    assert named.returncode == 1 and "(stopped)" in named.stdout, named.stdout + named.stderr
+    assert f"unhealthy: {stopped} (stopped)" in named.stdout
     shown = status(stopped, extra=("--all", "--json"))
+    assert shown.returncode == 1  # --all with every node shown stopped is no health
     entry = orjson.loads(shown.stdout)
     assert entry["health"] == entry["state"] == "stopped" and entry["nodeID"] == f"node-{stopped}"
     assert entry["statusAgeSeconds"] >= 0
@@ -165,9 +174,18 @@ def check_health(
     with running_cluster(kafka_bootstrap, [ghost], log_dir=tmp_path, name="ghost"):
         pass
     with running_cluster(kafka_bootstrap, [live], log_dir=tmp_path):
-        healthy = status(live, stopped)
+        healthy = status(live)
         assert healthy.returncode == 0, healthy.stdout + healthy.stderr
         assert stopped not in healthy.stdout
+        extra = status(f"{live}-nosuch", live, stopped)  # a typo'd or stopped topic fails
+        assert extra.returncode == 1, extra.stdout + extra.stderr
+        (unhealthy,) = [line for line in extra.stdout.splitlines() if line.startswith("unhealthy")]
+        assert f"{live}-nosuch (missing)" in unhealthy and f"{stopped} (stopped)" in unhealthy
+        assert f"{live} (" not in unhealthy
+        listed = status(f"{live}-nosuch", live, extra=("--json",))
+        rows = [orjson.loads(line) for line in listed.stdout.splitlines()]
+        health = {r["topic"]: r["health"] for r in rows}
+        assert health == {f"{live}-nosuch": "missing", live: "live"} and listed.returncode == 1
         waits = run_cli(
             "send", "--bootstrap-server", kafka_bootstrap, "--to", f"{live},{ghost}",
             "--allow-offline", "waits for the ghost",
@@ -208,24 +226,38 @@ def alive(pid: int) -> bool:
 def test_cluster_children_are_titled_log_json_and_die_with_it(
     kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
 ) -> None:
+    """Each child is titled after its role and (issue 26, item 13) whether it is the
+    active instance or a standby; its log lines name its pid; the supervisor's metrics
+    directory, left by its SIGKILL, is removed by the next one on the host."""
     a, b = topic_factory(), topic_factory()
     log = (tmp_path / "cluster.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "atomickafka", "cluster", "--bootstrap-server", kafka_bootstrap,
-         "--topics", f"{a},{b}", "--log-level", "debug", "-X", "debug=generic"],
+         "--topics", f"{a},{b}", "--standby", "--metrics-port", "0", "--metrics-host",
+         "127.0.0.1", "--log-level", "debug", "-X", "debug=generic"],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
         wait_for_nodes(kafka_bootstrap, [a, b], timeout_s=60)
         kids = children_of(proc.pid)
-        titles = {Path(f"/proc/{k}/cmdline").read_bytes().split(b"\0")[0] for k in kids}
-        assert {f"atomickafka node {a}".encode(), f"atomickafka node {b}".encode()} <= titles
+        wanted = {f"atomickafka node {t} ({state})".encode()
+                  for t in (a, b) for state in ("active", "standby")}  # fmt: skip
+        deadline = time.monotonic() + 30  # a standby says so once it has caught up
+        titles: set[bytes] = set()
+        while not wanted <= titles and time.monotonic() < deadline:
+            time.sleep(0.5)
+            titles = {Path(f"/proc/{k}/cmdline").read_bytes().split(b"\0")[0] for k in kids}
+        assert wanted <= titles, titles
+        metrics_dirs = orphaned_metrics_directories(proc.pid)
+        assert len(metrics_dirs) == 1
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         deadline = time.monotonic() + 10
         while any(alive(k) for k in kids) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not [k for k in kids if alive(k)], "nodes outlived their supervisor"
+        assert metrics_dirs[0].exists()  # a SIGKILLed supervisor cannot remove it
+        assert str(metrics_dirs[0]) in remove_orphaned_directories()  # the next one does
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -233,6 +265,13 @@ def test_cluster_children_are_titled_log_json_and_die_with_it(
     lines = (tmp_path / "cluster.log").read_text().splitlines()
     entries = [orjson.loads(line) for line in lines]  # every line JSON, librdkafka's too
     assert any(e["logger"] == "atomickafka.librdkafka" for e in entries)
+    pids_of_a = {e["pid"] for e in entries if e.get("node") == a}  # each line names its pid
+    assert len(pids_of_a) == 2 and pids_of_a <= set(kids)  # the active node, its standby
+
+
+def orphaned_metrics_directories(pid: int) -> list[Path]:
+    """The metrics directories of the supervisor ``pid``."""
+    return sorted(Path(tempfile.gettempdir()).glob(f"{DIRECTORY_PREFIX}{pid}-*"))
 
 
 def test_a_partitioned_cluster_titles_its_layers_and_stops_promptly_on_sigterm(
@@ -258,8 +297,8 @@ def test_a_partitioned_cluster_titles_its_layers_and_stops_promptly_on_sigterm(
         wait_for_nodes(kafka_bootstrap, cluster_keys([topic], 2), timeout_s=90)
         kids = children_of(proc.pid)
         titles = {Path(f"/proc/{k}/cmdline").read_bytes().split(b"\0")[0] for k in kids}
-        expected = {f"atomickafka node {topic}/{p}" for p in (0, 1)}
-        expected.add(f"atomickafka merger {topic}")
+        expected = {f"atomickafka node {topic}/{p} (active)" for p in (0, 1)}
+        expected.add(f"atomickafka merger {topic} (active)")
         assert {t.encode() for t in expected} <= titles, titles
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
@@ -298,6 +337,6 @@ def test_cluster_stops_when_its_nodes_cannot_start(
         "--partitions", "2", "--log-level", "error", timeout=120,
     )  # fmt: skip
     assert out.returncode == 2, out.stderr
-    last = out.stderr.strip().splitlines()[-1]
+    last = orjson.loads(out.stderr.strip().splitlines()[-1])["msg"]  # a JSON log's last line
     assert last.startswith("atomickafka cluster: stopped:") and "cannot start" in last
     assert time.monotonic() - started < 60

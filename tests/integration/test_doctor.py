@@ -20,8 +20,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from atomickafka.kafka.topics import input_topic
-from atomickafka.localkafka import ensure_broker, free_port_block, stop_broker
+from atomickafka.kafka.topics import dead_letter_topic, input_topic
 from tests.integration.harness import run_cli, running_cluster
 
 pytestmark = pytest.mark.integration
@@ -80,6 +79,7 @@ def test_doctor_passes_a_correct_deployment_and_fails_a_short_input_retention(
         assert "fix: kafka-configs.sh" in text.stdout
         describe_shows_the_settings(kafka_bootstrap, topic, log)
 
+        records_are_counted_not_offsets(kafka_bootstrap, topic)
         set_topic_config(kafka_bootstrap, log, "retention.ms", str(2 * 86_400_000))  # 2 days
         out, report = doctor(kafka_bootstrap, topic)
         assert out.returncode == 0, failures(report)  # twice 30 s plus a day's downtime
@@ -90,6 +90,32 @@ def test_doctor_passes_a_correct_deployment_and_fails_a_short_input_retention(
         assert fixed.returncode == 0 and f"{log}: exists, settings aligned" in fixed.stdout
         out, report = doctor(kafka_bootstrap, topic)
         assert out.returncode == 0, failures(report)
+
+
+def records_are_counted_not_offsets(bootstrap: str, topic: str) -> None:
+    """Issue 26, item 9: four dead letters written in four transactions span eight
+    offsets (each commit marker takes one); ``doctor`` says four were set aside and
+    ``topics describe`` counts four records, the offsets apart."""
+    dlq = dead_letter_topic(topic)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"dlq-{topic}"})
+    producer.init_transactions(30)
+    for i in range(4):
+        producer.begin_transaction()
+        producer.produce(dlq, f"letter {i}".encode(), headers={"atomickafka-error": b"test"})
+        producer.commit_transaction(30)
+    _, report = doctor(bootstrap, topic)
+    (letters,) = [f for f in report["findings"] if f["code"] == "dead-letters"]
+    assert letters["message"].startswith("4 records set aside"), letters
+    args = ("topics", "describe", "--bootstrap-server", bootstrap, "--topics", topic)
+    rows = {e["topic"]: e for e in map(orjson.loads, run_cli(*args, "--json").stdout.splitlines())}
+    assert (rows[dlq]["records"], rows[dlq]["offsets"]) == (4, 8)
+    (row,) = [r for r in run_cli(*args).stdout.splitlines() if r.startswith(f"{dlq} ")]
+    assert row.split()[-1] == "4", row
+    # the fix doctor names, as an operator runs it, with no Kafka download (item 13)
+    command = letters["fix"].removeprefix("read them: atomickafka ").split(" (", 1)[0]
+    read = run_cli(*command.split(), "--max-messages", "4", "--timeout-ms", "30000", timeout=600)
+    assert read.returncode == 0, read.stderr[-2000:]
+    assert read.stdout.splitlines() == [f"atomickafka-error:test\tletter {i}" for i in range(4)]
 
 
 def describe_shows_the_settings(bootstrap: str, topic: str, log: str) -> None:
@@ -109,11 +135,12 @@ def describe_shows_the_settings(bootstrap: str, topic: str, log: str) -> None:
     assert len(by_topic) == len(rows)
     assert {e["kind"] for e in by_topic.values()} >= {"input log", "deliveries", "statuses"}
     entry = by_topic[log]
-    assert entry | {"records": 0} == {
+    assert entry | {"records": 0, "offsets": 0} == {
         "topic": log, "kind": "input log", "serves": topic, "exists": True, "partitions": 1,
         "replicationFactor": 1, "minInsyncReplicas": "1", "inSync": 1,
         "retentionMs": "3600000", "retentionBytes": "-1", "timestampType": "LogAppendTime",
         "cleanupPolicy": "delete", "maxMessageBytes": entry["maxMessageBytes"], "records": 0,
+        "offsets": 0,
     }  # fmt: skip
     missing = run_cli(*args, f"{topic}-nosuch", "--json")
     assert missing.returncode == 0, missing.stderr
@@ -151,36 +178,6 @@ def test_a_log_cut_below_every_snapshot_fails_doctor_and_the_node_refuses_to_sta
         "node", "--bootstrap-server", kafka_bootstrap, "--topic", topic, "--max-seconds", "60"
     )
     assert node.returncode == 2, node.stderr[-2000:]
-    last = node.stderr.strip().splitlines()[-1]
+    last = orjson.loads(node.stderr.strip().splitlines()[-1])["msg"]  # a JSON log's last line
     assert last.startswith("atomickafka node: input log ") and "starts at offset 3" in last
     assert "cannot be rebuilt" in last
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(400)
-def test_doctor_on_three_brokers_fails_min_insync_replicas_of_one(
-    tmp_path: Path, topic_factory: Callable[[], str]
-) -> None:
-    data_dir = tmp_path / "cluster"
-    topic = topic_factory()
-    try:
-        bootstrap = ensure_broker(3, data_dir, port=free_port_block(6), timeout=180)
-        created = run_cli("topics", "create", "--bootstrap-server", bootstrap, "--topics", topic)
-        assert created.returncode == 0, created.stdout + created.stderr
-        with running_cluster(bootstrap, [topic], log_dir=tmp_path):
-            out, report = doctor(bootstrap, topic)
-            assert out.returncode == 0, failures(report)
-            assert {"code": "brokers", "severity": "ok", "subject": "brokers",
-                    "message": "3 brokers", "fix": ""} in report["findings"]  # fmt: skip
-
-            set_topic_config(bootstrap, topic, "min.insync.replicas", "1")
-            out, report = doctor(bootstrap, topic)
-            assert out.returncode == 1
-            (finding,) = failures(report)
-            assert finding["code"] == "min-insync-replicas" and finding["subject"] == topic
-            assert "acknowledged by one broker" in finding["message"]
-            assert finding["fix"].endswith(
-                f"--entity-name {topic} --add-config min.insync.replicas=2"
-            )
-    finally:
-        stop_broker(data_dir)

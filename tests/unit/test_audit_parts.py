@@ -13,10 +13,23 @@ from atomickafka.audit.clock import EventClock
 from atomickafka.audit.config import AUDIT_TOPIC, AuditConfig
 from atomickafka.audit.metrics import AuditMetrics, AuditTotals
 from atomickafka.audit.position import decode_metadata, encode_metadata, replay_from_ms
-from atomickafka.audit.records import Kind, Violation, audited_delivery
+from atomickafka.audit.records import (
+    AuditedDelivery,
+    Kind,
+    Violation,
+    audit_verdict,
+    audited_delivery,
+)
 from atomickafka.audit.service import AuditReport, LiveAudit
 from atomickafka.cli.audit_cmd import spark_job_path
-from atomickafka.core.reader import TYPE_HEADER, PlainRecord
+from atomickafka.core.reader import (
+    DELIVERY_LEAD_US,
+    TYPE_HEADER,
+    PlainRecord,
+    Unaccepted,
+    delivery_writers,
+)
+from atomickafka.core.signing import Signer
 from atomickafka.core.wire import Message, MessageType, encode_delivery, value_digest
 from atomickafka.errors import ConfigError
 from atomickafka.node.config import ClusterConfig, NodeConfig
@@ -75,7 +88,7 @@ def test_the_configuration_round_trips_inside_the_clusters() -> None:
         AuditConfig.from_dict({**audit.to_dict(), "colour": "red"})
 
 
-def _delivery(topic: str, sent_from: str) -> bytes:
+def _delivery(topic: str, sent_from: str, stamp: int = 12) -> bytes:
     value = b'{"x":1}'
     return encode_delivery(
         Message(
@@ -85,7 +98,7 @@ def _delivery(topic: str, sent_from: str) -> bytes:
             value,
             "node-A",
             sent_from,
-            12,
+            stamp,
             1,
             value_digest(value),
             "direct",
@@ -101,6 +114,14 @@ def test_the_audit_reads_a_topics_own_deliveries_through_the_reader() -> None:
     assert (delivery.offset, delivery.time_ms, delivery.destinations) == (3, 99, ("A", "B"))
     assert delivery.digest == value_digest(b'{"x":1}')
     assert audited_delivery(PlainRecord(_delivery("A", "B"), topic="A")) is None  # B's node
+    assert audit_verdict(PlainRecord(_delivery("A", "B"), topic="A")) is Unaccepted.SKIPPED
+    ahead = PlainRecord(_delivery("A", "A"), topic="A", timestamp_ms=0)
+    assert isinstance(audit_verdict(ahead), AuditedDelivery)  # a record at time 0: not judged
+    far = PlainRecord(_delivery("A", "A", stamp=DELIVERY_LEAD_US + 2_000), topic="A",
+                      timestamp_ms=1)  # fmt: skip
+    assert audit_verdict(far) is Unaccepted.FOREIGN
+    signer = Signer([b"0123456789abcdef0123456789abcdef"])
+    assert audit_verdict(record, signer) is Unaccepted.FORGED
     control = PlainRecord(b"{}", topic="A", headers=[(TYPE_HEADER, b"Bundle")])
     assert audited_delivery(control) is None
     assert audited_delivery(PlainRecord(b"garbage", topic="A")) is None
@@ -163,6 +184,9 @@ def test_the_spark_job_names_the_same_kinds_and_settings() -> None:
         MessageType.DELIVERY.value,
         MessageType.PARTITION_DELIVERY.value,
     ) == spark_job.DELIVERY_TYPES
+    assert spark_job.DELIVERY_LEAD_US == DELIVERY_LEAD_US
+    writers = {f"{prefix}T" for prefix in spark_job.WRITER_PREFIXES}
+    assert writers == delivery_writers("T")
 
 
 def test_the_audit_command_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from atomickafka.core.engine import Algorithm
-from atomickafka.core.raw import decode_any
+from atomickafka.core.raw import decode_any, encode_raw_client
 from atomickafka.core.reader import (
     DEAD_LETTER_ERROR_HEADER,
     DEAD_LETTER_OFFSET_HEADER,
@@ -161,6 +161,57 @@ def test_a_record_refused_after_it_waited_is_set_aside_verbatim(b_starts: bool) 
     reason = header_value(read, DEAD_LETTER_ERROR_HEADER) or b""
     assert (b"limit" if b_starts else b"has no node") in reason
     assert batch._deferred.pop(1) is None  # nothing kept any longer
+
+
+def _raw_record(mid: str, value: bytes, offset: int = 0) -> PlainRecord:
+    """A raw-form client record to A and B (as the client writes it), with a key and a
+    header of the sender's own."""
+    message = client_message(
+        mid, ["A", "B"], value, "c", sent_at=NOW_MS, key=b"k-1", headers=(("trace", b"t-9"),)
+    )
+    key, raw, headers = encode_raw_client(message)
+    return PlainRecord(
+        raw, topic="atomickafka-in.A", offset=offset, key=key, headers=headers,
+        timestamp_ms=NOW_MS,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("why", ["too large", "unsigned"])
+def test_a_dead_letter_keeps_the_records_own_headers_after_its_reason(why: str) -> None:
+    """Issue 26, item 8: a raw record's metadata (``atomickafka-id``, ``-to``,
+    ``-sender``) and the sender's headers say which message was refused; the dead
+    letter's reason comes first, so a forged ``atomickafka-error`` never wins."""
+    node = spec(max_value_bytes=10) if why == "too large" else spec(signer=Signer([SECRET]))
+    batch = NodeBatch(node, NodeBatch.fresh_engine(node))
+    record = _raw_record("m-7", b"x" * 40, offset=1)
+    record._headers = [(DEAD_LETTER_ERROR_HEADER, b"forged reason"), *(record.headers() or [])]
+    members = encode_members_record()
+    if why == "unsigned":  # the node's own members record is signed
+        signer = Signer([SECRET])
+        members._headers = [signer.signature(members.topic(), None, members.value())]
+    ready = batch.step([members, record], wall_s=0)
+    (letter,) = [
+        r for r in ready.records if r.kind is OutKind.DEAD_LETTER and r.value == record.value()
+    ]
+    assert letter.key == b"k-1"
+    read = PlainRecord(letter.value, headers=list(letter.headers))
+    reason = header_value(read, DEAD_LETTER_ERROR_HEADER) or b""
+    assert (b"is over the 10-byte limit" if why == "too large" else b"unsigned") in reason
+    names = [name for name, _ in letter.headers]
+    assert names.index(DEAD_LETTER_ERROR_HEADER) < names.index("atomickafka-id")
+    assert header_value(read, "atomickafka-id") == b"m-7"
+    assert header_value(read, "atomickafka-to") == b"A,B"
+    assert header_value(read, "atomickafka-sender") == b"c"
+    assert header_value(read, "trace") == b"t-9"
+    assert header_value(read, DEAD_LETTER_OFFSET_HEADER) == b"1"
+    signatures = [name for name in names if name == SIGNATURE_HEADER]
+    assert len(signatures) == (0 if why == "too large" else 1)  # only the dead letter's own
+
+
+def encode_members_record() -> PlainRecord:
+    """A members record naming A and B at offset 0 (B has a node)."""
+    members = encode_members("node-A", ["A", "B"])
+    return PlainRecord(members, topic="atomickafka-in.A", offset=0, timestamp_ms=NOW_MS)
 
 
 def test_an_output_too_large_to_write_is_set_aside() -> None:

@@ -114,6 +114,33 @@ def test_lists_booleans_and_subcommand_tables_are_read(
     assert dump(capsys, "broker", "start", "--config", str(config))["brokers"][0] == "3"
 
 
+def test_cluster_runs_its_nodes_with_the_node_table_under_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 26, item 11: ``[node]`` (the example file's and the systemd cluster unit's
+    protocol settings) was ignored by ``cluster``, so a host running ``cluster`` beside
+    ``node`` units would run two protocols. ``[cluster]`` wins over ``[node]``; a
+    ``[node]`` option ``cluster`` lacks (``topic``) is left out."""
+    config = write(
+        tmp_path / "ak.toml",
+        'bootstrap_server = "b:1"\nstuck_after = 2\n'
+        '[node]\nalgorithm = "poc"\ndelivery_format = "raw"\nstuck_after = 3\ntopic = "x"\n'
+        '[cluster]\ntopics = ["orders", "audit"]\nstuck_after = 4\n',
+    )
+    got = dump(capsys, "cluster", "--config", str(config))
+    assert got["algorithm"] == ("poc", f"{config} [node]")
+    assert got["delivery_format"] == ("raw", f"{config} [node]")
+    assert got["stuck_after"] == ("4.0", f"{config} [cluster]")
+    assert got["topics"] == ("orders,audit", f"{config} [cluster]")
+    assert "topic" not in got
+    node = dump(capsys, "node", "--config", str(config))
+    assert node["algorithm"] == ("poc", f"{config} [node]") and node["topic"][0] == "x"
+    assert dump(capsys, "status", "--config", str(config))["stuck_after"][1] == str(config)
+    example = Path(__file__).parents[2] / "deploy" / "atomickafka.example.toml"
+    loaded = load_config_file(example, command_options(build_parser()))
+    assert loaded.options_for("cluster")["algorithm"] == ("direct", f"{example} [node]")
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [

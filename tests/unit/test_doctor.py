@@ -396,3 +396,15 @@ def test_create_specs_carry_what_ordering_needs() -> None:
     assert int(specs["a"].configs["max.message.bytes"]) >= 1_048_576
     shared = Deployment(("a",), Layout.SHARED).kafka_topics()
     assert shared["a"].kind is TopicKind.INPUT  # the thesis layout: T is its own input log
+
+
+def test_topics_create_aligns_the_min_insync_replicas_doctor_fails() -> None:
+    """Issue 26, item 10: what ``topics create`` sets on an existing topic."""
+    from atomickafka.doctor.deployment import aligned_min_insync  # noqa: PLC0415
+
+    assert aligned_min_insync(3, "1") == "2"  # an acks=all write on one broker
+    assert aligned_min_insync(3, None) == "2"  # the broker's default
+    assert aligned_min_insync(1, "2") == "1"  # above the replicas: every write refused
+    assert aligned_min_insync(3, "4") == "2"
+    assert aligned_min_insync(3, "2") is None and aligned_min_insync(1, "1") is None
+    assert aligned_min_insync(2, "2") is None  # a choice doctor only warns about

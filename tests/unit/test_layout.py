@@ -24,7 +24,7 @@ ALLOWED = {
     "doctor": {"core", "kafka", "node"},
 }
 #: Modules every layer may import: they import nothing of AtomicKafka themselves.
-EVERYWHERE = {"errors", "jsonnames", "spark_raw"}
+EVERYWHERE = {"errors", "jsonnames", "logs", "spark_raw"}
 #: The node's batch layers: pure like the core (records in, records out), so the
 #: simulators (``verify``) drive the very code the node runs.
 PURE_NODE = {

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import logging
 import re
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -370,3 +371,50 @@ def test_metric_names_follow_prometheus_conventions() -> None:
             assert not family.name.endswith("_total")
         if any(time in family.name for time in ("latency", "recovery", "_age")):
             assert family.name.endswith("_seconds"), family.name  # base units
+
+
+def test_every_dead_letter_reason_has_a_series_before_the_first_dead_letter() -> None:
+    """Issue 26, item 13: ``increase(atomickafka_node_dead_letters_total[5m]) > 0`` never
+    fires on a node's first dead letter when its series appears only then."""
+    from atomickafka.metrics.records import REASON_LABELS  # noqa: PLC0415
+
+    for role in ("node", "merger"):
+        metrics = ShellMetrics(role, "A")
+        labels = {"topic": "A", "layer": ""} if role == "node" else {"topic": "A"}
+        name = f"atomickafka_{role}_dead_letters_total"
+        for reason in REASON_LABELS:
+            assert value(metrics, name, **labels, reason=reason) == 0, (role, reason)
+    assert {"invalid record", "unsigned", "aborted", "other"} <= set(REASON_LABELS)
+
+
+def test_a_log_line_names_its_process() -> None:
+    """Issue 26, item 13: under ``cluster`` every child logs to one stream."""
+    import os  # noqa: PLC0415
+
+    line = formatted(logging.getLogger("atomickafka.test-metrics"), "which process?")
+    assert line["pid"] == os.getpid()
+
+
+def test_a_killed_supervisors_metrics_directory_is_removed_by_the_next(tmp_path: Path) -> None:
+    """Issue 26, item 13: a ``cluster`` killed with SIGKILL cannot remove its metrics
+    directory; the next one on the host removes those of supervisors that are gone
+    (named after their pid), and leaves a running one's alone."""
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    from atomickafka.metrics.cluster import (  # noqa: PLC0415
+        DIRECTORY_PREFIX,
+        remove_orphaned_directories,
+    )
+
+    dead_pid = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead_pid.wait()  # reaped: its pid runs nothing now
+    stale = tmp_path / f"{DIRECTORY_PREFIX}{dead_pid.pid}-x1y2"
+    running = tmp_path / f"{DIRECTORY_PREFIX}{os.getpid()}-a1b2"
+    other = tmp_path / f"{DIRECTORY_PREFIX}oldstyle"
+    for folder in (stale, running, other):
+        folder.mkdir()
+        (folder / "counter_1.db").write_bytes(b"x")
+    assert remove_orphaned_directories(str(tmp_path)) == [str(stale)]
+    assert not stale.exists() and running.exists() and other.exists()

@@ -12,6 +12,7 @@ single-message records, as the strict decoder decodes it.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -144,6 +145,31 @@ def test_sent_at_is_the_decoded_sent_at(mid: str, sent_at: int | None) -> None:
     _, raw, headers = encode_raw_delivery(_delivery(mid, MessageType.DELIVERY, sent_at))
     (message,) = read_messages(PlainRecord(raw, headers=headers)) or [_MISSING]
     assert sent_at_ms(raw, headers) == message.sentAt == sent_at
+
+
+#: What a sender may give beside the value (issue 26, item 4): a key, headers (whose
+#: names may spell fields), a value that is not JSON; the envelope then carries them
+#: after ``sentAt``.
+EXTRAS: tuple[dict[str, Any], ...] = (
+    {"key": b"order-42"},
+    {"headers": (("trace", b"abc"), (',"sentAt":1,"digest":"x', b"\x00"))},
+    {"key": b"k", "headers": (("h", b"v" * 3000),)},
+    {"key": b"k", "encoding": "bytes", "value": b"\xff not json"},
+)
+
+
+@pytest.mark.parametrize("extras", EXTRAS, ids=["key", "headers", "large-header", "bytes"])
+@pytest.mark.parametrize("sent_at", [SENT_AT, None])
+def test_sent_at_is_found_when_the_sender_gave_a_key_or_headers(
+    extras: dict[str, Any], sent_at: int | None
+) -> None:
+    """The delivery-latency histogram's input: with a key or headers the envelope's
+    ``sentAt`` is no longer its last field, and was missed (every keyed delivery)."""
+    for kind in (MessageType.DELIVERY, MessageType.PARTITION_DELIVERY):
+        value = encode_delivery(_delivery(mid="m-1", kind=kind, sent_at=sent_at)._replace(**extras))
+        (message,) = read_messages(PlainRecord(value)) or [_MISSING]
+        assert message.key == extras.get("key") and message.sentAt == sent_at
+        assert sent_at_ms(value, None) == sent_at, value[-200:]
 
 
 def test_what_the_reader_does_not_know_is_unknown() -> None:

@@ -3,6 +3,8 @@ without changing anything."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import orjson
 
 from atomickafka.core.engine import Algorithm
@@ -65,8 +67,10 @@ def test_the_json_form_is_camel_case_and_reads_back() -> None:
     merger = parse_status(orjson.dumps(OLD_MERGER))
     assert merger is not None
     data = merger.to_dict()
-    # "state" came with clean stops, "duplicates" with the fuzz test's accounting
-    assert {json_name(k) for k in OLD_NODE} | {"state", "duplicates"} == set(data)
+    # "state" came with clean stops, "duplicates" with the fuzz test's accounting,
+    # "signingKeys" with the clients' check of signing (issue 26, item 7)
+    assert {json_name(k) for k in OLD_NODE} | {"state", "duplicates", "signingKeys"} == set(data)
+    assert data["signingKeys"] == []  # what a record without the field means: no signing
     assert all(JSON_NAME.fullmatch(k) for k in data), sorted(data)
     assert data["nodeID"] == "merger-A" and data["oldestPendingAgeSeconds"] is None
     assert data["duplicates"] == 0  # what a record without the field means
@@ -153,3 +157,41 @@ def test_only_the_newest_status_of_each_key_counts_and_a_tombstone_falls_back() 
     newest = newest_statuses(records)
     assert newest.pop("B") is None
     assert {k: s.clock for k, s in newest.items() if s is not None} == {"A": 2, "C": 5}
+
+
+class _Writes:
+    """A writer that takes what it is given (no broker)."""
+
+    def write_batch(self, *_: object, **__: object) -> None:
+        pass
+
+    def settle(self) -> None:
+        pass
+
+
+def test_a_status_counts_the_dead_letters_written_not_those_of_a_replay(tmp_path: Path) -> None:
+    """Issue 26, item 13: a node restarted with another secret than its log was signed
+    with replays records that all fail the signature; their dead letters are dropped
+    with the replay's outputs, but its status said "DLQ 214" while its DLQ held 0."""
+    from atomickafka.core.wire import encode_client  # noqa: PLC0415
+    from atomickafka.node.batch import NodeBatch  # noqa: PLC0415
+
+    secret = tmp_path / "secret"
+    secret.write_text("status-test-secret-0123456789abcdef\n")
+    config = NodeConfig(bootstrap="127.0.0.1:9", topic="A", secret_file=str(secret),
+                        exactly_once=False)  # fmt: skip
+    runtime = NodeRuntime(config)
+    runtime.batch = NodeBatch.recover(runtime.spec, None, committed=3)
+    unsigned = [
+        PlainRecord(
+            encode_client(client_message(f"m{i}", ["A"], 1, "c")),
+            topic="atomickafka-in.A",
+            offset=i,
+        )
+        for i in range(5)
+    ]
+    ready = runtime.batch.step(unsigned, wall_s=0)
+    runtime._writer = _Writes()  # type: ignore[assignment]
+    runtime._write(ready, len(unsigned))
+    assert runtime.batch.dead_letters == 5  # three of them replayed, never written
+    assert runtime.status().dead_letters == 2

@@ -85,6 +85,7 @@ def _writer(producer: object) -> TransactionalWriter:
     writer._input = "in"
     writer._last_commit = 0.0
     writer.wedged = False
+    writer._hung = []
     return writer
 
 
@@ -118,12 +119,118 @@ def test_a_hanging_offsets_call_wedges_the_writer_which_then_touches_nothing(
     monkeypatch.setattr(writers, "WEDGE_MARGIN_S", 0.1)
     producer = HangingProducer()
     writer = _writer(producer)
+    replacements = [HangingProducer() for _ in range(writers.MAX_HUNG_PRODUCERS)]
+    writer._new_producer = lambda: replacements[len(writer._hung) - 1]  # type: ignore[method-assign,assignment,return-value]
     record = OutRecord(OutKind.DELIVERY, "out", b"v", None)
     with pytest.raises(ClientWedgedError) as raised:
         writer.write([record], {0: 7})
     assert isinstance(raised.value, BatchWriteError)  # the shell's restart path
-    assert writer.wedged
+    assert writer.wedged and len(writer._hung) == writers.MAX_HUNG_PRODUCERS
     writer.close()
     # no abort, no commit, no flush: calls on a hung client could hang with it
-    assert producer.calls == ["begin", "produce out", "send_offsets"]
-    producer.release.set()
+    for hung in (producer, *replacements):
+        assert hung.calls == ["begin", "produce out", "send_offsets"]
+        hung.release.set()
+
+
+def test_a_producer_hung_on_a_stale_coordinator_is_replaced_and_the_batch_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 26, item 3 (librdkafka #5511): a producer hung on the offsets of a group
+    coordinator that left is left alone, a new producer of the role (which fences it)
+    writes the batch again from its first record: no exit."""
+    monkeypatch.setattr(writers, "SEND_OFFSETS_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(writers, "WEDGE_MARGIN_S", 0.1)
+    hung, fresh = HangingProducer(), FlakyProducer()
+    writer = _writer(hung)
+    writer._new_producer = lambda: fresh  # type: ignore[method-assign,assignment,return-value]
+    writer.write([RECORD], {0: 7})
+    assert not writer.wedged and writer._hung == [hung]  # type: ignore[comparison-overlap]
+    assert hung.calls == ["begin", "produce out", "send_offsets"]  # untouched since
+    assert fresh.calls == ["begin", "produce out", "send_offsets", "commit"]
+    hung.release.set()
+
+
+class FlakyProducer(HangingProducer):
+    """A transactional producer whose calls fail as a moving group coordinator makes
+    them fail: each call named in ``failures`` raises its next error, then succeeds."""
+
+    def __init__(self, **failures: list[KafkaError]) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def _maybe_fail(self, name: str) -> None:
+        self.calls.append(name)
+        pending = self.failures.get(name)
+        if pending:
+            raise KafkaException(pending.pop(0))
+
+    def send_offsets_to_transaction(self, *_: Any) -> None:
+        self._maybe_fail("send_offsets")
+
+    def commit_transaction(self, *_: Any) -> None:
+        self._maybe_fail("commit")
+
+    def abort_transaction(self, *_: Any) -> None:
+        self._maybe_fail("abort")
+
+
+LOADING = KafkaError(
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS, "Coordinator load in progress", retriable=True
+)
+NOT_COORDINATOR = KafkaError(KafkaError.NOT_COORDINATOR, "Not coordinator", retriable=True)
+ABORTABLE = KafkaError(KafkaError._STATE, "transaction must be aborted", txn_requires_abort=True)
+FATAL = KafkaError(KafkaError._FATAL, "Local: Fatal error", fatal=True)
+RECORD = OutRecord(OutKind.DELIVERY, "out", b"v", None)
+
+
+def _quick(
+    producer: object, monkeypatch: pytest.MonkeyPatch
+) -> tuple[TransactionalWriter, list[int]]:
+    monkeypatch.setattr(writers, "_RETRY_BACKOFF_S", (0.01, 0.02))
+    monkeypatch.setattr(writers, "HEARTBEAT_S", 0.005)
+    writer = _writer(producer)
+    beats: list[int] = []
+    writer.on_wait = lambda: beats.append(1)
+    return writer, beats
+
+
+def test_a_moving_coordinator_is_waited_out_not_an_exit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26, item 3: COORDINATOR_LOAD_IN_PROGRESS and NOT_COORDINATOR (retriable)
+    from adding the offsets, and a retriable commit timeout, are retried in place: the
+    batch is written once, nothing aborted, and the shell was called back meanwhile."""
+    timeout = KafkaError(KafkaError._TIMED_OUT, "commit timed out", retriable=True)
+    producer = FlakyProducer(send_offsets=[LOADING, NOT_COORDINATOR], commit=[timeout])
+    writer, beats = _quick(producer, monkeypatch)
+    writer.write([RECORD], {0: 7})
+    assert producer.calls == [
+        "begin", "produce out", "send_offsets", "send_offsets", "send_offsets", "commit",
+        "commit",
+    ]  # fmt: skip
+    assert beats and not writer.wedged
+
+
+def test_an_abortable_error_aborts_and_writes_the_batch_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    producer = FlakyProducer(commit=[ABORTABLE], abort=[LOADING])
+    writer, _ = _quick(producer, monkeypatch)
+    writer.write([RECORD], {0: 7})
+    once = ["begin", "produce out", "send_offsets", "commit"]
+    assert producer.calls == [*once, "abort", "abort", *once]  # the abort retried too
+
+
+def test_retries_are_bounded_and_a_fatal_error_is_not_retried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    forever = FlakyProducer(send_offsets=[LOADING] * 10_000)
+    writer, _ = _quick(forever, monkeypatch)
+    writer.retry_s = 0.2
+    with pytest.raises(BatchWriteError, match="adding the input offsets"):
+        writer.write([RECORD], {0: 7})
+    assert forever.calls[-1] == "abort" and "commit" not in forever.calls
+    fatal = FlakyProducer(commit=[FATAL])
+    writer, _ = _quick(fatal, monkeypatch)
+    with pytest.raises(BatchWriteError, match="Fatal error"):
+        writer.write([RECORD], {0: 7})
+    assert fatal.calls == ["begin", "produce out", "send_offsets", "commit", "abort"]

@@ -1,0 +1,110 @@
+"""How the client judges a destination from its nodes' statuses (no broker: the status
+watch is a stand-in): live, gone, stopped, and -- issue 26, item 3 -- late, which it
+waits for, bounded, since Kafka may be failing over; and signing (item 7)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from atomickafka.client import AtomicKafkaClient, OfflineDestinationError, SigningError
+from atomickafka.core.engine import Algorithm
+from atomickafka.core.signing import Signer, parse_secrets
+from atomickafka.kafka.status import FAILOVER_GRACE_S, LIVE_WINDOW_S, Role, Status
+from atomickafka.kafka.topics import Layout
+
+NOWHERE = "127.0.0.1:9"
+SECRET = "client-statuses-secret-0123456789ab"
+
+
+def status(topic: str, age_s: float, **changes: Any) -> Status:
+    base = Status(topic, topic, Role.NODE, f"node-{topic}", Algorithm.DIRECT, Layout.SPLIT, 0.0)
+    return replace(base, time=time.time() - age_s, **changes)
+
+
+class Watch:
+    """A StatusWatch whose reads return the statuses of ``steps`` in turn (the last one
+    for ever); a step that is an exception is raised, as a status topic that cannot be
+    read makes the real one raise."""
+
+    def __init__(self, *steps: list[Status] | Exception) -> None:
+        self.steps = list(steps)
+        self.statuses: dict[str, Status] = {}
+        self.reads = 0
+
+    def refresh(self) -> dict[str, Status]:
+        self.reads += 1
+        step = self.steps.pop(0) if len(self.steps) > 1 else self.steps[0]
+        if isinstance(step, Exception):
+            raise step
+        self.statuses = {s.key: s for s in step}
+        return self.statuses
+
+    def close(self) -> None:
+        pass
+
+
+def client(watch: Watch, **options: Any) -> AtomicKafkaClient:
+    made = AtomicKafkaClient(NOWHERE, **options)
+    made._watch = watch  # type: ignore[assignment]
+    return made
+
+
+def test_live_destinations_are_served_and_gone_or_stopped_ones_refused_at_once() -> None:
+    live = client(Watch([status("A", 1), status("B", 2)]))
+    assert live._serving(["A", "B"]) == (Algorithm.DIRECT, 1)
+    gone = client(Watch([status("A", 1), status("B", LIVE_WINDOW_S + FAILOVER_GRACE_S + 5)]))
+    started = time.monotonic()
+    with pytest.raises(OfflineDestinationError, match="'B' \\(last status"):
+        gone._serving(["A", "B"])
+    stopped = client(Watch([status("A", 1), status("B", 1).stopped()]))
+    with pytest.raises(OfflineDestinationError, match="its node stopped"):
+        stopped._serving(["A", "B"])
+    assert time.monotonic() - started < 5  # no wait for what is gone (a bound, not a timing)
+
+
+def test_a_late_status_is_waited_for_and_a_fresh_one_serves() -> None:
+    """A node's status 20 s old: Kafka may be failing over (its status partition
+    without a leader, its writes waiting out a coordinator's move). The client waits
+    and reads the statuses again; once the node publishes, the message goes."""
+    late = status("B", LIVE_WINDOW_S + 5)
+    watch = Watch([status("A", 1), late], [status("A", 1), late], [status("A", 1), status("B", 0)])
+    assert client(watch, failover_wait_s=30)._serving(["A", "B"]) == (Algorithm.DIRECT, 1)
+    assert watch.reads == 3
+
+
+def test_a_status_topic_that_cannot_be_read_is_waited_for_too() -> None:
+    unreadable = KafkaException(KafkaError(KafkaError._TRANSPORT, "leader not available"))
+    watch = Watch(unreadable, unreadable, [status("A", 1)])
+    assert client(watch, failover_wait_s=30)._serving(["A"]) == (Algorithm.DIRECT, 1)
+
+
+def test_the_wait_is_bounded_then_refused_at_once_until_the_node_publishes_again() -> None:
+    late = status("B", LIVE_WINDOW_S + 5)
+    watch = Watch([status("A", 1), late])
+    waiting = client(watch, failover_wait_s=1.0)
+    with pytest.raises(OfflineDestinationError, match="waited 1 s for it"):
+        waiting._serving(["A", "B"])
+    reads = watch.reads
+    waiting._watched_at = 0.0  # the next read of the statuses is due
+    with pytest.raises(OfflineDestinationError):
+        waiting._serving(["A", "B"])
+    assert watch.reads == reads + 1  # refused on the one read: no second wait
+    with pytest.raises(OfflineDestinationError):  # waiting can be turned off
+        client(Watch([late]), failover_wait_s=0)._serving(["B"])
+
+
+def test_signing_nodes_refuse_a_client_that_cannot_sign_what_they_accept() -> None:
+    keys = Signer(parse_secrets(SECRET)).key_ids()
+    signing = [status("A", 1, signing_keys=keys)]
+    with pytest.raises(SigningError, match="check signatures"):
+        client(Watch(signing))._serving(["A"])
+    other = "another-secret-0123456789abcdef0123"
+    with pytest.raises(SigningError, match="accept none"):
+        client(Watch(signing), secret=other)._serving(["A"])
+    assert client(Watch(signing), secret=SECRET)._serving(["A"]) == (Algorithm.DIRECT, 1)
+    assert client(Watch([status("A", 1)]), secret=SECRET)._serving(["A"])  # unsigned nodes
