@@ -30,6 +30,7 @@ from atomickafka.client.errors import (
     DestinationError,
     MessageError,
     OfflineDestinationError,
+    QueueFullError,
     SigningError,
 )
 from atomickafka.client.reader import DeliveryReader
@@ -56,6 +57,12 @@ __all__ = ["AtomicKafkaClient", "client_id_is_valid"]
 log = logging.getLogger("atomickafka.client")
 
 _REFRESH_S = 1.0  # how often send() looks at the status topic again
+#: A destination whose node has left input unread for longer than this (its status's
+#: ``inputLagSeconds``) makes send() wait (docs/DESIGN.md §5.3): queues stay bounded.
+DEFAULT_MAX_LAG_S = 1.0
+#: How long send() waits for a lagging destination before it raises QueueFullError.
+DEFAULT_MAX_BLOCK_S = 30.0
+_LAG_POLL_S = 0.25  # how often a held-back send() reads the statuses again
 #: How long the first read of the status topic may wait for it to answer: a broker
 #: failover leaves its partition without a leader for about 10 s (the brokers' session).
 _STATUS_TIMEOUT_S = 30.0
@@ -132,9 +139,17 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         secret_file: str | None = None,
         idempotent: bool = True,
         failover_wait_s: float = FAILOVER_WAIT_S,
+        max_lag_s: float | None = DEFAULT_MAX_LAG_S,
+        max_block_s: float = DEFAULT_MAX_BLOCK_S,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.failover_wait_s = failover_wait_s
+        #: Back-pressure (docs/DESIGN.md §5.3): send() waits while a destination's node
+        #: lags more than ``max_lag_s`` behind its input (``None``: never), at most
+        #: ``max_block_s``, then raises QueueFullError. ``held_back_s``: time waited.
+        self.max_lag_s = max_lag_s
+        self.max_block_s = max_block_s
+        self.held_back_s = 0.0
         #: Per topic, the time of the late status it was refused on after a wait: the
         #: same status is refused at once, without waiting again.
         self._given_up: dict[str, float] = {}
@@ -199,6 +214,8 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         message_id = f"{self.id_prefix}-{seq}"
         route = [*topics, via] if via is not None else list(topics)
         algorithm, partitions = self._serving(route)
+        if self.max_lag_s is not None:
+            self._hold_back(route)
         layer = _layer(key, seq, partitions)
         message = client_message(
             message_id,
@@ -244,6 +261,52 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
             )
         producer.poll(0)
         return message_id
+
+    def _hold_back(self, topics: list[str]) -> None:
+        """Back-pressure: wait while a node of ``topics`` lags more than ``max_lag_s``
+        behind its input (as its status says), reading the statuses again every quarter
+        second; :class:`~atomickafka.client.QueueFullError` after ``max_block_s``."""
+        lagging = self._lagging(topics, self._statuses())
+        if lagging is None:
+            return
+        started = time.monotonic()
+        deadline = started + self.max_block_s
+        try:
+            while lagging is not None:
+                topic, lag_s = lagging
+                if time.monotonic() >= deadline:
+                    raise QueueFullError(
+                        f"the node of {topic} has left its input unread for {lag_s:.1f} s, "
+                        f"more than {self.max_lag_s:g} s, for the {self.max_block_s:g} s "
+                        "this client waits (max_lag_s, max_block_s): it cannot keep up"
+                    )
+                time.sleep(_LAG_POLL_S)
+                if self._producer is not None:
+                    self._producer.poll(0)
+                try:
+                    lagging = self._lagging(topics, self._statuses(force=True))
+                except KafkaException:
+                    continue
+        finally:
+            self.held_back_s += time.monotonic() - started
+
+    def _lagging(
+        self, topics: list[str], statuses: Mapping[str, Status]
+    ) -> tuple[str, float] | None:
+        """The first of ``topics`` whose node (any layer's) lags more than allowed, with
+        how long its oldest unread record has waited; ``None`` when none does."""
+        limit = self.max_lag_s
+        assert limit is not None
+        wanted = set(topics)
+        for status in statuses.values():
+            if (
+                status.topic in wanted
+                and status.role is Role.NODE
+                and status.input_lag_s > limit
+                and status.live()
+            ):
+                return status.topic, status.input_lag_s
+        return None
 
     def _failed(self, message_id: str, error: KafkaError) -> None:
         """A record of ``message_id`` was not written: :meth:`flush` reports it."""
@@ -417,9 +480,11 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         from_beginning: bool = True,
         group: str | None = None,
         writers: Iterable[str] | None = None,
+        committed_only: bool = False,
     ) -> DeliveryReader:
         """A :class:`~atomickafka.client.DeliveryReader` of ``topic``'s deliveries, with
-        this client's settings; use it in a ``with`` block, which closes its consumer."""
+        this client's settings; use it in a ``with`` block, which closes its consumer.
+        ``committed_only``: see the reader."""
         return DeliveryReader(
             self.bootstrap_servers,
             topic,
@@ -429,6 +494,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
             secret_file=self._secret_file,
             group=group,
             writers=writers,
+            committed_only=committed_only,
         )
 
     def deliveries(

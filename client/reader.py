@@ -57,7 +57,10 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
     reader's position (its last key), counted in :attr:`out_of_order` and logged as a
     warning (logger ``atomickafka.client``, at most one line per kind every
     :data:`WARN_EVERY_S` seconds, with the count held back). It reads
-    ``read_committed``.
+    ``read_uncommitted``: a delivery shows as soon as its node wrote it, not when the
+    node's transaction commits (up to 100 ms later); a delivery of a transaction that
+    was aborted is written again, identical, from the same key on, and is then a repeat
+    (docs/DESIGN.md §6.3). ``committed_only=True`` reads ``read_committed``.
 
     Only deliveries that ``topic``'s node or merger can have written are handed out
     (:func:`~atomickafka.core.reader.delivery_of`): with a signing secret (``secret``
@@ -94,6 +97,7 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
         group: str | None = None,
         writers: Iterable[str] | None = None,
         ordered: bool = True,
+        committed_only: bool = False,
     ) -> None:
         if not is_valid_topic_name(topic):
             raise MessageError("topic", "not a valid topic name", topic)
@@ -116,9 +120,13 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
         #: pipe): a repeat is an id read before; the ids are kept (memory grows with them).
         self._seen: set[str] | None = None if ordered else set()
         self._backlog: deque[KafkaMessage] = deque()  # fetched, not yet looked at
+        # A delivery as soon as its node wrote it, not a commit interval later: what an
+        # aborted transaction held is written again, identical and in the same order,
+        # and the repeat filter drops the second copy (docs/DESIGN.md §6.3).
+        # ``committed_only``: once its transaction committed.
         settings: dict[str, str | int | bool] = {
             "enable.partition.eof": False,
-            "isolation.level": "read_committed",
+            "isolation.level": "read_committed" if committed_only else "read_uncommitted",
         }
         self.group = group
         self._consumer: Consumer | None = make_consumer(

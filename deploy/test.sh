@@ -20,5 +20,12 @@ export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
 if [ "$#" -gt 0 ]; then
   exec .venv/bin/pytest -n 2 --dist loadfile "$@"
 fi
-.venv/bin/pytest -n 2 --durations=10 tests/unit
-.venv/bin/pytest -n 2 --dist loadfile --durations=25 tests/integration
+# Both tiers run whatever the first found: a unit failure is reported, the integration
+# tier still runs, and the command fails at the end if either did.
+status=0
+.venv/bin/pytest -n 2 --durations=10 tests/unit || status=$?
+.venv/bin/pytest -n 2 --dist loadfile --durations=25 tests/integration || status=$?
+if [ "$status" -ne 0 ]; then
+  echo "test.sh: a tier failed (see above)" >&2
+fi
+exit "$status"

@@ -88,10 +88,11 @@ def _row(r: BenchResult, baseline: BenchResult | None) -> str:
     p999 = "-" if r.p999_ms is None else f"{r.p999_ms:.1f}"
     flag = "" if r.delivered_ok else "  INCOMPLETE"
     load = "" if r.load_avg is None else f"  load {r.load_avg[0]:.1f}"
+    held = f"  held back {r.held_back_s:.1f} s" if r.held_back_s else ""
     return (
         f"{r.name:<20} {r.messages:>7} {r.seconds:>8.2f} {r.messages_per_s:>10.1f} "
         f"{r.records_per_s:>10.1f} {r.p50_ms:>8.1f} {r.p99_ms:>8.1f} {p999:>8} {mp99:>9} "
-        f"{ratio}{load}{flag}"
+        f"{ratio}{load}{held}{flag}"
     )
 
 
@@ -203,7 +204,7 @@ def _run(args: argparse.Namespace) -> int:
     baseline: list[BenchResult] = []
     paced_rates = 2 if args.low_rate else 1
     per_share = len(formats) + (0 if args.no_sequencer else 1)
-    scenarios = 1 + len(shares) * per_share + 3 * paced_rates
+    scenarios = 1 + len(shares) * per_share + 3 * paced_rates + 1
     # a bar on a terminal only (disable=None): the rows themselves are the record
     progress = tqdm(total=scenarios, unit="scenario", leave=False, disable=None)
 
@@ -244,7 +245,9 @@ def _run(args: argparse.Namespace) -> int:
         "\nRows without @: sent as fast as possible, so msg/s is capacity and latency is\n"
         "queueing in the burst. @1000 rows: paced at 1,000 msg/s; @half rows: at half\n"
         "the capacity of the last multicast run; latency there is what a message sees\n"
-        "below saturation. kafka-x3: three bare hops through two relaying consumer-\n"
+        "below saturation; the @2x row: offered twice that capacity, the sender held\n"
+        "back by the nodes' back-pressure for the time shown. kafka-x3: three bare hops\n"
+        "through two relaying consumer-\n"
         "producers (the floor of a three-hop path). [json] rows: the nodes write JSON\n"
         "envelopes. mc p99: p99 of multicast messages, sent to delivered at all\n"
         "destinations. seq rows: the single sequencer (one partition, one fan-out\n"

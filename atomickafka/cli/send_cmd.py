@@ -36,6 +36,7 @@ from atomickafka.client import (
     OnDelivery,
     SentMessage,
 )
+from atomickafka.client.client import DEFAULT_MAX_BLOCK_S, DEFAULT_MAX_LAG_S
 from atomickafka.core.raw import RESERVED_HEADER_PREFIX
 from atomickafka.core.wire import MAX_VALUE_BYTES
 from atomickafka.kafka.topics import Layout
@@ -94,6 +95,22 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="print each sent message as a JSON line (messageID, topic, value): the "
         "SENT.jsonl that atomickafka check reads; default: the messageID alone",
+    )
+    parser.add_argument(
+        "--max-lag",
+        type=float,
+        default=DEFAULT_MAX_LAG_S,
+        metavar="SECONDS",
+        help="wait while a destination's node has left its input unread for longer than "
+        f"this (back-pressure; 0: never wait; default {DEFAULT_MAX_LAG_S:g})",
+    )
+    parser.add_argument(
+        "--max-block",
+        type=float,
+        default=DEFAULT_MAX_BLOCK_S,
+        metavar="SECONDS",
+        help="how long to wait for a lagging destination before giving up "
+        f"(default {DEFAULT_MAX_BLOCK_S:g})",
     )
     parser.add_argument("value", nargs="?", default=None, metavar="VALUE")
     parser.set_defaults(func=guarded("send", _run))
@@ -197,6 +214,8 @@ def _run(args: argparse.Namespace) -> int:
         # one message cannot be reordered, and a retried copy is dropped by the nodes:
         # skip the idempotent producer's start-up (up to 500 ms waiting for an id)
         idempotent=args.value is None,
+        max_lag_s=args.max_lag or None,
+        max_block_s=args.max_block,
     )
     printer = _Printer()
     headers = _pairs(args.header)

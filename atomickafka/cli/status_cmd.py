@@ -27,7 +27,7 @@ from atomickafka.cli.options import (
     guarded,
     reach,
 )
-from atomickafka.kafka.status import Role, Status, read_statuses
+from atomickafka.kafka.status import Role, Status, odd_signers, read_statuses
 from atomickafka.kafka.topics import dead_letter_topic, merger_key, node_key
 
 __all__ = ["register", "status_entry"]
@@ -142,6 +142,12 @@ def _print_table(statuses: dict[str, Status], states: dict[str, str], args: argp
         f"{'IN/S':>9} {'DLQ':>5} {'WATERMARK':>10}  SEEN"
     )
     stuck: list[str] = []
+    for key, (theirs, usual) in sorted(odd_signers(statuses.values()).items()):
+        stuck.append(
+            f"{key}: signs with another secret than the other nodes (key id {theirs}, "
+            f"theirs {usual}): each side sets the other's records aside and the messages "
+            "they share wait; restart it with the deployment's --secret-file"
+        )
     for key in sorted(statuses):
         s = statuses[key]
         age = "-" if s.oldest_pending_age_s is None else f"{s.oldest_pending_age_s:.1f}s"
@@ -154,6 +160,12 @@ def _print_table(statuses: dict[str, Status], states: dict[str, str], args: argp
             f"{s.records_in_per_s:>9.1f} {s.dead_letters:>5} {mark:>10}  "
             f"{s.age_s(now):.0f}s ago ({states[key]})"
         )
+        for sender, count in sorted(s.bad_signatures.items()):
+            stuck.append(
+                f"{key}: {count} records claiming to come from {sender} failed the signature "
+                f"check: signed with a secret this node does not hold (is {sender}'s "
+                "--secret-file the deployment's? or this node's?)"
+            )
         if s.protocol_mismatches:
             stuck.append(
                 f"{key}: {s.protocol_mismatches} records of another protocol set aside "

@@ -51,6 +51,14 @@ def register(subparsers: Any) -> None:
         default=Layout.SPLIT.value,
         help="the nodes' layout (accepted for symmetry with send: both deliver into the topic)",
     )
+    parser.add_argument(
+        "--isolation-level",
+        choices=["read_uncommitted", "read_committed"],
+        default="read_uncommitted",
+        help="read_uncommitted (the default): a delivery as soon as its node wrote it, a "
+        "repeat of an aborted transaction's dropped; read_committed: once the node's "
+        "transaction committed (up to 100 ms later)",
+    )
     add_secret_file(parser)
     parser.set_defaults(func=guarded("tail", _run))
 
@@ -89,6 +97,7 @@ def _run(args: argparse.Namespace) -> int:
         config=args.overrides,
         secret_file=args.secret_file,
         group=args.group,
+        committed_only=args.isolation_level == "read_committed",
     ) as reader:
         for delivery in reader.deliveries(timeout_s=timeout_s, max_messages=args.max_messages):
             if args.json:

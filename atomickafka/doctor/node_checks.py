@@ -1,7 +1,8 @@
 """Checks of a deployment's nodes and mergers, from their statuses and offsets. Pure.
 
 Codes: ``node-missing``, ``node-stopped``, ``node-stale``, ``node-replaying``,
-``stuck-head``, ``protocol``, ``versions``, ``protocol-mismatch``, ``dead-letters``,
+``stuck-head``, ``protocol``, ``versions``, ``bad-signature``, ``protocol-mismatch``,
+``dead-letters``,
 ``lag``, ``node`` (all well).
 """
 
@@ -13,7 +14,7 @@ from typing import Final
 from atomickafka.doctor.deployment import Deployment
 from atomickafka.doctor.facts import DeploymentFacts, TopicFacts
 from atomickafka.doctor.findings import Finding, Severity
-from atomickafka.kafka.status import Role, Status
+from atomickafka.kafka.status import Role, Status, odd_signers
 from atomickafka.kafka.topics import dead_letter_topic, input_topic, merger_key, node_key
 
 __all__ = ["DEFAULT_MAX_LAG", "DEFAULT_STUCK_AFTER_S", "check_nodes", "expected_keys"]
@@ -119,6 +120,20 @@ def _one(
                 "a topic that will never run again: docs/operators.md, 'Recover'",
             )
         )
+    for sender, count in sorted(status.bad_signatures.items()):
+        out.append(
+            Finding(
+                "bad-signature",
+                Severity.FAIL,
+                key,
+                f"{count} records claiming to come from {sender} failed the signature "
+                "check: signed with a secret this node does not hold; messages it shares "
+                f"with {sender} wait until the secrets agree",
+                f"give {sender} (or this node, if it is the odd one) the deployment's "
+                "--secret-file and restart it: a node restarted with the right secret "
+                "catches up by itself (docs/operators.md, 'A node with a wrong secret')",
+            )
+        )
     if status.protocol_mismatches:
         out.append(
             Finding(
@@ -211,6 +226,19 @@ def _consistent(deployment: Deployment, statuses: Mapping[str, Status]) -> list[
                 f"nodes run different protocols ({shown}): a message to topics of two "
                 "protocols is set aside",
                 "run every node with one --algorithm (docs/operators.md, 'Change the protocol')",
+            )
+        )
+    for key, (theirs, usual) in sorted(odd_signers(mine).items()):
+        out.append(
+            Finding(
+                "bad-signature",
+                Severity.FAIL,
+                key,
+                f"signs with another secret than the other nodes (key id {theirs}, theirs "
+                f"{usual}): each side sets the other's records aside, and the messages "
+                "they share wait",
+                "restart it with the deployment's --secret-file; it catches up by itself "
+                "(docs/operators.md, 'A node with a wrong secret')",
             )
         )
     shapes = sorted({(s.layout.value, s.partitions) for s in mine})

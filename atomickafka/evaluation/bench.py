@@ -163,6 +163,8 @@ class BenchResult:
     delivery_format: str | None = None
     #: The machine's load average (1, 5, 15 min) when the run ended.
     load_avg: tuple[float, float, float] | None = None
+    #: AtomicKafka runs: how long the sender was held back by back-pressure (s).
+    held_back_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for ``--json``, under the fields' JSON names (``messagesPerSecond``)."""
@@ -495,6 +497,7 @@ def _amcast(
             client.warm_up(topics)
             send = _send_plan(client, load.plan(client.id_prefix, topics), load)
             result = _run_measured(bootstrap, how, load.messages, send, timeout_s)
+            result = dataclasses.replace(result, held_back_s=round(client.held_back_s, 2))
     if setup.partitions > 1:
         delays = sorted(kafka_merge_delays(bootstrap, topics, setup.partitions))
         result = dataclasses.replace(
@@ -566,11 +569,14 @@ def run_bench(
     seed: int = 0,
     sequencer: bool = True,
     on_result: Any = None,
+    overload: bool = True,
 ) -> list[BenchResult]:
     """Run every scenario; return their figures (also passed to ``on_result`` as they
     come). The paced runs go at ``low_rate`` (``None``: skipped) and at ``paced_rate``
     (default: half the unpaced capacity of the largest multicast share); ``formats``
-    adds unpaced multicast runs with the nodes writing deliveries in those formats."""
+    adds unpaced multicast runs with the nodes writing deliveries in those formats;
+    ``overload`` a run offered twice the largest multicast share's capacity (``@2x``),
+    which reports how long back-pressure held the sender back."""
     setup = setup or BenchSetup()
     others = [f for f in formats if f != setup.delivery_format]
     results: list[BenchResult] = []
@@ -626,4 +632,10 @@ def run_bench(
         tag = suffix.strip("@")
         paced = load(count, worst, rate)
         record(_amcast(bootstrap, names(tag), setup, paced, timeout_s, suffix))
+    if overload:
+        # offered twice the capacity: the client's back-pressure holds the sender back
+        # (DESIGN §5.3), and latency stays bounded instead of growing with the queue
+        rate = 2 * saturated.messages_per_s
+        count = max(1000, min(messages, int(rate * 10)))
+        record(_amcast(bootstrap, names("2x"), setup, load(count, worst, rate), timeout_s, "@2x"))
     return results

@@ -16,10 +16,13 @@ from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER, consumer_config
 from atomickafka.logs import Throttle
 
 __all__ = [
+    "SCAN_WINDOW",
     "consume_batch",
+    "last_matching",
     "last_record",
     "make_consumer",
     "read_partitions",
+    "read_range",
     "read_to_end",
     "retry_transient",
     "until_partition_ends",
@@ -234,3 +237,61 @@ def until_partition_ends(
                 todo.discard(record.partition() or 0)
             elif err.fatal():
                 raise KafkaException(err)
+
+
+#: Records read per step when a partition is searched backwards (:func:`last_matching`).
+SCAN_WINDOW: Final = 200
+
+
+def last_matching(
+    consumer: Consumer,
+    part: TopicPartition,
+    accept: Callable[[KafkaMessage], T | None],
+    *,
+    on_passed: Callable[[KafkaMessage], None] | None = None,
+) -> T | None:
+    """What ``accept`` makes of the last record of ``part`` it accepts (not ``None``),
+    reading the partition backwards, :data:`SCAN_WINDOW` records at a time; ``None``
+    when it accepts none. ``on_passed`` sees each record passed over on the way. The
+    consumer is assigned for the scan and unassigned after it."""
+    low, high = retry_transient(
+        lambda: consumer.get_watermark_offsets(part, timeout=10), "watermarks"
+    )
+    end = high
+    while end > low:
+        start = max(low, end - SCAN_WINDOW)
+        for record in reversed(read_range(consumer, part, start, end)):
+            found = accept(record)
+            if found is not None:
+                return found
+            if on_passed is not None:
+                on_passed(record)
+        end = start
+    return None
+
+
+def read_range(
+    consumer: Consumer, part: TopicPartition, start: int, end: int
+) -> list[KafkaMessage]:
+    """The committed records of ``part`` with offsets in ``[start, end)`` (what a
+    ``read_committed`` consumer gets: aborted records and markers leave gaps)."""
+    topic, partition = part.topic, part.partition
+    consumer.assign([TopicPartition(topic, partition, start)])
+    out: list[KafkaMessage] = []
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            batch = consume_batch(consumer, SCAN_WINDOW, 0.5)
+            if not batch:
+                position = consumer.position([TopicPartition(topic, partition)])[0].offset
+                if position >= end or position < 0:
+                    break
+                continue
+            for record in usable(batch):
+                if (record.offset() or 0) < end:
+                    out.append(record)
+            if (batch[-1].offset() or 0) >= end - 1:
+                break
+    finally:
+        consumer.unassign()
+    return out

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any, Final
 
@@ -64,6 +64,7 @@ __all__ = [
     "StatusWatch",
     "WaitingHead",
     "newest_statuses",
+    "odd_signers",
     "parse_status",
     "publish_status",
     "read_statuses",
@@ -227,6 +228,14 @@ class Status:
     #: (:meth:`~atomickafka.core.signing.Signer.key_ids`, the signing one first); empty:
     #: it checks no signature. A client refuses to send it what it would set aside.
     signing_keys: tuple[str, ...] = ()
+    #: A node: records of its input log it has not read yet, and how long the oldest of
+    #: them has waited (by the log's time): what a client holds back for (§5.3).
+    input_lag: int = 0
+    input_lag_s: float = 0.0
+    #: A node with signing on: records it set aside for their signature, by whom they
+    #: claim to come from (a member's topic: that member signs with a secret this node
+    #: does not hold, or this node with one the others do not).
+    bad_signatures: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def head(self) -> WaitingHead | None:
@@ -323,6 +332,23 @@ _ROLES: Final = {r.value: r for r in Role}
 _ALGORITHMS: Final = {a.value: a for a in Algorithm}
 _LAYOUTS: Final = {x.value: x for x in Layout}
 _STATES: Final = {x.value: x for x in NodeState}
+
+
+def odd_signers(statuses: Iterable[Status]) -> dict[str, tuple[str, str]]:
+    """Nodes that sign with another secret than most of the others (issue 26): by key,
+    the key id it signs with and the one most sign with. Only live nodes with signing on
+    count; with a tie, nobody is singled out."""
+    signing = [s for s in statuses if s.role is Role.NODE and s.signing_keys and s.live()]
+    counts: dict[str, int] = {}
+    for status in signing:
+        counts[status.signing_keys[0]] = counts.get(status.signing_keys[0], 0) + 1
+    if len(counts) < 2:
+        return {}
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+    if ranked[0][1] == ranked[1][1]:
+        return {}
+    usual = ranked[0][0]
+    return {s.key: (s.signing_keys[0], usual) for s in signing if usual not in s.signing_keys}
 
 
 def parse_status(raw: bytes | None) -> Status | None:

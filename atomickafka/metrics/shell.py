@@ -139,7 +139,15 @@ class ShellMetrics:
         )
         self.replayed: Counter | None = None
         self.protocol_mismatches: Counter | None = None
+        self.bad_signatures: Counter | None = None
+        self._bad_seen: dict[str, int] = {}
         if role == "node":
+            self.bad_signatures = counter(
+                "bad_signatures",
+                "Records set aside for their signature, by whom they claim to come from "
+                "(a member's topic: it signs with a secret this node does not hold)",
+                "sender",
+            )
             self.replayed = counter(
                 "records_replayed",
                 "Input records re-read on recovery (their outputs were written before)",
@@ -217,6 +225,18 @@ class ShellMetrics:
         only later ones are counted here)."""
         self.recovery.labels(*self._labels).set(seconds)
         self._mismatches_seen = protocol_mismatches
+
+    def count_bad_signatures(self, totals: dict[str, int]) -> None:
+        """The batch layer's counts of records set aside for their signature, by
+        claimed sender, are ``totals`` now."""
+        counter = self.bad_signatures
+        if counter is None:
+            return
+        for sender, total in totals.items():
+            seen = self._bad_seen.get(sender, 0)
+            if total > seen:
+                counter.labels(*self._labels, sender).inc(total - seen)
+                self._bad_seen[sender] = total
 
     def count_protocol_mismatches(self, total: int) -> None:
         """The engine's protocol-mismatch count is ``total`` now."""

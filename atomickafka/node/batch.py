@@ -255,6 +255,10 @@ class NodeBatch(SnapshotTaker):
         self.snapshot_seq = snapshot_seq
         self.dead_letters = 0
         self.unsigned = 0
+        #: Records set aside for their signature, by whom they claim to come from (a
+        #: member's topic, or ``client <id>``): a member signing with a secret this node
+        #: does not hold is named by ``status``, ``doctor``, the metrics and the log.
+        self.bad_signatures: dict[str, int] = {}
         self._schedule = SnapshotSchedule(spec.snapshot_every_records, spec.snapshot_every_s)
         self._last_tick_s: float | None = None
         self._watermark_sent = -1
@@ -263,6 +267,10 @@ class NodeBatch(SnapshotTaker):
         self._members_written: set[str] | None = None if known is None else set(known)
         self._deferred = DeferredRecords(DEFERRED_KEEP_BYTES)
         self._snapshot_due = False
+        #: A node that writes again the outputs of records processed before (its last
+        #: process could not: it held another secret) skips the deliveries at or below
+        #: the last one its topic holds: those were written (§6.6).
+        self.delivered_up_to: tuple[int, int, str] | None = None
 
     # ------------------------------------------------------------------ starting
 
@@ -433,7 +441,9 @@ class NodeBatch(SnapshotTaker):
         problem = self._signature_problem(record)
         if problem is not None:
             self.unsigned += 1
-            out.append(self._dead_letter(raw, problem, record))
+            claimed = _claimed_sender(record)
+            self.bad_signatures[claimed] = self.bad_signatures.get(claimed, 0) + 1
+            out.append(self._dead_letter(raw, f"{problem} (claims to come from {claimed})", record))
             return []
         kind, stamp = record.timestamp()
         log_time = stamp if kind == _LOG_APPEND_TIME or stamp > 0 else None
@@ -529,6 +539,12 @@ class NodeBatch(SnapshotTaker):
                     )
                 )
         for output in deliveries:
+            if self.delivered_up_to is not None:
+                message = output.message
+                key = (message.timeStamp or 0, message.partitionID or 0, message.messageID)
+                if key <= self.delivered_up_to:
+                    continue  # written by an earlier process
+                self.delivered_up_to = None  # deliveries only go up from here
             out.append(self._sized(self._delivery(output.message)))
         out.extend(self._watermark())
         return out
@@ -633,6 +649,21 @@ class NodeBatch(SnapshotTaker):
         offsets = {self.spec.input_partition: self.position}
         state = {"engine": self.engine.snapshot(), "node": _settings(self.spec)}
         return offsets, state, self.position
+
+
+def _claimed_sender(record: KafkaRecord) -> str:
+    """Whom a record claims to come from (it may lie: its signature failed): the topic
+    of the node that wrote a control record, else the writer's id as a client."""
+    try:
+        messages = decode_any(record.value(), record.key(), record.headers())
+    except MessageError:
+        return "an unreadable record"
+    if not messages:
+        return "an empty record"
+    first = messages[0]
+    if first.sentFromTopic is not None:
+        return first.sentFromTopic
+    return f"client {first.senderID}" if first.senderID else "a client"
 
 
 def _settings(spec: NodeSpec) -> dict[str, Any]:

@@ -34,10 +34,8 @@ from atomickafka.core.signing import Signer
 from atomickafka.errors import AtomicKafkaError, ConfigError
 from atomickafka.kafka.admin import admin_client, ensure_topics
 from atomickafka.kafka.consumer import (
-    consume_batch,
+    last_matching,
     make_consumer,
-    retry_transient,
-    usable,
     watermarks,
 )
 from atomickafka.kafka.secrets import load_signer
@@ -71,8 +69,6 @@ log = logging.getLogger("atomickafka.merger")
 
 #: How long the head may stay blocked before the blocking layers are asked again.
 TICK_RETRY_S: Final = 2.0
-#: Records read per step when searching ``T`` backwards for the merger's last delivery.
-_SCAN_WINDOW: Final = 200
 
 
 def merger_spec(config: NodeConfig, signer: Signer | None = None) -> MergerSpec:
@@ -259,25 +255,16 @@ class MergerRuntime(RoleShell):
         """The key of the last Delivery this merger wrote to ``T``, reading backwards;
         records of other writers are counted and reported once, never trusted."""
         target = delivery_topic(self.config.topic)
-        part = TopicPartition(target, 0)
-        low, high = retry_transient(
-            lambda: consumer.get_watermark_offsets(part, timeout=10), "watermarks of T"
-        )
-        end = high
-        while end > low:
-            start = max(low, end - _SCAN_WINDOW)
-            records = self._read_range(consumer, target, start, end)
-            for record in reversed(records):
-                key = own_delivery_key(self.spec, record)
-                if key is not None:
-                    self._report_foreign(target)
-                    return key
-                self.foreign += 1
-            end = start
-        self._report_foreign(target)
-        return None
 
-    def _report_foreign(self, target: str) -> None:
+        def passed(_record: KafkaMessage) -> None:
+            self.foreign += 1
+
+        found = last_matching(
+            consumer,
+            TopicPartition(target, 0),
+            lambda record: own_delivery_key(self.spec, record),
+            on_passed=passed,
+        )
         if self.foreign:
             log.warning(
                 "merger %s: %d records at the end of %s are not this merger's (another "
@@ -286,30 +273,7 @@ class MergerRuntime(RoleShell):
                 self.foreign,
                 target,
             )
-
-    def _read_range(
-        self, consumer: Consumer, topic: str, start: int, end: int
-    ) -> list[KafkaMessage]:
-        """The committed records of ``topic``[0] with offsets in ``[start, end)``."""
-        consumer.assign([TopicPartition(topic, 0, start)])
-        out: list[KafkaMessage] = []
-        deadline = time.monotonic() + 30
-        try:
-            while time.monotonic() < deadline:
-                batch = consume_batch(consumer, _SCAN_WINDOW, 0.5)
-                if not batch:
-                    position = consumer.position([TopicPartition(topic, 0)])[0].offset
-                    if position >= end or position < 0:
-                        break
-                    continue
-                for record in usable(batch):
-                    if (record.offset() or 0) < end:
-                        out.append(record)
-                if (batch[-1].offset() or 0) >= end - 1:
-                    break
-        finally:
-            consumer.unassign()
-        return out
+        return found
 
     def _round(self) -> None:
         consumer, writer = self._consumer, self._writer

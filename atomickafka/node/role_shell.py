@@ -190,6 +190,8 @@ class RoleShell(Stoppable):
                 return 0
             self._open()
             self._retitle("active")
+            self._next_status = 0.0  # the first status as the active instance at once
+            self._tick(time.monotonic())
             status = self._loop()
             self._stopped_cleanly = True
             return status

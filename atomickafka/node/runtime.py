@@ -28,15 +28,18 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Final
+from typing import Any, Final
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import Message as KafkaMessage
 
 from atomickafka.core.reader import (
     DEAD_LETTER_ERROR_HEADER,
     DEAD_LETTER_OFFSET_HEADER,
     PlainRecord,
+    delivery_order_key,
     header_value,
+    read_delivery,
 )
 from atomickafka.core.signing import Signer
 from atomickafka.errors import AtomicKafkaError
@@ -50,6 +53,7 @@ from atomickafka.kafka.admin import (
 )
 from atomickafka.kafka.consumer import (
     consume_batch,
+    last_matching,
     make_consumer,
     read_to_end,
     retry_transient,
@@ -259,6 +263,9 @@ class NodeRuntime(RoleShell):
         self._writer: SplitWriter | AckedWriter | None = None
         self._status_count = 0
         self._mismatch_logged: set[str] = set()
+        self._bad_logged: set[str] = set()
+        #: The last process ran with another secret: outputs are written again (§6.6).
+        self._rewrite = False
         self._membership: Membership | None = None
         self._members_at = 0.0
         self._members_written_at = 0.0
@@ -307,8 +314,8 @@ class NodeRuntime(RoleShell):
         cfg = self.config
         if self.signer is not None:  # before following from an older state (§6.6)
             verified = read_snapshots(cfg, cfg.key, self.signer)
-            if len(self._signed_or_taken_up(verified)) > len(verified):
-                return  # an unsigned snapshot taken up once: a cold start loads it
+            if len(self._signed_or_taken_up(verified)) > len(verified) or self._rewrite:
+                return  # a cold start: an unsigned snapshot taken up, or outputs rewritten
         try:
             self._membership = Membership(cfg.bootstrap, cfg.overrides)
             self._follower = NodeFollower(cfg, self.spec, self.signer)
@@ -397,6 +404,9 @@ class NodeRuntime(RoleShell):
             batch = NodeBatch.recover(self.spec, snapshot, committed)
             source = "snapshot " + ("none" if snapshot is None else str(snapshot.seq))
         self.batch = batch
+        if self._rewrite and batch.replay_until > batch.position:
+            batch.replay_until = batch.position  # write again what followed the snapshot
+            batch.delivered_up_to = self._last_own_delivery(consumer)
         if isinstance(self._writer, SplitWriter):
             self._writer.start_at(self.batch.replay_until)
         if not cfg.exactly_once:
@@ -453,6 +463,27 @@ class NodeRuntime(RoleShell):
             )
             return False
         return True
+
+    def _last_own_delivery(self, consumer: Consumer) -> tuple[int, int, str] | None:
+        """The key of the last delivery this node wrote (to ``T``, or to its layer's
+        stream), validly signed, reading backwards."""
+        spec, signer = self.spec, self.signer
+        if spec.layers_topic is not None:
+            part = TopicPartition(spec.layers_topic, self._partition)
+        else:
+            part = TopicPartition(spec.delivery_topic, 0)
+
+        def own(record: KafkaMessage) -> tuple[int, int, str] | None:
+            message = read_delivery(record, at=spec.topic)
+            if message is None or message.senderID != spec.node_id:
+                return None
+            if signer is not None and signer.problem(
+                record.topic() or "", record.key(), record.value(), record.headers()
+            ):
+                return None
+            return delivery_order_key(message)
+
+        return last_matching(consumer, part, own)
 
     def _followed_batch(self, committed: int, low: int) -> NodeBatch | None:
         """A hot standby's batch layer, continued (``None``: not a hot standby)."""
@@ -521,19 +552,31 @@ class NodeRuntime(RoleShell):
             return verified
         latest = newer[0]
         was_signed = bool((latest.state or {}).get("node", {}).get("signed", False))
+        if was_signed:
+            # its last process held another secret: everything signed with this one was
+            # set aside there, and what it should have written it never did. Go on from
+            # the newest state signed with this secret and write its outputs again:
+            # peers drop the repeated control records (§4.12), deliveries already in the
+            # topic are skipped (§6.6)
+            log.warning(
+                "node %s: its newest snapshot (%d) is signed with a secret this node does "
+                "not hold: its last process ran with another --secret-file. Going on from "
+                "the newest snapshot signed with this one (%s) and writing again what "
+                "followed it",
+                cfg.key,
+                latest.seq,
+                "none" if not verified else verified[0].seq,
+            )
+            self._rewrite = True
+            return verified
         if not was_signed and cfg.reconfigure:
             log.warning(
                 "node %s: taking up unsigned snapshot %d once (--reconfigure)", cfg.key, latest.seq
             )
             return [latest, *verified]
-        why = (
-            "was written without signing: signing was turned on"
-            if not was_signed
-            else "is signed with a secret this node does not hold: is --secret-file the "
-            "one the node ran with?"
-        )
         raise NodeStartError(
-            f"node {cfg.key}: its newest snapshot ({latest.seq}) {why}; going on from an "
+            f"node {cfg.key}: its newest snapshot ({latest.seq}) was written without "
+            "signing: signing was turned on; going on from an "
             "older state would replay its log under other settings. To turn signing on "
             f"safely: {HOW_TO_RECONFIGURE.split(': ', 1)[1]}"
         )
@@ -698,7 +741,21 @@ class NodeRuntime(RoleShell):
             records_out_per_s=out_per_s,
             deliveries_per_s=deliveries_per_s,
             replaying=self.batch.replaying,
+            bad_signatures=dict(self.batch.bad_signatures),
+            **self._lag(),
         )
+
+    def _lag(self) -> dict[str, Any]:
+        """How far behind its input log the node is: records not read yet, and how long
+        the oldest of them has waited, at most (the log's time of the last record read
+        to now; the clocks of the broker and of this host agree within milliseconds on
+        one host, within their NTP skew elsewhere)."""
+        lag = self._input_lag() or 0
+        if lag <= 0:
+            return {"input_lag": 0, "input_lag_s": 0.0}
+        read_ms = self.batch.engine.now_ms
+        waited = max(0.0, time.time() - read_ms / 1000) if read_ms else 0.0
+        return {"input_lag": lag, "input_lag_s": round(waited, 3)}
 
     def _publish_status(self, now: float) -> None:
         if not self.active:
@@ -735,6 +792,18 @@ class NodeRuntime(RoleShell):
             input_lag=self._input_lag(),
         )
         self.metrics.count_protocol_mismatches(self.batch.engine.stats.protocol_mismatches)
+        self.metrics.count_bad_signatures(self.batch.bad_signatures)
+        for sender in self.batch.bad_signatures.keys() - self._bad_logged:
+            self._bad_logged.add(sender)
+            log.warning(
+                "node %s: records claiming to come from %s fail the signature check: signed "
+                "with a secret this node does not hold (is %s's --secret-file the "
+                "deployment's, or this node's?); messages shared with it wait until the "
+                "secrets agree",
+                self.config.key,
+                sender,
+                sender,
+            )
 
     def _input_lag(self) -> int | None:
         """Records of the input log past the node's position, from the high watermark
@@ -746,7 +815,7 @@ class NodeRuntime(RoleShell):
         try:
             marks = consumer.get_watermark_offsets(part, cached=True)
             position = consumer.position([part])[0].offset
-        except KafkaException:
+        except (KafkaException, RuntimeError):  # RuntimeError: closed (the last status)
             return None
         if marks is None or marks[1] < 0:
             return None

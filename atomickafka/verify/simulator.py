@@ -454,7 +454,8 @@ class Simulator:
     waits (§4.9.5); ``members_known`` starts every node knowing them instead (as a node
     restarted from a snapshot does), for scripted runs that count records. ``views``
     maps a topic to the topics its node's shell sees in the statuses, when that is not
-    every topic (a view that lags, §4.9.5).
+    every topic (a view that lags, §4.9.5). ``delivery_format`` is the nodes' (§3.8):
+    ``json``, production's default, or ``raw``.
     """
 
     def __init__(
@@ -476,6 +477,7 @@ class Simulator:
         gapless: bool = True,
         members_known: bool = False,
         views: Mapping[str, Collection[str]] | None = None,
+        delivery_format: str = "json",
     ) -> None:
         if len(set(topics)) != len(topics) or not topics:
             raise ConfigError("topics must be distinct and not empty")
@@ -489,6 +491,7 @@ class Simulator:
         self.gapless = gapless
         self.layer = layer
         self.clock = clock if clock is not None else SimClock()
+        self.delivery_format = delivery_format
         self.protocols = self._protocols(protocols)
         self.views = {t: tuple((views or {}).get(t, self.topics)) for t in self.topics}
         factory = engine_factory or (lambda topic, alg: Engine(topic, f"node-{topic}", alg))
@@ -571,6 +574,7 @@ class Simulator:
             snapshot_every_records=snapshot_every,
             tick_every_s=0.001,
             signer=self.signer,
+            delivery_format=self.delivery_format,
         )
 
     # ------------------------------------------------------------------ introspection

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import orjson
 import pytest
 from confluent_kafka import Consumer, Producer
 
@@ -224,9 +225,9 @@ def test_a_restart_with_another_protocol_is_refused_and_reconfigure_changes_it(
         timeout=120,
     )
     assert refused.returncode == 2, (refused.returncode, refused.stderr[-2000:])
-    lines = [line for line in refused.stderr.splitlines() if line.startswith("atomickafka node:")]
-    assert len(lines) == 1 and "protocol direct -> poc" in lines[0], refused.stderr[-2000:]
-    assert "--reconfigure" in lines[0]
+    last = orjson.loads(refused.stderr.strip().splitlines()[-1])  # one JSON line, the last
+    assert last["exitStatus"] == 2 and "protocol direct -> poc" in last["msg"], last
+    assert "--reconfigure" in last["msg"] and "\n" not in last["msg"]
     secret = tmp_path / "secret"
     secret.write_bytes(b"stray-records-test-secret-0123456789")
     signing = run_cli(

@@ -574,3 +574,13 @@ def test_the_members_record_is_written_again_on_request_while_messages_wait() ->
     (again,) = batch.members(["B"], again=True).records
     assert again.kind is OutKind.TICK and b"MembersMessage" in (again.value or b"")
     assert b'"A"' in (again.value or b"") and b'"B"' in (again.value or b"")  # all known
+
+
+def test_a_node_writing_again_skips_the_deliveries_its_topic_holds() -> None:
+    """Issue 26, item 1: a node whose last process ran with another secret writes again
+    what followed its newest snapshot signed with its own; the deliveries at or below
+    the last one its topic holds were written, and are skipped -- the rest are not."""
+    batch = NodeBatch(spec(), NodeBatch.fresh_engine(spec()))
+    batch.delivered_up_to = (2, 0, "m2")  # m1@1 and m2@2 are in the topic already
+    ready = batch.step(log("A", [single("m1"), single("m2"), single("m3")]), wall_s=0)
+    assert delivered(ready) == ["m3"] and batch.delivered_up_to is None

@@ -7,7 +7,6 @@ import ast
 import dataclasses
 import random
 import re
-import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -433,12 +432,9 @@ def big_run(n: int, topics: list[str]) -> tuple[dict[str, set[str]], dict[str, l
 def test_scale_100k_messages_5_topics() -> None:
     topics = [f"T{i}" for i in range(5)]
     sent, deliveries = big_run(100_000, topics)
-    start = time.perf_counter()
-    report = check_ids(sent, deliveries)
-    elapsed = time.perf_counter() - start
+    report = check_ids(sent, deliveries)  # (how long it takes: eval/ benchmarks, not a test)
     assert report.ok, report
     assert report.deliveries > 300_000
-    assert elapsed < 20, f"checking took {elapsed:.1f} s"
     # A single late swap deep in one log is still found, and named.
     b = deliveries["T3"]
     b[-10], b[-20] = b[-20], b[-10]

@@ -3,6 +3,8 @@ without changing anything."""
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -20,6 +22,7 @@ from atomickafka.kafka.status import (
     Status,
     WaitingHead,
     newest_statuses,
+    odd_signers,
     parse_status,
 )
 from atomickafka.kafka.topics import Layout
@@ -69,7 +72,10 @@ def test_the_json_form_is_camel_case_and_reads_back() -> None:
     data = merger.to_dict()
     # "state" came with clean stops, "duplicates" with the fuzz test's accounting,
     # "signingKeys" with the clients' check of signing (issue 26, item 7)
-    assert {json_name(k) for k in OLD_NODE} | {"state", "duplicates", "signingKeys"} == set(data)
+    # and "inputLag", "inputLagSeconds" with the clients' back-pressure (issue 24, item 4)
+    added = {"state", "duplicates", "signingKeys", "inputLag", "inputLagSeconds"}
+    added |= {"badSignatures"}  # the members signing with another secret (issue 26, item 1)
+    assert {json_name(k) for k in OLD_NODE} | added == set(data)
     assert data["signingKeys"] == []  # what a record without the field means: no signing
     assert all(JSON_NAME.fullmatch(k) for k in data), sorted(data)
     assert data["nodeID"] == "merger-A" and data["oldestPendingAgeSeconds"] is None
@@ -195,3 +201,21 @@ def test_a_status_counts_the_dead_letters_written_not_those_of_a_replay(tmp_path
     runtime._write(ready, len(unsigned))
     assert runtime.batch.dead_letters == 5  # three of them replayed, never written
     assert runtime.status().dead_letters == 2
+
+
+def test_the_node_that_signs_with_another_secret_is_singled_out() -> None:
+    """Issue 26, item 1: a node started with a wrong --secret-file is named (by the key id
+    it signs with, which its status carries); a tie names nobody."""
+    now = time.time()
+
+    def node(topic: str, keys: tuple[str, ...]) -> Status:
+        base = Status.from_dict(OLD_NODE | {"key": topic, "topic": topic, "time": now})
+        return replace(base, signing_keys=keys)
+
+    good, odd = ("aaaaaaaaaaaa",), ("bbbbbbbbbbbb",)
+    found = odd_signers([node("a", good), node("b", good), node("c", odd)])
+    assert found == {"c": (odd[0], good[0])}
+    assert odd_signers([node("a", good), node("b", odd)]) == {}  # a tie: nobody
+    rotating = ("bbbbbbbbbbbb", "aaaaaaaaaaaa")  # the new secret first, the old accepted
+    assert odd_signers([node("a", good), node("b", good), node("c", rotating)]) == {}
+    assert odd_signers([node("a", ()), node("b", ())]) == {}  # signing off
