@@ -234,6 +234,7 @@ def restart_merger_and_release(
     runtime's resume code; then layer 0 delivers m1 (already in T) and m2 (new), layer 1
     promises past both. Returns the ids the merger releases."""
     from atomickafka.core.merger import LayerDelivery, LayerWatermark
+    from atomickafka.kafka import consumer as consumer_module
     from atomickafka.node import merger_runtime
     from atomickafka.node.config import NodeConfig
 
@@ -243,7 +244,7 @@ def restart_merger_and_release(
     )
     consumer = FakeConsumer(len(records))
     if NEW:  # lead: the runtime reads T backwards for its own last Delivery
-        monkeypatch.setattr(runtime, "_read_range", lambda c, t, s, e: records[s:e])
+        monkeypatch.setattr(consumer_module, "read_range", lambda c, p, s, e: records[s:e])
         resume = runtime._last_own_delivery(consumer)
         if resume is not None:
             runtime.batch.resume_after(resume)
