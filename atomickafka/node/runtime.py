@@ -65,7 +65,6 @@ from atomickafka.kafka.status import (
     Role,
     Status,
     WaitingHead,
-    parse_status,
     publish_status,
     status_topic_spec,
 )
@@ -208,7 +207,11 @@ def read_snapshots(config: NodeConfig, role: str, signer: Signer | None) -> list
 class Membership:
     """The topics that have a node, learnt from the status topic, read incrementally
     (§4.9.5): every node status ever published names its topic (the topic is
-    compacted, so each node's latest status stays)."""
+    compacted, so each node's latest status stays). Only the records' keys are read
+    (``T``, ``T/layer``: a node; ``T/merger``: a merger), so a status topic of many
+    records is read quickly. :attr:`caught_up` once it has read up to where the topic
+    ended when it started: until then its view may lack live nodes, and a members
+    record written from it could refuse a live destination."""
 
     def __init__(self, bootstrap: str, overrides: Mapping[str, str]) -> None:
         self.topics: set[str] = set()
@@ -217,18 +220,31 @@ class Membership:
         # a topic just created (on several brokers) may show no partitions yet: read its
         # first one then (the status topic has one), or this node never learns its peers
         partitions = sorted(metadata.partitions) if metadata and metadata.partitions else [0]
+        self._ends: dict[int, int] = {}
+        for p in partitions:
+            try:
+                self._ends[p] = watermarks(self._consumer, TopicPartition(STATUS_TOPIC, p))[1]
+            except (KafkaException, AtomicKafkaError):
+                self._ends[p] = 0  # unknown: taken as read (the records come anyway)
         self._consumer.assign(
             [TopicPartition(STATUS_TOPIC, p, OFFSET_BEGINNING) for p in partitions]
         )
+        self.caught_up = not any(self._ends.values())
         log.info("reading node statuses from %s partitions %s", STATUS_TOPIC, partitions)
 
     def poll(self, timeout_s: float = 0.0) -> set[str]:
         """Read what has arrived; return every topic known to have a node."""
         before = len(self.topics)
         for record in usable(consume_batch(self._consumer, 5000, timeout_s)):
-            status = parse_status(record.value())
-            if status is not None and status.role is Role.NODE:
-                self.topics.add(status.topic)
+            key = record.key()
+            name = key.decode(errors="replace") if isinstance(key, bytes) else key
+            if name and record.value() is not None and not name.endswith("/merger"):
+                self.topics.add(name.split("/", 1)[0])
+            part, offset = record.partition(), record.offset()
+            if part is not None and offset is not None and offset + 1 >= self._ends.get(part, 0):
+                self._ends.pop(part, None)
+        if not self.caught_up and not self._ends:
+            self.caught_up = True
         if len(self.topics) > before:
             log.info("topics with a node: %s", ", ".join(sorted(self.topics)))
         return self.topics
@@ -614,6 +630,9 @@ class NodeRuntime(RoleShell):
         now = time.monotonic()
         if self._membership is None or self.batch.replaying:
             return
+        if not self._membership.caught_up:
+            self._membership.poll()  # a members record from a partial view could refuse
+            return  # a live destination (§4.9.5): none before the view is whole
         awaited = self.batch.engine.awaiting_members
         if now - self._members_at < (0.2 if awaited else 2.0):
             return

@@ -23,6 +23,7 @@ import orjson
 import pytest
 from confluent_kafka import Consumer, Producer
 
+from atomickafka.client import AtomicKafkaClient
 from atomickafka.core.engine import Algorithm
 from atomickafka.core.raw import decode_any
 from atomickafka.core.reader import DEAD_LETTER_ERROR_HEADER, header_value
@@ -134,17 +135,18 @@ def test_strays_from_a_plain_producer_split_no_delivery_and_hold_no_topic(
             planted.append(SentMessage(mid, frozenset(destinations), {"i": i}))
 
         sent: list[Sent] = []
-        for i in range(12):
-            plant(i)
-            producer.flush(10)
-            sent += send_concurrently(
-                kafka_bootstrap, Workload(topics, messages=10, clients=1, seed=i), "split"
-            )
+        plan = Workload(topics, messages=60, clients=1, seed=23).plan(0)
+        with AtomicKafkaClient(kafka_bootstrap) as client:
+            for i, (dests, via, value, _key) in enumerate(plan):
+                if i % 8 == 0:  # a planted multicast among every eight client messages
+                    plant(i // 8)
+                    producer.flush(10)
+                mid = client.send(value, dests, via=via)
+                sent.append(Sent(mid, dests, value, via or ""))
         hit = frozenset(m.messageID for m in planted)
-        extra_sent = [
-            Sent(m.messageID, tuple(sorted(m.destinations)), m.value, "") for m in planted
-        ]
-        ids = checked([*sent, *extra_sent], kafka_bootstrap, topics, all_or_none=hit)
+        # waits for the client's messages (a planted one may be aborted everywhere),
+        # then reads on until the topics are idle
+        ids = checked(sent, kafka_bootstrap, topics, all_or_none=hit, extra=planted)
         for mid in hit:  # everywhere or nowhere, whatever each stray met
             assert len({mid in ids[t] for t in topics}) == 1, (mid, ids)
         statuses = read_statuses(kafka_bootstrap)
