@@ -1,5 +1,6 @@
 """The Prometheus metrics of one node or merger (``atomickafka_node_*``,
-``atomickafka_merger_*``; their meaning is in README.md and docs/DESIGN.md §11).
+``atomickafka_merger_*``; their meaning is in docs/operators.md, "Metrics", and
+docs/DESIGN.md §11).
 
 The shell calls :meth:`ShellMetrics.read` with each batch it consumed,
 :meth:`ShellMetrics.wrote` with each batch it wrote, and :meth:`ShellMetrics.measure`
