@@ -166,6 +166,11 @@ def _print_table(statuses: dict[str, Status], states: dict[str, str], args: argp
                 f"check: signed with a secret this node does not hold (is {sender}'s "
                 "--secret-file the deployment's? or this node's?)"
             )
+        for sender, count in sorted(s.newer_formats.items()):
+            stuck.append(
+                f"{key}: {count} records from {sender} are of a newer format than this node "
+                "reads: upgrade this node (messages shared with it wait until then)"
+            )
         if s.protocol_mismatches:
             stuck.append(
                 f"{key}: {s.protocol_mismatches} records of another protocol set aside "

@@ -134,6 +134,17 @@ def _one(
                 "catches up by itself (docs/operators.md, 'A node with a wrong secret')",
             )
         )
+    for sender, count in sorted(status.newer_formats.items()):
+        out.append(
+            Finding(
+                "versions",
+                Severity.FAIL,
+                key,
+                f"{count} records from {sender} are of a newer format than this node reads; "
+                f"messages it shares with {sender} wait",
+                "upgrade this node to the release the others run (docs/operators.md, 'Upgrade')",
+            )
+        )
     if status.protocol_mismatches:
         out.append(
             Finding(

@@ -236,6 +236,9 @@ class Status:
     #: claim to come from (a member's topic: that member signs with a secret this node
     #: does not hold, or this node with one the others do not).
     bad_signatures: Mapping[str, int] = field(default_factory=dict)
+    #: A node: records it set aside as of a newer format than it reads, by whom they
+    #: come from (a member of a newer release that writes what this one cannot read).
+    newer_formats: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def head(self) -> WaitingHead | None:

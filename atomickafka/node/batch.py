@@ -259,6 +259,9 @@ class NodeBatch(SnapshotTaker):
         #: member's topic, or ``client <id>``): a member signing with a secret this node
         #: does not hold is named by ``status``, ``doctor``, the metrics and the log.
         self.bad_signatures: dict[str, int] = {}
+        #: Records of a newer format than this node reads, by whom they come from: a
+        #: member of a newer release writing a format this one cannot read (upgrade it).
+        self.newer_formats: dict[str, int] = {}
         self._schedule = SnapshotSchedule(spec.snapshot_every_records, spec.snapshot_every_s)
         self._last_tick_s: float | None = None
         self._watermark_sent = -1
@@ -452,6 +455,9 @@ class NodeBatch(SnapshotTaker):
                 raw, record.key(), record.headers(), log_time=log_time, origin=record.offset()
             )
         except MessageError as exc:
+            if exc.field == "formatVersion":
+                claimed = _claimed_sender(record)
+                self.newer_formats[claimed] = self.newer_formats.get(claimed, 0) + 1
             out.append(self._dead_letter(raw, str(exc), record))
             return []
 
@@ -657,13 +663,28 @@ def _claimed_sender(record: KafkaRecord) -> str:
     try:
         messages = decode_any(record.value(), record.key(), record.headers())
     except MessageError:
-        return "an unreadable record"
+        return _named_in_header(record.value())
     if not messages:
         return "an empty record"
     first = messages[0]
     if first.sentFromTopic is not None:
         return first.sentFromTopic
     return f"client {first.senderID}" if first.senderID else "a client"
+
+
+def _named_in_header(raw: bytes | None) -> str:
+    """Who a record this node cannot decode says it comes from (a newer format's, say):
+    the ``sentFromTopic`` or ``senderID`` of its first line, if that is a JSON object."""
+    try:
+        head = orjson.loads((raw or b"").split(b"\n", 1)[0])
+    except orjson.JSONDecodeError:
+        return "an unreadable record"
+    if isinstance(head, dict):
+        for field_name in ("sentFromTopic", "senderID"):
+            value = head.get(field_name)
+            if isinstance(value, str) and value:
+                return value
+    return "an unreadable record"
 
 
 def _settings(spec: NodeSpec) -> dict[str, Any]:

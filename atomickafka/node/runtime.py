@@ -761,6 +761,7 @@ class NodeRuntime(RoleShell):
             deliveries_per_s=deliveries_per_s,
             replaying=self.batch.replaying,
             bad_signatures=dict(self.batch.bad_signatures),
+            newer_formats=dict(self.batch.newer_formats),
             **self._lag(),
         )
 

@@ -584,3 +584,21 @@ def test_a_node_writing_again_skips_the_deliveries_its_topic_holds() -> None:
     batch.delivered_up_to = (2, 0, "m2")  # m1@1 and m2@2 are in the topic already
     ready = batch.step(log("A", [single("m1"), single("m2"), single("m3")]), wall_s=0)
     assert delivered(ready) == ["m3"] and batch.delivered_up_to is None
+
+
+def test_records_of_a_newer_format_and_with_another_secret_are_counted_by_sender() -> None:
+    """Issue 26, item 1: what a node cannot read of a member -- a newer format, another
+    secret -- is counted by whom it comes from, for status and doctor to name."""
+    batch = NodeBatch(spec(), NodeBatch.fresh_engine(spec()))
+    newer = b'{"messageType":"Bundle","senderID":"node-B","sentFromTopic":"B","formatVersion":9}'
+    batch.step(log("A", [newer + b"\n"]), wall_s=0)
+    assert batch.newer_formats == {"B": 1}
+    signed_batch = NodeBatch(spec(signer=Signer([SECRET])), NodeBatch.fresh_engine(spec()))
+    bundle = encode_bundle(
+        [Message("m", MessageType.NOTIFY, ("A", "B"), value_bytes("v"), "node-B", "B", 1,
+                 digest=client_message("m", ["A"], "v", "c").digest, protocol="direct",
+                 seq=(0, 0))],
+        sender_id="node-B", sent_from="B", protocol="direct",
+    )  # fmt: skip
+    signed_batch.step(log("A", [bundle]), wall_s=0)  # unsigned: B holds no secret
+    assert signed_batch.bad_signatures == {"B": 1}
