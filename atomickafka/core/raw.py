@@ -173,7 +173,7 @@ def _number(ours: Mapping[str, bytes], name: str, limit: int = MAX_TIMESTAMP) ->
     text = _text(ours, name)
     if text is None:
         return None
-    if not text.isdigit() or int(text) > limit:
+    if not (text.isascii() and text.isdigit()) or int(text) > limit:  # "²".isdigit()
         raise MessageError(name, f"header must be an integer from 0 to {limit}", text)
     return int(text)
 

@@ -97,6 +97,9 @@ def test_key_and_headers_are_part_of_the_version() -> None:
     [
         (lambda h: [x for x in h if x[0] != "atomickafka-id"], "atomickafka-id"),
         (lambda h: [*h, ("atomickafka-sent", b"soon")], "atomickafka-sent"),
+        # digits to str.isdigit, not to int(): a ValueError here once stopped a node
+        (lambda h: [*h, ("atomickafka-sent", "²".encode())], "atomickafka-sent"),
+        (lambda h: [*h, ("atomickafka-layer", "٣".encode())], "atomickafka-layer"),
         (lambda h: [*h, ("atomickafka-encoding", b"utf-16")], "atomickafka-encoding"),
         (lambda h: [(k, b"bad name!" if k == "atomickafka-to" else v) for k, v in h], "topic"),
     ],
