@@ -81,6 +81,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, NoReturn
 
+from mypy_extensions import mypyc_attr
 from sortedcontainers import SortedList
 
 from atomickafka.core.engine_state import engine_settings, engine_to_data, load_engine_state
@@ -170,6 +171,7 @@ def _version(record: Message) -> Version:
     return record.topic, record.digest
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the mutation tests' and transcripts' engines
 class Engine:
     """The ordering state machine of the node for topic ``topic``.
 
@@ -871,7 +873,9 @@ class Engine:
         version = _version(record)
         sender = record.sentFromTopic
         refused = self._memory.is_refused(mid, version) or (
-            settled is not None and settled == (Outcome.ABORTED, version)
+            # (not ``settled == (Outcome.ABORTED, version)``: mypyc's == of nested tuples
+            # reads uninitialised memory when the first items differ)
+            settled is not None and settled[0] is Outcome.ABORTED and settled[1] == version
         )
         self.stats.duplicates += 1
         if not refused or sender is None or self.topic not in record.topic:
