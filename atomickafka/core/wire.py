@@ -954,10 +954,12 @@ def encode_bundle(
     *,
     sender_id: str,
     sent_from: str,
-    protocol: str,
+    protocol: str | None,
     partition: int | None = None,
 ) -> bytes:
-    """One Bundle record holding ``messages`` (header line, then the values)."""
+    """One Bundle record holding ``messages`` (header line, then the values).
+    ``protocol`` ``None`` is written as JSON null: a writer that names none, as the
+    simulators' hostile records do (nodes refuse their control messages)."""
     header: dict[str, Any] = {
         "messageType": MessageType.BUNDLE,
         "senderID": sender_id,
