@@ -18,7 +18,7 @@ import uuid
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Final
+from typing import Any, Final, NamedTuple, cast
 
 from confluent_kafka import KafkaError
 from confluent_kafka import Message as KafkaMessage
@@ -33,17 +33,15 @@ from atomickafka.client.errors import (
 )
 from atomickafka.client.reader import DeliveryReader
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
-from atomickafka.core.raw import RESERVED_HEADER_PREFIX, encode_raw_client
-from atomickafka.core.wire import (
-    MAX_VALUE_BYTES,
-    client_message,
-    is_valid_topic_name,
-    parse_destinations,
-)
+from atomickafka.core.raw import H_ID, RESERVED_HEADER_PREFIX, raw_client_record
+from atomickafka.core.reader import header_value
+from atomickafka.core.wire import MAX_VALUE_BYTES, is_valid_topic_name, parse_destinations
 from atomickafka.kafka.guarantees import refuse_unsafe
 from atomickafka.kafka.producer import (
     CLOSE_ON_ERROR_TIMEOUT_S,
     CLOSE_TIMEOUT_S,
+    DeliveryCallback,
+    RecordHeaders,
     RecordProducer,
 )
 from atomickafka.kafka.secrets import signer_from
@@ -61,6 +59,20 @@ _STATUS_TIMEOUT_S = 30.0
 #: How long librdkafka tries to write a record: under the nodes' lateness bound (half
 #: the default 60 s memory window, docs/DESIGN.md §4.13).
 CLIENT_TIMEOUT_MS: Final = 25_000
+
+
+#: How often ``send`` serves delivery reports (seconds): librdkafka queues them, and
+#: ``flush``, ``close`` and a full queue serve them too; a poll per message cost more
+#: than the rest of the send (docs/performance.md).
+_POLL_EVERY_S: Final = 0.005
+
+
+class _Route(NamedTuple):
+    """Where the messages to one destination set, written via one topic, go."""
+
+    partitions: int  # the layers the destinations share (1: unpartitioned)
+    inputs: tuple[str, ...]  # the input logs the record is written to
+    by_id: bool  # poc/optimized without via: one of ``inputs``, chosen by the id
 
 
 class _Pending:
@@ -150,7 +162,8 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         self._producer: RecordProducer | None = None
         self._watch: StatusWatch | None = None
         self._watched_at = 0.0
-        self._routes: dict[tuple[str, ...], tuple[Algorithm, int] | DestinationError] = {}
+        self._routes: dict[tuple[tuple[str, ...], str | None], _Route | DestinationError] = {}
+        self._polled_at = 0.0
 
     # ------------------------------------------------------------------ sending
 
@@ -187,70 +200,94 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
             raise MessageError("via", "not a valid topic name", via)
         seq = next(self._seq)
         message_id = f"{self.id_prefix}-{seq}"
-        route = [*topics, via] if via is not None else list(topics)
-        algorithm, partitions = self._serving(route)
-        layer = _layer(key, seq, partitions)
-        message = client_message(
+        now = time.monotonic()
+        route = self._route(topics, via, now)
+        layer = _layer(key, seq, route.partitions)
+        record_key = key.encode() if isinstance(key, str) else key
+        # the record every destination gets, encoded once (raw form, docs/DESIGN.md §3.8)
+        _, payload, record_headers = raw_client_record(
             message_id,
             topics,
             value,
             self.client_id,
             layer,
             sent_at=int(time.time() * 1000),
-            key=key.encode() if isinstance(key, str) else key,
+            key=record_key,
             headers=_user_headers(headers),
         )
-        size = len(message.value or b"")
+        size = len(payload)
         if size > self.max_value_bytes:
             raise MessageError(
                 "value",
                 f"{size} bytes as JSON; AtomicKafka carries at most {self.max_value_bytes} "
                 "bytes (MAX_VALUE_BYTES)",
             )
-        if via is not None:
-            targets = (
-                [via] if via not in topics or algorithm is not Algorithm.DIRECT else list(topics)
-            )
-        elif algorithm is Algorithm.DIRECT:
-            targets = list(topics)
-        else:
-            targets = [topics[zlib.crc32(message_id.encode()) % len(topics)]]
+        where = route.inputs
+        if route.by_id:  # poc, optimized: one destination, the same the nodes would pick
+            where = (where[zlib.crc32(message_id.encode()) % len(where)],)
         producer = self._ensure_producer()
-        record_key, payload, record_headers = encode_raw_client(message)
-        sent = SentMessage(message_id, topics, value, via, key, layer, len(targets))
-        pending = _Pending(sent, self._failed, on_delivery)
-        for target in targets:
-            where = input_topic(target, self.layout)
-            written: list[tuple[str, bytes]] = record_headers
-            if self._signer is not None:
-                written = self._signer.signed_headers(where, record_key, payload, record_headers)
+        report: DeliveryCallback
+        if on_delivery is None:
+            report = self._on_record  # failures only: nothing to count per message
+        else:
+            sent = SentMessage(message_id, topics, value, via, key, layer, len(where))
+            report = _Pending(sent, self._failed, on_delivery).on_delivery
+        signer = self._signer
+        shared = cast(RecordHeaders, record_headers)  # only read: librdkafka copies them
+        for topic in where:
+            written = shared
+            if signer is not None:
+                written = cast(
+                    RecordHeaders, signer.signed_headers(topic, record_key, payload, record_headers)
+                )
             producer.send(
-                where,
-                payload,
-                key=record_key,
-                partition=layer,
-                headers=list(written),
-                on_delivery=pending.on_delivery,
+                topic, payload, key=record_key, partition=layer, headers=written, on_delivery=report
             )
-        producer.poll(0)
+        if now - self._polled_at >= _POLL_EVERY_S:  # delivery reports, now and then
+            self._polled_at = now
+            producer.poll(0)
         return message_id
+
+    def _on_record(self, error: KafkaError | None, record: KafkaMessage) -> None:
+        """The delivery report of a record of a message sent without ``on_delivery``:
+        only a failure matters (once per message, :meth:`flush` reports it)."""
+        if error is not None:
+            raw_id = header_value(record, H_ID)
+            message_id = raw_id.decode(errors="replace") if raw_id else "?"
+            if all(known != message_id for known, _ in self._failures):
+                self._failed(message_id, error)
 
     def _failed(self, message_id: str, error: KafkaError) -> None:
         """A record of ``message_id`` was not written: :meth:`flush` reports it."""
         self._failures.append((message_id, error))
 
-    def _serving(self, topics: list[str]) -> tuple[Algorithm, int]:
-        """The protocol the topics' nodes run and the layers they share; raises
-        :class:`OfflineDestinationError` for a topic no live node serves. Decided once
-        per route until the statuses are read again (not per message)."""
-        statuses = self._statuses()
-        key = tuple(topics)
+    def _route(self, topics: tuple[str, ...], via: str | None, now: float) -> _Route:
+        """Where a message to ``topics`` (written via ``via``) goes: judged once per
+        route until the statuses are read again (once a second), not per message;
+        raises :class:`OfflineDestinationError` for a topic no live node serves."""
+        if now - self._watched_at >= _REFRESH_S:
+            self._statuses()
+        key = (topics, via)
         known = self._routes.get(key)
         if known is None:
-            known = self._routes[key] = self._judge(topics, statuses)
+            known = self._routes[key] = self._plan(topics, via)
         if isinstance(known, DestinationError):
             raise type(known)(str(known))  # a fresh one: no traceback piles up
         return known
+
+    def _plan(self, topics: tuple[str, ...], via: str | None) -> _Route | DestinationError:
+        """The route of a message to ``topics`` written via ``via``, as the statuses say."""
+        judged = self._judge([*topics, via] if via is not None else list(topics), self._statuses())
+        if isinstance(judged, DestinationError):
+            return judged
+        algorithm, partitions = judged
+        if via is not None:
+            targets = [via] if via not in topics or algorithm is not Algorithm.DIRECT else topics
+        else:
+            targets = topics
+        by_id = via is None and algorithm is not Algorithm.DIRECT
+        inputs = tuple(input_topic(t, self.layout) for t in targets)
+        return _Route(partitions, inputs, by_id)
 
     def _judge(
         self, topics: list[str], statuses: dict[str, Status]
@@ -288,7 +325,11 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         if now - self._watched_at >= _REFRESH_S:
             self._watched_at = now
             self._routes.clear()  # judged again against what was read now
-            return self._watch.refresh()
+            statuses = self._watch.refresh()
+            self._polled_at = now  # and the delivery reports served meanwhile
+            if self._producer is not None:
+                self._producer.poll(0)
+            return statuses
         return self._watch.statuses
 
     def warm_up(self, topics: Iterable[str], timeout_s: float = 10.0) -> None:
