@@ -200,8 +200,9 @@ def test_a_restart_with_another_protocol_is_refused_and_reconfigure_changes_it(
 ) -> None:
     """§6.6: a node whose state was built under ``direct`` refuses to start with
     ``--algorithm poc`` (exit 2, one line naming --reconfigure), and with signing turned
-    on; restarted as it was it goes on. Stopped cleanly everywhere and started with ``poc --reconfigure``, the
-    cluster runs poc; every message of the three phases is delivered in one order."""
+    on; restarted as it was it goes on. Stopped cleanly everywhere and started with
+    ``poc --reconfigure``, the cluster runs poc; every message of the three phases is
+    delivered in one order."""
     a, b = topic_factory(), topic_factory()
     sent: list[Sent] = []
     with running_cluster(kafka_bootstrap, [a, b], log_dir=tmp_path, name="direct-1"):
