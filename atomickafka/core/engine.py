@@ -82,8 +82,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, NoReturn
 
 from mypy_extensions import mypyc_attr
-from sortedcontainers import SortedList
 
+from atomickafka.core.delivery_queue import DeliveryQueue
 from atomickafka.core.engine_state import engine_settings, engine_to_data, load_engine_state
 from atomickafka.core.engine_types import (
     DEFAULT_ALGORITHM,
@@ -214,7 +214,7 @@ class Engine:
         self.now_ms = 0
         self.stats = EngineStats()
         self._pending: dict[str, PendingMessage] = {}
-        self._queue: SortedList = SortedList()  # of (timeStamp, messageID)
+        self._queue = DeliveryQueue()  # of (timeStamp, messageID)
         self._memory = SettledMemory(window_ms)
         self._links = LinkSequences()
         self._held = HeldMessages()
@@ -340,7 +340,8 @@ class Engine:
             self.stats.ignored += 1
             return
         link = None if released else self._link(record)
-        if link is not None and self._links.seen(*link):
+        # (links[0], links[1], not *link: mypyc calls a native method with * generically)
+        if link is not None and self._links.seen(link[0], link[1]):
             self.stats.duplicates += 1
             return
         if released and record.origin is not None:
@@ -361,7 +362,7 @@ class Engine:
         try:
             outputs = handler(record)
             if link is not None and record.messageType is not MessageType.ABORT:
-                self._links.take(*link)
+                self._links.take(link[0], link[1])
             if outputs:
                 result.outputs.extend(self._numbered(outputs))
         except _Refused as refusal:
@@ -440,7 +441,9 @@ class Engine:
                 append(output)
                 continue
             seq = (origin, index)
-            numbered = _new_tuple(Message, (*message[:_SEQ], seq, *message[_SEQ + 1 :]))
+            fields = list(message)  # (not two slices: mypyc copies those generically)
+            fields[_SEQ] = seq
+            numbered = _new_tuple(Message, fields)
             append(_new_tuple(Output, (output[0], numbered)))
             index += 1
             if kind in _PROPOSAL_TYPES:  # what an Abort answering it must echo (§4.9.4)
