@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import time
@@ -33,8 +34,7 @@ from atomickafka.client.errors import (
 )
 from atomickafka.client.reader import DeliveryReader
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
-from atomickafka.core.raw import H_ID, RESERVED_HEADER_PREFIX, raw_client_record
-from atomickafka.core.reader import header_value
+from atomickafka.core.raw import RESERVED_HEADER_PREFIX, raw_client_record
 from atomickafka.core.wire import MAX_VALUE_BYTES, is_valid_topic_name, parse_destinations
 from atomickafka.kafka.guarantees import refuse_unsafe
 from atomickafka.kafka.producer import (
@@ -227,8 +227,8 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
             where = (where[zlib.crc32(message_id.encode()) % len(where)],)
         producer = self._ensure_producer()
         report: DeliveryCallback
-        if on_delivery is None:
-            report = self._on_record  # failures only: nothing to count per message
+        if on_delivery is None:  # only a failure matters: nothing to count per message
+            report = functools.partial(self._on_record, message_id)
         else:
             sent = SentMessage(message_id, topics, value, via, key, layer, len(where))
             report = _Pending(sent, self._failed, on_delivery).on_delivery
@@ -248,14 +248,12 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
             producer.poll(0)
         return message_id
 
-    def _on_record(self, error: KafkaError | None, record: KafkaMessage) -> None:
-        """The delivery report of a record of a message sent without ``on_delivery``:
-        only a failure matters (once per message, :meth:`flush` reports it)."""
-        if error is not None:
-            raw_id = header_value(record, H_ID)
-            message_id = raw_id.decode(errors="replace") if raw_id else "?"
-            if all(known != message_id for known, _ in self._failures):
-                self._failed(message_id, error)
+    def _on_record(self, message_id: str, error: KafkaError | None, _record: KafkaMessage) -> None:
+        """The delivery report of a record of ``message_id``, sent without
+        ``on_delivery``: only a failure matters (once per message, :meth:`flush`
+        reports it)."""
+        if error is not None and all(known != message_id for known, _ in self._failures):
+            self._failed(message_id, error)
 
     def _failed(self, message_id: str, error: KafkaError) -> None:
         """A record of ``message_id`` was not written: :meth:`flush` reports it."""
