@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240
 
 ROOT = Path(__file__).resolve().parents[2]
 #: What the wheel is built from: the project file, its readme, the compiled core's build
-#: (setup.py), the packages.
+#: (setup.py), the packages (deploy/compiled.sh copies the same).
 SOURCES = ("pyproject.toml", "README.md", "setup.py", "atomickafka", "client")
 
 
@@ -46,6 +46,13 @@ def _run(
 
 
 def _wheel(tmp_path: Path) -> Path:
+    """The wheel to install: built here from :data:`SOURCES`, or the one
+    ``deploy/compiled.sh`` built from the same files for this CI run
+    (``ATOMICKAFKA_TEST_WHEEL``; ``deploy/test.sh`` sets it), rather than twice."""
+    given = os.environ.get("ATOMICKAFKA_TEST_WHEEL")
+    if given:
+        assert Path(given).is_file(), given
+        return Path(given)
     source = tmp_path / "source"
     source.mkdir()
     for name in SOURCES:
