@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import time
@@ -18,7 +19,7 @@ import uuid
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Final
+from typing import Any, Final, NamedTuple, cast
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import Message as KafkaMessage
@@ -35,17 +36,14 @@ from atomickafka.client.errors import (
 )
 from atomickafka.client.reader import DeliveryReader
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
-from atomickafka.core.raw import RESERVED_HEADER_PREFIX, encode_raw_client
-from atomickafka.core.wire import (
-    MAX_VALUE_BYTES,
-    client_message,
-    is_valid_topic_name,
-    parse_destinations,
-)
+from atomickafka.core.raw import RESERVED_HEADER_PREFIX, raw_client_record
+from atomickafka.core.wire import MAX_VALUE_BYTES, is_valid_topic_name, parse_destinations
 from atomickafka.kafka.guarantees import refuse_unsafe
 from atomickafka.kafka.producer import (
     CLOSE_ON_ERROR_TIMEOUT_S,
     CLOSE_TIMEOUT_S,
+    DeliveryCallback,
+    RecordHeaders,
     RecordProducer,
 )
 from atomickafka.kafka.secrets import signer_from
@@ -73,6 +71,23 @@ CLIENT_TIMEOUT_MS: Final = 25_000
 #: (:data:`~atomickafka.kafka.status.FAILOVER_GRACE_S`) or for a status topic that cannot
 #: be read, before it refuses the destination (docs/DESIGN.md §5.3).
 FAILOVER_WAIT_S: Final = 30.0
+
+
+#: How often ``send`` serves delivery reports (seconds): librdkafka queues them, and
+#: ``flush``, ``close`` and a full queue serve them too; a poll after every send was a
+#: call into librdkafka per message (paced, a third of the time inside ``send``:
+#: docs/performance.md).
+_POLL_EVERY_S: Final = 0.005
+
+
+class _Route(NamedTuple):
+    """Where the messages to one destination set, written via one topic, go."""
+
+    algorithm: Algorithm  # the protocol the destinations' nodes run
+    partitions: int  # the layers the destinations share (1: unpartitioned)
+    inputs: tuple[str, ...]  # the input logs the record is written to
+    by_id: bool  # poc/optimized without via: one of ``inputs``, chosen by the id
+    lagging: bool  # a destination's node lagged more than max_lag_s when judged
 
 
 class _Pending:
@@ -175,7 +190,8 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         self._producer: RecordProducer | None = None
         self._watch: StatusWatch | None = None
         self._watched_at = 0.0
-        self._routes: dict[tuple[str, ...], _Route] = {}
+        self._routes: dict[tuple[tuple[str, ...], str | None], _Judged] = {}
+        self._polled_at = 0.0
 
     # ------------------------------------------------------------------ sending
 
@@ -212,54 +228,54 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
             raise MessageError("via", "not a valid topic name", via)
         seq = next(self._seq)
         message_id = f"{self.id_prefix}-{seq}"
-        route = [*topics, via] if via is not None else list(topics)
-        algorithm, partitions = self._serving(route)
-        if self.max_lag_s is not None:
-            self._hold_back(route)
-        layer = _layer(key, seq, partitions)
-        message = client_message(
+        now = time.monotonic()
+        route = self._route(topics, via, now)
+        if route.lagging:  # a destination's node lags more than max_lag_s behind its input
+            self._hold_back([*topics, via] if via is not None else list(topics))
+        layer = _layer(key, seq, route.partitions)
+        record_key = key.encode() if isinstance(key, str) else key
+        # the record every destination gets, encoded once (raw form, docs/DESIGN.md §3.8)
+        _, payload, record_headers = raw_client_record(
             message_id,
             topics,
             value,
             self.client_id,
             layer,
             sent_at=int(time.time() * 1000),
-            key=key.encode() if isinstance(key, str) else key,
+            key=record_key,
             headers=_user_headers(headers),
         )
-        size = len(message.value or b"")
+        size = len(payload)
         if size > self.max_value_bytes:
             raise MessageError(
                 "value",
                 f"{size} bytes as JSON; AtomicKafka carries at most {self.max_value_bytes} "
                 "bytes (MAX_VALUE_BYTES)",
             )
-        if via is not None:
-            targets = (
-                [via] if via not in topics or algorithm is not Algorithm.DIRECT else list(topics)
-            )
-        elif algorithm is Algorithm.DIRECT:
-            targets = list(topics)
-        else:
-            targets = [topics[zlib.crc32(message_id.encode()) % len(topics)]]
+        where = route.inputs
+        if route.by_id:  # poc, optimized: one destination, the same the nodes would pick
+            where = (where[zlib.crc32(message_id.encode()) % len(where)],)
         producer = self._ensure_producer()
-        record_key, payload, record_headers = encode_raw_client(message)
-        sent = SentMessage(message_id, topics, value, via, key, layer, len(targets))
-        pending = _Pending(sent, self._failed, on_delivery)
-        for target in targets:
-            where = input_topic(target, self.layout)
-            written: list[tuple[str, bytes]] = record_headers
-            if self._signer is not None:
-                written = self._signer.signed_headers(where, record_key, payload, record_headers)
+        report: DeliveryCallback
+        if on_delivery is None:  # only a failure matters: nothing to count per message
+            report = functools.partial(self._on_record, message_id)
+        else:
+            sent = SentMessage(message_id, topics, value, via, key, layer, len(where))
+            report = _Pending(sent, self._failed, on_delivery).on_delivery
+        signer = self._signer
+        shared = cast(RecordHeaders, record_headers)  # only read: librdkafka copies them
+        for topic in where:
+            written = shared
+            if signer is not None:
+                written = cast(
+                    RecordHeaders, signer.signed_headers(topic, record_key, payload, record_headers)
+                )
             producer.send(
-                where,
-                payload,
-                key=record_key,
-                partition=layer,
-                headers=list(written),
-                on_delivery=pending.on_delivery,
+                topic, payload, key=record_key, partition=layer, headers=written, on_delivery=report
             )
-        producer.poll(0)
+        if now - self._polled_at >= _POLL_EVERY_S:  # delivery reports, now and then
+            self._polled_at = now
+            producer.poll(0)
         return message_id
 
     def _hold_back(self, topics: list[str]) -> None:
@@ -308,41 +324,53 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
                 return status.topic, status.input_lag_s
         return None
 
+    def _on_record(self, message_id: str, error: KafkaError | None, _record: KafkaMessage) -> None:
+        """The delivery report of a record of ``message_id``, sent without
+        ``on_delivery``: only a failure matters (once per message, :meth:`flush`
+        reports it)."""
+        if error is not None and all(known != message_id for known, _ in self._failures):
+            self._failed(message_id, error)
+
     def _failed(self, message_id: str, error: KafkaError) -> None:
         """A record of ``message_id`` was not written: :meth:`flush` reports it."""
         self._failures.append((message_id, error))
 
-    def _serving(self, topics: list[str]) -> tuple[Algorithm, int]:
-        """The protocol the topics' nodes run and the layers they share; raises
-        :class:`OfflineDestinationError` for a topic no live node serves. Decided once
-        per route until the statuses are read again (not per message). A destination
-        whose node's status is only late (:meth:`~atomickafka.kafka.status.Status.late`:
-        Kafka may be failing over), or a status topic that cannot be read, is waited
-        for, up to ``failover_wait_s``, before it is refused."""
-        key = tuple(topics)
+    def _route(self, topics: tuple[str, ...], via: str | None, now: float) -> _Route:
+        """Where a message to ``topics`` (written via ``via``) goes: judged once per
+        route until the statuses are read again (once a second), not per message;
+        raises :class:`OfflineDestinationError` for a topic no live node serves. A
+        destination whose node's status is only late
+        (:meth:`~atomickafka.kafka.status.Status.late`: Kafka may be failing over), or a
+        status topic that cannot be read, is waited for, up to ``failover_wait_s``,
+        before it is refused."""
+        key = (topics, via)
+        known: _Judged | None
         try:
-            statuses = self._statuses()
+            statuses = self._statuses() if now - self._watched_at >= _REFRESH_S else None
         except KafkaException as exc:  # the status topic unreadable: Kafka failing over?
-            statuses = self._watch.statuses if self._watch is not None else {}
-            known: _Route | None = _Late(f"the status topic could not be read ({exc})")
+            known = _Late(f"the status topic could not be read ({exc})")
         else:
             known = self._routes.get(key)
-        if known is None:
-            known = self._routes[key] = self._judge(topics, statuses)
+            if known is None:
+                if statuses is None:
+                    statuses = self._watch.statuses if self._watch is not None else {}
+                known = self._routes[key] = self._plan(topics, via, statuses)
         if isinstance(known, _Late):
-            known = self._routes[key] = self._wait_out(topics, known)
+            known = self._routes[key] = self._wait_out(topics, via, known)
         if isinstance(known, DestinationError):
             raise type(known)(str(known))  # a fresh one: no traceback piles up
         return known
 
-    def _wait_out(self, topics: list[str], late: _Late) -> tuple[Algorithm, int] | DestinationError:
+    def _wait_out(
+        self, topics: tuple[str, ...], via: str | None, late: _Late
+    ) -> _Route | DestinationError:
         """Wait, up to ``failover_wait_s``, for the statuses to be live again (reading
         the status topic every half second); then judge as usual, a destination still
         late being refused (and then at once, until its node publishes again)."""
         log.warning(
             "waiting up to %.0f s before sending to %s: %s (a Kafka failover?)",
             self.failover_wait_s,
-            ", ".join(dict.fromkeys(topics)),
+            ", ".join(dict.fromkeys([*topics, via] if via is not None else topics)),
             late.reason,
         )
         deadline = time.monotonic() + self.failover_wait_s
@@ -353,16 +381,40 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
                 statuses = self._statuses(force=True)
             except KafkaException:
                 continue
-            judged = self._judge(topics, statuses)
-            if not isinstance(judged, _Late):
-                return judged
-        judged = self._judge(topics, statuses, waited=True)
-        assert not isinstance(judged, _Late)
-        return judged
+            planned = self._plan(topics, via, statuses)
+            if not isinstance(planned, _Late):
+                return planned
+        planned = self._plan(topics, via, statuses, waited=True)
+        assert not isinstance(planned, _Late)
+        return planned
+
+    def _plan(
+        self,
+        topics: tuple[str, ...],
+        via: str | None,
+        statuses: dict[str, Status],
+        *,
+        waited: bool = False,
+    ) -> _Judged:
+        """The route of a message to ``topics`` written via ``via``, as ``statuses``
+        say, or what refuses it."""
+        destinations = [*topics, via] if via is not None else list(topics)
+        judged = self._judge(destinations, statuses, waited=waited)
+        if isinstance(judged, DestinationError | _Late):
+            return judged
+        algorithm, partitions = judged
+        if via is not None:
+            targets = [via] if via not in topics or algorithm is not Algorithm.DIRECT else topics
+        else:
+            targets = topics
+        by_id = via is None and algorithm is not Algorithm.DIRECT
+        inputs = tuple(input_topic(t, self.layout) for t in targets)
+        lagging = self.max_lag_s is not None and self._lagging(destinations, statuses) is not None
+        return _Route(algorithm, partitions, inputs, by_id, lagging)
 
     def _judge(
         self, topics: list[str], statuses: dict[str, Status], *, waited: bool = False
-    ) -> _Route:
+    ) -> _Verdict:
         """The route's protocol and layers, the error that refuses it, or -- a node's
         status only late, not yet waited for -- :class:`_Late`."""
         now = time.time()
@@ -439,7 +491,11 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         if force or now - self._watched_at >= _REFRESH_S:
             self._watched_at = now
             self._routes.clear()  # judged again against what was read now
-            return self._watch.refresh()
+            statuses = self._watch.refresh()
+            self._polled_at = now  # and the delivery reports served meanwhile
+            if self._producer is not None:
+                self._producer.poll(0)
+            return statuses
         return self._watch.statuses
 
     def warm_up(self, topics: Iterable[str], timeout_s: float = 10.0) -> None:
@@ -598,7 +654,8 @@ class _Late:
 
 
 #: What a route was judged: its protocol and layers, the error refusing it, or late.
-_Route = tuple[Algorithm, int] | DestinationError | _Late
+_Verdict = tuple[Algorithm, int] | DestinationError | _Late
+_Judged = _Route | DestinationError | _Late
 
 
 def _newest(statuses: list[Status]) -> float:

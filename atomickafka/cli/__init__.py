@@ -35,6 +35,7 @@ from atomickafka.config import (
     resolve_kafka,
 )
 from atomickafka.config.commands import Origin
+from atomickafka.core import core_form
 from atomickafka.errors import ConfigError
 from atomickafka.kafka.guarantees import refuse_unsafe
 from atomickafka.kafka.properties import secret_values
@@ -139,7 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Settings: flags > environment (ATOMICKAFKA_<OPTION>, KAFKA_BOOTSTRAP_SERVERS, "
         "ATOMICKAFKA_X_<KEY>) > the --config file > defaults.",
     )
-    parser.add_argument("--version", action="version", version=f"atomickafka {__version__}")
+    parser.add_argument(
+        "--version", action="version", version=f"atomickafka {__version__} (core: {core_form()})"
+    )
     parser.add_argument("--config", metavar="PATH", default=None, help="TOML configuration file")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True

@@ -182,17 +182,23 @@ class _Printer:
         return callback
 
     def drain(self) -> None:
+        """Print what was acknowledged since the last call, in input order, with one
+        write and one flush (not one per line)."""
+        done: list[str] = []
         while self.printed < len(self.lines) and self.lines[self.printed].done:
             line = self.lines[self.printed]
             self.printed += 1
             if line.error is None:
-                print(line.record.decode() if line.record else line.message_id, flush=True)
+                done.append(line.record.decode() if line.record else line.message_id)
             else:
                 self.failed += 1
                 print(
                     f"atomickafka send: line {line.number}: not written: {line.error}",
                     file=sys.stderr,
                 )
+        if done:
+            sys.stdout.write("\n".join(done) + "\n")
+            sys.stdout.flush()
 
 
 def _values(args: argparse.Namespace) -> Iterator[tuple[int, bytes | str]]:

@@ -81,8 +81,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, NoReturn
 
-from sortedcontainers import SortedList
+from mypy_extensions import mypyc_attr
 
+from atomickafka.core.delivery_queue import DeliveryQueue
 from atomickafka.core.engine_state import engine_settings, engine_to_data, load_engine_state
 from atomickafka.core.engine_types import (
     DEFAULT_ALGORITHM,
@@ -170,6 +171,7 @@ def _version(record: Message) -> Version:
     return record.topic, record.digest
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the mutation tests' and transcripts' engines
 class Engine:
     """The ordering state machine of the node for topic ``topic``.
 
@@ -212,7 +214,7 @@ class Engine:
         self.now_ms = 0
         self.stats = EngineStats()
         self._pending: dict[str, PendingMessage] = {}
-        self._queue: SortedList = SortedList()  # of (timeStamp, messageID)
+        self._queue = DeliveryQueue()  # of (timeStamp, messageID)
         self._memory = SettledMemory(window_ms)
         self._links = LinkSequences()
         self._held = HeldMessages()
@@ -338,7 +340,8 @@ class Engine:
             self.stats.ignored += 1
             return
         link = None if released else self._link(record)
-        if link is not None and self._links.seen(*link):
+        # (links[0], links[1], not *link: mypyc calls a native method with * generically)
+        if link is not None and self._links.seen(link[0], link[1]):
             self.stats.duplicates += 1
             return
         if released and record.origin is not None:
@@ -359,7 +362,7 @@ class Engine:
         try:
             outputs = handler(record)
             if link is not None and record.messageType is not MessageType.ABORT:
-                self._links.take(*link)
+                self._links.take(link[0], link[1])
             if outputs:
                 result.outputs.extend(self._numbered(outputs))
         except _Refused as refusal:
@@ -438,7 +441,9 @@ class Engine:
                 append(output)
                 continue
             seq = (origin, index)
-            numbered = _new_tuple(Message, (*message[:_SEQ], seq, *message[_SEQ + 1 :]))
+            fields = list(message)  # (not two slices: mypyc copies those generically)
+            fields[_SEQ] = seq
+            numbered = _new_tuple(Message, fields)
             append(_new_tuple(Output, (output[0], numbered)))
             index += 1
             if kind in _PROPOSAL_TYPES:  # what an Abort answering it must echo (§4.9.4)
@@ -871,7 +876,9 @@ class Engine:
         version = _version(record)
         sender = record.sentFromTopic
         refused = self._memory.is_refused(mid, version) or (
-            settled is not None and settled == (Outcome.ABORTED, version)
+            # (not ``settled == (Outcome.ABORTED, version)``: mypyc's == of nested tuples
+            # reads uninitialised memory when the first items differ)
+            settled is not None and settled[0] is Outcome.ABORTED and settled[1] == version
         )
         self.stats.duplicates += 1
         if not refused or sender is None or self.topic not in record.topic:

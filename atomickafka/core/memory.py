@@ -100,6 +100,9 @@ class _Entry(NamedTuple):
     expires: int
 
 
+_new_tuple: Final = tuple.__new__
+
+
 class SettledMemory:
     """Settled ids and refused versions, each forgotten ``window_ms`` after it settled
     (by the log's time, so replays forget the same things at the same records)."""
@@ -129,7 +132,9 @@ class SettledMemory:
     def settle(self, mid: str, outcome: Outcome, version: Version, now_ms: int) -> None:
         """This node finished with ``mid`` at log time ``now_ms``."""
         expires = now_ms + self.window_ms
-        self._settled[mid] = _Entry(outcome, version, expires)
+        # by position, with tuple.__new__: a NamedTuple's own constructor is Python code
+        # (every message settles once)
+        self._settled[mid] = _new_tuple(_Entry, (outcome, version, expires))
         self._expiry.append((expires, "s", mid))
 
     def is_refused(self, mid: str, version: Version) -> bool:

@@ -72,12 +72,15 @@ to tell the two apart the merger remembers the last :data:`RECENT` ids of each l
 
 from __future__ import annotations
 
+import builtins
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from enum import StrEnum
-from typing import Any, NamedTuple
+from operator import attrgetter
+from typing import Any, Final, NamedTuple, TypeGuard, cast
 
+from mypy_extensions import mypyc_attr
 from sortedcontainers import SortedList
 
 from atomickafka.core.engine_state import SnapshotError
@@ -110,6 +113,10 @@ class MergeKey(NamedTuple):
     messageID: str
 
 
+# The records the merger takes in stay Python classes when compiled: it checks their
+# fields' types itself and sets aside what is wrong (rule 4), where a compiled class
+# would refuse them at construction instead.
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True, slots=True)
 class LayerDelivery:
     """Layer ``layer`` decided ``messageID`` at final timestamp ``timeStamp``.
@@ -120,7 +127,7 @@ class LayerDelivery:
     layer: int
     timeStamp: int
     messageID: str
-    payload: object = None
+    payload: builtins.object = None  # builtins.: mypyc's dataclasses miss a bare `object`
 
     @property
     def key(self) -> MergeKey:
@@ -128,6 +135,7 @@ class LayerDelivery:
         return MergeKey(self.timeStamp, self.layer, self.messageID)
 
 
+@mypyc_attr(native_class=False)  # (see LayerDelivery)
 @dataclass(frozen=True, slots=True)
 class LayerWatermark:
     """Layer ``layer`` promises: every later delivery of it has a timestamp ``>= timeStamp``."""
@@ -143,7 +151,7 @@ class Release:
     layer: int
     timeStamp: int
     messageID: str
-    payload: object
+    payload: builtins.object  # (see LayerDelivery)
 
     @property
     def key(self) -> MergeKey:
@@ -176,7 +184,7 @@ class RejectReason(StrEnum):
 class Rejected:
     """A record the merger refused, and why."""
 
-    record: object
+    record: builtins.object  # (see LayerDelivery)
     reason: RejectReason
 
 
@@ -196,7 +204,13 @@ LayerRecord = LayerDelivery | LayerWatermark
 MergerOutput = Release | TickRequest
 
 
-def _is_int(value: object) -> bool:
+#: A layer record's fields as they are, whatever their type (a compiled read of a field
+#: declared ``int`` would check it, and raise where rule 4 sets the record aside).
+_DELIVERY_FIELDS: Final = attrgetter("layer", "timeStamp", "messageID")
+_WATERMARK_FIELDS: Final = attrgetter("layer", "timeStamp")
+
+
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -232,10 +246,12 @@ class Merger:
 
     # ------------------------------------------------------------------ public API
 
-    def handle_batch(self, records: Iterable[LayerRecord]) -> list[MergerOutput]:
-        """Take in a batch of layer records; return the Releases, then the TickRequests.
+    def handle_batch(self, records: Iterable[object]) -> list[MergerOutput]:
+        """Take in a batch of layer records (:data:`LayerRecord`); return the Releases,
+        then the TickRequests.
 
-        Records refused in this batch are in :attr:`rejected` afterwards.
+        Records refused in this batch (anything else among them too) are in
+        :attr:`rejected` afterwards.
         """
         self._rejected = []
         for record in records:
@@ -270,7 +286,7 @@ class Merger:
         Call it on a fresh merger before replaying the layer streams from their
         beginning, with the key of the last Delivery already written to the topic.
         """
-        ts, layer, mid = key
+        ts, layer, mid = cast(tuple[object, object, object], key)  # checked here
         if not (_is_int(ts) and _is_int(layer) and isinstance(mid, str)):
             raise ValueError(f"not a (timeStamp, layer, messageID) key: {key!r}")
         key = MergeKey(ts, layer, mid)
@@ -368,7 +384,7 @@ class Merger:
     # ------------------------------------------------------------------ records
 
     def _on_delivery(self, item: LayerDelivery) -> None:
-        layer, ts, mid = item.layer, item.timeStamp, item.messageID
+        layer, ts, mid = _DELIVERY_FIELDS(item)  # of any type (rule 4): checked here
         if not (_is_int(layer) and _is_int(ts) and isinstance(mid, str)):
             self._reject(item, RejectReason.MALFORMED)
             return
@@ -405,7 +421,7 @@ class Merger:
             self._refront(layer)
 
     def _on_watermark(self, mark: LayerWatermark) -> None:
-        layer, ts = mark.layer, mark.timeStamp
+        layer, ts = _WATERMARK_FIELDS(mark)  # (as above)
         if not (_is_int(layer) and _is_int(ts)):
             self._reject(mark, RejectReason.MALFORMED)
             return

@@ -33,7 +33,7 @@ Any other header is the user's and is carried to every destination unchanged.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Final
+from typing import Any, Final
 
 from atomickafka.core.wire import (
     MAX_TIMESTAMP,
@@ -41,6 +41,7 @@ from atomickafka.core.wire import (
     MessageError,
     MessageType,
     check_json_value,
+    client_value,
     decode_record,
     is_valid_topic_name,
     message_digest,
@@ -69,6 +70,7 @@ __all__ = [
     "encode_raw_client",
     "encode_raw_delivery",
     "is_raw",
+    "raw_client_record",
     "user_headers",
 ]
 
@@ -143,6 +145,45 @@ def encode_raw_client(message: Message) -> RawRecord:
     return message.key, message.value, [*message.headers, *headers]
 
 
+def raw_client_record(
+    message_id: str,
+    destinations: tuple[str, ...],
+    value: Any,
+    sender_id: str = "",
+    partition: int | None = None,
+    *,
+    sent_at: int | None = None,
+    key: bytes | None = None,
+    headers: tuple[Header, ...] = (),
+) -> RawRecord:
+    """``encode_raw_client(client_message(...))`` of the same arguments (``destinations``
+    as :func:`~atomickafka.core.wire.parse_destinations` returns them), built without
+    the :class:`~atomickafka.core.wire.Message` and its digest, which the raw form does
+    not carry (a node computes it from the record): a client's send path.
+    :class:`~atomickafka.core.wire.MessageError` as :func:`client_message` raises it."""
+    data, encoding = client_value(message_id, value, sent_at)
+    out: list[Header] = [
+        *headers,
+        (H_FORMAT, RAW_FORMAT),
+        (H_TYPE, _CLIENT_TYPE),
+        (H_ID, message_id.encode()),
+        (H_TO, ",".join(destinations).encode()),
+    ]
+    if sent_at is not None:
+        out.append((H_SENT, str(sent_at).encode()))
+    if sender_id:
+        out.append((H_SENDER, sender_id.encode()))
+    if partition is not None:
+        out.append((H_LAYER, str(partition).encode()))
+    if encoding == BYTES:
+        out.append((H_ENCODING, _BYTES_VALUE))
+    return key, data, out
+
+
+_CLIENT_TYPE: Final = MessageType.CLIENT.value.encode()
+_BYTES_VALUE: Final = BYTES.encode()
+
+
 def encode_raw_delivery(message: Message) -> RawRecord:
     """A Delivery in the raw form (what a plain consumer of the topic reads)."""
     assert message.value is not None and message.timeStamp is not None
@@ -173,7 +214,7 @@ def _number(ours: Mapping[str, bytes], name: str, limit: int = MAX_TIMESTAMP) ->
     text = _text(ours, name)
     if text is None:
         return None
-    if not text.isdigit() or int(text) > limit:
+    if not (text.isascii() and text.isdigit()) or int(text) > limit:  # "²".isdigit()
         raise MessageError(name, f"header must be an integer from 0 to {limit}", text)
     return int(text)
 

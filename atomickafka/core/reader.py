@@ -357,7 +357,7 @@ def _peek_raw(record: KafkaRecord, size: int) -> Peek:
     sent_from = text(H_FROM)
     stamp = text(H_TS)
     inner = InnerMessage(
-        kind, text(H_ID), int(stamp) if stamp and stamp.isdigit() else None, sent_from
+        kind, text(H_ID), int(stamp) if stamp and _digits(stamp) else None, sent_from
     )
     return Peek(kind, text(H_SENDER), sent_from, inner.message_id, (inner,), size)
 
@@ -416,6 +416,12 @@ class DeadLetter:
     value: bytes | None
 
 
+def _digits(text: str) -> bool:
+    """True when ``int(text)`` reads ``text`` as ASCII digits (``"²".isdigit()`` is
+    true too, and ``int("²")`` raises)."""
+    return text.isascii() and text.isdigit()
+
+
 def read_dead_letter(record: KafkaRecord) -> DeadLetter:
     """The dead letter ``record`` holds; fields it lacks are empty, never an error."""
 
@@ -425,7 +431,7 @@ def read_dead_letter(record: KafkaRecord) -> DeadLetter:
 
     def number(name: str) -> int | None:
         raw = text(name)
-        return int(raw) if raw is not None and raw.lstrip("-").isdigit() else None
+        return int(raw) if raw is not None and _digits(raw.removeprefix("-")) else None
 
     ids = text(DEAD_LETTER_MESSAGES_HEADER)
     message_ids = tuple(i for i in (ids or "").split(",") if i)

@@ -73,9 +73,10 @@ class HeldMessages:
     def __init__(self) -> None:
         self._items: SortedList = SortedList()  # (due_at_us, arrival, message)
         self._arrivals = 0
+        self._count = 0  # len(self._items)
 
     def __len__(self) -> int:
-        return len(self._items)
+        return self._count  # (not len(SortedList): Python code, asked for every record)
 
     def hold(self, message: Message, ts: int) -> Message | None:
         """Hold ``message`` (its timestamp is ``ts``); return the message that no longer
@@ -83,8 +84,10 @@ class HeldMessages:
         self._arrivals += 1
         self._items.add((due_at(ts), self._arrivals, message))
         if len(self._items) <= MAX_HELD:
+            self._count = len(self._items)
             return None
         pushed_out: Message = self._items.pop(-1)[2]
+        self._count = len(self._items)
         return pushed_out
 
     def due(self, now_us: int) -> list[Message]:
@@ -93,6 +96,7 @@ class HeldMessages:
         items = self._items
         while items and items[0][0] <= now_us:
             out.append(items.pop(0)[2])
+        self._count = len(items)
         return out
 
     @property

@@ -69,6 +69,7 @@ __all__ = [
     "b64decode_field",
     "check_json_value",
     "client_message",
+    "client_value",
     "decode_record",
     "encode_bundle",
     "encode_client",
@@ -278,11 +279,7 @@ def client_message(
     """A validated ClientMessage for ``value`` to ``destinations``, sent at ``sent_at``
     (the client's wall clock, ms) when given. ``value`` as ``bytes`` is carried as it is
     (raw form, any encoding); anything else is a JSON value."""
-    _check_id("messageID", message_id)
-    encoding = BYTES_ENCODING if isinstance(value, bytes | bytearray) else None
-    data = bytes(value) if encoding else value_bytes(value)
-    if sent_at is not None:
-        _check_time("sentAt", sent_at)
+    data, encoding = client_value(message_id, value, sent_at)
     carried = tuple((str(n), bytes(v)) for n, v in headers)
     return Message(
         messageID=message_id,
@@ -297,6 +294,18 @@ def client_message(
         headers=carried,
         encoding=encoding,
     )
+
+
+def client_value(message_id: str, value: Any, sent_at: int | None) -> tuple[bytes, str | None]:
+    """What a ClientMessage carries of ``value``, and its encoding: ``bytes`` as they
+    are (raw form, encoding ``bytes``), anything else as its JSON text (encoding
+    ``None``); :class:`MessageError` for an invalid id, send time or JSON value."""
+    _check_id("messageID", message_id)
+    encoding = BYTES_ENCODING if isinstance(value, bytes | bytearray) else None
+    data = bytes(value) if encoding else value_bytes(value)
+    if sent_at is not None:
+        _check_time("sentAt", sent_at)
+    return data, encoding
 
 
 # ---------------------------------------------------------------------------- names
@@ -954,10 +963,12 @@ def encode_bundle(
     *,
     sender_id: str,
     sent_from: str,
-    protocol: str,
+    protocol: str | None,
     partition: int | None = None,
 ) -> bytes:
-    """One Bundle record holding ``messages`` (header line, then the values)."""
+    """One Bundle record holding ``messages`` (header line, then the values).
+    ``protocol`` ``None`` is written as JSON null: a writer that names none, as the
+    simulators' hostile records do (nodes refuse their control messages)."""
     header: dict[str, Any] = {
         "messageType": MessageType.BUNDLE,
         "senderID": sender_id,

@@ -1,5 +1,6 @@
 """The package as a user gets it: a wheel, installed with the eval extra into a fresh
-virtual environment outside the checkout, runs ``atomickafka eval`` from there.
+virtual environment outside the checkout, runs the compiled core (``--version`` says so)
+and ``atomickafka eval`` from there.
 
 Only ``pyproject.toml``, ``README.md`` and the two packages are copied to build the
 wheel, so nothing else of the checkout (``eval/``, ``tests/``) can stand in for what the
@@ -20,8 +21,9 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 ROOT = Path(__file__).resolve().parents[2]
-#: What the wheel is built from: the project file, its readme, the packages.
-SOURCES = ("pyproject.toml", "README.md", "atomickafka", "client")
+#: What the wheel is built from: the project file, its readme, the compiled core's build
+#: (setup.py), the packages (deploy/compiled.sh copies the same).
+SOURCES = ("pyproject.toml", "README.md", "setup.py", "atomickafka", "client")
 
 
 def _run(
@@ -44,6 +46,13 @@ def _run(
 
 
 def _wheel(tmp_path: Path) -> Path:
+    """The wheel to install: built here from :data:`SOURCES`, or the one
+    ``deploy/compiled.sh`` built from the same files for this CI run
+    (``ATOMICKAFKA_TEST_WHEEL``; ``deploy/test.sh`` sets it), rather than twice."""
+    given = os.environ.get("ATOMICKAFKA_TEST_WHEEL")
+    if given:
+        assert Path(given).is_file(), given
+        return Path(given)
     source = tmp_path / "source"
     source.mkdir()
     for name in SOURCES:
@@ -84,6 +93,10 @@ def test_an_installed_wheel_runs_the_evaluation(kafka_bootstrap: str, tmp_path: 
     }
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     command = bin_dir / "atomickafka"
+
+    # the wheel carries the compiled core (mypyc), and the command says that it runs it
+    version = _run([command, "--version"], 60, cwd=work, env=env).stdout.strip()
+    assert version.endswith("(core: compiled, mypyc)"), version
 
     job = _run([command, "eval", "--print-job"], 60, cwd=work, env=env).stdout.strip()
     assert Path(job).is_file() and Path(job).is_relative_to(venv), job

@@ -54,16 +54,22 @@ def client(watch: Watch, **options: Any) -> AtomicKafkaClient:
     return made
 
 
+def serving(judge: AtomicKafkaClient, topics: list[str]) -> tuple[Algorithm, int]:
+    """The protocol and layers ``judge`` sends to ``topics`` with (or its refusal)."""
+    route = judge._route(tuple(topics), None, time.monotonic())
+    return route.algorithm, route.partitions
+
+
 def test_live_destinations_are_served_and_gone_or_stopped_ones_refused_at_once() -> None:
     live = client(Watch([status("A", 1), status("B", 2)]))
-    assert live._serving(["A", "B"]) == (Algorithm.DIRECT, 1)
+    assert serving(live, ["A", "B"]) == (Algorithm.DIRECT, 1)
     gone = client(Watch([status("A", 1), status("B", LIVE_WINDOW_S + FAILOVER_GRACE_S + 5)]))
     started = time.monotonic()
     with pytest.raises(OfflineDestinationError, match="'B' \\(last status"):
-        gone._serving(["A", "B"])
+        serving(gone, ["A", "B"])
     stopped = client(Watch([status("A", 1), status("B", 1).stopped()]))
     with pytest.raises(OfflineDestinationError, match="its node stopped"):
-        stopped._serving(["A", "B"])
+        serving(stopped, ["A", "B"])
     assert time.monotonic() - started < 5  # no wait for what is gone (a bound, not a timing)
 
 
@@ -73,14 +79,14 @@ def test_a_late_status_is_waited_for_and_a_fresh_one_serves() -> None:
     and reads the statuses again; once the node publishes, the message goes."""
     late = status("B", LIVE_WINDOW_S + 5)
     watch = Watch([status("A", 1), late], [status("A", 1), late], [status("A", 1), status("B", 0)])
-    assert client(watch, failover_wait_s=30)._serving(["A", "B"]) == (Algorithm.DIRECT, 1)
+    assert serving(client(watch, failover_wait_s=30), ["A", "B"]) == (Algorithm.DIRECT, 1)
     assert watch.reads == 3
 
 
 def test_a_status_topic_that_cannot_be_read_is_waited_for_too() -> None:
     unreadable = KafkaException(KafkaError(KafkaError._TRANSPORT, "leader not available"))
     watch = Watch(unreadable, unreadable, [status("A", 1)])
-    assert client(watch, failover_wait_s=30)._serving(["A"]) == (Algorithm.DIRECT, 1)
+    assert serving(client(watch, failover_wait_s=30), ["A"]) == (Algorithm.DIRECT, 1)
 
 
 def test_the_wait_is_bounded_then_refused_at_once_until_the_node_publishes_again() -> None:
@@ -88,23 +94,23 @@ def test_the_wait_is_bounded_then_refused_at_once_until_the_node_publishes_again
     watch = Watch([status("A", 1), late])
     waiting = client(watch, failover_wait_s=1.0)
     with pytest.raises(OfflineDestinationError, match="waited 1 s for it"):
-        waiting._serving(["A", "B"])
+        serving(waiting, ["A", "B"])
     reads = watch.reads
     waiting._watched_at = 0.0  # the next read of the statuses is due
     with pytest.raises(OfflineDestinationError):
-        waiting._serving(["A", "B"])
+        serving(waiting, ["A", "B"])
     assert watch.reads == reads + 1  # refused on the one read: no second wait
     with pytest.raises(OfflineDestinationError):  # waiting can be turned off
-        client(Watch([late]), failover_wait_s=0)._serving(["B"])
+        serving(client(Watch([late]), failover_wait_s=0), ["B"])
 
 
 def test_signing_nodes_refuse_a_client_that_cannot_sign_what_they_accept() -> None:
     keys = Signer(parse_secrets(SECRET)).key_ids()
     signing = [status("A", 1, signing_keys=keys)]
     with pytest.raises(SigningError, match="check signatures"):
-        client(Watch(signing))._serving(["A"])
+        serving(client(Watch(signing)), ["A"])
     other = "another-secret-0123456789abcdef0123"
     with pytest.raises(SigningError, match="accept none"):
-        client(Watch(signing), secret=other)._serving(["A"])
-    assert client(Watch(signing), secret=SECRET)._serving(["A"]) == (Algorithm.DIRECT, 1)
-    assert client(Watch([status("A", 1)]), secret=SECRET)._serving(["A"])  # unsigned nodes
+        serving(client(Watch(signing), secret=other), ["A"])
+    assert serving(client(Watch(signing), secret=SECRET), ["A"]) == (Algorithm.DIRECT, 1)
+    assert serving(client(Watch([status("A", 1)]), secret=SECRET), ["A"])  # unsigned nodes

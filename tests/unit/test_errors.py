@@ -29,6 +29,8 @@ ANYWHERE = {"TypeError", "KeyError", "NotImplementedError", "AssertionError", "S
 #: Builtins raised for internal invariants no user input can break, or by a Spark job
 #: that runs without the package: (file, exception) -> why.
 INTERNAL = {
+    ("atomickafka/core/delivery_queue.py", "ValueError"): "the engine removes what it queued",
+    ("atomickafka/core/delivery_queue.py", "IndexError"): "the engine reads a queue it holds",
     ("atomickafka/core/merger.py", "ValueError"): "resume key read back by the node itself",
     ("atomickafka/evaluation/metrics_job.py", "FileNotFoundError"): "plain spark-submit file",
     ("atomickafka/evaluation/processes.py", "RuntimeError"): "CpuMeter used out of order",

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import ast
+import os
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,7 @@ import pytest
 
 import atomickafka
 from atomickafka.cli import main
+from atomickafka.core import COMPILED_MODULES, core_form
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,4 +50,36 @@ def test_the_version_is_written_once_and_printed(capsys: pytest.CaptureFixture[s
     with pytest.raises(SystemExit) as exit_info:
         main(["--version"])
     assert exit_info.value.code == 0
-    assert capsys.readouterr().out.strip() == f"atomickafka {atomickafka.__version__}"
+    assert capsys.readouterr().out.strip() == (
+        f"atomickafka {atomickafka.__version__} (core: {core_form()})"
+    )
+
+
+def _setup_compiled() -> list[str]:
+    """``setup.py``'s list of the modules a wheel build compiles (read, not run)."""
+    tree = ast.parse((ROOT / "setup.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "COMPILED" for t in node.targets
+        ):
+            value = ast.literal_eval(node.value)
+            assert isinstance(value, list)
+            return [str(v) for v in value]
+    raise AssertionError("setup.py has no COMPILED list")
+
+
+def test_the_wheel_compiles_every_module_of_the_core_and_says_which_form_runs() -> None:
+    core = sorted(p.stem for p in (ROOT / "atomickafka" / "core").glob("*.py"))
+    assert sorted([*COMPILED_MODULES, "__init__"]) == core
+    assert _setup_compiled() == [f"atomickafka/core/{name}.py" for name in COMPILED_MODULES]
+
+
+def test_the_core_runs_in_the_form_this_run_expects() -> None:
+    """CI runs the unit tier twice (``deploy/test.sh``): on the checkout's sources and on
+    the compiled wheel; each run names the form it must find, so a build that fell back
+    to the pure form (or a checkout that shadows the wheel) fails here."""
+    expected = os.environ.get("ATOMICKAFKA_EXPECT_CORE")
+    if expected is None:
+        assert core_form() in ("pure Python", "compiled, mypyc")
+        return
+    assert core_form() == expected

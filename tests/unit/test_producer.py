@@ -1,9 +1,10 @@
 """The producer wrapper without a broker (a closed loopback port): a full queue is waited
-out for a bounded time, closing purges what was not acknowledged, and librdkafka's own
-log lines reach Python's logging."""
+out for a bounded time, closing purges what was not acknowledged, librdkafka's own
+log lines reach Python's logging, and a client names each message it did not write."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
@@ -11,6 +12,8 @@ import pytest
 from confluent_kafka import KafkaError
 from confluent_kafka import Message as KafkaMessage
 
+from atomickafka.client import AtomicKafkaClient, DeliveryError
+from atomickafka.core.raw import raw_client_record
 from atomickafka.errors import AtomicKafkaError, QueueFullError
 from atomickafka.kafka.consumer import make_consumer
 from atomickafka.kafka.producer import RecordProducer
@@ -62,3 +65,24 @@ def test_librdkafka_log_lines_reach_the_python_logger(caplog: pytest.LogCaptureF
         consumer.close()
     assert caplog.records, "no librdkafka log line arrived"
     assert {r.name for r in caplog.records} == {LIBRDKAFKA_LOGGER.name}
+
+
+def test_a_client_message_not_written_is_named_once_whatever_refused_its_records() -> None:
+    """A message sent without ``on_delivery`` has no per-message state but its id in its
+    records' callback (client/client.py): each message not written is named once,
+    whether the broker never took a record (purged at close) or ``produce`` refused it
+    on the spot."""
+    client = AtomicKafkaClient(NOWHERE)
+    _, value, headers = raw_client_record("c-7", ("A", "B"), {"n": 1})
+    producer = RecordProducer(NOWHERE, {"message.max.bytes": "1000"})
+    report = functools.partial(client._on_record, "c-7")
+    for topic in ("A", "B"):  # two records of one message, never acknowledged
+        producer.send(topic, value, headers=list(headers), on_delivery=report)
+    producer.send("A", b"x" * 5000, headers=list(headers), on_delivery=report)
+    _, other_value, other = raw_client_record("c-8", ("A",), 2)
+    report = functools.partial(client._on_record, "c-8")
+    producer.send("A", other_value, headers=list(other), on_delivery=report)
+    assert producer.close(timeout_s=0.2) == 3  # the one refused by produce is not queued
+    with pytest.raises(DeliveryError, match="2 messages not written; first: c-7") as raised:
+        client.flush()
+    assert [m for m, _ in raised.value.failures] == ["c-7", "c-8"]

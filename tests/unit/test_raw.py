@@ -17,6 +17,7 @@ from atomickafka.core.raw import (
     encode_raw_client,
     encode_raw_delivery,
     is_raw,
+    raw_client_record,
     user_headers,
 )
 from atomickafka.core.reader import PlainRecord, delivery_order_key, peek, read_delivery
@@ -26,6 +27,7 @@ from atomickafka.core.wire import (
     decode_record,
     encode_bundle,
     encode_delivery,
+    parse_destinations,
 )
 
 BINARY = b"\x00\xffnot json\t\n"
@@ -97,6 +99,9 @@ def test_key_and_headers_are_part_of_the_version() -> None:
     [
         (lambda h: [x for x in h if x[0] != "atomickafka-id"], "atomickafka-id"),
         (lambda h: [*h, ("atomickafka-sent", b"soon")], "atomickafka-sent"),
+        # digits to str.isdigit, not to int(): a ValueError here once stopped a node
+        (lambda h: [*h, ("atomickafka-sent", "²".encode())], "atomickafka-sent"),
+        (lambda h: [*h, ("atomickafka-layer", "٣".encode())], "atomickafka-layer"),
         (lambda h: [*h, ("atomickafka-encoding", b"utf-16")], "atomickafka-encoding"),
         (lambda h: [(k, b"bad name!" if k == "atomickafka-to" else v) for k, v in h], "topic"),
     ],
@@ -129,3 +134,50 @@ def test_bytes_survive_every_form(
     assert (back.value, back.key, back.headers, back.digest) == (
         value, key, tuple(headers), message.digest,
     )  # fmt: skip
+
+
+@given(
+    st.one_of(st.binary(max_size=40), st.text(max_size=20), st.integers(-(2**63), 2**63 - 1)),
+    st.lists(st.sampled_from(["A", "B", "c.d"]), min_size=1, max_size=3),
+    st.sampled_from(["", "client-1"]),
+    st.one_of(st.none(), st.integers(0, 7)),
+    st.one_of(st.none(), st.integers(0, 2**53 - 1)),
+    st.one_of(st.none(), st.binary(max_size=8)),
+    st.lists(
+        st.tuples(st.text("abxy-", min_size=1, max_size=5), st.binary(max_size=6)), max_size=2
+    ),
+)
+def test_the_clients_record_is_the_client_messages_raw_form(
+    value: object,
+    destinations: list[str],
+    sender: str,
+    layer: int | None,
+    sent_at: int | None,
+    key: bytes | None,
+    headers: list[tuple[str, bytes]],
+) -> None:
+    """The client builds its record without the Message (client/client.py): the same
+    record, byte for byte, as the Message encoded."""
+    message = client_message(
+        "c-1", destinations, value, sender, layer, sent_at=sent_at, key=key, headers=headers
+    )
+    built = raw_client_record(
+        "c-1",
+        parse_destinations(destinations),
+        value,
+        sender,
+        layer,
+        sent_at=sent_at,
+        key=key,
+        headers=tuple(headers),
+    )
+    assert built == encode_raw_client(message)
+
+
+def test_the_clients_record_refuses_what_client_message_refuses() -> None:
+    with pytest.raises(MessageError, match="messageID"):
+        raw_client_record("", ("A",), 1)
+    with pytest.raises(MessageError, match="sentAt"):
+        raw_client_record("m", ("A",), 1, sent_at=-1)
+    with pytest.raises(MessageError, match="JSON"):
+        raw_client_record("m", ("A",), 2**70)

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from atomickafka.core.engine import Engine
+from atomickafka.core.raw import H_FORMAT, H_TS, RAW_FORMAT
 from atomickafka.core.reader import (
     DEAD_LETTER_ERROR_HEADER,
     DEAD_LETTER_MESSAGES_HEADER,
@@ -146,6 +147,17 @@ def test_the_reader_never_raises(raw: bytes) -> None:
     read_messages(record)
     peek(record)
     read_dead_letter(record)
+
+
+@pytest.mark.parametrize("number", ["²", "--5", "٣"])
+def test_numbers_that_are_no_ascii_integers_are_read_as_none(number: str) -> None:
+    """``"²".isdigit()`` is true and ``int("²")`` raises: a header with such a number
+    (found by the property test above) is no number."""
+    text = number.encode()
+    letter = read_dead_letter(PlainRecord(b"x", headers=[(DEAD_LETTER_OFFSET_HEADER, text)]))
+    assert letter.source_offset is None
+    raw = PlainRecord(b"x", headers=[(H_FORMAT, RAW_FORMAT), (H_TS, text)])
+    assert peek(raw).inner[0].timestamp is None
 
 
 @given(
