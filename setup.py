@@ -34,6 +34,7 @@ COMPILED = [
     "atomickafka/core/engine_types.py",
     "atomickafka/core/memory.py",
     "atomickafka/core/merger.py",
+    "atomickafka/core/protocols.py",
     "atomickafka/core/raw.py",
     "atomickafka/core/reader.py",
     "atomickafka/core/signing.py",

@@ -36,6 +36,7 @@ from atomickafka.client.errors import (
 )
 from atomickafka.client.reader import DeliveryReader
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
+from atomickafka.core.protocols import route, routed_by_id
 from atomickafka.core.raw import RESERVED_HEADER_PREFIX, raw_client_record
 from atomickafka.core.wire import MAX_VALUE_BYTES, is_valid_topic_name, parse_destinations
 from atomickafka.kafka.guarantees import refuse_unsafe
@@ -254,7 +255,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
             )
         where = route.inputs
         if route.by_id:  # poc, optimized: one destination, the same the nodes would pick
-            where = (where[zlib.crc32(message_id.encode()) % len(where)],)
+            where = (routed_by_id(where, message_id),)
         producer = self._ensure_producer()
         report: DeliveryCallback
         if on_delivery is None:  # only a failure matters: nothing to count per message
@@ -403,11 +404,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         if isinstance(judged, DestinationError | _Late):
             return judged
         algorithm, partitions = judged
-        if via is not None:
-            targets = [via] if via not in topics or algorithm is not Algorithm.DIRECT else topics
-        else:
-            targets = topics
-        by_id = via is None and algorithm is not Algorithm.DIRECT
+        targets, by_id = route(topics, via, algorithm)
         inputs = tuple(input_topic(t, self.layout) for t in targets)
         lagging = self.max_lag_s is not None and self._lagging(destinations, statuses) is not None
         return _Route(algorithm, partitions, inputs, by_id, lagging)

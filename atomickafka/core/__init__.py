@@ -27,6 +27,7 @@ COMPILED_MODULES: Final = (
     "engine_types",
     "memory",
     "merger",
+    "protocols",
     "raw",
     "reader",
     "signing",

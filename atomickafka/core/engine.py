@@ -76,7 +76,6 @@ wrong; the mutation tests override them to put those defects back.
 
 from __future__ import annotations
 
-import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, NoReturn
@@ -104,6 +103,7 @@ from atomickafka.core.memory import (
     Version,
     Window,
 )
+from atomickafka.core.protocols import PROTOCOLS, Reply, route, routed_by_id
 from atomickafka.core.timebounds import CLOCK_LEAD_US, HeldMessages, Verdict, judge
 from atomickafka.core.wire import (
     MAX_RECORD_BYTES,
@@ -203,6 +203,7 @@ class Engine:
         self.topic = topic
         self.node_id = node_id if node_id is not None else f"node-{topic}"
         self.algorithm = Algorithm(algorithm)
+        self._rules = PROTOCOLS[self.algorithm]  # who proposes, decides, answers whom
         self._protocol = str(self.algorithm)  # what our control messages name
         self.partition = partition
         self.max_value_bytes = max_value_bytes
@@ -489,6 +490,7 @@ class Engine:
         if self._pending or self._held or self._awaiting:
             raise ConfigError("a node changes protocol only with nothing in flight")
         self.algorithm = Algorithm(algorithm)
+        self._rules = PROTOCOLS[self.algorithm]
         self._protocol = str(self.algorithm)
         self.logged_protocol = None
 
@@ -942,7 +944,7 @@ class Engine:
             entry.final = proposal
             self._check_due = True
             return []
-        entry.coordinator = self.algorithm is not Algorithm.DIRECT
+        entry.coordinator = self._rules.entry_coordinates
         out = self._notify_others(mid, entry, proposal)
         if self._complete(entry):  # poc, direct: the others' proposals may be here already
             out.extend(self._decide(mid, entry))
@@ -970,10 +972,10 @@ class Engine:
             sent_at=record.sentAt, key=record.key, headers=record.headers,
             encoding=record.encoding,
         )  # fmt: skip
-        if self.algorithm is Algorithm.DIRECT:
-            return [Output(t, forwarded) for t in destinations]
-        target = destinations[zlib.crc32(mid.encode()) % len(destinations)]
-        return [Output(target, forwarded)]
+        targets, by_id = route(destinations, None, self.algorithm)
+        if by_id:
+            return [Output(routed_by_id(targets, mid), forwarded)]
+        return [Output(t, forwarded) for t in targets]
 
     def _on_notify(self, record: Message) -> list[Output]:
         mid = record.messageID
@@ -1005,9 +1007,10 @@ class Engine:
         entry.local = proposal
         entry.proposals[self.topic] = proposal
         self._queue.add((proposal, mid))
-        if self.algorithm is Algorithm.DIRECT:  # the reply is a Notify to every other one
+        reply = self._rules.reply_to_notify
+        if reply is Reply.NOTIFY_EVERY_OTHER:
             out = self._notify_others(mid, entry, self._ack_timestamp(entry, record))
-        elif self.algorithm is Algorithm.OPTIMIZED:
+        elif reply is Reply.ACK_THE_SENDER:
             entry.acked_to.add(sender)
             return [self._ack_to(sender, mid, entry, record)]
         else:
@@ -1029,14 +1032,15 @@ class Engine:
         waiting for: the Ack it sends later is then a duplicate, so decide now or never.
         """
         out: list[Output] = []
-        if self.algorithm is Algorithm.DIRECT:
+        rules = self._rules
+        if rules.notifies_are_proposals:
             if self._complete(entry):
                 out.extend(self._decide(mid, entry))
             return out
-        if self.algorithm is Algorithm.OPTIMIZED and sender not in entry.acked_to:
+        if rules.reply_to_notify is Reply.ACK_THE_SENDER and sender not in entry.acked_to:
             entry.acked_to.add(sender)
             out.append(self._ack_to(sender, mid, entry, record))
-        if (self.algorithm is Algorithm.POC or entry.coordinator) and self._complete(entry):
+        if (not rules.coordinator_decides or entry.coordinator) and self._complete(entry):
             out.extend(self._decide(mid, entry))
         if not out:
             self.stats.duplicates += 1
@@ -1049,7 +1053,7 @@ class Engine:
         assert sender is not None and ts is not None
         self._check_peer(record)
         settled = self._settled(mid)  # pending or settled does not depend on batching
-        if self.algorithm is Algorithm.OPTIMIZED and not settled and mid not in self._pending:
+        if self._rules.coordinator_decides and not settled and mid not in self._pending:
             self._refuse_version(  # only a coordinator gets Acks, and it knows its own
                 record,
                 f"an Ack for {mid!r}, which this node never coordinated (a forged Notify "
@@ -1070,7 +1074,7 @@ class Engine:
         entry.proposals[sender] = ts
         if entry.final is not None or entry.local is None:
             return []
-        if self.algorithm is Algorithm.OPTIMIZED and not entry.coordinator:
+        if self._rules.coordinator_decides and not entry.coordinator:
             return []
         if self._complete(entry):
             return self._decide(mid, entry)
@@ -1088,7 +1092,7 @@ class Engine:
                 f"DecidedMessage for {mid!r}, a message this node never heard of: an honest "
                 "Decided comes after its Notify in the same log (§4.9); a stray or a forgery"
             )
-        if self.algorithm is not Algorithm.OPTIMIZED and record.protocol == self._protocol:
+        if not self._rules.coordinator_decides and record.protocol == self._protocol:
             # §4.9: poc and direct decide at every destination; none writes a Decided
             raise _Refused(
                 f"DecidedMessage under {self.algorithm.value}, whose nodes never write one "
@@ -1206,7 +1210,7 @@ class Engine:
         final = max([proposals[t] for t in entry.destinations if t in proposals])
         self._observe(final)
         self._set_final(mid, entry, final)
-        if self.algorithm is not Algorithm.OPTIMIZED or not entry.coordinator:
+        if not self._rules.coordinator_decides or not entry.coordinator:
             return []
         decided = self._control(MessageType.DECIDED, mid, entry, final)
         return [Output(t, decided) for t in entry.destinations if t != self.topic]

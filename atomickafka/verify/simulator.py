@@ -104,6 +104,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final, TypeVar
 
 from atomickafka.core.engine import Algorithm, Engine
+from atomickafka.core.protocols import route
 from atomickafka.core.raw import decode_any
 from atomickafka.core.reader import (
     DeadLetter,
@@ -669,9 +670,10 @@ class Simulator:
         if len(destinations) > 1:
             self._in_flight.append(message)
         value = encode_client(message)
-        targets = [send.via]
-        if self.protocols[send.via] is Algorithm.DIRECT and send.via in destinations:
-            targets = [t for t in destinations if t in self.inputs]
+        routed, _ = route(destinations, send.via, self.protocols[send.via])  # as a client
+        targets = list(routed)
+        if len(targets) > 1:  # direct: every destination's log (that has a node)
+            targets = [t for t in targets if t in self.inputs]
             if partial and len(targets) > 1:
                 keep = self.chooser.integer(1, len(targets) - 1)
                 for _ in range(len(targets) - keep):
