@@ -336,7 +336,9 @@ class LayeredSimulator:
     ``merger_chaos`` to the mergers. ``write_ticks=False`` drops every tick a merger
     writes (to show what ticks are for). ``exactly_once``, ``commit_lag``,
     ``protocols`` and ``signer`` are those of :class:`Simulator`, for every layer and
-    the mergers alike.
+    the mergers alike. ``delivery_format`` is the mergers' (§3.8): ``json``,
+    production's default, or ``raw`` (a layer's node always writes JSON envelopes to
+    its merger).
 
     Use :meth:`run`, or :meth:`load` and :meth:`advance` to act between steps (e.g.
     :meth:`restart_merger`).
@@ -359,6 +361,7 @@ class LayeredSimulator:
         signer: Signer | None = None,
         snapshot_every: int = SNAPSHOT_EVERY,
         members_known: bool = False,
+        delivery_format: str = "json",
     ) -> None:
         if layers < 1:
             raise ConfigError(f"at least one layer, not {layers}")
@@ -380,6 +383,7 @@ class LayeredSimulator:
                 layer=layer,
                 clock=self.clock,
                 members_known=members_known,
+                delivery_format=delivery_format,
             )
 
         first = layer_of_topics(0, protocols)  # a topic's layers all run one protocol
@@ -406,6 +410,7 @@ class LayeredSimulator:
                 snapshot_topic=f"atomickafka-snap.{topic}",
                 snapshot_every_records=snapshot_every,
                 signer=signer,
+                delivery_format=delivery_format,
             )
             self.mergers[topic] = _Merger(spec, Log(topic, 0, self.clock))
         self.readers = {t: StreamReader(t, self.mergers[t].target, signer) for t in topics}
