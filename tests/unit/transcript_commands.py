@@ -10,16 +10,18 @@ is where the simulator's shell puts it (at-least-once: written by a gapless prod
 committed once acknowledged). A crash restarts the node as production does,
 :meth:`NodeBatch.recover` from the newest snapshot its store holds and the committed
 offset. Every node starts as one restarted from a snapshot at offset 0 that knows
-every member (so it writes no members record and takes every destination at once);
-snapshots are otherwise taken as production takes them (every ``snapshots=N`` records
-given to ``setup``, by default production's 50,000: none in a short transcript) or
-by ``snapshot NODE``. Deliveries are written in the production format, JSON envelopes
+every member (so it writes no members record and takes every destination at once), or
+with ``setup ... fresh`` as on its first start (no snapshot: a message naming another
+topic waits until the node reads back the members record its shell writes); snapshots
+are otherwise taken as production takes them (every ``snapshots=N`` records given to
+``setup``, by default production's 50,000: none in a short transcript) or by
+``snapshot NODE``. Deliveries are written in the production format, JSON envelopes
 (``setup ... format=raw``: raw records). The commands (arguments in ``[]`` are
 optional):
 
 ``setup topics=(A,B,C) [protocol=direct|optimized|poc] [layers=N] [format=json|raw] \
-[snapshots=N]``
-    A fresh cluster: one node per topic (``A``), or per topic and layer (``A/0``,
+[snapshots=N] [fresh]``
+    A new cluster: one node per topic (``A``), or per topic and layer (``A/0``,
     ``A/1``) and a merger per topic.
 ``send id=M to=(A,B) [via=R] [only=(A)] [layer=L] [value=V] [client=C] [count=N]``
     A client writes ClientMessage ``M`` (``count``: ``M-0`` .. ``M-<N-1>``).
@@ -262,6 +264,15 @@ def _log_records(records: Sequence[PlainRecord]) -> list[tuple[int, LogRecord]]:
 
 
 def _engine_state(engine: Engine) -> str:
+    """``clock 3, queue m1@2 decided, m2@3 waits B``, and what waits for a members
+    record naming its destinations (§4.9.5)."""
+    awaiting = engine.awaiting_members
+    if awaiting:
+        return f"{_queue_state(engine)}; waits for members {{{','.join(awaiting)}}}"
+    return _queue_state(engine)
+
+
+def _queue_state(engine: Engine) -> str:
     waiting = engine.waiting(_QUEUE_SHOWN + 1)
     if not waiting:
         return f"clock {engine.clock}, queue empty"
@@ -379,13 +390,14 @@ class Cluster:
             raise TranscriptError(f"format= is json or raw, not {delivery_format!r}")
         every = cmd.integer("snapshots", _PRODUCTION_SNAPSHOT_EVERY)
         assert every is not None
+        fresh = cmd.flag("fresh")
         options: dict[str, Any] = {
             "algorithm": algorithm,
             "chooser": RandomChooser(0),  # the calm chaos draws nothing
             "exactly_once": False,
             "commit_lag": 0,
             "snapshot_every": every,
-            "members_known": True,
+            "members_known": not fresh,
             "delivery_format": delivery_format,
         }
         self._down = set()
@@ -397,9 +409,11 @@ class Cluster:
             self._layered = LayeredSimulator(topics, layers, **options)
             self._sims = self._layered.sims
         for sim in self._sims:  # a snapshot at offset 0 that knows every member
-            for topic in sim.topics:
+            for topic in sim.topics if not fresh else ():
                 sim.checkpoint(topic)
         text = f"nodes {' '.join(self._names())} ({algorithm.value})"
+        if fresh:
+            text += ", first start"
         if self._layered is not None:
             text += f"; mergers {' '.join(self._layered.topics)}"
         return [text]
