@@ -127,6 +127,14 @@ class TracedEngine(Engine):
         self._proposals.append((self._reading, proposal))
         return proposal
 
+    @classmethod
+    def restore(cls, snapshot: dict[str, Any]) -> Engine:
+        """A traced engine from a snapshot: its counts so far are not this step's."""
+        engine = super().restore(snapshot)
+        assert isinstance(engine, TracedEngine)
+        engine._duplicates_shown = engine.stats.duplicates
+        return engine
+
     def step(self, records: Iterable[Message]) -> Step:
         result = super().step(records)
         duplicates = self.stats.duplicates - self._duplicates_shown
