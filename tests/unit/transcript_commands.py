@@ -653,7 +653,7 @@ class Cluster:
         layered: list[str] = []
         seen: set[str] = set()
         if lengths is not None:  # the ids the stream held before these records
-            seen = {m.messageID for m in self._stream(sim, topic)[: lengths["stream"]]}
+            seen = {m.messageID for m in self._stream(sim, topic, lengths["stream"])}
         layer = sim.layer
         for record in records:
             messages = _decoded(record.value, record.key, list(record.headers))
@@ -681,10 +681,11 @@ class Cluster:
             lines.append(f"{prefix}: " + ", ".join(layered))
         return lines
 
-    def _stream(self, sim: Simulator, topic: str) -> list[Message]:
-        """The deliveries ``topic``'s node wrote, repeats included."""
+    def _stream(self, sim: Simulator, topic: str, end: int | None = None) -> list[Message]:
+        """The deliveries ``topic``'s node wrote (in its stream's records before
+        ``end``), repeats included."""
         out = []
-        for record in sim.streams[topic].records:
+        for record in sim.streams[topic].records[:end]:
             message = read_delivery(record, at=topic)
             if message is not None:
                 out.append(message)
