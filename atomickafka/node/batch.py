@@ -163,8 +163,8 @@ class NodeSpec:
     tick_every_s: float = 0.1
     signer: Signer | None = None
     #: How deliveries are written to the topic: ``raw`` (the value as sent, metadata in
-    #: headers) or ``json`` (the JSON envelope), §3.8.
-    delivery_format: str = "raw"
+    #: headers) or ``json`` (the JSON envelope, the node's default), §3.8.
+    delivery_format: str = JSON
     #: Take up settings (protocol, delivery format, signing) other than those the node's
     #: state was built with, when it is drained (§6.6); otherwise such a start is refused.
     reconfigure: bool = False

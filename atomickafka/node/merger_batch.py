@@ -75,7 +75,7 @@ class MergerSpec:
         snapshot_every_records: int = 50_000,
         snapshot_every_s: float = 30.0,
         signer: Signer | None = None,
-        delivery_format: str = "raw",
+        delivery_format: str = "json",  # the node's default (§3.8)
     ) -> None:
         self.topic = topic
         self.layers = layers

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import random  # noqa: F401  (the module doctest uses it)
 from collections import Counter, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, Final
@@ -87,6 +87,7 @@ from atomickafka.verify.simulator import (
     SNAPSHOT_EVERY,
     Chaos,
     Chooser,
+    EngineFactory,
     RandomChooser,
     Send,
     SimulationResult,
@@ -336,7 +337,10 @@ class LayeredSimulator:
     ``merger_chaos`` to the mergers. ``write_ticks=False`` drops every tick a merger
     writes (to show what ticks are for). ``exactly_once``, ``commit_lag``,
     ``protocols`` and ``signer`` are those of :class:`Simulator`, for every layer and
-    the mergers alike.
+    the mergers alike, and so is ``engine_factory`` (its engines become each layer's,
+    of the class it returns). ``delivery_format`` is the mergers' (§3.8): ``json``,
+    production's default, or ``raw`` (a layer's node always writes JSON envelopes to
+    its merger).
 
     Use :meth:`run`, or :meth:`load` and :meth:`advance` to act between steps (e.g.
     :meth:`restart_merger`).
@@ -359,6 +363,8 @@ class LayeredSimulator:
         signer: Signer | None = None,
         snapshot_every: int = SNAPSHOT_EVERY,
         members_known: bool = False,
+        delivery_format: str = "json",
+        engine_factory: EngineFactory | None = None,
     ) -> None:
         if layers < 1:
             raise ConfigError(f"at least one layer, not {layers}")
@@ -380,6 +386,8 @@ class LayeredSimulator:
                 layer=layer,
                 clock=self.clock,
                 members_known=members_known,
+                delivery_format=delivery_format,
+                engine_factory=engine_factory,
             )
 
         first = layer_of_topics(0, protocols)  # a topic's layers all run one protocol
@@ -406,6 +414,7 @@ class LayeredSimulator:
                 snapshot_topic=f"atomickafka-snap.{topic}",
                 snapshot_every_records=snapshot_every,
                 signer=signer,
+                delivery_format=delivery_format,
             )
             self.mergers[topic] = _Merger(spec, Log(topic, 0, self.clock))
         self.readers = {t: StreamReader(t, self.mergers[t].target, signer) for t in topics}
@@ -439,12 +448,14 @@ class LayeredSimulator:
 
     # ------------------------------------------------------------------ actions
 
-    def send(self, send: LayerSend, *, partial: bool = False) -> None:
+    def send(
+        self, send: LayerSend, *, partial: bool = False, only: Collection[str] | None = None
+    ) -> None:
         """A client sends ``send`` into its layer (see :meth:`Simulator.send`)."""
         if not 0 <= send.layer < self.layers:
             raise ConfigError(f"{send.messageID}: no layer {send.layer} in this simulation")
         self.layer_of.setdefault(send.messageID, send.layer)
-        self.sims[send.layer].send(send, partial=partial)
+        self.sims[send.layer].send(send, partial=partial, only=only)
 
     def step_node(self, layer: int, topic: str, batch: int) -> int:
         """Layer ``layer``'s node for ``topic`` reads up to ``batch`` records (or ticks
@@ -476,15 +487,23 @@ class LayeredSimulator:
             records.extend(taken)
         if not records:
             return 0
+        self.merge(topic, records)
+        return len(records)
+
+    def merge(self, topic: str, records: Sequence[PlainRecord]) -> Ready:
+        """``topic``'s merger takes ``records`` (layer records, each layer's in order
+        from where it stands) as one batch and its shell writes what comes back, which
+        is returned."""
+        merger = self.mergers[topic]
         for record in records:
             item = _layer_record(record)
             if isinstance(item, LayerDelivery):
                 self._arrived.setdefault((topic, item.messageID), self.clock.step)
-        ready_out = merger.batch.step(records, wall_s=self.clock.wall_s)
+        ready = merger.batch.step(records, wall_s=self.clock.wall_s)
         self.merger_rejected[topic].extend(merger.batch.merger.rejected)
         self.events["merger_batch"] += 1
-        self._write_merger(topic, ready_out)
-        return len(records)
+        self._write_merger(topic, ready)
+        return ready
 
     def restart_merger(self, topic: str, *, from_checkpoint: bool = False) -> None:
         """``topic``'s merger crashes and restarts as the shell does: from the newest

@@ -32,6 +32,9 @@ Two delivery modes, as in production (``exactly_once``):
   commit has passed its offset. A crash replays from the last commit and writes what
   came after it again, so delivery streams get repeats, which the reader of a stream
   drops as the filtering client does (:class:`~atomickafka.verify.streams.StreamReader`).
+  A scripted run (the golden transcripts, ``tests/unit/transcript_commands.py``) can
+  hold a step's acknowledgements back or its writes in the producer's queue
+  (:class:`Hold`, :meth:`Simulator.acknowledge`): no later commit takes effect first.
 
 A crash is what production does on a restart: :meth:`NodeBatch.recover
 <atomickafka.node.batch.NodeBatch.recover>` from the newest readable snapshot in the
@@ -101,6 +104,7 @@ import random  # noqa: F401  (the module doctest uses it)
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Any, Final, TypeVar
 
 from atomickafka.core.engine import Algorithm, Engine
@@ -165,6 +169,7 @@ __all__ = [
     "Chooser",
     "DataChooser",
     "EngineFactory",
+    "Hold",
     "RandomChooser",
     "Send",
     "SimulationResult",
@@ -256,6 +261,25 @@ _IN_FLIGHT_STRAYS: Final = (
     (MessageType.ABORT, "own", None),
     (MessageType.ABORT, "own", (10**9, 0)),  # answers nothing a node wrote
 )
+
+#: A commit whose batch's writes are not acknowledged yet takes effect at no step.
+_UNACKNOWLEDGED: Final = 2**62
+
+
+class Hold(StrEnum):
+    """At-least-once, for scripted runs (the golden transcripts): what becomes of a
+    step's writes (:meth:`Simulator.write`). The producer's queue and the broker's
+    acknowledgements are the shell's; which offset is committed, and what is written,
+    is the batch layer's :class:`~atomickafka.node.batch.Ready`."""
+
+    #: Written and acknowledged at once: the commit takes effect ``commit_lag`` later.
+    NOTHING = "nothing"
+    #: Written; the acknowledgements have not come back (:meth:`Simulator.acknowledge`):
+    #: neither this commit nor any later one takes effect until they do.
+    ACKS = "acks"
+    #: Still in the producer's queue: neither written nor acknowledged; a crash loses it.
+    WRITES = "writes"
+
 
 #: No misbehaviour at all, just interleavings.
 CALM = Chaos(duplicate=0.0, delay=0.0, crash=0.0, checkpoint=0.0, partial_write=0.0)
@@ -401,6 +425,8 @@ class _Node:
         #: When (log time) the shell last wrote the node's members record; ``None``:
         #: not since its process started (it writes one after its first round).
         self.members_at: int | None = None
+        #: At-least-once, scripted (:class:`Hold`): records in the producer's queue.
+        self.queued: list[OutRecord] = []
         #: Exactly-once: the open transaction's records and the offset it commits.
         self.txn: list[OutRecord] = []
         self.txn_commit: int | None = None
@@ -646,9 +672,12 @@ class Simulator:
 
     # ------------------------------------------------------------------ clients
 
-    def send(self, send: Send, *, partial: bool = False) -> None:
+    def send(
+        self, send: Send, *, partial: bool = False, only: Collection[str] | None = None
+    ) -> None:
         """A client appends a ClientMessage to ``send.via``'s log (``direct``: to every
-        destination's, or with ``partial`` to a non-empty subset chosen by the chooser).
+        destination's, or with ``partial`` to a non-empty subset chosen by the chooser,
+        or with ``only`` to those destinations a script names).
 
         A client believes every node runs its entry topic's protocol. A message whose
         destinations run different protocols must be aborted everywhere: it is not
@@ -674,11 +703,14 @@ class Simulator:
         targets = list(routed)
         if len(targets) > 1:  # direct: every destination's log (that has a node)
             targets = [t for t in targets if t in self.inputs]
-            if partial and len(targets) > 1:
-                keep = self.chooser.integer(1, len(targets) - 1)
-                for _ in range(len(targets) - keep):
-                    targets.pop(self.chooser.integer(0, len(targets) - 1))
-                self.events["partial_write"] += 1
+        if only is not None:  # a partial write the script names
+            targets = [t for t in targets if t in only]
+            self.events["partial_write"] += len(targets) < len(destinations)
+        elif partial and len(targets) > 1:
+            keep = self.chooser.integer(1, len(targets) - 1)
+            for _ in range(len(targets) - keep):
+                targets.pop(self.chooser.integer(0, len(targets) - 1))
+            self.events["partial_write"] += 1
         for topic in targets:
             self.append_input(topic, value, signed=True)
         self.events["send"] += 1
@@ -733,7 +765,7 @@ class Simulator:
             self._note(f"{topic} reads [{records[0].offset()}:{records[-1].offset() + 1}]")
         else:
             ready = node.batch.idle(wall_s=wall)
-        self._write(topic, ready)
+        self.write(topic, ready)
         txn_open = bool(node.txn) or node.txn_commit is not None
         if (
             self.exactly_once
@@ -741,7 +773,7 @@ class Simulator:
             and (not records or self.chooser.chance(self.chaos.commit))
         ):
             self._commit(topic)
-        self._write_members(topic)
+        self.write_members(topic)
         return len(records)
 
     def _zombie_step(self, topic: str, batch: int) -> None:
@@ -767,7 +799,7 @@ class Simulator:
         if node.zombie_steps <= 0 or ready is None:
             node.zombie = None  # its next commit is refused: it stops
 
-    def _write_members(self, topic: str) -> None:
+    def write_members(self, topic: str) -> None:
         """After a round, what the shell does (node/runtime.py's ``_note_members``):
         it writes the node's members record -- every topic of the run has a node -- once
         its replay is done, when it has not since it started, and again every second
@@ -787,7 +819,7 @@ class Simulator:
         node.members_at = now
         if ready.records:
             self.events["members"] += 1
-            self._write(topic, ready)
+            self.write(topic, ready)
 
     def checkpoint(self, topic: str) -> None:
         """``topic``'s node takes a snapshot now."""
@@ -820,6 +852,7 @@ class Simulator:
         node.commits.clear()
         node.snapshot = None
         node.members_at = None
+        node.queued = []  # the producer's queue dies with the process
         node.txn, node.txn_commit = [], None  # the open transaction aborts
         self.events[event] += 1
 
@@ -1198,11 +1231,19 @@ class Simulator:
 
     # ------------------------------------------------------------------ writing
 
-    def _write(self, topic: str, ready: Ready) -> None:
-        """Write what a step decided, as the shell's writer of the mode would."""
+    def write(self, topic: str, ready: Ready, hold: Hold = Hold.NOTHING) -> None:
+        """Write what a step decided, as the shell's writer of the mode would;
+        ``hold`` (at-least-once only) keeps the writes unacknowledged or queued."""
         node = self.nodes[topic]
         if self.exactly_once:
+            if hold is not Hold.NOTHING:
+                raise ConfigError("hold is for the at-least-once mode")
             self._write_exactly_once(topic, ready)
+            return
+        if node.queued:  # the producer writes in order: behind what it still holds
+            hold = Hold.WRITES
+        if hold is not Hold.NOTHING:
+            self._write_held(node, topic, ready, hold)
             return
         outputs = ready.outputs()
         if outputs and self.chooser.chance(self.chaos.producer_gap):
@@ -1222,6 +1263,36 @@ class Simulator:
         if ready.commit is not None:
             node.commits.append((self.clock.step + self.commit_lag, ready.commit))
         self._settle(node)
+
+    def _write_held(self, node: _Node, topic: str, ready: Ready, hold: Hold) -> None:
+        """At-least-once: a step's writes made (``ACKS``) or queued (``WRITES``), its
+        commit waiting for their acknowledgements (and holding back every later one)."""
+        if hold is Hold.WRITES:
+            node.queued.extend(ready.outputs())
+        else:
+            for record in ready.outputs():
+                self._route(topic, record)
+        snapshot = ready.snapshot_records()
+        if snapshot and ready.snapshot_offset is not None:
+            node.snapshot = (ready.snapshot_offset, snapshot)
+        if ready.commit is not None:
+            node.commits.append((_UNACKNOWLEDGED, ready.commit))
+
+    def unacknowledged(self, topic: str) -> int:
+        """At-least-once: the commits of ``topic``'s node waiting for acknowledgements."""
+        return sum(1 for due, _ in self.nodes[topic].commits if due == _UNACKNOWLEDGED)
+
+    def acknowledge(self, topic: str) -> list[OutRecord]:
+        """At-least-once: ``topic``'s producer writes its queue and every acknowledgement
+        comes back; the commits waiting for them take effect. Returns what was written."""
+        node = self.nodes[topic]
+        written, node.queued = node.queued, []
+        for record in written:
+            self._route(topic, record)
+        now = self.clock.step
+        node.commits = deque((min(due, now), offset) for due, offset in node.commits)
+        self._settle(node)
+        return written
 
     def _write_exactly_once(self, topic: str, ready: Ready) -> None:
         """Exactly-once (§6.3): control records at once (a failed write leaves a prefix

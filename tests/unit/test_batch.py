@@ -101,6 +101,28 @@ def test_a_step_delivers_and_commits_past_the_batch() -> None:
     assert ready.commit == 2 and batch.position == 2
 
 
+@pytest.mark.parametrize("delivery_format", ["json", "raw"])
+def test_deliveries_are_written_in_the_topics_format(delivery_format: str) -> None:
+    """§3.8: the JSON envelope (the default, as the node's) or the value as sent with
+    the metadata in headers; either reads back as the same delivery."""
+    node_spec = spec(delivery_format=delivery_format)
+    batch = NodeBatch(node_spec, NodeBatch.fresh_engine(node_spec))
+    ready = batch.step(log("A", [single("m1", value={"k": [1, 2]})]), wall_s=0)
+    (record,) = [r for r in ready.records if r.kind is OutKind.DELIVERY]
+    if delivery_format == "json":
+        assert record.value is not None and record.value.startswith(b'{"messageID":"m1"')
+    else:
+        assert record.value == b'{"k":[1,2]}' and dict(record.headers)["atomickafka-id"] == b"m1"
+    message = read_delivery(PlainRecord(record.value, key=record.key, headers=list(record.headers)))
+    assert message is not None
+    assert (message.messageID, message.timeStamp, orjson.loads(message.value or b"")) == (
+        "m1",
+        1,
+        {"k": [1, 2]},
+    )
+    assert spec().delivery_format == "json"  # the default, production's
+
+
 def test_a_multicast_becomes_one_bundle_per_destination() -> None:
     batch = knowing("B", "C")
     multicast = encode_client(client_message("m", ["A", "B", "C"], 1, "c", sent_at=NOW_MS))

@@ -2,12 +2,13 @@
 
 Runs :class:`~atomickafka.verify.layered.LayeredSimulator`, which drives the production
 batch layers (``NodeBatch`` per layer node, ``MergerBatch`` per merger): 1 to 4 layers
-over 3 to 6 topics, every algorithm, both delivery modes, random overlapping destination
-sets, relays, client retries, skewed clocks, idle stretches and silent layers, random
-interleavings and batch sizes, and (per layer) duplicated records, delays, crashes
-recovered from snapshots, producer gaps and partial client writes, plus duplicated
-layer records, paused mergers, merger snapshots, merger producer gaps and merger
-restarts (from the newest snapshot, or from nothing with a replay from the start, and
+over 3 to 6 topics, every algorithm, both delivery modes, merged deliveries as JSON
+envelopes (production's default) and, in a share of the runs, raw records, random
+overlapping destination sets, relays, client retries, skewed clocks, idle stretches and
+silent layers, random interleavings and batch sizes, and (per layer) duplicated records,
+delays, crashes recovered from snapshots, producer gaps and partial client writes, plus
+duplicated layer records, paused mergers, merger snapshots, merger producer gaps and
+merger restarts (from the newest snapshot, or from nothing with a replay from the start, and
 ``resume_after`` the merger's own last record in ``T``).
 
 On the merged streams every run must pass :func:`assert_merged_correct`: the
@@ -145,6 +146,7 @@ def layer_plans(draw: st.DrawFn, layers: int) -> tuple[LayerPolicy, tuple[int, .
     chaos=layer_chaos,
     mchaos=merger_chaos,
     mode=delivery_modes,
+    delivery_format=st.sampled_from(["json", "raw"]),
 )
 def test_random_layered_runs_keep_atomic_multicast(
     algorithm: Algorithm,
@@ -161,6 +163,7 @@ def test_random_layered_runs_keep_atomic_multicast(
     chaos: Chaos,
     mchaos: MergerChaos,
     mode: tuple[bool, int],
+    delivery_format: str,
 ) -> None:
     topics = topic_names(n_topics)
     rng = random.Random(seed)
@@ -187,6 +190,7 @@ def test_random_layered_runs_keep_atomic_multicast(
         merger_chaos=mchaos,
         exactly_once=mode[0],
         commit_lag=mode[1],
+        delivery_format=delivery_format,  # the mergers': JSON envelopes (the default), raw
     )
     result = sim.run(workload)
     assert_merged_correct(result)

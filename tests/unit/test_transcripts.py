@@ -1,8 +1,9 @@
 """Golden transcripts: scripted scenarios beside the trace they produce.
 
 Every ``tests/unit/testdata/*.txt`` is run through :class:`Cluster`
-(``tests/unit/transcript_cluster.py``, which lists the commands) by the runner in
-``tests/unit/transcript.py``. A change to a protocol rule shows up here as a diff of
+(``tests/unit/transcript_commands.py``, which lists the commands: the simulators'
+cluster of production batch layers, ``NodeBatch`` and ``MergerBatch``) by the runner
+in ``tests/unit/transcript.py``. A change to a protocol rule shows up here as a diff of
 the traces; ``pytest tests/unit/test_transcripts.py --rewrite`` writes the new traces
 into the files, for review.
 """
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.transcript import outputs_of, parse, run_transcript
-from tests.unit.transcript_cluster import Cluster
+from tests.unit.transcript_commands import Cluster
 
 TESTDATA = Path(__file__).parent / "testdata"
 TRANSCRIPTS = sorted(TESTDATA.glob("*.txt"))
@@ -27,6 +28,13 @@ def test_there_are_transcripts() -> None:
 @pytest.mark.parametrize("path", TRANSCRIPTS, ids=[p.stem for p in TRANSCRIPTS])
 def test_transcript(path: Path, request: pytest.FixtureRequest) -> None:
     run_transcript(path, Cluster().run, rewrite=bool(request.config.getoption("--rewrite")))
+
+
+@pytest.mark.parametrize("path", TRANSCRIPTS, ids=[p.stem for p in TRANSCRIPTS])
+def test_raw_deliveries_give_the_same_traces(path: Path) -> None:
+    """The delivery format (§3.8) is how a delivery is written, not what is delivered:
+    with raw records instead of JSON envelopes every trace is the same."""
+    run_transcript(path, Cluster(delivery_format="raw").run)
 
 
 @pytest.mark.parametrize("path", TRANSCRIPTS, ids=[p.stem for p in TRANSCRIPTS])
@@ -61,7 +69,7 @@ def test_the_harness_refuses_script_mistakes_as_outputs() -> None:
         "error: unknown protocol 'paxos'",
         "nodes A B (direct)",
         "error: unknown command 'frobnicate'; known: setup, send, step, drain, dup, replay, "
-        "flush, crash, recover, merge, deliveries, log, state, check",
+        "flush, snapshot, crash, recover, merge, deliveries, log, state, check",
         "error: no topic 'Z'",
         "error: direct writes to every destination: use only=(...)",
         "error: send does not take onyl",
