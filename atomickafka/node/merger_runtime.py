@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Final
 
@@ -50,7 +51,7 @@ from atomickafka.kafka.topics import (
 )
 from atomickafka.logs import log_context
 from atomickafka.metrics.shell import ShellMetrics
-from atomickafka.node.batch import Ready
+from atomickafka.node.batch import OutRecord, Ready
 from atomickafka.node.config import NodeConfig
 from atomickafka.node.follow import SnapshotReader
 from atomickafka.node.merger_batch import MergerBatch, MergerSpec, own_delivery_key
@@ -191,6 +192,7 @@ class MergerRuntime(RoleShell):
                 dict(cfg.overrides),
                 commit_interval_s=cfg.commit_interval_s,
                 on_wait=self._heartbeat,
+                on_written=self._wrote,
             )
         else:
             self._writer = GaplessWriter(cfg.bootstrap, dict(cfg.overrides))
@@ -284,8 +286,7 @@ class MergerRuntime(RoleShell):
         if self._replay_ends and not records:
             self._note_position(consumer)
         self._note_recovered()
-        writer.write(ready.records, None)
-        self.metrics.wrote(ready.records, time.time())
+        self._write(writer, ready)
         self._retry_ticks_if_blocked(writer)
         if isinstance(writer, SplitWriter):
             writer.settle(idle=not records)
@@ -322,9 +323,16 @@ class MergerRuntime(RoleShell):
             self._blocked_since = now
         elif now - self._blocked_since >= TICK_RETRY_S:
             self._blocked_since = now
-            ready: Ready = self.batch.retry_ticks()
-            writer.write(ready.records, None)
-            self.metrics.wrote(ready.records, time.time())
+            self._write(writer, self.batch.retry_ticks())
+
+    def _write(self, writer: SplitWriter | GaplessWriter, ready: Ready) -> None:
+        writer.write(ready.records, None)
+        if not isinstance(writer, SplitWriter):  # which reports what it wrote (_wrote)
+            self._wrote(ready.records)
+
+    def _wrote(self, records: Sequence[OutRecord]) -> None:
+        """``records`` were written (a transaction's once it committed): the metrics."""
+        self.metrics.wrote(records, time.time())
 
     def _close_io(self) -> None:
         self._drop_snapshots()

@@ -26,7 +26,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
@@ -412,6 +412,7 @@ class NodeRuntime(RoleShell):
                 commit_interval_s=cfg.commit_interval_s,
                 on_unwritable=self._unwritable,
                 on_wait=self._heartbeat,
+                on_written=self._wrote,
             )
         low, high, committed = self._log_bounds(consumer)
         batch, source = self._followed_batch(committed, low), "standby state"
@@ -662,7 +663,7 @@ class NodeRuntime(RoleShell):
         self.dead_letters_written += sum(r.kind is OutKind.DEAD_LETTER for r in ready.records)
         commit = None if ready.commit is None else {self._partition: ready.commit}
         if isinstance(writer, SplitWriter):
-            writer.write(ready.records, commit)
+            writer.write(ready.records, commit)  # it reports what it wrote (_wrote)
         else:
             writer.write_batch(
                 ready.outputs(),
@@ -670,7 +671,11 @@ class NodeRuntime(RoleShell):
                 snapshot=ready.snapshot_records(),
                 snapshot_offset=ready.snapshot_offset,
             )
-        self.metrics.wrote(ready.records, time.time())
+            self._wrote(ready.records)
+
+    def _wrote(self, records: Sequence[OutRecord]) -> None:
+        """``records`` were written (a transaction's once it committed): the metrics."""
+        self.metrics.wrote(records, time.time())
 
     def _unwritable(self, ticket: Ticket, topic: str, value: bytes | None, reason: str) -> None:
         """A control output the broker refuses for good is set aside (§6.3)."""
@@ -680,7 +685,8 @@ class NodeRuntime(RoleShell):
         assert isinstance(writer, AckedWriter | SplitWriter)
         writer.send_dead_letter(ticket, letter)
         self.dead_letters_written += 1
-        self.metrics.wrote([letter], time.time())
+        if not isinstance(writer, SplitWriter):  # which reports it once committed
+            self._wrote([letter])
 
     def _log_dead_letters(self, records: list[OutRecord]) -> None:
         for record in records:

@@ -599,6 +599,11 @@ class SplitWriter:
     the transactional records of the batches read meanwhile wait in memory for the next
     transaction. The transactional producer's id is the role's, so a newer instance
     fences this one (:class:`FencedError` on its next commit).
+
+    ``on_written`` hears of records once they are written: control records when
+    produced, the others when their transaction committed (a record of a transaction
+    that aborted, to be written again after a restart, is never reported: metrics count
+    each delivery once).
     """
 
     def __init__(
@@ -613,9 +618,11 @@ class SplitWriter:
         commit_interval_s: float = COMMIT_INTERVAL_S,
         on_unwritable: Callable[[Ticket, str, bytes | None, str], None] | None = None,
         on_wait: Callable[[], None] | None = None,
+        on_written: Callable[[Sequence[OutRecord]], None] | None = None,
         init_timeout_s: float = 60.0,
     ) -> None:
         self._partition = partition
+        self._on_written = on_written
         self._tracker = OffsetsTracker(0)
         self._acked = 0
         self._interval_s = commit_interval_s
@@ -645,6 +652,7 @@ class SplitWriter:
         self._waiting: list[OutRecord] = []  # for the next transaction, while one commits
         self._waiting_target: int | None = None
         self._job: _Job | None = None
+        self._committing: list[OutRecord] = []  # in the transaction the job commits
 
     @property
     def wedged(self) -> bool:
@@ -667,8 +675,10 @@ class SplitWriter:
             (target,) = commit.values()
         ticket = None if target is None else self._tracker.processed(target - 1)
         rest: list[OutRecord] = []
+        control: list[OutRecord] = []
         for record in records:
             if record.kind in _CONTROL_KINDS:
+                control.append(record)
                 if ticket is not None:
                     ticket.sent()
                     _produce(self._control, record, ticket.on_delivery)
@@ -677,6 +687,8 @@ class SplitWriter:
             else:
                 rest.append(record)
         self._control.poll(0)
+        if control and self._on_written is not None:
+            self._on_written(control)
         if self._job is not None:
             self._waiting.extend(rest)
             if target is not None:
@@ -748,6 +760,7 @@ class SplitWriter:
         records, target, txn = self._records, self._target, self._txn
         commit = None if target is None else {self._partition: target}
         self._job = _Job(lambda: txn.finish(records, commit))
+        self._committing = records
         self._open, self._target, self._records = False, None, []
 
     def _finish_commit(self, wait_s: float = 0.0) -> None:
@@ -760,6 +773,9 @@ class SplitWriter:
             raise job.error
         self.commits += 1
         self._last_commit = time.monotonic()
+        committed, self._committing = self._committing, []
+        if committed and self._on_written is not None:
+            self._on_written(committed)
         waiting, target = self._waiting, self._waiting_target
         self._waiting, self._waiting_target = [], None
         self._add(waiting, target)
