@@ -72,6 +72,8 @@ class WrittenRecord(Protocol):
     def value(self) -> bytes | None: ...
     @property
     def headers(self) -> Sequence[tuple[str, bytes]]: ...
+    @property
+    def sent_at(self) -> int | None: ...
 
 
 class ShellMetrics:
@@ -194,7 +196,9 @@ class ShellMetrics:
         latencies: list[float] = []
         for record in records:
             if record.kind == DELIVERY:
-                sent = sent_at_ms(record.value, record.headers)
+                sent = record.sent_at  # as the batch layer knew it, else from the bytes
+                if sent is None:
+                    sent = sent_at_ms(record.value, record.headers)
                 if sent is not None:
                     latencies.append(max(0.0, wall_s - sent / 1000))
             elif record.kind == DEAD_LETTER:

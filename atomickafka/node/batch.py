@@ -113,6 +113,9 @@ class OutRecord:
     partition: int | None = None
     key: bytes | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
+    #: A delivery's send time (ms since the epoch), as its message said: the metrics'
+    #: latency, without reading it back from the bytes (``None``: read them).
+    sent_at: int | None = None
 
 
 @dataclass(slots=True)
@@ -566,11 +569,18 @@ class NodeBatch(SnapshotTaker):
         if spec.delivery_format == RAW:
             key, value, headers = encode_raw_delivery(message)
             return OutRecord(
-                OutKind.DELIVERY, spec.delivery_topic, value, None, key, tuple(headers)
+                OutKind.DELIVERY,
+                spec.delivery_topic,
+                value,
+                None,
+                key,
+                tuple(headers),
+                message.sentAt,
             )
         headers_json = self._type_headers(MessageType.DELIVERY)
+        value = encode_delivery(message)
         return OutRecord(
-            OutKind.DELIVERY, spec.delivery_topic, encode_delivery(message), headers=headers_json
+            OutKind.DELIVERY, spec.delivery_topic, value, None, None, headers_json, message.sentAt
         )
 
     def _watermark(self) -> list[OutRecord]:

@@ -29,6 +29,7 @@ from atomickafka.core.wire import (
     encode_members,
     value_bytes,
 )
+from atomickafka.metrics.records import sent_at_ms
 from atomickafka.node.batch import NodeBatch, NodeSpec, OutKind, OutRecord, Ready
 from atomickafka.node.snapshots import (
     LoadedSnapshot,
@@ -121,6 +122,8 @@ def test_deliveries_are_written_in_the_topics_format(delivery_format: str) -> No
         {"k": [1, 2]},
     )
     assert spec().delivery_format == "json"  # the default, production's
+    # the send time rides on the record for the metrics, as its bytes say it
+    assert record.sent_at == NOW_MS == sent_at_ms(record.value, record.headers)
 
 
 def test_a_multicast_becomes_one_bundle_per_destination() -> None:
