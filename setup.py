@@ -36,6 +36,7 @@ COMPILED = [
     "atomickafka/core/merger.py",
     "atomickafka/core/raw.py",
     "atomickafka/core/reader.py",
+    "atomickafka/core/reasons.py",
     "atomickafka/core/signing.py",
     "atomickafka/core/timebounds.py",
     "atomickafka/core/wire.py",

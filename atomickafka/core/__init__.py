@@ -29,6 +29,7 @@ COMPILED_MODULES: Final = (
     "merger",
     "raw",
     "reader",
+    "reasons",
     "signing",
     "timebounds",
     "wire",
