@@ -84,7 +84,7 @@ from typing import Any, Final, NoReturn
 from mypy_extensions import mypyc_attr
 
 from atomickafka.core.delivery_queue import DeliveryQueue
-from atomickafka.core.engine_state import engine_settings, engine_to_data, load_engine_state
+from atomickafka.core.engine_state import EngineState
 from atomickafka.core.engine_types import (
     DEFAULT_ALGORITHM,
     Aborted,
@@ -566,25 +566,79 @@ class Engine:
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as plain JSON-serialisable data (see :meth:`restore`)."""
-        return engine_to_data(self)
+        return self.state().to_data()
 
     @classmethod
     def restore(cls, snapshot: dict[str, Any]) -> Engine:
         """Rebuild an engine from :meth:`snapshot` output (``SnapshotError`` if it
         cannot be read)."""
-        settings = engine_settings(snapshot)
-        engine = cls(
-            settings["topic"],
-            settings["node_id"],
-            settings["algorithm"],
-            partition=settings["partition"],
-            max_value_bytes=settings["max_value_bytes"],
-            max_record_bytes=settings["max_record_bytes"],
-            window_ms=settings["window_ms"],
-            merger_id=settings["merger_id"],
+        return cls.from_state(EngineState.from_data(snapshot))
+
+    def state(self) -> EngineState:
+        """The whole state as one value: this engine's own containers, to be read before
+        it steps again (:meth:`snapshot` writes it out at once)."""
+        return EngineState(
+            topic=self.topic,
+            node_id=self.node_id,
+            algorithm=self.algorithm.value,
+            partition=self.partition,
+            max_value_bytes=self.max_value_bytes,
+            max_record_bytes=self.max_record_bytes,
+            merger_id=self.merger_id,
+            clock=self.clock,
+            now_ms=self.now_ms,
+            origin=self._origin,
+            next_index=self._next_index,
+            pending=self._pending,
+            held=self._held.messages(),
+            memory=self._memory,
+            links=self._links,
+            members=self.members,
+            members_log_ms=self.members_log_ms,
+            logged_protocol=self.logged_protocol,
+            orphans=list(self._orphans),
+            awaiting=self._awaiting,
+            stats=self.stats,
         )
-        load_engine_state(engine, snapshot)
+
+    @classmethod
+    def from_state(cls, state: EngineState) -> Engine:
+        """An engine built with ``state``'s settings that takes ``state`` over as its
+        own (the state is not to be used after)."""
+        engine = cls(
+            state.topic,
+            state.node_id,
+            state.algorithm,
+            partition=state.partition,
+            max_value_bytes=state.max_value_bytes,
+            max_record_bytes=state.max_record_bytes,
+            window_ms=state.window_ms,
+            merger_id=state.merger_id,
+        )
+        engine._take_over(state)
         return engine
+
+    def _take_over(self, state: EngineState) -> None:
+        """Make ``state``'s clock, progress and containers this (fresh) engine's."""
+        self.clock = state.clock
+        self.now_ms = state.now_ms
+        self._origin, self._next_index = state.origin, state.next_index
+        self._pending = state.pending
+        for mid, entry in state.pending.items():
+            if entry.key_ts is not None:
+                self._queue.add((entry.key_ts, mid))
+        for message in state.held:
+            assert message.timeStamp is not None  # EngineState.from_data checks
+            self._held.hold(message, message.timeStamp)
+        self._memory = state.memory
+        self._links = state.links
+        self._orphans.extend(state.orphans)
+        self._awaiting = state.awaiting
+        self.members = state.members
+        self.members_log_ms = state.members_log_ms
+        self.logged_protocol = state.logged_protocol
+        self.stats = state.stats
+        self._check_due = True
 
     # ------------------------------------------------------------------ seams
 
