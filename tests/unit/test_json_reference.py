@@ -25,15 +25,15 @@ from atomickafka.doctor import render_json
 from atomickafka.doctor.deployment import KafkaTopic, TopicKind
 from atomickafka.doctor.facts import TopicFacts
 from atomickafka.doctor.findings import Finding, Severity
-from atomickafka.evaluation.bench import BenchResult
-from atomickafka.evaluation.cost import RunCost
-from atomickafka.evaluation.measuring import LatencyStats
-from atomickafka.evaluation.processes import ProcessCpu, ProcessRole
-from atomickafka.evaluation.report import ReportInput
-from atomickafka.evaluation.results import LatencySummary, RunInfo, RunMetrics, RunResult
-from atomickafka.evaluation.spark import load_job
-from atomickafka.evaluation.suite import suite_summary
-from atomickafka.evaluation.traffic import TypeTraffic
+from atomickafka.evaluation.bench.command import BenchResult
+from atomickafka.evaluation.cost.accounting import RunCost
+from atomickafka.evaluation.cost.processes import ProcessCpu, ProcessRole
+from atomickafka.evaluation.cost.traffic import TypeTraffic
+from atomickafka.evaluation.load.measuring import LatencyStats
+from atomickafka.evaluation.suite.command import suite_summary
+from atomickafka.evaluation.suite.report import ReportInput
+from atomickafka.evaluation.suite.results import LatencySummary, RunInfo, RunMetrics, RunResult
+from atomickafka.evaluation.suite.spark import load_job
 from atomickafka.jsonnames import JSON_NAME, camel_keys, json_name
 from atomickafka.kafka.status import LayerState, Role, Status, WaitingHead
 from atomickafka.kafka.topics import Layout
@@ -43,7 +43,7 @@ from atomickafka.verify.checker.report import ViolationKind
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "json.md"
-METRICS_JOB = ROOT / "atomickafka" / "evaluation" / "metrics_job.py"
+METRICS_JOB = ROOT / "atomickafka" / "evaluation" / "suite" / "metrics_job.py"
 
 #: The wire's names (fixed, DESIGN §3) and the one kept for readers of status format 2.
 WIRE_NAMES = {"messageID", "senderID", "messageType", "timeStamp", "sentFromTopic"}

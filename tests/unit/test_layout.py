@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "atomickafka"
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "atomickafka"
+DESIGN = ROOT / "docs" / "DESIGN.md"
 #: What the core must never import: no Kafka, no clock, no randomness, no OS, no threads.
 FORBIDDEN_IN_CORE = {"confluent_kafka", "time", "random", "os", "socket", "threading"}
 #: Which subpackages each layer may import (besides itself and the standard library).
@@ -23,6 +25,30 @@ ALLOWED = {
     "localkafka": set(),
     "config": {"kafka"},
     "doctor": {"core", "kafka", "node"},
+    "client": {"core", "kafka"},
+    "evaluation": {"core", "kafka", "audit", "client", "localkafka", "node", "verify"},
+    "cli": {
+        "core",
+        "verify",
+        "kafka",
+        "audit",
+        "metrics",
+        "node",
+        "localkafka",
+        "config",
+        "doctor",
+        "client",
+        "evaluation",
+    },
+}
+#: The evaluation's subpackages, each importing only those it lists (and its own
+#: modules, ``evaluation.errors`` and whatever the evaluation may import).
+EVALUATION = {
+    "cost": set(),
+    "load": set(),
+    "bench": {"cost", "load"},
+    "suite": {"cost", "load"},
+    "soak": {"cost", "load", "bench"},
 }
 #: Modules every layer may import: they import nothing of AtomicKafka themselves.
 EVERYWHERE = {"errors", "jsonnames", "logs", "spark_raw"}
@@ -57,10 +83,33 @@ def modules(layer: str) -> list[Path]:
     return sorted((PACKAGE / layer).glob("**/*.py"))
 
 
+def package_files() -> list[Path]:
+    """Every module of the package, the client's too (``atomickafka/client`` is a link
+    to ``client/``, which ``rglob`` does not follow)."""
+    return sorted({*PACKAGE.rglob("*.py"), *(PACKAGE / "client").rglob("*.py")})
+
+
+def packages() -> list[str]:
+    """Every package, as its path from the checkout's root (``atomickafka/node``)."""
+    return sorted(
+        path.parent.relative_to(ROOT).as_posix()
+        for path in package_files()
+        if path.name == "__init__.py" and path.parent != PACKAGE
+    )
+
+
 @pytest.mark.parametrize("path", modules("core"), ids=lambda p: p.name)
 def test_core_modules_do_no_io(path: Path) -> None:
     used = {name.split(".")[0] for name in imports(path)}
     assert not used & FORBIDDEN_IN_CORE, f"{path.name} imports {used & FORBIDDEN_IN_CORE}"
+
+
+def test_every_package_is_a_layer() -> None:
+    """A new package gets a row in :data:`ALLOWED` (and in DESIGN §2) before it ships."""
+    top = {p.split("/")[1] for p in packages()}
+    assert top == set(ALLOWED)
+    evaluation = {p.split("/")[2] for p in packages() if p.startswith("atomickafka/evaluation/")}
+    assert evaluation == set(EVALUATION)
 
 
 @pytest.mark.parametrize("layer", sorted(ALLOWED))
@@ -73,6 +122,38 @@ def test_layers_import_only_what_is_below_them(layer: str) -> None:
             if layer in PURE_NODE_USERS and name in PURE_NODE:
                 continue
             assert parts[1] in ALLOWED[layer] | EVERYWHERE | {layer}, f"{path.name} imports {name}"
+
+
+@pytest.mark.parametrize("part", sorted(EVALUATION))
+def test_the_evaluations_parts_import_only_the_parts_before_them(part: str) -> None:
+    for path in modules(f"evaluation/{part}"):
+        for name in imports(path):
+            parts = name.split(".")
+            if parts[:2] != ["atomickafka", "evaluation"] or len(parts) < 3:
+                continue
+            allowed = EVALUATION[part] | {part, "errors"}
+            assert parts[2] in allowed, f"evaluation/{part}/{path.name} imports {name}"
+
+
+def test_design_section_2_lists_every_package() -> None:
+    """docs/DESIGN.md §2 names every package: a top-level one in a row of its own, a
+    subpackage by its path or as ``name/`` in its parent's row."""
+    text = DESIGN.read_text(encoding="utf-8")
+    section = text[text.index("## 2. Layout of the code") : text.index("## 3. ")]
+    rows = {
+        row.split("`")[1].rstrip("/"): row for row in section.splitlines() if row.startswith("| `")
+    }
+    missing = []
+    for package in packages():
+        parent, _, name = package.rpartition("/")
+        top = package if parent == "atomickafka" else None
+        if top is not None:
+            listed = top in rows or (top == "atomickafka/client" and "client" in rows)
+        else:
+            listed = f"`{package}" in section or f"`{name}/`" in rows.get(parent, "")
+        if not listed:
+            missing.append(package)
+    assert not missing, missing
 
 
 @pytest.mark.parametrize("name", sorted(PURE_NODE))
@@ -101,7 +182,7 @@ def test_the_forbidden_list_catches_a_real_import(tmp_path: Path) -> None:
 def module_names(package: Path) -> dict[str, Path]:
     """Every module of ``package`` by dotted name (a package by its own name)."""
     out: dict[str, Path] = {}
-    for path in package.rglob("*.py"):
+    for path in {*package.rglob("*.py"), *(package / "client").rglob("*.py")}:
         parts = list(path.relative_to(package.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
@@ -228,7 +309,7 @@ def private_fields(path: Path) -> tuple[set[str], list[tuple[int, str]]]:
 def test_no_module_reaches_another_modules_private_fields() -> None:
     """A private field (or method) of one of our classes is used by its own module only:
     ``core/engine_state.py`` once read and wrote ten of the engine's (issue 27)."""
-    found = {path: private_fields(path) for path in sorted(PACKAGE.rglob("*.py"))}
+    found = {path: private_fields(path) for path in package_files()}
     ours = set().union(*(defined for defined, _ in found.values()))
     wrong = [
         f"{path.relative_to(PACKAGE.parent)}:{line}: .{name}"
