@@ -20,6 +20,7 @@ from atomickafka.cli.status_cmd import status_entry
 from atomickafka.cli.topics_cmd import describe_row
 from atomickafka.client import Delivery
 from atomickafka.core.engine import Algorithm, Engine
+from atomickafka.core.reasons import Reason
 from atomickafka.core.wire import client_message, encode_delivery
 from atomickafka.doctor import render_json
 from atomickafka.doctor.deployment import KafkaTopic, TopicKind
@@ -256,3 +257,11 @@ def test_the_audits_spark_job_writes_what_the_live_audit_writes() -> None:
     row = spark_job._violation(record, "order", "t", reference)
     live = Violation(Kind.ORDER, "A", "m", "t", 0, 4, 1000, (3, 0, "m"), reference)
     assert orjson.loads(row["json"]) == live.to_json()
+
+
+def test_the_dead_letter_headers_name_every_reason_code() -> None:
+    """The dead-letter table lists every code a letter can carry (``core/reasons.py``),
+    and only those: a program matches on them."""
+    lines = REFERENCE.read_text(encoding="utf-8").splitlines()
+    row = next(line for line in lines if line.startswith("| `atomickafka-error-code` |"))
+    assert set(re.findall(r"`([a-z-]+)`", row.split("|")[2])) == {r.value for r in Reason}
