@@ -37,6 +37,7 @@ COMPILED = [
     "atomickafka/core/protocols.py",
     "atomickafka/core/raw.py",
     "atomickafka/core/reader.py",
+    "atomickafka/core/reasons.py",
     "atomickafka/core/signing.py",
     "atomickafka/core/timebounds.py",
     "atomickafka/core/wire.py",

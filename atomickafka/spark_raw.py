@@ -2,7 +2,7 @@
 
 A raw record's value is the user's and its metadata is in headers; Spark's Kafka source
 (``includeHeaders``) hands those over as an array of ``(key, value)`` structs. The
-evaluation's metrics job (``evaluation/metrics_job.py``) and the audit's streaming job
+evaluation's metrics job (``evaluation/suite/metrics_job.py``) and the audit's streaming job
 (``audit/spark_job.py``) both turn a raw record's metadata into the JSON object the
 JSON forms hold, so that one ``from_json`` parses either form; this module is that one
 reading. It imports only pyspark: next to the jobs it runs wherever they do (pass it to

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from atomickafka.client import AtomicKafkaClient
 from atomickafka.core import core_form
-from atomickafka.evaluation.clients import payload
+from atomickafka.evaluation.load.clients import payload
 from atomickafka.kafka.admin import admin_client, ensure_topics
 from atomickafka.kafka.topics import Layout, input_topic
 from atomickafka.localkafka import ensure_broker

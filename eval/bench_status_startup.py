@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from confluent_kafka import TopicPartition
 
 from atomickafka.client import AtomicKafkaClient
-from atomickafka.evaluation.aged_status import fill_old_statuses
+from atomickafka.evaluation.bench.aged_status import fill_old_statuses
 from atomickafka.kafka.consumer import make_consumer, watermarks
 from atomickafka.kafka.status import STATUS_READ_WINDOW_S, read_statuses
 from atomickafka.kafka.topics import STATUS_TOPIC

@@ -1,6 +1,6 @@
 """Soak and recovery benchmark: memory over a long run, recovery after a crash, standby
 takeover, and the two delivery modes (issue 16). What each phase measures, and how, is
-in docs/soak.md; the phases live in ``atomickafka/evaluation/soak_*.py``.
+in docs/soak.md; the phases live in ``atomickafka/evaluation/soak/``.
 
 1. ``soak``: 1,000,000 messages through 5 topics (one node each), 50 % multicast to 2
    topics, paced; each node's RSS sampled against the messages delivered; a plot.
@@ -36,11 +36,11 @@ from typing import Any
 
 from atomickafka.cli.options import parse_fanout
 from atomickafka.errors import AtomicKafkaError
-from atomickafka.evaluation.soak_common import LoadShape, load_average
-from atomickafka.evaluation.soak_faults import FaultSettings, run_recovery, run_takeover
-from atomickafka.evaluation.soak_memory import SoakSettings, run_soak
-from atomickafka.evaluation.soak_modes import ModeSettings, run_modes
-from atomickafka.evaluation.soak_report import markdown, plot_memory, write_json
+from atomickafka.evaluation.soak.common import LoadShape, load_average
+from atomickafka.evaluation.soak.faults import FaultSettings, run_recovery, run_takeover
+from atomickafka.evaluation.soak.memory import SoakSettings, run_soak
+from atomickafka.evaluation.soak.modes import ModeSettings, run_modes
+from atomickafka.evaluation.soak.report import markdown, plot_memory, write_json
 from atomickafka.localkafka import ensure_broker, free_port_block, purge_data_dir, stop_broker
 
 PHASES = ("soak", "recovery", "takeover", "modes")

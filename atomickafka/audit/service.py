@@ -12,7 +12,7 @@ what it needs to rebuild the message state.
 
 :func:`audit_once` is the same audit over topics that are not written any more: it
 reads them to their end and then lets the bound pass. The evaluation runs a
-:class:`LiveAudit` beside each run (:mod:`atomickafka.evaluation.run_audit`) and, once the
+:class:`LiveAudit` beside each run (:mod:`atomickafka.evaluation.suite.run_audit`) and, once the
 run has stopped, reads on to the topics' ends (:meth:`LiveAudit.read_to`) and lets the
 bound pass (:meth:`LiveAudit.finish`).
 """

@@ -139,7 +139,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _run_spark(args: argparse.Namespace, topics: tuple[str, ...]) -> int:
     from atomickafka.audit import spark_job  # noqa: PLC0415 (the eval extra)
-    from atomickafka.evaluation.spark import session  # noqa: PLC0415
+    from atomickafka.evaluation.suite.spark import session  # noqa: PLC0415
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers need pandas
     spark = session(args.master, kafka_source=True, app_name="atomickafka-audit")

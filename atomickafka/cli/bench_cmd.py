@@ -24,7 +24,7 @@ from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.kafka.topics import Layout
 
 if TYPE_CHECKING:
-    from atomickafka.evaluation.bench import BenchResult
+    from atomickafka.evaluation.bench.command import BenchResult
 
 
 def register(subparsers: Any) -> None:
@@ -98,7 +98,7 @@ def _row(r: BenchResult, baseline: BenchResult | None) -> str:
 
 def _hop_section(results: Sequence[BenchResult]) -> list[str]:
     """p50 / p99 / p99.9 per hop class at each paced rate."""
-    from atomickafka.evaluation.bench import HOP_CLASSES  # noqa: PLC0415
+    from atomickafka.evaluation.bench.command import HOP_CLASSES  # noqa: PLC0415
 
     paced = [r for r in results if r.rate is not None]
     tags = list(dict.fromkeys(r.name.split("@", 1)[1] for r in paced if "@" in r.name))
@@ -142,7 +142,7 @@ def _text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[s
 def _cost_sections(results: Sequence[BenchResult]) -> list[str]:
     """The cost tables: CPU per message by role, records and bytes by type, and the
     projection with one core per process, AtomicKafka beside the sequencer."""
-    from atomickafka.evaluation.cost import (  # noqa: PLC0415
+    from atomickafka.evaluation.cost.accounting import (  # noqa: PLC0415
         BROKER_FORMULA,
         PROJECTION_FORMULA,
         cost_table,
@@ -176,7 +176,7 @@ def _cost_sections(results: Sequence[BenchResult]) -> list[str]:
 
 def _run(args: argparse.Namespace) -> int:
     # imported here: only this command needs the bench (and the client it drives)
-    from atomickafka.evaluation.bench import BenchSetup, run_bench  # noqa: PLC0415
+    from atomickafka.evaluation.bench.command import BenchSetup, run_bench  # noqa: PLC0415
 
     if args.bootstrap_server is not None:
         reach(args)  # a wrong --bootstrap-server: one line, before any node starts

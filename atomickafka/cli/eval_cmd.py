@@ -20,15 +20,15 @@ from atomickafka.cli.options import (
 )
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.errors import ConfigError
-from atomickafka.evaluation.results import RunInfo
+from atomickafka.evaluation.suite.results import RunInfo
 from atomickafka.kafka.topics import Layout
 from atomickafka.localkafka import running_bootstrap
 from atomickafka.logs import configure_logging
 
 if TYPE_CHECKING:  # the suite needs the eval extra: imported when it runs
-    from atomickafka.evaluation.scenarios import Scenario
-    from atomickafka.evaluation.suite import SuiteOutcome, SuiteSettings
-    from atomickafka.evaluation.variants import Comparison
+    from atomickafka.evaluation.load.scenarios import Scenario
+    from atomickafka.evaluation.load.variants import Comparison
+    from atomickafka.evaluation.suite.command import SuiteOutcome, SuiteSettings
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -129,8 +129,8 @@ def _parse_load(args: argparse.Namespace) -> tuple[list[Scenario], list[Comparis
     """The scenarios and comparisons asked for, once every size, pace and layout option
     is checked; a :class:`~atomickafka.errors.ConfigError` names the first one the suite
     cannot run."""
-    from atomickafka.evaluation.scenarios import parse_scenarios  # noqa: PLC0415
-    from atomickafka.evaluation.variants import parse_comparisons  # noqa: PLC0415
+    from atomickafka.evaluation.load.scenarios import parse_scenarios  # noqa: PLC0415
+    from atomickafka.evaluation.load.variants import parse_comparisons  # noqa: PLC0415
 
     scenarios = parse_scenarios(args.scenarios)
     comparisons = parse_comparisons(args.compare)
@@ -150,7 +150,7 @@ def _settings(
     args: argparse.Namespace, scenarios: list[Scenario], comparisons: list[Comparison]
 ) -> SuiteSettings:
     """The suite's settings from the checked command line (needs the eval extra)."""
-    from atomickafka.evaluation.suite import SuiteSettings  # noqa: PLC0415
+    from atomickafka.evaluation.suite.command import SuiteSettings  # noqa: PLC0415
 
     return SuiteSettings(
         scenarios=tuple(scenarios),
@@ -197,7 +197,7 @@ def _print_outcome(outcome: SuiteOutcome) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     if args.print_job:
-        from atomickafka.evaluation.spark import job_path  # noqa: PLC0415
+        from atomickafka.evaluation.suite.spark import job_path  # noqa: PLC0415
 
         print(job_path())
         return 0
@@ -207,7 +207,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"atomickafka eval: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        from atomickafka.evaluation.suite import run_suite  # noqa: PLC0415
+        from atomickafka.evaluation.suite.command import run_suite  # noqa: PLC0415
     except ImportError as exc:
         print(
             f"atomickafka eval: error: {exc.name or exc} is missing; install the eval extra "

@@ -30,6 +30,7 @@ COMPILED_MODULES: Final = (
     "protocols",
     "raw",
     "reader",
+    "reasons",
     "signing",
     "timebounds",
     "wire",

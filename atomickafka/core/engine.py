@@ -83,7 +83,7 @@ from typing import Any, Final, NoReturn
 from mypy_extensions import mypyc_attr
 
 from atomickafka.core.delivery_queue import DeliveryQueue
-from atomickafka.core.engine_state import engine_settings, engine_to_data, load_engine_state
+from atomickafka.core.engine_state import EngineState
 from atomickafka.core.engine_types import (
     DEFAULT_ALGORITHM,
     Aborted,
@@ -104,6 +104,7 @@ from atomickafka.core.memory import (
     Window,
 )
 from atomickafka.core.protocols import PROTOCOLS, Reply, route, routed_by_id
+from atomickafka.core.reasons import Reason, Refusal, refusal
 from atomickafka.core.timebounds import CLOCK_LEAD_US, HeldMessages, Verdict, judge
 from atomickafka.core.wire import (
     MAX_RECORD_BYTES,
@@ -145,9 +146,10 @@ MEMBERS_GRACE_MS: Final = 10_000
 class _Refused(Exception):  # noqa: N818 (a control-flow signal, not an error)
     """Raised by a handler before it changes anything: the message is set aside."""
 
-    def __init__(self, reason: str, outputs: Sequence[Output] = ()) -> None:
-        super().__init__(reason)
-        self.reason = reason
+    def __init__(self, why: Refusal, outputs: Sequence[Output] = ()) -> None:
+        super().__init__(why.text)
+        self.reason = why.text
+        self.code = why.code
         self.outputs = outputs
 
 
@@ -357,6 +359,7 @@ class Engine:
                     f"held until the log's time reached its timestamp, longer than the "
                     f"{self.window.max_age_ms} ms a record may be late (§4.11, §4.13): "
                     "a stray, not a proposal anyone waits for",
+                    Reason.STRAY,
                 )
             )
             return
@@ -368,7 +371,7 @@ class Engine:
                 result.outputs.extend(self._numbered(outputs))
         except _Refused as refusal:
             self.stats.rejected += 1
-            result.rejected.append(Rejection(position, record, refusal.reason))
+            result.rejected.append(Rejection(position, record, refusal.reason, refusal.code))
             result.outputs.extend(self._numbered(refusal.outputs))
         except _Held as held:
             if link is not None:
@@ -409,9 +412,9 @@ class Engine:
         )
         self.stats.rejected += 1
         try:
-            self._refuse_version(record, reason)
+            self._refuse_version(record, Reason.HELD_OVERFLOW, reason)
         except _Refused as refusal:
-            result.rejected.append(Rejection(None, record, refusal.reason))
+            result.rejected.append(Rejection(None, record, refusal.reason, refusal.code))
             result.outputs.extend(self._numbered(refusal.outputs))
 
     @staticmethod
@@ -565,25 +568,79 @@ class Engine:
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as plain JSON-serialisable data (see :meth:`restore`)."""
-        return engine_to_data(self)
+        return self.state().to_data()
 
     @classmethod
     def restore(cls, snapshot: dict[str, Any]) -> Engine:
         """Rebuild an engine from :meth:`snapshot` output (``SnapshotError`` if it
         cannot be read)."""
-        settings = engine_settings(snapshot)
-        engine = cls(
-            settings["topic"],
-            settings["node_id"],
-            settings["algorithm"],
-            partition=settings["partition"],
-            max_value_bytes=settings["max_value_bytes"],
-            max_record_bytes=settings["max_record_bytes"],
-            window_ms=settings["window_ms"],
-            merger_id=settings["merger_id"],
+        return cls.from_state(EngineState.from_data(snapshot))
+
+    def state(self) -> EngineState:
+        """The whole state as one value: this engine's own containers, to be read before
+        it steps again (:meth:`snapshot` writes it out at once)."""
+        return EngineState(
+            topic=self.topic,
+            node_id=self.node_id,
+            algorithm=self.algorithm.value,
+            partition=self.partition,
+            max_value_bytes=self.max_value_bytes,
+            max_record_bytes=self.max_record_bytes,
+            merger_id=self.merger_id,
+            clock=self.clock,
+            now_ms=self.now_ms,
+            origin=self._origin,
+            next_index=self._next_index,
+            pending=self._pending,
+            held=self._held.messages(),
+            memory=self._memory,
+            links=self._links,
+            members=self.members,
+            members_log_ms=self.members_log_ms,
+            logged_protocol=self.logged_protocol,
+            orphans=list(self._orphans),
+            awaiting=self._awaiting,
+            stats=self.stats,
         )
-        load_engine_state(engine, snapshot)
+
+    @classmethod
+    def from_state(cls, state: EngineState) -> Engine:
+        """An engine built with ``state``'s settings that takes ``state`` over as its
+        own (the state is not to be used after)."""
+        engine = cls(
+            state.topic,
+            state.node_id,
+            state.algorithm,
+            partition=state.partition,
+            max_value_bytes=state.max_value_bytes,
+            max_record_bytes=state.max_record_bytes,
+            window_ms=state.window_ms,
+            merger_id=state.merger_id,
+        )
+        engine._take_over(state)
         return engine
+
+    def _take_over(self, state: EngineState) -> None:
+        """Make ``state``'s clock, progress and containers this (fresh) engine's."""
+        self.clock = state.clock
+        self.now_ms = state.now_ms
+        self._origin, self._next_index = state.origin, state.next_index
+        self._pending = state.pending
+        for mid, entry in state.pending.items():
+            if entry.key_ts is not None:
+                self._queue.add((entry.key_ts, mid))
+        for message in state.held:
+            assert message.timeStamp is not None  # EngineState.from_data checks
+            self._held.hold(message, message.timeStamp)
+        self._memory = state.memory
+        self._links = state.links
+        self._orphans.extend(state.orphans)
+        self._awaiting = state.awaiting
+        self.members = state.members
+        self.members_log_ms = state.members_log_ms
+        self.logged_protocol = state.logged_protocol
+        self.stats = state.stats
+        self._check_due = True
 
     # ------------------------------------------------------------------ seams
 
@@ -641,13 +698,16 @@ class Engine:
         self.stats.conflicts += 1
         self._refuse_version(
             record,
-            f"conflict: messageID {record.messageID!r} already names a message to "
+            Reason.CONFLICT,
+            f"messageID {record.messageID!r} already names a message to "
             f"{_names(known[0])} (value digest {known[1]}); this {record.messageType.value} "
             f"names one to {_names(record.topic)} (value digest {record.digest}): "
             "the id was reused",
         )
 
-    def _refuse_version(self, record: Message, reason: str, *, mismatch: bool = False) -> NoReturn:
+    def _refuse_version(
+        self, record: Message, code: Reason, details: str, *, mismatch: bool = False
+    ) -> NoReturn:
         """Refuse ``record`` and, unless this node proposed for its version, the version
         itself, for good (§4.9.4): this node never proposes for it, so it is decided
         nowhere; the first time, tell its other destinations (Abort) so that none of them
@@ -659,7 +719,9 @@ class Engine:
         protocol. If it is its sender's own proposal, the sender runs another protocol,
         and neither ever counts the other's proposals, so the version is decided
         nowhere: the sender is answered with an Abort echoing the record, which drops
-        the version there (§4.9.6). A stray's ``seq`` echoes nothing its sender wrote."""
+        the version there (§4.9.6). A stray's ``seq`` echoes nothing its sender wrote.
+        The refusal's prose is ``code``'s with ``details``."""
+        why = refusal(code, details)
         mid, version = record.messageID, _version(record)
         entry = self._pending.get(mid)
         ours = entry is not None and entry.version == version
@@ -676,20 +738,20 @@ class Engine:
                     and record.messageType in _PROPOSAL_TYPES
                 ):
                     answer = [Output(sender, self._abort(mid, version, record.sentAt, seq))]
-                raise _Refused(reason, answer)  # the version goes on here
+                raise _Refused(why, answer)  # the version goes on here
         heard = entry.heard if ours and entry is not None else {}
         sender = record.sentFromTopic if record.messageType is not MessageType.ABORT else None
         aborts: list[Output] = []
         if not self._memory.is_refused(mid, version):
             if ours:
-                self._drop(mid, reason)
+                self._drop(mid, why.text)
             answering = record if sender is not None else None
             aborts = self._abort_version(mid, version, record.sentAt, answering, heard)
         elif sender not in (None, self.topic) and {sender, self.topic} <= set(version[0]):
             # refused before: the peer that wrote this waits for this node -- tell it
             # again (an Abort is idempotent), as for a settled message (_answer_settled)
             aborts = [Output(sender, self._abort(mid, version, record.sentAt, record.seq))]
-        raise _Refused(reason, aborts)
+        raise _Refused(why, aborts)
 
     def _abort_version(
         self,
@@ -753,20 +815,28 @@ class Engine:
         (§4.9.4) and its timestamp (§4.11)."""
         kind = record.messageType
         if record.digest is None:
-            raise _Refused(f"{kind.value} carries no value digest")
+            raise _Refused(refusal(Reason.MISADDRESSED, f"{kind.value} carries no value digest"))
         sender = record.sentFromTopic
         destinations = record.topic
         if self.topic not in destinations:
-            raise _Refused(f"{kind.value} not addressed to {self.topic}")
+            raise _Refused(
+                refusal(Reason.MISADDRESSED, f"{kind.value} not addressed to {self.topic}")
+            )
         if sender == self.topic or sender not in destinations:
-            raise _Refused(f"{kind.value} from {sender}, which is not another destination")
+            raise _Refused(
+                refusal(
+                    Reason.MISADDRESSED,
+                    f"{kind.value} from {sender}, which is not another destination",
+                )
+            )
         if self.partition is not None:
             self._check_partition(record)
         if record.protocol != self._protocol and kind is not MessageType.ABORT:
             self.stats.protocol_mismatches += 1
             self._refuse_version(
                 record,
-                f"protocol mismatch: {record.senderID or 'the sender'} runs "
+                Reason.PROTOCOL_MISMATCH,
+                f"{record.senderID or 'the sender'} runs "
                 f"{record.protocol or 'no stated protocol (a format-1 record?)'}, "
                 f"this node runs {self.algorithm.value}",
                 mismatch=True,
@@ -787,7 +857,12 @@ class Engine:
     def _check_partition(self, record: Message) -> None:
         layer = record.partitionID
         if self.partition is not None and layer is not None and layer != self.partition:
-            raise _Refused(f"a record of layer {layer} in the log of layer {self.partition}")
+            raise _Refused(
+                refusal(
+                    Reason.WRONG_LAYER,
+                    f"a record of layer {layer} in the log of layer {self.partition}",
+                )
+            )
 
     def _check_timestamp(self, record: Message, ts: int) -> None:
         """§4.11: a timestamp too far ahead of the log's time waits, or is refused."""
@@ -802,14 +877,18 @@ class Engine:
             "run a clock ahead (§4.11)"
         )
         if record.messageType is MessageType.TICK or record.digest is None:
-            raise _Refused(reason)
-        self._refuse_version(record, reason)
+            raise _Refused(refusal(Reason.TIMESTAMP_AHEAD, reason))
+        self._refuse_version(record, Reason.TIMESTAMP_AHEAD, reason)
 
     def _check_can_propose(self, record: Message, ts: int | None = None) -> None:
         """A proposal after observing ``ts`` must not pass ``MAX_TIMESTAMP`` (§4.9.3)."""
         clock = self.clock if ts is None else max(self.clock, ts)
         if clock >= MAX_TIMESTAMP:
-            self._refuse_version(record, f"the clock is exhausted ({clock} = {MAX_TIMESTAMP})")
+            self._refuse_version(
+                record,
+                Reason.CLOCK_EXHAUSTED,
+                f"the clock is exhausted ({clock} = {MAX_TIMESTAMP})",
+            )
 
     def _check_value(self, record: Message) -> None:
         """§4.9.1-2 on first hearing: the value is JSON and its copies fit a record."""
@@ -822,6 +901,7 @@ class Engine:
         if size > limit:
             self._refuse_version(
                 record,
+                Reason.TOO_LARGE,
                 f"value of {size} bytes is over the {limit}-byte limit for this message "
                 f"(max value {self.max_value_bytes} bytes; its copies must fit a "
                 f"{self.max_record_bytes}-byte record)",
@@ -831,7 +911,7 @@ class Engine:
         try:
             check_json_value(value)
         except MessageError as exc:
-            self._refuse_version(record, str(exc))
+            self._refuse_version(record, Reason.INVALID_RECORD, str(exc))
 
     def _check_members(self, record: Message) -> None:
         """§4.9.5 on first hearing: every destination has a node. A destination no node
@@ -856,6 +936,7 @@ class Engine:
             raise _AwaitingMembers(since + MEMBERS_GRACE_MS)
         self._refuse_version(
             record,
+            Reason.NO_NODE,
             f"destination {_names(unknown)} has no node (no node of it has published a "
             f"status within {MEMBERS_GRACE_MS // 1000} s of this message); start one, or check "
             "the destination's name",
@@ -864,10 +945,10 @@ class Engine:
     def _check_late(self, record: Message) -> None:
         """§4.13: a client copy of a message unknown here that reached the log too late
         (or dated ahead) is set aside -- without an Abort."""
-        reason = self.window.lateness(record.sentAt, record.logTime)
-        if reason is not None:
+        why = self.window.lateness(record.sentAt, record.logTime)
+        if why is not None:
             self.stats.late += 1
-            raise _Refused(reason)
+            raise _Refused(why)
 
     def _answer_settled(self, record: Message) -> list[Output]:
         """A peer's record about a message settled here. If this node aborted or
@@ -984,7 +1065,7 @@ class Engine:
         assert sender is not None and ts is not None
         self._check_peer(record)
         if record.value is None:
-            raise _Refused("NotifyMessage carries no value")
+            raise _Refused(refusal(Reason.INVALID_RECORD, "NotifyMessage carries no value"))
         if self._settled(mid):
             self._observe(ts)
             return self._answer_settled(record)
@@ -1056,6 +1137,7 @@ class Engine:
         if self._rules.coordinator_decides and not settled and mid not in self._pending:
             self._refuse_version(  # only a coordinator gets Acks, and it knows its own
                 record,
+                Reason.STRAY,
                 f"an Ack for {mid!r}, which this node never coordinated (a forged Notify "
                 "elsewhere?)",
             )
@@ -1089,20 +1171,32 @@ class Engine:
             # §4.9: an honest Decided follows its Notify in this log; a replay is a repeat.
             # Refused before anything of it counts (not even its sender as a member).
             raise _Refused(
-                f"DecidedMessage for {mid!r}, a message this node never heard of: an honest "
-                "Decided comes after its Notify in the same log (§4.9); a stray or a forgery"
+                refusal(
+                    Reason.STRAY,
+                    f"DecidedMessage for {mid!r}, a message this node never heard of: an "
+                    "honest Decided comes after its Notify in the same log (§4.9); a stray or "
+                    "a forgery",
+                )
             )
         if not self._rules.coordinator_decides and record.protocol == self._protocol:
             # §4.9: poc and direct decide at every destination; none writes a Decided
             raise _Refused(
-                f"DecidedMessage under {self.algorithm.value}, whose nodes never write one "
-                "(§4.9): a stray or a forgery"
+                refusal(
+                    Reason.STRAY,
+                    f"DecidedMessage under {self.algorithm.value}, whose nodes never write one "
+                    "(§4.9): a stray or a forgery",
+                )
             )
         self._check_peer(record)
         if known is not None and known.final is None:
             self._check_decider(record, known)
         if record.value is None and known is not None and known.value is None:
-            raise _Refused("DecidedMessage without a value, for a message whose value is unknown")
+            raise _Refused(
+                refusal(
+                    Reason.INVALID_RECORD,
+                    "DecidedMessage without a value, for a message whose value is unknown",
+                )
+            )
         self._observe(final)
         if self._settled(mid):
             return self._answer_settled(record)
@@ -1121,8 +1215,11 @@ class Engine:
         sender = record.sentFromTopic
         if sender not in entry.acked_to:
             raise _Refused(
-                f"DecidedMessage for {record.messageID!r} from {sender}, a coordinator this "
-                "node never acked (§4.9): a stray or a forgery"
+                refusal(
+                    Reason.STRAY,
+                    f"DecidedMessage for {record.messageID!r} from {sender}, a coordinator "
+                    "this node never acked (§4.9): a stray or a forgery",
+                )
             )
 
     def _on_abort(self, record: Message) -> list[Output]:
@@ -1157,9 +1254,13 @@ class Engine:
         ):
             self.stats.unconfirmed_aborts += 1
             raise _Refused(
-                f"an Abort from {sender} that answers none of this node's proposals to it: "
-                "the version goes on here, and is dropped when that destination answers "
-                "this node's proposal (§4.9.4); a stray, or the Abort it sends before that"
+                refusal(
+                    Reason.STRAY,
+                    f"an Abort from {sender} that answers none of this node's proposals to "
+                    "it: the version goes on here, and is dropped when that destination "
+                    "answers this node's proposal (§4.9.4); a stray, or the Abort it sends "
+                    "before that",
+                )
             )
         out = [
             Output(t, self._abort(mid, version, entry.sent_at, seq))
@@ -1177,8 +1278,11 @@ class Engine:
         self._check_partition(record)
         if record.senderID not in (self.merger_id, self.node_id):
             raise _Refused(
-                f"TickMessage from {record.senderID or 'an unnamed sender'}: only "
-                f"{self.merger_id} (and this node itself) may tick this log"
+                refusal(
+                    Reason.STRAY,
+                    f"TickMessage from {record.senderID or 'an unnamed sender'}: only "
+                    f"{self.merger_id} (and this node itself) may tick this log",
+                )
             )
         self._check_timestamp(record, ts)
         self._observe(ts)
@@ -1188,8 +1292,11 @@ class Engine:
         """§4.9.5: this node's own record of which topics have a node."""
         if record.senderID != self.node_id:
             raise _Refused(
-                f"MembersMessage from {record.senderID or 'an unnamed sender'}: only this "
-                "node writes its own"
+                refusal(
+                    Reason.STRAY,
+                    f"MembersMessage from {record.senderID or 'an unnamed sender'}: only "
+                    "this node writes its own",
+                )
             )
         if record.protocol is not None and record.protocol != self._protocol:
             # this node's log was processed under another protocol up to here: a node

@@ -1,4 +1,5 @@
-"""An engine's whole state as plain JSON data, and back (docs/DESIGN.md §6).
+"""An engine's whole state as one value, :class:`EngineState`, and its snapshot
+format: plain JSON data, and back (docs/DESIGN.md §6).
 
 A snapshot holds everything :class:`~atomickafka.core.engine.Engine` keeps: its
 settings, clock and log time, undelivered messages, held messages (§4.11), the bounded
@@ -6,28 +7,27 @@ memory of settled ids and refused versions (§4.13), the last sequence taken fro
 peer (§4.12) and the counters. Restoring it and feeding the rest of the log gives the
 same state and outputs as a run that never stopped (property-tested). Values are JSON
 bytes (raw values are any bytes, §3.8), so they are stored as base64.
+
+This module knows the state and its format, not the engine: the engine hands its state
+over as an :class:`EngineState` (``Engine.state``) and is built from one
+(``Engine.from_state``); nothing here reads or writes the engine's fields, and this
+module does not import the engine's (``tests/unit/test_layout.py`` holds the package
+free of import cycles). ``tests/unit/test_engine_state.py`` keeps a snapshot written
+before the state became one value, and loads it.
 """
 
 from __future__ import annotations
 
 import base64
-from typing import TYPE_CHECKING, Any, Final
+from dataclasses import dataclass
+from typing import Any, Final
 
 from atomickafka.core.engine_types import EngineStats, PendingMessage
 from atomickafka.core.memory import LinkSequences, SettledMemory
 from atomickafka.core.wire import Message, MessageType
 from atomickafka.errors import AtomicKafkaError
 
-if TYPE_CHECKING:
-    from atomickafka.core.engine import Engine
-
-__all__ = [
-    "SNAPSHOT_VERSION",
-    "SnapshotError",
-    "engine_settings",
-    "engine_to_data",
-    "load_engine_state",
-]
+__all__ = ["SNAPSHOT_VERSION", "EngineState", "SnapshotError"]
 
 #: Version 3: log time, held messages, bounded memory, link sequences.
 SNAPSHOT_VERSION: Final = 3
@@ -102,121 +102,156 @@ def _message_from(data: list[Any]) -> Message:
     )
 
 
-def engine_to_data(engine: Engine) -> dict[str, Any]:
-    """The whole state of ``engine`` as plain JSON-serialisable data."""
-    return {
-        "version": SNAPSHOT_VERSION,
-        "topic": engine.topic,
-        "node_id": engine.node_id,
-        "algorithm": engine.algorithm.value,
-        "partition": engine.partition,
-        "max_value_bytes": engine.max_value_bytes,
-        "max_record_bytes": engine.max_record_bytes,
-        "merger_id": engine.merger_id,
-        "clock": engine.clock,
-        "now_ms": engine.now_ms,
-        "origin": [engine._origin, engine._next_index],
-        "pending": {
-            mid: [
-                list(e.destinations),
-                e.digest,
-                _text(e.value),
-                e.sent_at,
-                dict(e.proposals),
-                e.local,
-                e.final,
-                e.coordinator,
-                sorted(e.acked_to),
-                _text(e.key),
-                _headers_data(e.headers),
-                e.encoding,
-                {t: list(seq) for t, seq in e.sent.items()},
-                {t: list(seq) for t, seq in e.heard.items()},
-            ]
-            for mid, e in engine._pending.items()
-        },
-        "held": [_message_data(m) for m in engine._held.messages()],
-        "memory": engine._memory.to_data(),
-        "links": engine._links.to_data(),
-        "members": None if engine.members is None else sorted(engine.members),
-        "members_log_ms": engine.members_log_ms,
-        "logged_protocol": engine.logged_protocol,
-        "orphans": [list(o) for o in engine._orphans],
-        "awaiting": [[t, _message_data(m)] for t, m in engine._awaiting],
-        "stats": {name: getattr(engine.stats, name) for name in EngineStats.__dataclass_fields__},
-    }
+@dataclass(slots=True)
+class EngineState:
+    """Everything an engine keeps between batches: its settings (what it was built
+    with), its clock and progress, and its containers.
 
+    The engine's own containers, not copies: a state taken from an engine is read (and
+    written out) before the engine steps again; one given to an engine becomes its own.
+    """
 
-def engine_settings(data: dict[str, Any]) -> dict[str, Any]:
-    """The constructor settings a snapshot names; :class:`SnapshotError` when it is not
-    a readable snapshot of this version."""
-    if not isinstance(data, dict) or data.get("version") != SNAPSHOT_VERSION:
-        version = data.get("version") if isinstance(data, dict) else None
-        raise SnapshotError(f"unsupported engine snapshot version {version!r}")
-    try:
+    # settings
+    topic: str
+    node_id: str
+    algorithm: str
+    partition: int | None
+    max_value_bytes: int
+    max_record_bytes: int
+    merger_id: str
+    # the clock and progress
+    clock: int
+    now_ms: int
+    #: Offset of the record being handled, and the index of its next output.
+    origin: int | None
+    next_index: int
+    # the containers
+    pending: dict[str, PendingMessage]
+    #: Held messages (§4.11), in release order.
+    held: list[Message]
+    memory: SettledMemory
+    links: LinkSequences
+    members: frozenset[str] | None
+    members_log_ms: int | None
+    logged_protocol: str | None
+    orphans: list[tuple[int, str]]
+    awaiting: list[tuple[int, Message]]
+    stats: EngineStats
+
+    @property
+    def window_ms(self) -> int:
+        """How long settled ids are remembered (§4.13), a setting kept by the memory."""
+        return self.memory.window_ms
+
+    def to_data(self) -> dict[str, Any]:
+        """The state as plain JSON-serialisable data: the snapshot's format."""
         return {
-            "topic": str(data["topic"]),
-            "node_id": str(data["node_id"]),
-            "algorithm": str(data["algorithm"]),
-            "partition": data["partition"],
-            "max_value_bytes": int(data["max_value_bytes"]),
-            "max_record_bytes": int(data["max_record_bytes"]),
-            "window_ms": int(data["memory"]["window_ms"]),
-            "merger_id": str(data["merger_id"]),
+            "version": SNAPSHOT_VERSION,
+            "topic": self.topic,
+            "node_id": self.node_id,
+            "algorithm": self.algorithm,
+            "partition": self.partition,
+            "max_value_bytes": self.max_value_bytes,
+            "max_record_bytes": self.max_record_bytes,
+            "merger_id": self.merger_id,
+            "clock": self.clock,
+            "now_ms": self.now_ms,
+            "origin": [self.origin, self.next_index],
+            "pending": {mid: _pending_data(e) for mid, e in self.pending.items()},
+            "held": [_message_data(m) for m in self.held],
+            "memory": self.memory.to_data(),
+            "links": self.links.to_data(),
+            "members": None if self.members is None else sorted(self.members),
+            "members_log_ms": self.members_log_ms,
+            "logged_protocol": self.logged_protocol,
+            "orphans": [list(o) for o in self.orphans],
+            "awaiting": [[t, _message_data(m)] for t, m in self.awaiting],
+            "stats": {name: getattr(self.stats, name) for name in EngineStats.__dataclass_fields__},
         }
-    except (KeyError, TypeError, ValueError) as exc:
-        raise SnapshotError(f"engine snapshot unreadable: {type(exc).__name__}: {exc}") from exc
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> EngineState:
+        """The state a snapshot holds; :class:`SnapshotError` when it is not a readable
+        snapshot of this version."""
+        if not isinstance(data, dict) or data.get("version") != SNAPSHOT_VERSION:
+            version = data.get("version") if isinstance(data, dict) else None
+            raise SnapshotError(f"unsupported engine snapshot version {version!r}")
+        try:
+            return _state_from(data)
+        except SnapshotError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise SnapshotError(f"engine snapshot unreadable: {type(exc).__name__}: {exc}") from exc
 
 
-def load_engine_state(engine: Engine, data: dict[str, Any]) -> None:
-    """Put a snapshot's state into ``engine`` (fresh, built from :func:`engine_settings`);
-    :class:`SnapshotError` when the data cannot be read."""
-    try:
-        _load(engine, data)
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
-        raise SnapshotError(f"engine snapshot unreadable: {type(exc).__name__}: {exc}") from exc
+def _pending_data(e: PendingMessage) -> list[Any]:
+    return [
+        list(e.destinations),
+        e.digest,
+        _text(e.value),
+        e.sent_at,
+        dict(e.proposals),
+        e.local,
+        e.final,
+        e.coordinator,
+        sorted(e.acked_to),
+        _text(e.key),
+        _headers_data(e.headers),
+        e.encoding,
+        {t: list(seq) for t, seq in e.sent.items()},
+        {t: list(seq) for t, seq in e.heard.items()},
+    ]
 
 
-def _load(engine: Engine, data: dict[str, Any]) -> None:
-    engine.clock = int(data["clock"])
-    engine.now_ms = int(data["now_ms"])
-    engine._origin, engine._next_index = data["origin"][0], int(data["origin"][1])
-    for mid, e in data["pending"].items():
-        destinations, digest, value, sent_at, proposals, local, final, coord, acked = e[:9]
-        key, headers, encoding = e[9:12]
-        sent, heard = (e[12], e[13]) if len(e) > 13 else ({}, {})  # absent before both
-        entry = PendingMessage(
-            destinations=tuple(destinations),
-            digest=digest,
-            value=_bytes(value),
-            sent_at=sent_at,
-            proposals={str(k): int(v) for k, v in proposals.items()},
-            local=local,
-            final=final,
-            coordinator=bool(coord),
-            acked_to=set(acked),
-            key=_bytes(key),
-            headers=_headers_from(headers),
-            encoding=encoding,
-            sent={str(t): (int(q[0]), int(q[1])) for t, q in sent.items()},
-            heard={str(t): (int(q[0]), int(q[1])) for t, q in heard.items()},
-        )
-        engine._pending[mid] = entry
-        if entry.key_ts is not None:
-            engine._queue.add((entry.key_ts, mid))
-    for item in data["held"]:
-        message = _message_from(item)
-        assert message.timeStamp is not None
-        engine._held.hold(message, message.timeStamp)
-    engine._memory = SettledMemory.from_data(data["memory"])
-    engine._links = LinkSequences.from_data(data["links"])
-    engine._orphans.extend((int(t), str(mid)) for t, mid in data.get("orphans", []))
-    engine._awaiting = [(int(t), _message_from(m)) for t, m in data.get("awaiting", [])]
+def _pending_from(e: list[Any]) -> PendingMessage:
+    destinations, digest, value, sent_at, proposals, local, final, coord, acked = e[:9]
+    key, headers, encoding = e[9:12]
+    sent, heard = (e[12], e[13]) if len(e) > 13 else ({}, {})  # absent before both
+    return PendingMessage(
+        destinations=tuple(destinations),
+        digest=digest,
+        value=_bytes(value),
+        sent_at=sent_at,
+        proposals={str(k): int(v) for k, v in proposals.items()},
+        local=local,
+        final=final,
+        coordinator=bool(coord),
+        acked_to=set(acked),
+        key=_bytes(key),
+        headers=_headers_from(headers),
+        encoding=encoding,
+        sent={str(t): (int(q[0]), int(q[1])) for t, q in sent.items()},
+        heard={str(t): (int(q[0]), int(q[1])) for t, q in heard.items()},
+    )
+
+
+def _state_from(data: dict[str, Any]) -> EngineState:
     members = data.get("members")
-    engine.members = None if members is None else frozenset(str(t) for t in members)
     members_log_ms = data.get("members_log_ms")  # absent in older snapshots: wait for the next
-    engine.members_log_ms = None if members_log_ms is None else int(members_log_ms)
     logged = data.get("logged_protocol")  # absent in older snapshots
-    engine.logged_protocol = None if logged is None else str(logged)
-    engine.stats = EngineStats(**data["stats"])
-    engine._check_due = True
+    held = [_message_from(item) for item in data["held"]]
+    if any(m.timeStamp is None for m in held):
+        raise SnapshotError("engine snapshot unreadable: a held message without a timestamp")
+    return EngineState(
+        topic=str(data["topic"]),
+        node_id=str(data["node_id"]),
+        algorithm=str(data["algorithm"]),
+        partition=data["partition"],
+        max_value_bytes=int(data["max_value_bytes"]),
+        max_record_bytes=int(data["max_record_bytes"]),
+        merger_id=str(data["merger_id"]),
+        clock=int(data["clock"]),
+        now_ms=int(data["now_ms"]),
+        origin=data["origin"][0],
+        next_index=int(data["origin"][1]),
+        pending={mid: _pending_from(e) for mid, e in data["pending"].items()},
+        held=held,
+        memory=SettledMemory.from_data(data["memory"]),
+        links=LinkSequences.from_data(data["links"]),
+        members=None if members is None else frozenset(str(t) for t in members),
+        members_log_ms=None if members_log_ms is None else int(members_log_ms),
+        logged_protocol=None if logged is None else str(logged),
+        orphans=[(int(t), str(mid)) for t, mid in data.get("orphans", [])],
+        awaiting=[(int(t), _message_from(m)) for t, m in data.get("awaiting", [])],
+        stats=EngineStats(**data["stats"]),
+    )

@@ -7,6 +7,7 @@ from enum import StrEnum
 from typing import Final, NamedTuple
 
 from atomickafka.core.memory import Version
+from atomickafka.core.reasons import Reason
 from atomickafka.core.wire import Message
 
 __all__ = [
@@ -48,12 +49,14 @@ class Rejection(NamedTuple):
     """An input message, refused: it changed nothing (but the Aborts it caused).
 
     ``position`` is its index in the batch, or ``None`` when it was held (§4.11) in an
-    earlier batch and refused when its time came.
+    earlier batch and refused when its time came. ``reason`` is the prose of ``code``
+    (:func:`~atomickafka.core.reasons.refusal`).
     """
 
     position: int | None
     message: Message
     reason: str
+    code: Reason
 
 
 class Aborted(NamedTuple):

@@ -32,6 +32,7 @@ from collections import deque
 from enum import StrEnum
 from typing import Any, Final, NamedTuple
 
+from atomickafka.core.reasons import Reason, Refusal, refusal
 from atomickafka.errors import ConfigError
 
 __all__ = [
@@ -66,22 +67,24 @@ class Window(NamedTuple):
         """A ``sentAt`` further than this ahead of the log's time is refused."""
         return self.window_ms // 4
 
-    def lateness(self, sent_at: int | None, log_time: int | None) -> str | None:
+    def lateness(self, sent_at: int | None, log_time: int | None) -> Refusal | None:
         """Why a client copy sent at ``sent_at`` that reached the log at ``log_time`` is
-        late, or ``None`` when it is not (or either time is unknown)."""
+        late (or dated ahead), or ``None`` when it is not (or either time is unknown)."""
         if sent_at is None or log_time is None:
             return None
         age = log_time - sent_at
         if age > self.max_age_ms:
-            return (
-                f"late: sent {age} ms before it reached this log, more than the "
+            return refusal(
+                Reason.LATE,
+                f"sent {age} ms before it reached this log, more than the "
                 f"{self.max_age_ms} ms a client copy may take (§4.13); a copy of a message "
-                "this node may have finished with"
+                "this node may have finished with",
             )
         if -age > self.max_skew_ms:
-            return (
+            return refusal(
+                Reason.CLOCK_SKEW,
                 f"dated {-age} ms ahead of the broker's clock, more than the "
-                f"{self.max_skew_ms} ms allowed (§4.13): is the sender's clock right?"
+                f"{self.max_skew_ms} ms allowed (§4.13): is the sender's clock right?",
             )
         return None
 

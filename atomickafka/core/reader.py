@@ -32,11 +32,13 @@ from typing import Final, Protocol
 import orjson
 
 from atomickafka.core.raw import H_FROM, H_ID, H_SENDER, H_TS, decode_any, is_raw
+from atomickafka.core.reasons import Reason
 from atomickafka.core.signing import Signer
 from atomickafka.core.timebounds import CLOCK_LEAD_US
 from atomickafka.core.wire import Message, MessageError, MessageType
 
 __all__ = [
+    "DEAD_LETTER_CODE_HEADER",
     "DEAD_LETTER_ERROR_HEADER",
     "DEAD_LETTER_MESSAGES_HEADER",
     "DEAD_LETTER_OFFSET_HEADER",
@@ -67,8 +69,10 @@ __all__ = [
 #: Record header naming the record's ``messageType`` (set in the shared layout, where
 #: one topic holds every kind), so that readers skip records without parsing them.
 TYPE_HEADER: Final = "atomickafka-type"
-#: Headers of a dead letter (``atomickafka-dlq.T``): why, from where, which messages.
+#: Headers of a dead letter (``atomickafka-dlq.T``): why (as prose, and as the code of
+#: its :class:`~atomickafka.core.reasons.Reason`), from where, which messages.
 DEAD_LETTER_ERROR_HEADER: Final = "atomickafka-error"
+DEAD_LETTER_CODE_HEADER: Final = "atomickafka-error-code"
 DEAD_LETTER_SOURCE_HEADER: Final = "atomickafka-source"
 DEAD_LETTER_OFFSET_HEADER: Final = "atomickafka-offset"
 DEAD_LETTER_MESSAGES_HEADER: Final = "atomickafka-messages"
@@ -414,6 +418,9 @@ class DeadLetter:
     message_ids: tuple[str, ...]
     truncated_from: int | None  # the original size, when the value was cut
     value: bytes | None
+    #: Why, as a code: ``None`` when the letter carries no code this release knows (an
+    #: older writer's, or a newer one's).
+    code: Reason | None = None
 
 
 def _digits(text: str) -> bool:
@@ -446,4 +453,13 @@ def read_dead_letter(record: KafkaRecord) -> DeadLetter:
         message_ids=message_ids,
         truncated_from=number(DEAD_LETTER_TRUNCATED_HEADER),
         value=record.value(),
+        code=_reason(text(DEAD_LETTER_CODE_HEADER)),
     )
+
+
+def _reason(code: str | None) -> Reason | None:
+    """The :class:`Reason` a dead letter's code header names, if any."""
+    try:
+        return None if code is None else Reason(code)
+    except ValueError:
+        return None

@@ -27,6 +27,7 @@ import struct
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
+from atomickafka.core.reasons import Reason, Refusal, refusal
 from atomickafka.errors import AtomicKafkaError
 
 __all__ = [
@@ -149,17 +150,34 @@ class Signer:
         value: bytes | None,
         headers: HeaderPairs | None,
     ) -> str | None:
+        """Why a record read from ``topic`` is not validly signed (the prose of
+        :meth:`refusal`), or ``None`` when it is."""
+        found = self.refusal(topic, key, value, headers)
+        return None if found is None else found.text
+
+    def refusal(
+        self,
+        topic: str,
+        key: str | bytes | None,
+        value: bytes | None,
+        headers: HeaderPairs | None,
+    ) -> Refusal | None:
         """Why a record read from ``topic`` is not validly signed, or ``None`` when it is."""
         given = [h for n, h in _pairs(headers) if n == SIGNATURE_HEADER]
         if not given:
-            return f"unsigned: no {SIGNATURE_HEADER} header (signing is on for this topic)"
+            return refusal(
+                Reason.UNSIGNED, f"no {SIGNATURE_HEADER} header (signing is on for this topic)"
+            )
         if len(given) > 1:
-            return f"more than one {SIGNATURE_HEADER} header"
+            return refusal(Reason.BAD_SIGNATURE, f"more than one {SIGNATURE_HEADER} header")
         found = _as_bytes(given[0]) or b""
         if not found.startswith(_PREFIX):
-            return f"{SIGNATURE_HEADER} header of an unknown form"
+            return refusal(Reason.BAD_SIGNATURE, f"{SIGNATURE_HEADER} header of an unknown form")
         message = _message(topic, key, value, headers)
         claimed = found[len(_PREFIX) :]
         if any(hmac.compare_digest(claimed, self._digest(s, message)) for s in self._secrets):
             return None
-        return "wrong signature: not signed with a secret this member holds, or altered"
+        return refusal(
+            Reason.BAD_SIGNATURE,
+            "wrong signature: not signed with a secret this member holds, or altered",
+        )

@@ -1,25 +1,27 @@
-"""The evaluation: the thesis's suite (``atomickafka eval``) and the bench
-(``atomickafka bench``), with everything they measure with.
+"""The evaluation: the thesis's suite (``atomickafka eval``), the bench
+(``atomickafka bench``) and the soak (``eval/soak.py``), with everything they measure
+with. Five subpackages, each importing only those before it here (and
+:mod:`~atomickafka.evaluation.errors`, the error that ends a run); the layout test holds
+them to it (docs/DESIGN.md §2):
 
-One module per concern:
-
-- :mod:`~atomickafka.evaluation.scenarios`: scenario names, multicast shares, client plans;
-- :mod:`~atomickafka.evaluation.variants`: what is compared (protocols, layouts, the
-  single-sequencer baseline);
-- :mod:`~atomickafka.evaluation.measuring`: what the suite and the bench share while a
-  load runs (probes, the delivery counter, the warm-up, percentiles);
-- :mod:`~atomickafka.evaluation.runner`: one run (nodes, client processes, progress,
-  the order check);
-- :mod:`~atomickafka.evaluation.clients` and :mod:`~atomickafka.evaluation.sequencer`:
-  the processes that write the load;
-- :mod:`~atomickafka.evaluation.recording`: every record of a run into Parquet;
-- :mod:`~atomickafka.evaluation.metrics_job`: the PySpark metrics job (a plain PySpark
-  application, also run by ``spark-submit``), and :mod:`~atomickafka.evaluation.spark`,
-  the suite's side of it;
-- :mod:`~atomickafka.evaluation.results`, :mod:`~atomickafka.evaluation.thesis`,
-  :mod:`~atomickafka.evaluation.comparison`, :mod:`~atomickafka.evaluation.plots`,
-  :mod:`~atomickafka.evaluation.report`: the report;
-- :mod:`~atomickafka.evaluation.suite`: the whole ``eval`` command;
-- :mod:`~atomickafka.evaluation.bench`: AtomicKafka against a bare Kafka pipe, and
-  :mod:`~atomickafka.evaluation.merge_delay`: the merge delay of partitioned topics.
+- :mod:`~atomickafka.evaluation.cost`: what a run costs and what it wrote -- CPU per
+  message by process role (``accounting``, ``processes``), records and bytes by type
+  (``traffic``, ``topic_scan``), resident memory (``rss``);
+- :mod:`~atomickafka.evaluation.load`: what writes the load and what is measured while
+  it runs -- the thesis's scenarios and client plans (``scenarios``), what is compared
+  (``variants``), the client processes (``clients``) and the baselines' senders
+  (``senders``, ``sequencer``, ``bare``), probes, the delivery counter, the warm-up and
+  percentiles (``measuring``);
+- :mod:`~atomickafka.evaluation.bench`: ``atomickafka bench`` (``command``), AtomicKafka
+  against a bare Kafka pipe and a single sequencer, the relay's latency floor
+  (``relay``), the merge delay of partitioned topics (``merge_delay``), an aged status
+  topic for start-up timings (``aged_status``);
+- :mod:`~atomickafka.evaluation.suite`: ``atomickafka eval`` (``command``): one run
+  (``runner``, ``environment``, ``recording``, ``run_audit``), the PySpark metrics job
+  (``metrics_job``, a plain PySpark application also run by ``spark-submit``, and
+  ``spark``, the suite's side of it), the report (``results``, ``thesis``,
+  ``comparison``, ``plots``, ``report``);
+- :mod:`~atomickafka.evaluation.soak`: the soak's phases (``memory``, ``faults``,
+  ``modes``), its cluster, load and shared parts (``cluster``, ``load``, ``common``) and
+  its outputs (``figures``, ``report``).
 """

@@ -1,5 +1,6 @@
 """What the metrics read off records, cheaply and without decoding them: an input
-record's type, a delivery's ``sentAt``, a dead letter's reason as a short label.
+record's type, a delivery's ``sentAt``, a dead letter's reason as a short label (from
+the :class:`~atomickafka.core.reasons.Reason` the batch layer set on it).
 
 These run for every record a node reads or writes, so on the hot path none of them
 parses JSON: they look at headers and at a bounded stretch of the record's bytes. Every
@@ -22,11 +23,10 @@ from typing import Final
 
 from atomickafka.core.raw import H_SENT
 from atomickafka.core.reader import TYPE_HEADER, PlainRecord, peek
-from atomickafka.core.signing import SIGNATURE_HEADER
+from atomickafka.core.reasons import LABELS, Reason
 from atomickafka.core.wire import MessageType
 
 __all__ = [
-    "REASONS",
     "REASON_LABELS",
     "SENT_HEADER",
     "UNKNOWN",
@@ -35,8 +35,9 @@ __all__ = [
     "sent_at_ms",
 ]
 
-#: The label of a record whose type cannot be seen, and of a reason no rule names.
+#: The label of a record whose type cannot be seen.
 UNKNOWN: Final = "unknown"
+#: The label of a dead letter that carries no reason.
 OTHER: Final = "other"
 #: Header carrying ``sentAt`` (ms) on records whose value is the user's bytes (the raw
 #: record form, docs/DESIGN.md §3.8).
@@ -56,42 +57,10 @@ _DIGITS: Final = re.compile(rb"(\d{1,16})[,}]")
 
 Headers = Sequence[tuple[str, str | bytes | None]] | Mapping[str, str | bytes | None]
 
-#: Dead-letter reasons as labels: the first rule whose pattern matches the start of the
-#: reason's text names it; anything else is ``other``.
-REASONS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = tuple(
-    (label, re.compile(pattern))
-    for label, pattern in (
-        ("protocol mismatch", r"protocol mismatch\b"),
-        ("conflict", r"conflict:"),
-        ("unsigned", r"unsigned:"),
-        (
-            "bad signature",
-            rf"wrong signature|more than one {SIGNATURE_HEADER} header|{SIGNATURE_HEADER} header",
-        ),
-        ("late", r"late:"),
-        ("clock skew", r"dated \d+ ms ahead"),
-        ("timestamp ahead", r"timestamp \d+ is more than"),
-        ("held overflow", r"held with \d+ other messages"),
-        ("clock exhausted", r"the clock is exhausted"),
-        ("no node", r"destination .+ has no node"),
-        ("too large", r"value of \d+ bytes is over|an output to \S+ of \d+ bytes"),
-        ("output refused", r"output to \S+ refused"),
-        ("aborted", r"aborted:"),
-        ("wrong layer", r"a record of layer \d+ in"),
-        ("merger refused", r"merger refused:"),
-        ("not a layer record", r"not a layer record|\w+ is not a layer record|a layer record from"),
-        (
-            "misaddressed",
-            r"\w+ (?:carries no value digest|not addressed to |from .*, which is not another)",
-        ),
-        ("invalid record", r"field '|record:"),
-    )
-)
-
-
-#: Every label :func:`dead_letter_reason` can give (so that each series can be shown
-#: from the start, at 0).
-REASON_LABELS: Final = (*(label for label, _ in REASONS), OTHER)
+#: Every label :func:`dead_letter_reason` can give, the labels of every
+#: :class:`~atomickafka.core.reasons.Reason` and ``other`` (so that each series can be
+#: shown from the start, at 0).
+REASON_LABELS: Final = (*(LABELS[reason] for reason in Reason), OTHER)
 
 
 def _header(headers: Headers | None, name: str) -> bytes | None:
@@ -157,10 +126,7 @@ def sent_at_ms(value: bytes | None, headers: Headers | None) -> int | None:
     return None if found is None else int(found.group(1))
 
 
-def dead_letter_reason(text: str) -> str:
-    """A dead letter's reason (its ``atomickafka-error`` header) as a short label from
-    :data:`REASONS`, or ``other``."""
-    for label, pattern in REASONS:
-        if pattern.match(text):
-            return label
-    return OTHER
+def dead_letter_reason(reason: Reason | None) -> str:
+    """A dead letter's reason as a short label: its code's (:data:`~atomickafka.core.
+    reasons.LABELS`), or ``other`` for a letter without one. Never read off its prose."""
+    return OTHER if reason is None else LABELS[reason]

@@ -22,7 +22,8 @@ from typing import Final, Literal, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from atomickafka.core.reader import DEAD_LETTER_ERROR_HEADER, KafkaRecord
+from atomickafka.core.reader import KafkaRecord
+from atomickafka.core.reasons import Reason
 from atomickafka.metrics.histogram import BatchObserver
 from atomickafka.metrics.records import (
     REASON_LABELS,
@@ -74,6 +75,8 @@ class WrittenRecord(Protocol):
     def headers(self) -> Sequence[tuple[str, bytes]]: ...
     @property
     def sent_at(self) -> int | None: ...
+    @property
+    def reason(self) -> Reason | None: ...
 
 
 class ShellMetrics:
@@ -202,7 +205,7 @@ class ShellMetrics:
                 if sent is not None:
                     latencies.append(max(0.0, wall_s - sent / 1000))
             elif record.kind == DEAD_LETTER:
-                reasons[_reason_of(record)] += 1
+                reasons[dead_letter_reason(record.reason)] += 1
         for kind, n in kinds.items():
             self.records_out.labels(*labels, str(kind)).inc(n)
         delivered = kinds.get(DELIVERY, 0)
@@ -251,10 +254,3 @@ class ShellMetrics:
         if total > seen:
             counter.labels(*self._labels).inc(total - seen)
         self._mismatches_seen = total
-
-
-def _reason_of(record: WrittenRecord) -> str:
-    for name, value in record.headers:
-        if name == DEAD_LETTER_ERROR_HEADER:
-            return dead_letter_reason(value.decode(errors="replace"))
-    return dead_letter_reason("")

@@ -37,6 +37,7 @@ import orjson
 from atomickafka.core.engine import Algorithm, Engine, Output, Step
 from atomickafka.core.raw import decode_any, encode_raw_delivery
 from atomickafka.core.reader import (
+    DEAD_LETTER_CODE_HEADER,
     DEAD_LETTER_ERROR_HEADER,
     DEAD_LETTER_MESSAGES_HEADER,
     DEAD_LETTER_OFFSET_HEADER,
@@ -46,6 +47,7 @@ from atomickafka.core.reader import (
     KafkaRecord,
     header_value,
 )
+from atomickafka.core.reasons import Reason, Refusal, refusal
 from atomickafka.core.signing import SIGNATURE_HEADER, Signer
 from atomickafka.core.wire import (
     MAX_RECORD_BYTES,
@@ -105,7 +107,7 @@ class OutKind(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class OutRecord:
-    """A record to write."""
+    """A record to write (``reason``: why, for a dead letter)."""
 
     kind: OutKind
     topic: str
@@ -116,6 +118,7 @@ class OutRecord:
     #: A delivery's send time (ms since the epoch), as its message said: the metrics'
     #: latency, without reading it back from the bytes (``None``: read them).
     sent_at: int | None = None
+    reason: Reason | None = None
 
 
 @dataclass(slots=True)
@@ -189,7 +192,14 @@ def signed(record: OutRecord, signer: Signer | None) -> OutRecord:
         return record
     headers = signer.signed_headers(record.topic, record.key, record.value, record.headers)
     return OutRecord(
-        record.kind, record.topic, record.value, record.partition, record.key, tuple(headers)
+        record.kind,
+        record.topic,
+        record.value,
+        record.partition,
+        record.key,
+        tuple(headers),
+        record.sent_at,
+        record.reason,
     )
 
 
@@ -449,7 +459,8 @@ class NodeBatch(SnapshotTaker):
             self.unsigned += 1
             claimed = _claimed_sender(record)
             self.bad_signatures[claimed] = self.bad_signatures.get(claimed, 0) + 1
-            out.append(self._dead_letter(raw, f"{problem} (claims to come from {claimed})", record))
+            why = Refusal(problem.code, f"{problem.text} (claims to come from {claimed})")
+            out.append(self._dead_letter(raw, why, record))
             return []
         kind, stamp = record.timestamp()
         log_time = stamp if kind == _LOG_APPEND_TIME or stamp > 0 else None
@@ -461,14 +472,14 @@ class NodeBatch(SnapshotTaker):
             if exc.field == "formatVersion":
                 claimed = _claimed_sender(record)
                 self.newer_formats[claimed] = self.newer_formats.get(claimed, 0) + 1
-            out.append(self._dead_letter(raw, str(exc), record))
+            out.append(self._dead_letter(raw, refusal(Reason.INVALID_RECORD, str(exc)), record))
             return []
 
-    def _signature_problem(self, record: KafkaRecord) -> str | None:
+    def _signature_problem(self, record: KafkaRecord) -> Refusal | None:
         signer = self.spec.signer
         if signer is None:
             return None
-        return signer.problem(
+        return signer.refusal(
             record.topic() or self.spec.input_topic, record.key(), record.value(), record.headers()
         )
 
@@ -476,28 +487,29 @@ class NodeBatch(SnapshotTaker):
         """One dead letter per input record with refused messages: the record verbatim,
         the first reason, the ids of every refused message of it."""
         out: list[OutRecord] = []
-        groups: dict[int, tuple[KafkaRecord, list[tuple[Message, str]]]] = {}
+        groups: dict[int, tuple[KafkaRecord, list[tuple[Message, Refusal]]]] = {}
         for rejection in step.rejected:
+            why = Refusal(rejection.code, rejection.reason)
             if rejection.position is None:  # kept in an earlier batch (§4.11, §4.9.5)
-                out.append(self._refused_later(rejection.message, rejection.reason))
+                out.append(self._refused_later(rejection.message, why))
                 continue
             source = sources[rejection.position]
-            groups.setdefault(id(source), (source, []))[1].append(
-                (rejection.message, rejection.reason)
-            )
+            groups.setdefault(id(source), (source, []))[1].append((rejection.message, why))
         for source, refused in groups.values():
-            reason = refused[0][1]
+            why = refused[0][1]
             if len(refused) > 1:
-                reason += f" (and {len(refused) - 1} more messages of this record)"
+                why = Refusal(
+                    why.code, f"{why.text} (and {len(refused) - 1} more messages of this record)"
+                )
             ids = ",".join(m.messageID for m, _ in refused)[:2000]
             out.append(
                 self._dead_letter(
-                    source.value(), reason, source, ((DEAD_LETTER_MESSAGES_HEADER, ids),)
+                    source.value(), why, source, ((DEAD_LETTER_MESSAGES_HEADER, ids),)
                 )
             )
         return out
 
-    def _refused_later(self, message: Message, reason: str) -> OutRecord:
+    def _refused_later(self, message: Message, reason: Refusal) -> OutRecord:
         """The dead letter of a message refused after it was held or waited: its record
         verbatim while kept, else a note naming the record's offset in the input log."""
         origin = message.origin
@@ -512,7 +524,7 @@ class NodeBatch(SnapshotTaker):
         return [
             self._dead_letter(
                 orjson.dumps({"messageID": a.messageID, "topic": list(a.destinations)}),
-                f"aborted: {a.reason}",
+                refusal(Reason.ABORTED, a.reason),
                 None,
             )
             for a in step.aborted
@@ -605,11 +617,10 @@ class NodeBatch(SnapshotTaker):
         last resort)."""
         if record.value is None or len(record.value) <= self.spec.max_record_bytes:
             return record
-        return self._dead_letter(
-            record.value, f"an output to {record.topic} of {len(record.value)} bytes", None
-        )
+        too_large = f"an output to {record.topic} of {len(record.value)} bytes"
+        return self._dead_letter(record.value, refusal(Reason.TOO_LARGE, too_large), None)
 
-    def dead_letter(self, value: bytes | None, reason: str) -> OutRecord:
+    def dead_letter(self, value: bytes | None, reason: Refusal) -> OutRecord:
         """A signed dead letter for something the shell sets aside (an output the broker
         refused for good, at-least-once mode)."""
         return self._signed(self._dead_letter(value, reason, None))
@@ -617,12 +628,15 @@ class NodeBatch(SnapshotTaker):
     def _dead_letter(
         self,
         value: bytes | None,
-        reason: str,
+        reason: Refusal,
         source: KafkaRecord | None,
         extra: Iterable[tuple[str, str]] = (),
     ) -> OutRecord:
         self.dead_letters += 1
-        headers: list[tuple[str, bytes]] = [(DEAD_LETTER_ERROR_HEADER, reason.encode())]
+        headers: list[tuple[str, bytes]] = [
+            (DEAD_LETTER_ERROR_HEADER, reason.text.encode()),
+            (DEAD_LETTER_CODE_HEADER, reason.code.value.encode()),
+        ]
         headers += [(name, text.encode()) for name, text in extra]
         key = None
         if source is not None:
@@ -637,7 +651,13 @@ class NodeBatch(SnapshotTaker):
             headers.append((DEAD_LETTER_TRUNCATED_HEADER, str(len(value)).encode()))
             value = value[:DEAD_LETTER_KEEP]
         return OutRecord(
-            OutKind.DEAD_LETTER, self.spec.dead_letter_topic, value, None, key, tuple(headers)
+            OutKind.DEAD_LETTER,
+            self.spec.dead_letter_topic,
+            value,
+            None,
+            key,
+            tuple(headers),
+            reason=reason.code,
         )
 
     def _signed(self, record: OutRecord) -> OutRecord:

@@ -35,7 +35,13 @@ from atomickafka.core.merger import (
     TickRequest,
 )
 from atomickafka.core.raw import decode_any, encode_raw_delivery
-from atomickafka.core.reader import DEAD_LETTER_ERROR_HEADER, KafkaRecord, delivery_order_key
+from atomickafka.core.reader import (
+    DEAD_LETTER_CODE_HEADER,
+    DEAD_LETTER_ERROR_HEADER,
+    KafkaRecord,
+    delivery_order_key,
+)
+from atomickafka.core.reasons import Reason, Refusal, refusal
 from atomickafka.core.signing import Signer
 from atomickafka.core.wire import (
     Message,
@@ -175,7 +181,8 @@ class MergerBatch(SnapshotTaker):
         outputs = self.merger.handle_batch(items)
         for rejected in self.merger.rejected:
             value = orjson.dumps(repr(rejected.record))
-            ready.records.append(self._dead_letter(value, f"merger refused: {rejected.reason}"))
+            why = refusal(Reason.MERGER_REFUSED, rejected.reason.value)
+            ready.records.append(self._dead_letter(value, why))
         ready.records.extend(self._output(o) for o in outputs)
         self._schedule.took(len(records))
         ready.commit = None  # the merger's progress is its snapshot and the end of T
@@ -215,28 +222,34 @@ class MergerBatch(SnapshotTaker):
         delivery = message._replace(messageType=MessageType.DELIVERY, senderID=spec.sender_id)
         return LayerDelivery(layer, message.timeStamp or 0, message.messageID, delivery)
 
-    def _problem(self, record: KafkaRecord, raw: bytes | None, layer: int) -> str | None:
+    def _problem(self, record: KafkaRecord, raw: bytes | None, layer: int) -> Refusal | None:
         """Why a record of the layers topic is not taken in, or ``None``."""
         spec = self.spec
         if spec.signer is not None:
-            problem = spec.signer.problem(spec.layers_topic, record.key(), raw, record.headers())
+            problem = spec.signer.refusal(spec.layers_topic, record.key(), raw, record.headers())
             if problem is not None:
                 return problem
         if raw is None:
-            return "not a layer record: record has no value"
+            return refusal(Reason.NOT_A_LAYER_RECORD, "not a layer record: record has no value")
         try:
             messages = decode_record(raw)
         except MessageError as exc:
-            return f"not a layer record: {exc}"
+            return refusal(Reason.NOT_A_LAYER_RECORD, f"not a layer record: {exc}")
         if len(messages) != 1:
-            return "not a layer record: a bundle"
+            return refusal(Reason.NOT_A_LAYER_RECORD, "not a layer record: a bundle")
         (message,) = messages
         if message.messageType not in (MessageType.WATERMARK, MessageType.PARTITION_DELIVERY):
-            return f"{message.messageType.value} is not a layer record"
+            kind = message.messageType.value
+            return refusal(Reason.NOT_A_LAYER_RECORD, f"{kind} is not a layer record")
         if message.partitionID is not None and message.partitionID != layer:
-            return f"a record of layer {message.partitionID} in partition {layer}"
+            return refusal(
+                Reason.WRONG_LAYER, f"a record of layer {message.partitionID} in partition {layer}"
+            )
         if message.senderID != spec.layer_node(layer):
-            return f"a layer record from {message.senderID!r}, not {spec.layer_node(layer)}"
+            return refusal(
+                Reason.NOT_A_LAYER_RECORD,
+                f"a layer record from {message.senderID!r}, not {spec.layer_node(layer)}",
+            )
         return None
 
     def _output(self, output: Release | TickRequest) -> OutRecord:
@@ -268,11 +281,22 @@ class MergerBatch(SnapshotTaker):
         value = encode_tick(spec.sender_id, output.timeStamp, output.layer)
         return self._signed(OutRecord(OutKind.TICK, spec.input_topic, value, output.layer))
 
-    def _dead_letter(self, value: bytes | None, reason: str) -> OutRecord:
+    def _dead_letter(self, value: bytes | None, reason: Refusal) -> OutRecord:
         self.dead_letters += 1
-        headers = ((DEAD_LETTER_ERROR_HEADER, reason.encode()),)
+        headers = (
+            (DEAD_LETTER_ERROR_HEADER, reason.text.encode()),
+            (DEAD_LETTER_CODE_HEADER, reason.code.value.encode()),
+        )
         return self._signed(
-            OutRecord(OutKind.DEAD_LETTER, self.spec.dead_letter_topic, value, None, None, headers)
+            OutRecord(
+                OutKind.DEAD_LETTER,
+                self.spec.dead_letter_topic,
+                value,
+                None,
+                None,
+                headers,
+                reason=reason.code,
+            )
         )
 
     def _signed(self, record: OutRecord) -> OutRecord:

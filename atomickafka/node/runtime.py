@@ -41,6 +41,7 @@ from atomickafka.core.reader import (
     header_value,
     read_delivery,
 )
+from atomickafka.core.reasons import Reason, refusal
 from atomickafka.core.signing import Signer
 from atomickafka.errors import AtomicKafkaError
 from atomickafka.kafka.admin import (
@@ -680,7 +681,8 @@ class NodeRuntime(RoleShell):
     def _unwritable(self, ticket: Ticket, topic: str, value: bytes | None, reason: str) -> None:
         """A control output the broker refuses for good is set aside (§6.3)."""
         log.error("an output to %s could not be written: %s", topic, reason)
-        letter = self.batch.dead_letter(value, f"output to {topic} refused: {reason}")
+        why = refusal(Reason.OUTPUT_REFUSED, f"output to {topic} refused: {reason}")
+        letter = self.batch.dead_letter(value, why)
         writer = self._writer
         assert isinstance(writer, AckedWriter | SplitWriter)
         writer.send_dead_letter(ticket, letter)
@@ -696,7 +698,7 @@ class NodeRuntime(RoleShell):
                 PlainRecord(None, headers=list(record.headers)), DEAD_LETTER_ERROR_HEADER
             )
             text = (reason or b"").decode(errors="replace")
-            if text.startswith("protocol mismatch"):
+            if record.reason is Reason.PROTOCOL_MISMATCH:
                 sender = text.split(":", 1)[1].split(" runs ", 1)[0].strip()
                 if sender in self._mismatch_logged:
                     continue

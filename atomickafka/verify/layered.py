@@ -46,7 +46,7 @@ log shares one clock. :meth:`LayeredSimulator.result` returns a :class:`LayeredR
 the merged streams, what was sent, the checker's verdict on the merged streams, what is
 stuck, the ticks, and, per merged delivery, when it was written to its layer stream,
 first read by a merger and released (:class:`MergeDelay`; the merge-delay benchmark,
-:mod:`atomickafka.evaluation.merge_delay`, sums them up).
+:mod:`atomickafka.evaluation.bench.merge_delay`, sums them up).
 
 >>> topics = ["A", "B", "C"]
 >>> workload = assign_layers(random_workload(random.Random(3), topics, messages=20), 3)

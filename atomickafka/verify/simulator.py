@@ -117,6 +117,7 @@ from atomickafka.core.reader import (
     read_dead_letter,
     read_messages,
 )
+from atomickafka.core.reasons import Reason
 from atomickafka.core.signing import Signer
 from atomickafka.core.wire import (
     Message,
@@ -343,9 +344,7 @@ class SimulationResult:
         the notes about aborted messages are in :attr:`aborted`."""
         out: dict[str, list[str]] = {}
         for topic, letters in self.dead_letters.items():
-            reasons = [
-                d.reason for d in map(_dead_letter, letters) if not d.reason.startswith("aborted: ")
-            ]
+            reasons = [d.reason for d in map(_dead_letter, letters) if d.code is not Reason.ABORTED]
             if reasons:
                 out[topic] = reasons
         return out
@@ -358,7 +357,7 @@ class SimulationResult:
             out[topic] = [
                 mid
                 for letter in map(_dead_letter, letters)
-                if letter.reason.startswith("aborted: ")
+                if letter.code is Reason.ABORTED
                 for mid in letter.message_ids
             ]
         return out

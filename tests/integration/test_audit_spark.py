@@ -30,7 +30,7 @@ from atomickafka.audit.records import audited_delivery
 from atomickafka.audit.service import audit_once
 from atomickafka.core.reader import DELIVERY_LEAD_US, PlainRecord
 from atomickafka.core.wire import Message, MessageType, encode_delivery, value_digest
-from atomickafka.evaluation.spark import session
+from atomickafka.evaluation.suite.spark import session
 from tests.integration.audit_support import (
     clean_run,
     delivery_value,

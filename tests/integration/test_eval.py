@@ -29,13 +29,13 @@ from atomickafka.core.wire import (
     encode_client,
     encode_delivery,
 )
-from atomickafka.evaluation.clients import payload
-from atomickafka.evaluation.cost import RunCost
-from atomickafka.evaluation.measuring import WARMUP_VALUE
-from atomickafka.evaluation.processes import ProcessRole
-from atomickafka.evaluation.recording import RecordedTopic, Role, _RecordColumns
-from atomickafka.evaluation.results import RunInfo, RunMetrics
-from atomickafka.evaluation.spark import load_job, session
+from atomickafka.evaluation.cost.accounting import RunCost
+from atomickafka.evaluation.cost.processes import ProcessRole
+from atomickafka.evaluation.load.clients import payload
+from atomickafka.evaluation.load.measuring import WARMUP_VALUE
+from atomickafka.evaluation.suite.recording import RecordedTopic, Role, _RecordColumns
+from atomickafka.evaluation.suite.results import RunInfo, RunMetrics
+from atomickafka.evaluation.suite.spark import load_job, session
 from tests.conftest import KafkaService
 
 pytestmark = pytest.mark.integration

@@ -43,7 +43,7 @@ from confluent_kafka import Producer
 
 from atomickafka.client import AtomicKafkaClient, Delivery, DeliveryReader
 from atomickafka.core.engine import MEMBERS_GRACE_MS
-from atomickafka.core.reader import read_dead_letter
+from atomickafka.core.reader import DeadLetter, read_dead_letter
 from atomickafka.core.signing import SIGNATURE_HEADER, Signer
 from atomickafka.core.timebounds import CLOCK_HOLD_US
 from atomickafka.core.wire import (
@@ -467,12 +467,12 @@ _REPEAT_IGNORED: Final = (
 def _assert_accounted(run: Run, topics: list[str], partitions: int) -> str:
     """Every hostile record is dead-lettered with its reason, or ignored and counted by
     the counter that counts it; return the table of outcomes per kind."""
-    origins: dict[str, str] = {}
+    origins: dict[str, DeadLetter] = {}
     for records in run.letters.values():
         for record in records:
             letter = read_dead_letter(record)
             if letter.source is not None and letter.source_offset is not None:
-                origins[f"{letter.source}@{letter.source_offset}"] = letter.reason
+                origins[f"{letter.source}@{letter.source_offset}"] = letter
     outcomes: dict[tuple[str, str], Counter[str]] = {}
     taken: set[str] = set()  # the logs (topic/partition) where a colliding id was taken
     ignored: Counter[str] = Counter()  # per node key
@@ -500,16 +500,16 @@ def _assert_accounted(run: Run, topics: list[str], partitions: int) -> str:
     return _table(outcomes)
 
 
-def _dead_lettered(reason: str, topics: list[str]) -> str:
+def _dead_lettered(letter: DeadLetter, topics: list[str]) -> str:
     """A dead letter's outcome for the table: its reason's label (as the metrics count
-    it) and the reason's text, with topic names and numbers made generic."""
-    text = reason
+    it, from its code) and the reason's text, with topic names and numbers made generic."""
+    text = letter.reason
     for topic in topics:
         text = text.replace(topic, "T")
     text = re.sub(r"\{T(, T)*\}", "{...}", text)
     text = re.sub(r"\d{4,}", "N", re.sub(r"digest [0-9a-f]{16}", "digest D", text))
     text = text if len(text) <= 90 else text[:87] + "..."
-    return f"dead-lettered, `{dead_letter_reason(reason)}`: {text}"
+    return f"dead-lettered, `{dead_letter_reason(letter.code)}`: {text}"
 
 
 def _account_for_t(

@@ -18,8 +18,8 @@ import orjson
 import pytest
 
 from atomickafka.cli import main
-from atomickafka.evaluation.results import RunInfo
-from atomickafka.evaluation.spark import load_job, session
+from atomickafka.evaluation.suite.results import RunInfo
+from atomickafka.evaluation.suite.spark import load_job, session
 from atomickafka.verify.checker import deliveries_from_json
 from tests.conftest import SaslKafka
 from tests.integration.harness import Sent, assert_records_checked

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from atomickafka.client import AtomicKafkaClient, OfflineDestinationError
-from atomickafka.evaluation.aged_status import fill_old_statuses
+from atomickafka.evaluation.bench.aged_status import fill_old_statuses
 from atomickafka.kafka.admin import admin_client, ensure_topics
 from atomickafka.kafka.status import (
     STATUS_TOPIC_CONFIGS,

@@ -12,12 +12,14 @@ from hypothesis import strategies as st
 from atomickafka.core.engine import Algorithm
 from atomickafka.core.raw import decode_any, encode_raw_client
 from atomickafka.core.reader import (
+    DEAD_LETTER_CODE_HEADER,
     DEAD_LETTER_ERROR_HEADER,
     DEAD_LETTER_OFFSET_HEADER,
     PlainRecord,
     header_value,
     read_delivery,
 )
+from atomickafka.core.reasons import Reason
 from atomickafka.core.signing import SIGNATURE_HEADER, SecretError, Signer, parse_secrets
 from atomickafka.core.timebounds import CLOCK_LEAD_US
 from atomickafka.core.wire import (
@@ -161,6 +163,8 @@ def test_an_unreadable_record_is_set_aside_with_its_reason_and_origin() -> None:
     (letter,) = [r for r in ready.records if r.kind is OutKind.DEAD_LETTER]
     record = PlainRecord(letter.value, headers=list(letter.headers))
     assert b"not valid JSON" in (header_value(record, DEAD_LETTER_ERROR_HEADER) or b"")
+    assert header_value(record, DEAD_LETTER_CODE_HEADER) == b"invalid-record"
+    assert letter.reason is Reason.INVALID_RECORD  # what the metrics label it by
     assert header_value(record, DEAD_LETTER_OFFSET_HEADER) == b"0"
     assert delivered(ready) == ["m"] and letter.topic == "atomickafka-dlq.A"
 

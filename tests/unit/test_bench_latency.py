@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from atomickafka.evaluation.bench import BARE_1, BARE_3, HOP_CLASSES, hop_classes
-from atomickafka.evaluation.measuring import LatencyStats, latency_stats, percentile
+from atomickafka.evaluation.bench.command import BARE_1, BARE_3, HOP_CLASSES, hop_classes
+from atomickafka.evaluation.load.measuring import LatencyStats, latency_stats, percentile
 
 
 def test_latency_stats_of_one_to_a_thousand() -> None:

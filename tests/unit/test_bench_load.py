@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from atomickafka.cli.options import parse_fanout
-from atomickafka.evaluation.bench import BenchLoad
+from atomickafka.evaluation.bench.command import BenchLoad
 
 TOPICS = [f"t{i}" for i in range(1, 16)]
 

@@ -32,10 +32,10 @@ INTERNAL = {
     ("atomickafka/core/delivery_queue.py", "ValueError"): "the engine removes what it queued",
     ("atomickafka/core/delivery_queue.py", "IndexError"): "the engine reads a queue it holds",
     ("atomickafka/core/merger.py", "ValueError"): "resume key read back by the node itself",
-    ("atomickafka/evaluation/metrics_job.py", "FileNotFoundError"): "plain spark-submit file",
-    ("atomickafka/evaluation/processes.py", "RuntimeError"): "CpuMeter used out of order",
-    ("atomickafka/evaluation/rss.py", "ValueError"): "a fit handed unequal series",
-    ("atomickafka/evaluation/soak_figures.py", "ValueError"): "a median of no runs",
+    ("atomickafka/evaluation/suite/metrics_job.py", "FileNotFoundError"): "plain spark-submit file",
+    ("atomickafka/evaluation/cost/processes.py", "RuntimeError"): "CpuMeter used out of order",
+    ("atomickafka/evaluation/cost/rss.py", "ValueError"): "a fit handed unequal series",
+    ("atomickafka/evaluation/soak/figures.py", "ValueError"): "a median of no runs",
     ("atomickafka/node/metrics.py", "ValueError"): "a rate window fed other counters",
     ("atomickafka/node/offsets.py", "ValueError"): "a negative committed offset",
 }
@@ -85,7 +85,7 @@ def test_every_error_class_the_package_defines_derives_from_the_base() -> None:
     ("name", "also"),
     [
         ("atomickafka.evaluation.errors.RunError", None),
-        ("atomickafka.evaluation.spark.SparkSetupError", None),
+        ("atomickafka.evaluation.suite.spark.SparkSetupError", None),
         ("atomickafka.core.engine_state.SnapshotError", ValueError),
         ("atomickafka.errors.ClosedError", RuntimeError),
         ("atomickafka.errors.ConfigError", ValueError),

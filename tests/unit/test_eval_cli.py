@@ -10,9 +10,10 @@ import pytest
 
 import atomickafka
 from atomickafka.cli import build_parser, eval_cmd, main
-from atomickafka.evaluation import runner, suite
-from atomickafka.evaluation.processes import CpuMeter
-from atomickafka.evaluation.variants import Comparison
+from atomickafka.evaluation.cost.processes import CpuMeter
+from atomickafka.evaluation.load.variants import Comparison
+from atomickafka.evaluation.suite import command as suite
+from atomickafka.evaluation.suite import runner
 from atomickafka.node.config import ClusterConfig
 
 

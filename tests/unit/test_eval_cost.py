@@ -15,7 +15,7 @@ import pytest
 from atomickafka.core.engine import Algorithm, Engine
 from atomickafka.core.reader import PlainRecord
 from atomickafka.core.wire import client_message, encode_bundle, encode_client
-from atomickafka.evaluation.cost import (
+from atomickafka.evaluation.cost.accounting import (
     BROKER_FORMULA,
     PROJECTION_FORMULA,
     RunCost,
@@ -23,7 +23,7 @@ from atomickafka.evaluation.cost import (
     projection_table,
     traffic_table,
 )
-from atomickafka.evaluation.processes import (
+from atomickafka.evaluation.cost.processes import (
     CpuMeter,
     CpuWindow,
     ProcessCpu,
@@ -32,8 +32,8 @@ from atomickafka.evaluation.processes import (
     cluster_processes,
     find_broker,
 )
-from atomickafka.evaluation.topic_scan import STATUS_KIND, RecordedTopic, Role
-from atomickafka.evaluation.traffic import TrafficTally, TypeTraffic
+from atomickafka.evaluation.cost.topic_scan import STATUS_KIND, RecordedTopic, Role
+from atomickafka.evaluation.cost.traffic import TrafficTally, TypeTraffic
 from atomickafka.kafka.status import Role as StatusRole
 from atomickafka.kafka.status import Status
 from atomickafka.kafka.topics import Layout

@@ -22,11 +22,11 @@ from atomickafka.core.wire import (
     encode_client,
     encode_delivery,
 )
-from atomickafka.evaluation.clients import payload
-from atomickafka.evaluation.runner import RunSpec
-from atomickafka.evaluation.scenarios import scenario
-from atomickafka.evaluation.spark import job_path, load_job
-from atomickafka.evaluation.variants import Variant
+from atomickafka.evaluation.load.clients import payload
+from atomickafka.evaluation.load.scenarios import scenario
+from atomickafka.evaluation.load.variants import Variant
+from atomickafka.evaluation.suite.runner import RunSpec
+from atomickafka.evaluation.suite.spark import job_path, load_job
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def test_the_job_file_runs_alone_with_pyspark_only() -> None:
     allowed = {"pyspark", "__future__"} | set(sys.stdlib_module_names)
     imported = imported_modules(path) - SPARK_RAW
     assert {name.split(".")[0] for name in imported} <= allowed, imported
-    reader = path.parent.parent / "spark_raw.py"
+    reader = path.parents[2] / "spark_raw.py"
     assert {name.split(".")[0] for name in imported_modules(reader)} <= allowed
 
 

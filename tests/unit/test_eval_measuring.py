@@ -11,8 +11,8 @@ import pytest
 from atomickafka.core.reader import TYPE_HEADER, PlainRecord
 from atomickafka.core.signing import Signer
 from atomickafka.core.wire import Message, MessageType, client_message, encode_delivery
-from atomickafka.evaluation.clients import payload
-from atomickafka.evaluation.measuring import (
+from atomickafka.evaluation.load.clients import payload
+from atomickafka.evaluation.load.measuring import (
     WARMUP_VALUE,
     DeliveryTally,
     Probe,

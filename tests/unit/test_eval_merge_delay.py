@@ -1,9 +1,9 @@
-"""The merge-delay benchmark in the simulator (atomickafka/evaluation/merge_delay.py):
+"""The merge-delay benchmark in the simulator (atomickafka/evaluation/bench/merge_delay.py):
 every release is measured, and every measured run is itself correct."""
 
 from __future__ import annotations
 
-from atomickafka.evaluation.merge_delay import (
+from atomickafka.evaluation.bench.merge_delay import (
     DELAY_SCENARIOS,
     delay_profile,
     measure_merge_delay,

@@ -18,7 +18,7 @@ from atomickafka.core.wire import (
     encode_client,
     encode_delivery,
 )
-from atomickafka.evaluation.recording import (
+from atomickafka.evaluation.suite.recording import (
     MESSAGES_SCHEMA,
     RECORDS_SCHEMA,
     RecordedTopic,

@@ -10,22 +10,22 @@ from typing import Any
 
 import pytest
 
-from atomickafka.evaluation.comparison import (
+from atomickafka.evaluation.cost.accounting import RunCost
+from atomickafka.evaluation.cost.processes import ProcessCpu, ProcessRole
+from atomickafka.evaluation.cost.traffic import TypeTraffic
+from atomickafka.evaluation.load.variants import System
+from atomickafka.evaluation.suite.comparison import (
     Pacing,
     ThesisComparison,
     compare_with_thesis,
     pacing_of,
 )
-from atomickafka.evaluation.cost import RunCost
-from atomickafka.evaluation.plots import coarsen, rates_figure
-from atomickafka.evaluation.processes import ProcessCpu, ProcessRole
-from atomickafka.evaluation.report import ReportInput, render_report
-from atomickafka.evaluation.results import RunInfo, RunMetrics, RunResult
-from atomickafka.evaluation.run_audit import AuditOutcome
-from atomickafka.evaluation.runner import _take_audit as take_audit
-from atomickafka.evaluation.thesis import THESIS_RUNS
-from atomickafka.evaluation.traffic import TypeTraffic
-from atomickafka.evaluation.variants import System
+from atomickafka.evaluation.suite.plots import coarsen, rates_figure
+from atomickafka.evaluation.suite.report import ReportInput, render_report
+from atomickafka.evaluation.suite.results import RunInfo, RunMetrics, RunResult
+from atomickafka.evaluation.suite.run_audit import AuditOutcome
+from atomickafka.evaluation.suite.runner import _take_audit as take_audit
+from atomickafka.evaluation.suite.thesis import THESIS_RUNS
 
 TOPICS = [f"ev-x-t{i}" for i in range(1, 6)]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -6,16 +6,16 @@ import orjson
 import pytest
 
 from atomickafka.core.engine import Algorithm
-from atomickafka.evaluation.clients import payload
-from atomickafka.evaluation.measuring import Probe, read_probe
-from atomickafka.evaluation.scenarios import (
+from atomickafka.evaluation.load.clients import payload
+from atomickafka.evaluation.load.measuring import Probe, read_probe
+from atomickafka.evaluation.load.scenarios import (
     THESIS_SCENARIOS,
     home_topics,
     parse_scenarios,
     plan_clients,
     scenario,
 )
-from atomickafka.evaluation.variants import (
+from atomickafka.evaluation.load.variants import (
     Comparison,
     System,
     Variant,

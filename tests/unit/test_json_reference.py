@@ -20,20 +20,21 @@ from atomickafka.cli.status_cmd import status_entry
 from atomickafka.cli.topics_cmd import describe_row
 from atomickafka.client import Delivery
 from atomickafka.core.engine import Algorithm, Engine
+from atomickafka.core.reasons import Reason
 from atomickafka.core.wire import client_message, encode_delivery
 from atomickafka.doctor import render_json
 from atomickafka.doctor.deployment import KafkaTopic, TopicKind
 from atomickafka.doctor.facts import TopicFacts
 from atomickafka.doctor.findings import Finding, Severity
-from atomickafka.evaluation.bench import BenchResult
-from atomickafka.evaluation.cost import RunCost
-from atomickafka.evaluation.measuring import LatencyStats
-from atomickafka.evaluation.processes import ProcessCpu, ProcessRole
-from atomickafka.evaluation.report import ReportInput
-from atomickafka.evaluation.results import LatencySummary, RunInfo, RunMetrics, RunResult
-from atomickafka.evaluation.spark import load_job
-from atomickafka.evaluation.suite import suite_summary
-from atomickafka.evaluation.traffic import TypeTraffic
+from atomickafka.evaluation.bench.command import BenchResult
+from atomickafka.evaluation.cost.accounting import RunCost
+from atomickafka.evaluation.cost.processes import ProcessCpu, ProcessRole
+from atomickafka.evaluation.cost.traffic import TypeTraffic
+from atomickafka.evaluation.load.measuring import LatencyStats
+from atomickafka.evaluation.suite.command import suite_summary
+from atomickafka.evaluation.suite.report import ReportInput
+from atomickafka.evaluation.suite.results import LatencySummary, RunInfo, RunMetrics, RunResult
+from atomickafka.evaluation.suite.spark import load_job
 from atomickafka.jsonnames import JSON_NAME, camel_keys, json_name
 from atomickafka.kafka.status import LayerState, Role, Status, WaitingHead
 from atomickafka.kafka.topics import Layout
@@ -43,7 +44,7 @@ from atomickafka.verify.checker.report import ViolationKind
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "json.md"
-METRICS_JOB = ROOT / "atomickafka" / "evaluation" / "metrics_job.py"
+METRICS_JOB = ROOT / "atomickafka" / "evaluation" / "suite" / "metrics_job.py"
 
 #: The wire's names (fixed, DESIGN §3) and the one kept for readers of status format 2.
 WIRE_NAMES = {"messageID", "senderID", "messageType", "timeStamp", "sentFromTopic"}
@@ -256,3 +257,11 @@ def test_the_audits_spark_job_writes_what_the_live_audit_writes() -> None:
     row = spark_job._violation(record, "order", "t", reference)
     live = Violation(Kind.ORDER, "A", "m", "t", 0, 4, 1000, (3, 0, "m"), reference)
     assert orjson.loads(row["json"]) == live.to_json()
+
+
+def test_the_dead_letter_headers_name_every_reason_code() -> None:
+    """The dead-letter table lists every code a letter can carry (``core/reasons.py``),
+    and only those: a program matches on them."""
+    lines = REFERENCE.read_text(encoding="utf-8").splitlines()
+    row = next(line for line in lines if line.startswith("| `atomickafka-error-code` |"))
+    assert set(re.findall(r"`([a-z-]+)`", row.split("|")[2])) == {r.value for r in Reason}

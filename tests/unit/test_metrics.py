@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from atomickafka.core.engine import Algorithm
 from atomickafka.core.memory import Window
 from atomickafka.core.reader import DEAD_LETTER_ERROR_HEADER, TYPE_HEADER, PlainRecord
+from atomickafka.core.reasons import LABELS, LEADS, Reason, Refusal, refusal
 from atomickafka.core.signing import Signer
 from atomickafka.core.wire import (
     Message,
@@ -35,7 +36,7 @@ from atomickafka.logs import _JsonFormatter, log_context
 from atomickafka.metrics.cluster import RestartsCollector
 from atomickafka.metrics.histogram import BatchObserver
 from atomickafka.metrics.records import (
-    REASONS,
+    REASON_LABELS,
     SENT_HEADER,
     UNKNOWN,
     dead_letter_reason,
@@ -133,14 +134,15 @@ def test_sent_at_is_read_from_the_envelope_tail_or_the_header() -> None:
     assert sent_at_ms(None, ()) is None
 
 
-def real_reasons() -> dict[str, str]:
-    """Dead-letter reasons as the code writes them, with the label each must get."""
+def real_reasons() -> dict[Refusal, str]:
+    """Dead-letter reasons as the code writes them (each with its code), with the label
+    each must get."""
     window = Window(60_000)
     late = window.lateness(NOW_MS - 600_000, NOW_MS)
     skewed = window.lateness(NOW_MS + 600_000, NOW_MS)
     signer = Signer([b"0123456789abcdef0123456789abcdef"])
-    unsigned = signer.problem("t", None, b"v", [])
-    forged = signer.problem("t", None, b"v", [("atomickafka-sig", b"v1:00")])
+    unsigned = signer.refusal("t", None, b"v", [])
+    forged = signer.refusal("t", None, b"v", [("atomickafka-sig", b"v1:00")])
     assert late is not None and skewed is not None
     assert unsigned is not None and forged is not None
     return {
@@ -148,34 +150,41 @@ def real_reasons() -> dict[str, str]:
         skewed: "clock skew",
         unsigned: "unsigned",
         forged: "bad signature",
-        str(MessageError("messageID", "must be a string", 7)): "invalid record",
-        str(MessageError(None, "not valid JSON: x", b"{")): "invalid record",
-        "protocol mismatch: node-B runs poc, this node runs direct": "protocol mismatch",
-        "conflict: messageID 'm' already names a message to A": "conflict",
-        "aborted: destination X has no node": "aborted",
-        "destination X has no node (no node of it has published a status)": "no node",
-        "value of 950000 bytes is over the 900000-byte limit": "too large",
-        "an output to A of 2000000 bytes": "too large",
-        "output to A refused: Broker: Message size too large": "output refused",
-        "timestamp 99 is more than an hour ahead of the log's time": "timestamp ahead",
-        "held with 3 other messages whose timestamps are ahead": "held overflow",
-        "the clock is exhausted (9 = 9)": "clock exhausted",
-        "a record of layer 1 in the log of layer 0": "wrong layer",
-        "merger refused: a stale watermark": "merger refused",
-        "not a layer record: a bundle": "not a layer record",
-        "NotifyMessage is not a layer record": "not a layer record",
-        "AckMessage not addressed to A": "misaddressed",
-        "NotifyMessage from A, which is not another destination": "misaddressed",
-        "something new (and 2 more messages of this record)": "other",
+        refusal(Reason.INVALID_RECORD, str(MessageError("messageID", "must be a string", 7))): (
+            "invalid record"
+        ),
+        refusal(Reason.PROTOCOL_MISMATCH, "node-B runs poc, this node runs direct"): (
+            "protocol mismatch"
+        ),
+        refusal(Reason.CONFLICT, "messageID 'm' already names a message to A"): "conflict",
+        refusal(Reason.ABORTED, "destination X has no node"): "aborted",
+        refusal(Reason.MERGER_REFUSED, "backwards"): "merger refused",
+        refusal(Reason.STRAY, "TickMessage from intruder: only merger-A may tick"): "stray",
     }
 
 
 def test_dead_letter_reasons_become_a_few_labels() -> None:
-    for text, label in real_reasons().items():
-        assert dead_letter_reason(text) == label, text
-    labels = {label for label, _ in REASONS}
-    assert len(labels) == len(REASONS) <= 20
-    assert dead_letter_reason("x" * 10_000) == "other"
+    """The label is the code's, whatever the prose says; the prose keeps its lead."""
+    for why, label in real_reasons().items():
+        assert dead_letter_reason(why.code) == label, why
+        assert why.text.startswith(LEADS[why.code]), why
+    late, _, unsigned, forged, *_ = real_reasons()
+    assert late.text.startswith("late: sent ") and unsigned.text.startswith("unsigned: no ")
+    assert forged.text.startswith("wrong signature")
+    assert dead_letter_reason(None) == "other"  # a letter without a code
+
+
+def test_every_reason_has_a_label_and_a_lead() -> None:
+    """Every code a dead letter can carry has a metrics label (a fixed, small set, each
+    with a series from the start) and the lead of its prose."""
+    assert set(LABELS) == set(LEADS) == set(Reason)
+    labels = [LABELS[reason] for reason in Reason]
+    assert len(set(labels)) == len(labels) <= 20
+    assert (*labels, "other") == REASON_LABELS
+    for reason in Reason:
+        lead = LEADS[reason]
+        assert lead == "" or lead.endswith(": "), reason
+        assert refusal(reason, "details") == Refusal(reason, f"{lead}details")
 
 
 # ---------------------------------------------------------------------------- a node's metrics
@@ -252,6 +261,7 @@ def test_a_merger_has_the_same_metrics_under_its_own_names() -> None:
         "atomickafka-dlq.A",
         b"x",
         headers=((DEAD_LETTER_ERROR_HEADER, b"merger refused: stale"),),
+        reason=Reason.MERGER_REFUSED,
     )
     metrics.wrote([released, refused], NOW_MS / 1000 + 0.5)
     metrics.read(in_log([encode_watermark("node-A/0", 3, 0)]))
@@ -376,8 +386,6 @@ def test_metric_names_follow_prometheus_conventions() -> None:
 def test_every_dead_letter_reason_has_a_series_before_the_first_dead_letter() -> None:
     """Issue 26, item 13: ``increase(atomickafka_node_dead_letters_total[5m]) > 0`` never
     fires on a node's first dead letter when its series appears only then."""
-    from atomickafka.metrics.records import REASON_LABELS  # noqa: PLC0415
-
     for role in ("node", "merger"):
         metrics = ShellMetrics(role, "A")
         labels = {"topic": "A", "layer": ""} if role == "node" else {"topic": "A"}

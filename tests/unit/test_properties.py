@@ -29,6 +29,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from atomickafka.core.engine import Algorithm, Engine, Output, _Refused
+from atomickafka.core.reasons import Reason, refusal
 from atomickafka.core.wire import Message
 from atomickafka.verify.simulator import (
     Chaos,
@@ -328,7 +329,7 @@ class _WallClockSetAside(Engine):
     def _on_notify(self, record: Message) -> list[Output]:
         _WallClockSetAside.handled += 1
         if _WallClockSetAside.handled % 3 == 0:
-            raise _Refused("set aside by the clock")
+            raise _Refused(refusal(Reason.STRAY, "set aside by the clock"))
         return super()._on_notify(record)
 
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from atomickafka.core.engine import Engine
 from atomickafka.core.raw import H_FORMAT, H_TS, RAW_FORMAT
 from atomickafka.core.reader import (
+    DEAD_LETTER_CODE_HEADER,
     DEAD_LETTER_ERROR_HEADER,
     DEAD_LETTER_MESSAGES_HEADER,
     DEAD_LETTER_OFFSET_HEADER,
@@ -26,6 +27,7 @@ from atomickafka.core.reader import (
     read_delivery,
     read_messages,
 )
+from atomickafka.core.reasons import Reason
 from atomickafka.core.wire import (
     MessageType,
     client_message,
@@ -120,13 +122,18 @@ def test_a_dead_letter_is_read_from_its_headers() -> None:
             (DEAD_LETTER_SOURCE_HEADER, b"atomickafka-in.A/0"),
             (DEAD_LETTER_OFFSET_HEADER, b"17"),
             (DEAD_LETTER_MESSAGES_HEADER, b"m1,m2"),
+            (DEAD_LETTER_CODE_HEADER, b"invalid-record"),
         ],
     )
     letter = read_dead_letter(record)
     assert letter.reason == "record: not valid JSON"
+    assert letter.code is Reason.INVALID_RECORD
     assert (letter.source, letter.source_offset) == ("atomickafka-in.A/0", 17)
     assert letter.message_ids == ("m1", "m2")
     assert read_dead_letter(PlainRecord(b"x")).reason == "(no reason given)"
+    assert read_dead_letter(PlainRecord(b"x")).code is None  # an older writer's
+    newer = PlainRecord(b"x", headers=[(DEAD_LETTER_CODE_HEADER, b"a-newer-code")])
+    assert read_dead_letter(newer).code is None
 
 
 def test_a_dead_letter_note_names_its_message() -> None:

@@ -10,30 +10,30 @@ from typing import Any
 
 import pytest
 
-from atomickafka.evaluation.bench import BenchLoad, BenchSetup
-from atomickafka.evaluation.rss import (
+from atomickafka.evaluation.bench.command import BenchLoad, BenchSetup
+from atomickafka.evaluation.cost.rss import (
     MemorySample,
     least_squares_slope,
     parse_vm_rss_kib,
     summarise_memory,
 )
-from atomickafka.evaluation.soak_cluster import (
+from atomickafka.evaluation.soak.cluster import (
     NEVER_RECORDS,
     ClusterOptions,
     cluster_argv,
     metric_value,
     node_of_cmdline,
 )
-from atomickafka.evaluation.soak_common import LoadShape
-from atomickafka.evaluation.soak_figures import ModeFigures, judge_modes, spread
-from atomickafka.evaluation.soak_load import (
+from atomickafka.evaluation.soak.common import LoadShape
+from atomickafka.evaluation.soak.figures import ModeFigures, judge_modes, spread
+from atomickafka.evaluation.soak.load import (
     SendJob,
     SendResult,
     pace_delay,
     sent_destinations,
     split_load,
 )
-from atomickafka.evaluation.soak_report import markdown
+from atomickafka.evaluation.soak.report import markdown
 
 STATUS = """Name:\tpython3
 State:\tS (sleeping)
@@ -305,7 +305,7 @@ def test_the_summary_has_a_table_per_phase_and_the_load() -> None:
 
 def test_the_memory_plot_is_written(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from atomickafka.evaluation.soak_report import plot_memory  # noqa: PLC0415
+    from atomickafka.evaluation.soak.report import plot_memory  # noqa: PLC0415
 
     path = tmp_path / "memory.png"
     plot_memory([s.to_dict() for s in _samples([20, 60, 80, 81])], 20.0, "title", path)

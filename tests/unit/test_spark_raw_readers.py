@@ -17,7 +17,7 @@ from pathlib import Path
 from atomickafka import spark_raw
 from atomickafka.audit import spark_job
 from atomickafka.core import raw
-from atomickafka.evaluation import metrics_job
+from atomickafka.evaluation.suite import metrics_job
 
 _HEADER = re.compile(r'"(atomickafka-[a-z]+)"')
 

@@ -1,12 +1,12 @@
 """Phase 4 of the soak: the nodes' two delivery modes, measured by ``atomickafka bench``
 in the same invocation.
 
-Each repeat runs the bench (:func:`~atomickafka.evaluation.bench.run_bench`, at 50 %
+Each repeat runs the bench (:func:`~atomickafka.evaluation.bench.command.run_bench`, at 50 %
 multicast, no sequencer) once with exactly-once nodes and once with at-least-once
 nodes, alternating which goes first. The bench's unpaced run gives the capacity
 (messages/s delivered), its paced run (``paced_rate``, 1,000 msg/s) the latency; each
 figure's median over the repeats goes to the rule
-(:func:`~atomickafka.evaluation.soak_figures.judge_modes`).
+(:func:`~atomickafka.evaluation.soak.figures.judge_modes`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from atomickafka.evaluation.bench import BenchResult, BenchSetup, run_bench
-from atomickafka.evaluation.soak_common import load_average
-from atomickafka.evaluation.soak_figures import ModeFigures, judge_modes
+from atomickafka.evaluation.bench.command import BenchResult, BenchSetup, run_bench
+from atomickafka.evaluation.soak.common import load_average
+from atomickafka.evaluation.soak.figures import ModeFigures, judge_modes
 
 __all__ = ["ModeSettings", "run_modes"]
 

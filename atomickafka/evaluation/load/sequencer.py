@@ -27,7 +27,7 @@ from atomickafka.core.wire import (
     encode_client,
 )
 from atomickafka.errors import TimedOutError
-from atomickafka.evaluation.senders import ProducingSender, write_deliveries
+from atomickafka.evaluation.load.senders import ProducingSender, write_deliveries
 from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
 from atomickafka.kafka.producer import RecordProducer, type_headers
 

@@ -10,10 +10,10 @@ Every scenario uses the same broker, record size and measuring process:
   multicast goes to every topic, or, with ``fanout=(lo, hi)``, to ``lo``..``hi`` topics
   drawn at random (seeded).
 - ``seq-P%``: the same messages through the single-sequencer baseline
-  (:mod:`~atomickafka.evaluation.sequencer`): one partition, one fan-out process.
+  (:mod:`~atomickafka.evaluation.load.sequencer`): one partition, one fan-out process.
 - ``kafka-x3``: three chained bare hops, the latency floor of AtomicKafka's three-hop
   path: the client writes to topic A, a relaying consumer-producer copies A to B and
-  another B to C (:mod:`~atomickafka.evaluation.relay`, the nodes' client settings, no
+  another B to C (:mod:`~atomickafka.evaluation.bench.relay`, the nodes' client settings, no
   transaction), and the measuring consumer reads C.
 - ``@1000`` and ``@half``: the bare hop, the three bare hops and the largest multicast
   share again, paced at 1,000 msg/s and at half the rate the unpaced multicast run
@@ -27,14 +27,14 @@ Every scenario uses the same broker, record size and measuring process:
 
 A message's latency is the time from its send to its delivery at the last of its
 destinations, read by a separate consumer process (the evaluation's
-:class:`~atomickafka.evaluation.measuring.DeliveryCounter`, which the evaluation suite
+:class:`~atomickafka.evaluation.load.measuring.DeliveryCounter`, which the evaluation suite
 counts its deliveries with too); throughput counts messages fully delivered over the
 time from the first send to the last delivery. Each multicast scenario starts with the
-suite's warm-up (:func:`~atomickafka.evaluation.measuring.warm_up`); with partition
+suite's warm-up (:func:`~atomickafka.evaluation.load.measuring.warm_up`); with partition
 layers, it also reports the merge delay measured on Kafka
-(:func:`~atomickafka.evaluation.merge_delay.kafka_merge_delays`).
+(:func:`~atomickafka.evaluation.bench.merge_delay.kafka_merge_delays`).
 
-Every scenario also reports its **cost** (:class:`~atomickafka.evaluation.cost.RunCost`):
+Every scenario also reports its **cost** (:class:`~atomickafka.evaluation.cost.accounting.RunCost`):
 the CPU time of every process over the measured window (from the first send to the
 measuring consumer's last delivery) from the OS, by role, per delivered message, and the
 records and bytes written in that window by type.
@@ -58,8 +58,19 @@ import orjson
 from atomickafka.client import AtomicKafkaClient
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.core.reader import KafkaRecord
-from atomickafka.evaluation.cost import RunCost
-from atomickafka.evaluation.measuring import (
+from atomickafka.evaluation.bench.merge_delay import kafka_merge_delays
+from atomickafka.evaluation.bench.relay import running_relays
+from atomickafka.evaluation.cost.accounting import RunCost
+from atomickafka.evaluation.cost.processes import CpuMeter, ProcessRole, track_broker, track_cluster
+from atomickafka.evaluation.cost.topic_scan import (
+    RecordedTopic,
+    Role,
+    cluster_topics,
+    end_offset,
+    sequencer_topics,
+)
+from atomickafka.evaluation.cost.traffic import TypeTraffic, scan_traffic
+from atomickafka.evaluation.load.measuring import (
     MULTICAST_FIELD,
     SEND_TIME_FIELD,
     Arrival,
@@ -71,18 +82,7 @@ from atomickafka.evaluation.measuring import (
     percentile,
     warm_up,
 )
-from atomickafka.evaluation.merge_delay import kafka_merge_delays
-from atomickafka.evaluation.processes import CpuMeter, ProcessRole, track_broker, track_cluster
-from atomickafka.evaluation.relay import running_relays
-from atomickafka.evaluation.sequencer import SEQUENCER_ID, SequencerSender, running_sequencer
-from atomickafka.evaluation.topic_scan import (
-    RecordedTopic,
-    Role,
-    cluster_topics,
-    end_offset,
-    sequencer_topics,
-)
-from atomickafka.evaluation.traffic import TypeTraffic, scan_traffic
+from atomickafka.evaluation.load.sequencer import SEQUENCER_ID, SequencerSender, running_sequencer
 from atomickafka.jsonnames import json_name
 from atomickafka.kafka.admin import admin_client, ensure_topics
 from atomickafka.kafka.producer import RecordProducer

@@ -24,7 +24,7 @@ def _package(name: str) -> str:
 
 #: The folder holding the ``atomickafka`` package: a source checkout's root, or
 #: ``site-packages`` of an installation.
-_ROOT = Path(__file__).resolve().parents[2]
+_ROOT = Path(__file__).resolve().parents[3]
 
 
 def _git(*args: str) -> str:

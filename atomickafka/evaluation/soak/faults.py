@@ -32,8 +32,9 @@ from typing import Any
 from confluent_kafka import OFFSET_END, TopicPartition
 
 from atomickafka.core.reader import read_delivery
-from atomickafka.evaluation.soak_cluster import ClusterCommand, ClusterOptions
-from atomickafka.evaluation.soak_common import (
+from atomickafka.evaluation.cost.topic_scan import end_offset
+from atomickafka.evaluation.soak.cluster import ClusterCommand, ClusterOptions
+from atomickafka.evaluation.soak.common import (
     LoadShape,
     check_order,
     load_average,
@@ -41,15 +42,14 @@ from atomickafka.evaluation.soak_common import (
     wait_delivered,
     warm_cluster,
 )
-from atomickafka.evaluation.soak_figures import spread
-from atomickafka.evaluation.soak_load import (
+from atomickafka.evaluation.soak.figures import spread
+from atomickafka.evaluation.soak.load import (
     Senders,
     expected_deliveries,
     make_jobs,
     running_senders,
     sent_destinations,
 )
-from atomickafka.evaluation.topic_scan import end_offset
 from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
 from atomickafka.kafka.status import StatusWatch
 from atomickafka.kafka.topics import Layout, delivery_topic, input_topic

@@ -4,7 +4,7 @@ resident memory sampled against the messages delivered.
 The cluster runs as an operator runs it (``atomickafka cluster``, exactly-once,
 default snapshots). Sender processes send the load at a steady rate below capacity, so
 that the input logs' time (the nodes' memory window is in log time, docs/DESIGN.md
-§4.13) passes as on a live system; a :class:`~atomickafka.evaluation.measuring.
+§4.13) passes as on a live system; a :class:`~atomickafka.evaluation.load.measuring.
 DeliveryCounter` counts the messages delivered at every destination (and their
 latency), and every few seconds each node's RSS is read from ``/proc`` (the pid from
 its status). At the end the order checker reads every delivery.
@@ -22,18 +22,18 @@ from typing import Any
 
 from tqdm import tqdm
 
+from atomickafka.evaluation.cost.rss import MemorySample, read_rss_mib, summarise_memory
 from atomickafka.evaluation.errors import RunError
-from atomickafka.evaluation.measuring import DeliveryCounter, percentile
-from atomickafka.evaluation.rss import MemorySample, read_rss_mib, summarise_memory
-from atomickafka.evaluation.soak_cluster import ClusterCommand, ClusterOptions
-from atomickafka.evaluation.soak_common import (
+from atomickafka.evaluation.load.measuring import DeliveryCounter, percentile
+from atomickafka.evaluation.soak.cluster import ClusterCommand, ClusterOptions
+from atomickafka.evaluation.soak.common import (
     LoadShape,
     check_order,
     load_average,
     topic_names,
     warm_cluster,
 )
-from atomickafka.evaluation.soak_load import Senders, make_jobs, running_senders
+from atomickafka.evaluation.soak.load import Senders, make_jobs, running_senders
 from atomickafka.kafka.status import StatusWatch
 from atomickafka.kafka.topics import delivery_topic
 

@@ -70,8 +70,8 @@ import pyarrow.parquet as pq
 
 from atomickafka.core.reader import KafkaRecord, read_delivery
 from atomickafka.core.wire import MessageType
-from atomickafka.evaluation.topic_scan import RecordedTopic, Role, classify, scan_topics
-from atomickafka.evaluation.traffic import TrafficTally, TypeTraffic
+from atomickafka.evaluation.cost.topic_scan import RecordedTopic, Role, classify, scan_topics
+from atomickafka.evaluation.cost.traffic import TrafficTally, TypeTraffic
 
 __all__ = [
     "MESSAGES_SCHEMA",
@@ -268,7 +268,7 @@ def record_run(
 
 def recorded_traffic(records_path: Path, start_ms: int, end_ms: int) -> dict[str, TypeTraffic]:
     """The records of ``records.parquet`` written between ``start_ms`` and ``end_ms``
-    (Kafka timestamps), by type (:class:`~atomickafka.evaluation.traffic.TrafficTally`)."""
+    (Kafka timestamps), by type (:class:`~atomickafka.evaluation.cost.traffic.TrafficTally`)."""
     table = pq.read_table(
         records_path, columns=["message_type", "messages", "value_bytes", "kafka_ts_ms"]
     )

@@ -20,8 +20,8 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-from atomickafka.evaluation.results import RunInfo, RunMetrics
-from atomickafka.evaluation.thesis import (
+from atomickafka.evaluation.suite.results import RunInfo, RunMetrics
+from atomickafka.evaluation.suite.thesis import (
     THESIS_CLIENTS,
     THESIS_MESSAGES,
     THESIS_PACE_MS,

@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
-from atomickafka.evaluation.environment import describe_environment
-from atomickafka.evaluation.report import ReportInput, render_report
-from atomickafka.evaluation.results import RunInfo, RunMetrics, RunResult
-from atomickafka.evaluation.runner import RunSpec, run_one
-from atomickafka.evaluation.scenarios import Scenario, scenario
-from atomickafka.evaluation.spark import DEFAULT_MASTER, compute_metrics, spark_session
-from atomickafka.evaluation.variants import Comparison, Variant, variants_for
+from atomickafka.evaluation.load.scenarios import Scenario, scenario
+from atomickafka.evaluation.load.variants import Comparison, Variant, variants_for
+from atomickafka.evaluation.suite.environment import describe_environment
+from atomickafka.evaluation.suite.report import ReportInput, render_report
+from atomickafka.evaluation.suite.results import RunInfo, RunMetrics, RunResult
+from atomickafka.evaluation.suite.runner import RunSpec, run_one
+from atomickafka.evaluation.suite.spark import DEFAULT_MASTER, compute_metrics, spark_session
 from atomickafka.kafka.properties import masked
 from atomickafka.kafka.topics import Layout
 

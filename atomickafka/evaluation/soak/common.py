@@ -17,9 +17,9 @@ from tqdm import tqdm
 
 from atomickafka.client import AtomicKafkaClient
 from atomickafka.core.reader import KafkaRecord, read_delivery
-from atomickafka.evaluation.bench import BenchLoad
-from atomickafka.evaluation.measuring import DeliveryCounter, warm_up
-from atomickafka.evaluation.topic_scan import RecordedTopic, Role, scan_topics
+from atomickafka.evaluation.bench.command import BenchLoad
+from atomickafka.evaluation.cost.topic_scan import RecordedTopic, Role, scan_topics
+from atomickafka.evaluation.load.measuring import DeliveryCounter, warm_up
 from atomickafka.kafka.status import StatusWatch
 from atomickafka.kafka.topics import delivery_topic
 from atomickafka.verify.checker import UNSET, DeliveryRecord, check, sent_from_destinations
@@ -71,7 +71,7 @@ def topic_names(phase: str, count: int) -> list[str]:
 
 def warm_cluster(bootstrap: str, topics: Sequence[str]) -> dict[str, tuple[str, ...]]:
     """One unmeasured multicast to every topic through each topic, waited for
-    (:func:`~atomickafka.evaluation.measuring.warm_up`); return their ids and
+    (:func:`~atomickafka.evaluation.load.measuring.warm_up`); return their ids and
     destinations, for the checker."""
     read = {delivery_topic(t): t for t in topics}
     with (

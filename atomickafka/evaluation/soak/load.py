@@ -3,11 +3,11 @@
 Each sender is a separate process (multiprocessing ``spawn``, as the evaluation's
 clients: a fresh interpreter whose Kafka clients are made after the start, and no GIL
 shared with the measuring process) with its own :class:`~atomickafka.client.
-AtomicKafkaClient`. What it sends is a :class:`~atomickafka.evaluation.bench.BenchLoad`
+AtomicKafkaClient`. What it sends is a :class:`~atomickafka.evaluation.bench.command.BenchLoad`
 plan (every ``1/share``-th message a multicast, to ``fanout`` topics drawn with the
 load's seed; the others to one topic, round-robin), each value a probe with its send
-time (:func:`~atomickafka.evaluation.clients.payload`), so a
-:class:`~atomickafka.evaluation.measuring.DeliveryCounter` measures its latency. A
+time (:func:`~atomickafka.evaluation.load.clients.payload`), so a
+:class:`~atomickafka.evaluation.load.measuring.DeliveryCounter` measures its latency. A
 load of N messages at R msg/s is split over the processes (:func:`split_load`); the
 ids and destinations of what each sent are rebuilt from its plan
 (:func:`sent_destinations`), as the order checker's ground truth.
@@ -30,9 +30,9 @@ from multiprocessing.process import BaseProcess
 from typing import Any, Final
 
 from atomickafka.errors import ConfigError, TimedOutError
-from atomickafka.evaluation.bench import BenchLoad
-from atomickafka.evaluation.clients import payload
+from atomickafka.evaluation.bench.command import BenchLoad
 from atomickafka.evaluation.errors import RunError
+from atomickafka.evaluation.load.clients import payload
 
 __all__ = [
     "SendJob",

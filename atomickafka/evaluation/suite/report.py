@@ -5,7 +5,7 @@ again in its run's section with the checker's summary), then a summary of every 
 how its clients sent, the comparison with the 2019 thesis (one table per pacing: runs
 paced as the thesis's like for like, unpaced runs apart as capacity; run times only
 between runs of the thesis's size, rates otherwise; every ratio headed by what it
-divides, see :mod:`~atomickafka.evaluation.comparison`), one section per scenario (the
+divides, see :mod:`~atomickafka.evaluation.suite.comparison`), one section per scenario (the
 per-node table like thesis tables 5.1-5.6, the compared variants, the plots), the plots
 across scenarios, the exact configuration, and how each figure is computed. It is
 rendered from :class:`RunResult` values alone.
@@ -19,13 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from atomickafka.evaluation.comparison import (
-    Pacing,
-    ThesisComparison,
-    compare_with_thesis,
-    pacing_of,
-)
-from atomickafka.evaluation.cost import (
+from atomickafka.evaluation.cost.accounting import (
     BROKER_FORMULA,
     PROJECTION_FORMULA,
     RunCost,
@@ -33,9 +27,15 @@ from atomickafka.evaluation.cost import (
     projection_table,
     traffic_table,
 )
-from atomickafka.evaluation.plots import node_label, plot_latency, plot_rates, plot_vs_share
-from atomickafka.evaluation.results import NodeMetrics, RunInfo, RunResult
-from atomickafka.evaluation.thesis import (
+from atomickafka.evaluation.suite.comparison import (
+    Pacing,
+    ThesisComparison,
+    compare_with_thesis,
+    pacing_of,
+)
+from atomickafka.evaluation.suite.plots import node_label, plot_latency, plot_rates, plot_vs_share
+from atomickafka.evaluation.suite.results import NodeMetrics, RunInfo, RunResult
+from atomickafka.evaluation.suite.thesis import (
     THESIS_MESSAGES,
     THESIS_PACE_MS,
     THESIS_RUNS,
@@ -581,7 +581,7 @@ def _definitions(data: ReportInput) -> list[str]:
         "(`runs/<run>/records.parquet`), and every message with its send time (noted by the "
         "client) and its delivery time at each destination (the Kafka timestamp of its "
         "Delivery record) (`runs/<run>/messages.parquet`). The PySpark job "
-        "`atomickafka/evaluation/metrics_job.py` computes everything below from these files "
+        "`atomickafka/evaluation/suite/metrics_job.py` computes everything below from these files "
         "(`metrics/<run>.json`); it can also read a run straight from Kafka.",
         "- The run window goes from the first measured send to the last measured delivery; "
         "rates are counts in the window over its length. A warm-up multicast through every "

@@ -15,13 +15,13 @@ computes
 - every record type's count, and rate series per node in buckets fine enough to plot.
 
 It reads either the Parquet files ``atomickafka eval`` records (``records.parquet`` and
-``messages.parquet`` per run, schema in ``atomickafka/evaluation/recording.py``) or a
+``messages.parquet`` per run, schema in ``atomickafka/evaluation/suite/recording.py``) or a
 run straight from its Kafka topics through Spark's Kafka source
 (``org.apache.spark:spark-sql-kafka-0-10_2.13``; ``--jars-dir`` adds the fetched
 connector jars, or pass ``--jars``/``--packages`` to spark-submit). Writes one JSON
 file per run, ``<out>/<run>.json``.
 
-It ships inside the package (``atomickafka/evaluation/metrics_job.py``) and imports
+It ships inside the package (``atomickafka/evaluation/suite/metrics_job.py``) and imports
 nothing from it but ``atomickafka/spark_raw.py`` (the raw record form, shared with the
 audit's Spark job; pyspark only): where the package is not installed, pass that file to
 ``spark-submit --py-files``, and the job runs wherever pyspark does. It reads AtomicKafka's

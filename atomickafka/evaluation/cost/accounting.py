@@ -2,9 +2,9 @@
 message by type, and the capacity that projects to with one core per process.
 
 A run's :class:`RunCost` holds each process's CPU seconds over the measured window
-(from the OS, :mod:`~atomickafka.evaluation.processes`), the messages delivered at
+(from the OS, :mod:`~atomickafka.evaluation.cost.processes`), the messages delivered at
 every destination in it, and the records the run wrote in it by type
-(:mod:`~atomickafka.evaluation.traffic`). From these:
+(:mod:`~atomickafka.evaluation.cost.traffic`). From these:
 
 - **CPU-µs per delivered message** of each role: the role's CPU seconds x 10^6 over the
   messages delivered;
@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from atomickafka.evaluation.processes import ORDERING_ROLES, ProcessCpu, ProcessRole
-from atomickafka.evaluation.traffic import TypeTraffic
+from atomickafka.evaluation.cost.processes import ORDERING_ROLES, ProcessCpu, ProcessRole
+from atomickafka.evaluation.cost.traffic import TypeTraffic
 from atomickafka.jsonnames import camel_keys
 
 __all__ = [

@@ -1,5 +1,5 @@
 """The suite's side of the PySpark metrics job
-(:mod:`atomickafka.evaluation.metrics_job`).
+(:mod:`atomickafka.evaluation.suite.metrics_job`).
 
 The job is a plain PySpark application that needs nothing but pyspark; it ships in
 the package, so ``spark-submit`` can run its file (:func:`job_path`) and the suite
@@ -48,7 +48,7 @@ class SparkSetupError(AtomicKafkaError):
 
 
 #: The job's module; its file is what ``spark-submit`` runs.
-JOB_MODULE = "atomickafka.evaluation.metrics_job"
+JOB_MODULE = "atomickafka.evaluation.suite.metrics_job"
 #: Names another job file to run instead (a modified copy, say).
 JOB_OVERRIDE = "ATOMICKAFKA_EVAL_JOB"
 

@@ -1,8 +1,8 @@
 """Reading a run's Kafka topics: which topics, what each record is, and a scan of
 them from a start offset to their current end.
 
-The recording (:mod:`~atomickafka.evaluation.recording`) keeps every record it reads;
-the cost accounting (:mod:`~atomickafka.evaluation.traffic`) counts them by type. Both
+The recording (:mod:`~atomickafka.evaluation.suite.recording`) keeps every record it reads;
+the cost accounting (:mod:`~atomickafka.evaluation.cost.traffic`) counts them by type. Both
 classify a record alike (:func:`classify`) and need no more than the Kafka client here.
 """
 

@@ -17,12 +17,12 @@ from typing import Final
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from atomickafka.evaluation.comparison import Pacing, pacing_of
-from atomickafka.evaluation.results import RunInfo, RunResult
-from atomickafka.evaluation.scenarios import home_topics
-from atomickafka.evaluation.sequencer import SEQUENCER_ID
-from atomickafka.evaluation.thesis import THESIS_MESSAGES, THESIS_PACE_MS, THESIS_RUNS
-from atomickafka.evaluation.variants import System
+from atomickafka.evaluation.load.scenarios import home_topics
+from atomickafka.evaluation.load.sequencer import SEQUENCER_ID
+from atomickafka.evaluation.load.variants import System
+from atomickafka.evaluation.suite.comparison import Pacing, pacing_of
+from atomickafka.evaluation.suite.results import RunInfo, RunResult
+from atomickafka.evaluation.suite.thesis import THESIS_MESSAGES, THESIS_PACE_MS, THESIS_RUNS
 
 __all__ = [
     "MAX_BUCKETS",

@@ -2,14 +2,14 @@
 
 A run gets fresh topic names, starts its system (one AtomicKafka node per topic under
 ``running_cluster``, or the sequencer's fan-out process) and the live audit beside it
-(:mod:`~atomickafka.evaluation.run_audit`), sends one unmeasured warm-up multicast
+(:mod:`~atomickafka.evaluation.suite.run_audit`), sends one unmeasured warm-up multicast
 through every topic, then starts the client processes together and counts deliveries as
 they arrive (a progress bar per run) until every destination of every message has
 delivered, or nothing arrives for ``stall_timeout_s``. Then it stops the system and the
 audit (which reads on to the topics' ends and gives its verdict), runs the order checker
 on everything ``AtomicKafkaClient.deliveries()`` returns at every topic, and records
-every record of the run (see :mod:`~atomickafka.evaluation.recording`). The outcome is
-a :class:`~atomickafka.evaluation.results.RunInfo`, also written as ``run.json``.
+every record of the run (see :mod:`~atomickafka.evaluation.suite.recording`). The outcome is
+a :class:`~atomickafka.evaluation.suite.results.RunInfo`, also written as ``run.json``.
 """
 
 from __future__ import annotations
@@ -40,25 +40,30 @@ from atomickafka.client import (
     DestinationError,
 )
 from atomickafka.errors import TimedOutError
-from atomickafka.evaluation.bare import BARE_ID, UNORDERED
-from atomickafka.evaluation.clients import ClientJob, ClientResult, client_process, make_sender
-from atomickafka.evaluation.clients import payload as measured_value
-from atomickafka.evaluation.cost import RunCost
-from atomickafka.evaluation.errors import RunError
-from atomickafka.evaluation.measuring import WARMUP_VALUE, DeliveryCounter, warm_up
-from atomickafka.evaluation.processes import CpuMeter, ProcessRole, track_broker, track_cluster
-from atomickafka.evaluation.recording import RecordedTopic, SentRow, record_run, recorded_traffic
-from atomickafka.evaluation.results import RunInfo
-from atomickafka.evaluation.run_audit import AuditOutcome, RunAudit, running_audit
-from atomickafka.evaluation.scenarios import ClientPlan, Scenario, plan_clients
-from atomickafka.evaluation.sequencer import SEQUENCER_ID, running_sequencer
-from atomickafka.evaluation.topic_scan import (
+from atomickafka.evaluation.cost.accounting import RunCost
+from atomickafka.evaluation.cost.processes import CpuMeter, ProcessRole, track_broker, track_cluster
+from atomickafka.evaluation.cost.topic_scan import (
     cluster_topics,
     destination_topics,
     end_offset,
     sequencer_topics,
 )
-from atomickafka.evaluation.variants import System, Variant
+from atomickafka.evaluation.errors import RunError
+from atomickafka.evaluation.load.bare import BARE_ID, UNORDERED
+from atomickafka.evaluation.load.clients import ClientJob, ClientResult, client_process, make_sender
+from atomickafka.evaluation.load.clients import payload as measured_value
+from atomickafka.evaluation.load.measuring import WARMUP_VALUE, DeliveryCounter, warm_up
+from atomickafka.evaluation.load.scenarios import ClientPlan, Scenario, plan_clients
+from atomickafka.evaluation.load.sequencer import SEQUENCER_ID, running_sequencer
+from atomickafka.evaluation.load.variants import System, Variant
+from atomickafka.evaluation.suite.recording import (
+    RecordedTopic,
+    SentRow,
+    record_run,
+    recorded_traffic,
+)
+from atomickafka.evaluation.suite.results import RunInfo
+from atomickafka.evaluation.suite.run_audit import AuditOutcome, RunAudit, running_audit
 from atomickafka.kafka.admin import admin_client, ensure_topics
 from atomickafka.kafka.status import STATUS_READ_WINDOW_S, read_statuses
 from atomickafka.kafka.topics import (
@@ -215,7 +220,7 @@ def _job(bootstrap: str, spec: RunSpec, plan: ClientPlan) -> ClientJob:
 
 
 def _warm_up(bootstrap: str, spec: RunSpec, counter: DeliveryCounter) -> list[SentRow]:
-    """The suite's warm-up multicasts (:func:`~atomickafka.evaluation.measuring.warm_up`),
+    """The suite's warm-up multicasts (:func:`~atomickafka.evaluation.load.measuring.warm_up`),
     as recording rows."""
     topics = spec.topics
     sender = make_sender(_job(bootstrap, spec, ClientPlan(-1, "warmup", topics[0], ())))

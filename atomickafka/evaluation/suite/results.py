@@ -2,7 +2,7 @@
 
 A run's facts (:class:`RunInfo`) are written by the runner as ``run.json`` beside the
 run's Parquet files; its metrics (:class:`RunMetrics`) come from the PySpark job
-(:mod:`~atomickafka.evaluation.metrics_job`) as ``<run>.json``. The report reads only
+(:mod:`~atomickafka.evaluation.suite.metrics_job`) as ``<run>.json``. The report reads only
 these, so it can be rendered again, or from synthetic figures in tests, without Kafka
 or Spark.
 """
@@ -61,7 +61,7 @@ class RunInfo:
     record_size: int = 0
     fanout: str = ""
     #: The run's cost over its measured window
-    #: (:meth:`~atomickafka.evaluation.cost.RunCost.to_dict`), when it was measured.
+    #: (:meth:`~atomickafka.evaluation.cost.accounting.RunCost.to_dict`), when it was measured.
     cost: dict[str, Any] | None = None
 
     @property

@@ -2,7 +2,7 @@
 messages they carry, and how many bytes of value.
 
 A record's type is its ``messageType`` as the recording names it
-(:func:`~atomickafka.evaluation.topic_scan.classify`: ``Bundle`` for a bundle, whose
+(:func:`~atomickafka.evaluation.cost.topic_scan.classify`: ``Bundle`` for a bundle, whose
 messages are its inner ones; ``NodeStatus`` for a status). A record counts when its
 Kafka timestamp falls in the window. :class:`TrafficTally` does the counting;
 :func:`scan_traffic` feeds it from Kafka (the bench), the evaluation from its recording.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from atomickafka.core.reader import KafkaRecord
-from atomickafka.evaluation.topic_scan import RecordedTopic, classify, scan_topics
+from atomickafka.evaluation.cost.topic_scan import RecordedTopic, classify, scan_topics
 from atomickafka.jsonnames import camel_keys
 
 __all__ = ["TrafficTally", "TypeTraffic", "scan_traffic"]

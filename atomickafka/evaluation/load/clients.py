@@ -19,14 +19,14 @@ from typing import Any
 import orjson
 
 from atomickafka.errors import TimedOutError
-from atomickafka.evaluation.measuring import (
+from atomickafka.evaluation.load.measuring import (
     MULTICAST_FIELD,
     SEND_TIME_FIELD,
     WARMUP_VALUE,
     Sender,
 )
-from atomickafka.evaluation.scenarios import ClientPlan
-from atomickafka.evaluation.variants import System
+from atomickafka.evaluation.load.scenarios import ClientPlan
+from atomickafka.evaluation.load.variants import System
 from atomickafka.kafka.topics import Layout
 
 __all__ = ["ClientJob", "ClientResult", "client_process", "make_sender", "payload"]
@@ -37,7 +37,7 @@ def payload(
 ) -> dict[str, Any]:
     """The value of a measured message: client, sequence number, multicast flag and the
     send time in microseconds since the epoch (a probe, see
-    :mod:`~atomickafka.evaluation.measuring`; warm-up values have no send time), padded
+    :mod:`~atomickafka.evaluation.load.measuring`; warm-up values have no send time), padded
     to ``size`` bytes of JSON when that is more than the probe alone."""
     value: dict[str, Any] = {
         "c": client_index,
@@ -89,11 +89,11 @@ class ClientResult:
 def make_sender(job: ClientJob) -> Sender:
     """The sender of ``job``'s system (imports Kafka clients only in the child)."""
     if job.system is System.KAFKA:
-        from atomickafka.evaluation.bare import BarePipeSender  # noqa: PLC0415
+        from atomickafka.evaluation.load.bare import BarePipeSender  # noqa: PLC0415
 
         return BarePipeSender(job.bootstrap, job.plan.client_id, config=job.overrides)
     if job.system is System.SEQUENCER:
-        from atomickafka.evaluation.sequencer import SequencerSender  # noqa: PLC0415
+        from atomickafka.evaluation.load.sequencer import SequencerSender  # noqa: PLC0415
 
         assert job.sequencer_topic is not None
         return SequencerSender(

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from atomickafka.core.wire import client_message
-from atomickafka.evaluation.senders import ProducingSender, write_deliveries
+from atomickafka.evaluation.load.senders import ProducingSender, write_deliveries
 from atomickafka.verify.checker import ViolationKind
 
 __all__ = ["BARE_ID", "UNORDERED", "BarePipeSender"]
