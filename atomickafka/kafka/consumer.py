@@ -111,6 +111,7 @@ def make_consumer(
     where: Where,
     group: str | None = None,
     overrides: Mapping[str, str] | None = None,
+    /,
     **extra: str | int | bool,
 ) -> Consumer:
     """A consumer of the connection ``where`` (a bootstrap string: with ``overrides``)

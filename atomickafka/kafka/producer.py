@@ -92,6 +92,7 @@ class RecordProducer(AbstractContextManager["RecordProducer"]):
         self,
         where: Where,
         overrides: Mapping[str, str] | None = None,
+        /,
         **extra: str | int | bool,
     ) -> None:
         config = connection_of(where, overrides).producer_config(**extra)
