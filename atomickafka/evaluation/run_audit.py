@@ -44,6 +44,7 @@ from atomickafka.audit.config import AuditConfig
 from atomickafka.audit.service import LiveAudit
 from atomickafka.errors import TimedOutError
 from atomickafka.evaluation.errors import RunError
+from atomickafka.kafka.connection import Connection
 from atomickafka.logs import configure_logging
 
 __all__ = [
@@ -174,9 +175,8 @@ class RunAudit:
         quiet: bool = False,
         writers: Sequence[str] | None = None,
     ) -> None:
-        config = AuditConfig.private(
-            bootstrap, topics, bound_s=bound_s, overrides=overrides, name="eval", writers=writers
-        )
+        where = Connection(bootstrap, overrides or {})
+        config = AuditConfig.private(where, topics, bound_s=bound_s, name="eval", writers=writers)
         self._job = _Job(config.to_dict(), str(log_path), quiet, KEPT_VIOLATIONS)
         ctx = mp.get_context("spawn")
         self._ready, self._mark, self._stop = ctx.Event(), ctx.Event(), ctx.Event()
