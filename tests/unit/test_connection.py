@@ -4,6 +4,8 @@ from them, exactly as the ``bootstrap``/``overrides`` pair did."""
 
 from __future__ import annotations
 
+import pytest
+
 from atomickafka.kafka.connection import Connection, connection_of
 from atomickafka.kafka.properties import MASK
 from atomickafka.kafka.settings import admin_config, consumer_config, producer_config
@@ -43,3 +45,20 @@ def test_a_bootstrap_string_and_a_connection_are_both_accepted() -> None:
     assert connection_of("h:9092", {"a": "1"}) == connection
     assert connection_of(connection, {"b": "2"}) == Connection("h:9092", {"a": "1", "b": "2"})
     assert connection.with_settings({"a": "3"}).settings == {"a": "3"}
+
+
+def test_the_client_takes_a_bootstrap_string_with_config_or_a_connection() -> None:
+    """The public API is unchanged (``AtomicKafkaClient(bootstrap_servers, config=...)``)
+    and also takes a Connection; both reach Kafka the same way."""
+    from atomickafka.client import AtomicKafkaClient, ConfigError  # noqa: PLC0415
+
+    settings = {"sasl.password": "hunter2", "producer.linger.ms": "7"}
+    old = AtomicKafkaClient("127.0.0.1:9", config=settings)
+    new = AtomicKafkaClient(Connection("127.0.0.1:9", settings))
+    assert old.connection == new.connection == Connection("127.0.0.1:9", settings)
+    assert old.bootstrap_servers == new.bootstrap_servers == "127.0.0.1:9"
+    old.close()
+    new.close()
+    unsafe = Connection("127.0.0.1:9", {"enable.idempotence": "false"})
+    with pytest.raises(ConfigError, match=r"enable\.idempotence"):
+        AtomicKafkaClient(unsafe)
