@@ -34,7 +34,7 @@ import multiprocessing as mp
 import os
 import queue
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -166,17 +166,17 @@ class RunAudit:
 
     def __init__(
         self,
-        bootstrap: str,
+        connection: Connection,
         topics: Sequence[str],
         log_path: Path,
         *,
-        overrides: Mapping[str, str] | None = None,
         bound_s: float = RUN_BOUND_S,
         quiet: bool = False,
         writers: Sequence[str] | None = None,
     ) -> None:
-        where = Connection(bootstrap, overrides or {})
-        config = AuditConfig.private(where, topics, bound_s=bound_s, name="eval", writers=writers)
+        config = AuditConfig.private(
+            connection, topics, bound_s=bound_s, name="eval", writers=writers
+        )
         self._job = _Job(config.to_dict(), str(log_path), quiet, KEPT_VIOLATIONS)
         ctx = mp.get_context("spawn")
         self._ready, self._mark, self._stop = ctx.Event(), ctx.Event(), ctx.Event()
@@ -242,18 +242,17 @@ class RunAudit:
 
 @contextlib.contextmanager
 def running_audit(
-    bootstrap: str,
+    connection: Connection,
     topics: Sequence[str],
     log_path: Path,
     *,
-    overrides: Mapping[str, str] | None = None,
     quiet: bool = False,
     writers: Sequence[str] | None = None,
 ) -> Iterator[RunAudit]:
     """A started :class:`RunAudit` for the block; its process is ended on exit.
     ``writers``: the sender ids of the run's deliveries (a baseline's; ``None``: each
     topic's node or merger)."""
-    audit = RunAudit(bootstrap, topics, log_path, overrides=overrides, quiet=quiet, writers=writers)
+    audit = RunAudit(connection, topics, log_path, quiet=quiet, writers=writers)
     try:
         audit.start()
         yield audit
