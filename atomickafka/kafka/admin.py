@@ -49,11 +49,10 @@ class TopicSpec:
     configs: Mapping[str, str] = field(default_factory=dict)
 
 
-def admin_client(where: Where, overrides: Mapping[str, str] | None = None) -> AdminClient:
-    """An AdminClient of the connection ``where`` (a bootstrap string: with the user's
-    ``-X`` ``overrides``), logging through
-    :data:`~atomickafka.kafka.settings.LIBRDKAFKA_LOGGER`."""
-    return AdminClient(connection_of(where, overrides).admin_config(), logger=LIBRDKAFKA_LOGGER)
+def admin_client(where: Where) -> AdminClient:
+    """An AdminClient of the connection ``where`` (or of a bare bootstrap string),
+    logging through :data:`~atomickafka.kafka.settings.LIBRDKAFKA_LOGGER`."""
+    return AdminClient(connection_of(where).admin_config(), logger=LIBRDKAFKA_LOGGER)
 
 
 def _replication_factor(admin: AdminClient) -> int:

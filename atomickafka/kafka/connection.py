@@ -58,8 +58,8 @@ class Connection:
         return admin_config(self.bootstrap, self.settings)
 
 
-#: What the Kafka helpers accept while callers move to :class:`Connection`: a connection,
-#: or a bootstrap string (with the settings as a separate argument).
+#: What the Kafka helpers accept: a connection, or a bare bootstrap string (no settings:
+#: tests, tools and an embedded broker need none).
 Where: TypeAlias = Connection | str
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from typing import Final, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -110,16 +110,15 @@ def watermarks(
 def make_consumer(
     where: Where,
     group: str | None = None,
-    overrides: Mapping[str, str] | None = None,
     /,
     **extra: str | int | bool,
 ) -> Consumer:
-    """A consumer of the connection ``where`` (a bootstrap string: with ``overrides``)
-    with the defaults of :mod:`atomickafka.kafka.settings` (a throwaway group when
+    """A consumer of the connection ``where`` (or of a bare bootstrap string) with the
+    defaults of :mod:`atomickafka.kafka.settings` (a throwaway group when
     ``group`` is ``None``: nothing it commits is ever read again), logging through
     :data:`~atomickafka.kafka.settings.LIBRDKAFKA_LOGGER`."""
     name = group or f"atomickafka-reader-{uuid.uuid4().hex[:12]}"
-    config = connection_of(where, overrides).consumer_config(name, **extra)
+    config = connection_of(where).consumer_config(name, **extra)
     return Consumer(config, logger=LIBRDKAFKA_LOGGER)
 
 
@@ -194,7 +193,6 @@ def read_to_end(
     where: Where,
     topic: str,
     partitions: Iterable[int],
-    overrides: Mapping[str, str] | None = None,
     *,
     timeout_s: float = 60.0,
 ) -> list[KafkaMessage]:
@@ -205,7 +203,7 @@ def read_to_end(
         "isolation.level": "read_committed",
         "enable.partition.eof": True,
     }
-    consumer = make_consumer(where, None, overrides, **settings)
+    consumer = make_consumer(where, None, **settings)
     parts = list(partitions)
     todo = set(parts)
     out: list[KafkaMessage] = []

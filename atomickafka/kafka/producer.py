@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Final
 
@@ -81,8 +81,8 @@ class RecordProducer(AbstractContextManager["RecordProducer"]):
 
     Use it as a context manager, or call :meth:`close`: both wait (bounded) for what is
     queued and release the producer; leaving the block by an exception waits only
-    :data:`CLOSE_ON_ERROR_TIMEOUT_S`. ``where`` is the connection (a bootstrap string:
-    with the user's ``overrides``); ``extra`` are librdkafka settings of this role.
+    :data:`CLOSE_ON_ERROR_TIMEOUT_S`. ``where`` is the connection (or a bare bootstrap
+    string); ``extra`` are librdkafka settings of this role.
     """
 
     #: How long :meth:`send` waits for room in a full queue (seconds).
@@ -91,11 +91,10 @@ class RecordProducer(AbstractContextManager["RecordProducer"]):
     def __init__(
         self,
         where: Where,
-        overrides: Mapping[str, str] | None = None,
         /,
         **extra: str | int | bool,
     ) -> None:
-        config = connection_of(where, overrides).producer_config(**extra)
+        config = connection_of(where).producer_config(**extra)
         self._producer: Producer | None = Producer(config, logger=LIBRDKAFKA_LOGGER)
 
     @property

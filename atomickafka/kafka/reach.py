@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, Final
 
 from confluent_kafka import KafkaError, KafkaException
@@ -91,7 +91,6 @@ def _unreachable(bootstrap: str, timeout_s: float, lines: _Lines, error: str) ->
 
 def probe(
     where: Where,
-    overrides: Mapping[str, str] | None = None,
     *,
     topics: Iterable[str] = (),
     timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,
@@ -100,7 +99,7 @@ def probe(
     ``timeout_s`` seconds. Raises :class:`~atomickafka.errors.KafkaUnreachableError`
     when no broker answers, :class:`~atomickafka.errors.UnknownTopicError` when one of
     ``topics`` does not exist."""
-    connection = connection_of(where, overrides)
+    connection = connection_of(where)
     bootstrap = connection.bootstrap
     lines = _Lines()
     quiet = logging.Logger("atomickafka.librdkafka.probe")  # not registered: no parents
