@@ -422,7 +422,7 @@ class NodeRuntime(RoleShell):
         if self._rewrite and batch.replay_until > batch.position:
             batch.replay_until = batch.position  # write again what followed the snapshot
             batch.delivered_up_to = self._last_own_delivery(consumer)
-        if self._writer is None:  # at-least-once: nothing to fence, opened after recovery
+        if not cfg.exactly_once:  # nothing to fence: opened once the batch recovered
             self._writer = AckedWriter(
                 cfg.connection,
                 consumer,
@@ -431,6 +431,7 @@ class NodeRuntime(RoleShell):
                 commit_interval_s=cfg.commit_interval_s,
                 on_unwritable=self._unwritable,
             )
+        assert self._writer is not None
         self._writer.start_at(self.batch.replay_until)
         consumer.assign([TopicPartition(self._input, self._partition, self.batch.position)])
         if self._membership is None:
