@@ -17,7 +17,6 @@ from confluent_kafka import (
     Consumer,
     ConsumerGroupTopicPartitions,
     KafkaException,
-    Producer,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
@@ -34,6 +33,7 @@ from atomickafka.doctor.facts import (
 from atomickafka.errors import TimedOutError
 from atomickafka.kafka.connection import Connection
 from atomickafka.kafka.consumer import read_to_end, retry_transient, until_partition_ends
+from atomickafka.kafka.producer import RecordProducer
 from atomickafka.kafka.status import Role, Status, read_statuses
 from atomickafka.kafka.topics import (
     STATUS_TOPIC,
@@ -112,9 +112,8 @@ def probe_transactions(
     """Start a transactional producer with :data:`DOCTOR_TRANSACTIONAL_ID`, within
     ``timeout_s``: does the cluster give out producer ids and run transactions?"""
     logger, _ = _quiet()
-    config = connection.producer_config(**{"transactional.id": DOCTOR_TRANSACTIONAL_ID})
     started = time.monotonic()
-    producer = Producer(config, logger=logger)
+    producer = RecordProducer(connection, logger, **{"transactional.id": DOCTOR_TRANSACTIONAL_ID})
     try:
         producer.init_transactions(timeout_s)
     except KafkaException as exc:

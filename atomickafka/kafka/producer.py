@@ -82,7 +82,8 @@ class RecordProducer(AbstractContextManager["RecordProducer"]):
     Use it as a context manager, or call :meth:`close`: both wait (bounded) for what is
     queued and release the producer; leaving the block by an exception waits only
     :data:`CLOSE_ON_ERROR_TIMEOUT_S`. ``where`` is the connection (or a bare bootstrap
-    string); ``extra`` are librdkafka settings of this role.
+    string); ``extra`` are librdkafka settings of this role. librdkafka's log lines go
+    to ``logger`` (a check that reads them itself, as ``doctor`` does, passes its own).
     """
 
     #: How long :meth:`send` waits for room in a full queue (seconds).
@@ -91,11 +92,12 @@ class RecordProducer(AbstractContextManager["RecordProducer"]):
     def __init__(
         self,
         where: Where,
+        logger: logging.Logger = LIBRDKAFKA_LOGGER,
         /,
         **extra: str | int | bool,
     ) -> None:
         config = connection_of(where).producer_config(**extra)
-        self._producer: Producer | None = Producer(config, logger=LIBRDKAFKA_LOGGER)
+        self._producer: Producer | None = Producer(config, logger=logger)
 
     @property
     def _open(self) -> Producer:
