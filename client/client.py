@@ -39,6 +39,7 @@ from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.core.protocols import route, routed_by_id
 from atomickafka.core.raw import RESERVED_HEADER_PREFIX, raw_client_record
 from atomickafka.core.wire import MAX_VALUE_BYTES, is_valid_topic_name, parse_destinations
+from atomickafka.kafka.connection import Connection, connection_of
 from atomickafka.kafka.guarantees import refuse_unsafe
 from atomickafka.kafka.producer import (
     CLOSE_ON_ERROR_TIMEOUT_S,
@@ -118,8 +119,11 @@ class _Pending:
 class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
     """Send atomic-multicast messages and read a topic's ordered deliveries.
 
-    ``layout`` must match the nodes' ``--layout``. ``config`` holds librdkafka settings
-    (``-X``; ``producer.``/``consumer.`` prefixes address one kind of client) applied to
+    ``bootstrap_servers`` is where the brokers are, or a
+    :class:`~atomickafka.kafka.connection.Connection` (which holds the librdkafka
+    settings too). ``layout`` must match the nodes' ``--layout``. ``config`` holds
+    librdkafka settings (``-X``; ``producer.``/``consumer.`` prefixes address one kind
+    of client; added to the connection's) applied to
     the Kafka clients this object creates; settings that would break the guarantees
     (idempotence off, ``acks`` below all, ``isolation.level=read_uncommitted``) raise
     :class:`~atomickafka.client.ConfigError`. Before sending to a
@@ -143,7 +147,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
 
     def __init__(
         self,
-        bootstrap_servers: str,
+        bootstrap_servers: str | Connection,
         *,
         layout: Layout | str = Layout.SPLIT,
         client_id: str | None = None,
@@ -158,7 +162,9 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         max_lag_s: float | None = DEFAULT_MAX_LAG_S,
         max_block_s: float = DEFAULT_MAX_BLOCK_S,
     ) -> None:
-        self.bootstrap_servers = bootstrap_servers
+        #: How this client reaches Kafka: the bootstrap servers and ``config``.
+        self.connection = connection_of(bootstrap_servers, config)
+        self.bootstrap_servers = self.connection.bootstrap
         self.failover_wait_s = failover_wait_s
         #: Back-pressure (docs/DESIGN.md §5.3): send() waits while a destination's node
         #: lags more than ``max_lag_s`` behind its input (``None``: never), at most
@@ -185,8 +191,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         self.max_value_bytes = max_value_bytes
         self.idempotent = idempotent
         self._failures: list[tuple[str, KafkaError]] = []
-        self._config = dict(config or {})
-        refuse_unsafe(self._config, node=False)  # ConfigError, before anything is created
+        refuse_unsafe(self.connection.settings, node=False)  # ConfigError, before anything
         self._seq = itertools.count()
         self._producer: RecordProducer | None = None
         self._watch: StatusWatch | None = None
@@ -481,9 +486,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
 
     def _statuses(self, *, force: bool = False) -> dict[str, Status]:
         if self._watch is None:
-            self._watch = StatusWatch(
-                self.bootstrap_servers, self._config, timeout_s=_STATUS_TIMEOUT_S
-            )
+            self._watch = StatusWatch(self.connection, timeout_s=_STATUS_TIMEOUT_S)
         now = time.monotonic()
         if force or now - self._watched_at >= _REFRESH_S:
             self._watched_at = now
@@ -521,7 +524,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
             }
             if not self.idempotent:
                 role["enable.idempotence"] = False
-            self._producer = RecordProducer(self.bootstrap_servers, self._config, **role)
+            self._producer = RecordProducer(self.connection, **role)
         return self._producer
 
     # ------------------------------------------------------------------ reading
@@ -539,10 +542,9 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         this client's settings; use it in a ``with`` block, which closes its consumer.
         ``committed_only``: see the reader."""
         return DeliveryReader(
-            self.bootstrap_servers,
+            self.connection,
             topic,
             from_beginning=from_beginning,
-            config=self._config,
             secret=self._secret,
             secret_file=self._secret_file,
             group=group,

@@ -23,6 +23,7 @@ from atomickafka.client.delivery import Delivery
 from atomickafka.client.errors import ClosedError, MessageError
 from atomickafka.core.reader import Unaccepted, delivery_of, delivery_order_key, delivery_writers
 from atomickafka.core.wire import Message, is_valid_topic_name
+from atomickafka.kafka.connection import Connection, connection_of
 from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
 from atomickafka.kafka.guarantees import refuse_unsafe
 from atomickafka.kafka.secrets import signer_from
@@ -79,7 +80,9 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
     A group's reader commits, with its position, the key of the last delivery it
     handed out, and resumes after it: its committed key is always one it accepted.
 
-    ``config`` holds librdkafka settings (``-X``); one that would show uncommitted
+    ``bootstrap_servers`` is where the brokers are, or a
+    :class:`~atomickafka.kafka.connection.Connection`; ``config`` holds librdkafka
+    settings (``-X``, added to the connection's); one that would show uncommitted
     records is refused (:class:`~atomickafka.client.ConfigError`). Use it as a context
     manager, or call :meth:`close`: either closes its Kafka consumer, whether or not
     every delivery was read. Successive :meth:`deliveries` calls go on where the last one stopped.
@@ -87,7 +90,7 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
 
     def __init__(
         self,
-        bootstrap_servers: str,
+        bootstrap_servers: str | Connection,
         topic: str,
         *,
         from_beginning: bool = True,
@@ -101,7 +104,8 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
     ) -> None:
         if not is_valid_topic_name(topic):
             raise MessageError("topic", "not a valid topic name", topic)
-        refuse_unsafe(config or {}, node=False)  # e.g. isolation.level=read_uncommitted
+        connection = connection_of(bootstrap_servers, config)
+        refuse_unsafe(connection.settings, node=False)  # e.g. isolation.level=read_uncommitted
         self.topic = topic
         self.forged = 0
         self.foreign = 0
@@ -129,9 +133,7 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
             "isolation.level": "read_committed" if committed_only else "read_uncommitted",
         }
         self.group = group
-        self._consumer: Consumer | None = make_consumer(
-            bootstrap_servers, group, config, **settings
-        )
+        self._consumer: Consumer | None = make_consumer(connection, group, **settings)
         self._part = TopicPartition(delivery_topic(topic), 0)
         self._position: int | None = None  # after the last delivery handed out (a group's)
         start = OFFSET_BEGINNING if from_beginning else OFFSET_END

@@ -9,6 +9,7 @@ from typing import Any, Final
 
 from atomickafka.audit.rules import DEFAULT_BOUND_S
 from atomickafka.errors import ConfigError
+from atomickafka.kafka.connection import Connection
 
 __all__ = ["AUDIT_GROUP", "AUDIT_TOPIC", "AuditConfig"]
 
@@ -62,11 +63,10 @@ class AuditConfig:
     @classmethod
     def private(
         cls,
-        bootstrap: str,
+        connection: Connection,
         topics: Iterable[str],
         *,
         bound_s: float = DEFAULT_BOUND_S,
-        overrides: Mapping[str, str] | None = None,
         name: str = "private",
         secret_file: str | None = None,
         writers: Iterable[str] | None = None,
@@ -74,15 +74,20 @@ class AuditConfig:
         """An audit of its own: a fresh consumer group (``atomickafka-audit-<name>-...``),
         and no audit topic (violations go to its log and its caller only)."""
         return cls(
-            bootstrap,
+            connection.bootstrap,
             tuple(topics),
             bound_s=bound_s,
             group=f"atomickafka-audit-{name}-{uuid.uuid4().hex[:12]}",
             audit_topic=None,
-            overrides=dict(overrides or {}),
+            overrides=dict(connection.settings),
             secret_file=secret_file,
             writers=None if writers is None else tuple(writers),
         )
+
+    @property
+    def connection(self) -> Connection:
+        """How the audit reaches Kafka: ``bootstrap`` and the user's ``overrides``."""
+        return Connection(self.bootstrap, self.overrides)
 
     @property
     def key(self) -> str:

@@ -38,6 +38,7 @@ from atomickafka.audit.records import Violation, audit_verdict
 from atomickafka.audit.rules import BUCKET_MS, AuditRules
 from atomickafka.audit.sink import ViolationSink
 from atomickafka.core.reader import Unaccepted
+from atomickafka.kafka.connection import Where, connection_of
 from atomickafka.kafka.consumer import consume_batch, make_consumer, retry_transient, watermarks
 from atomickafka.kafka.secrets import load_signer
 
@@ -160,12 +161,8 @@ class LiveAudit:
     def start(self) -> None:
         """Connect, find where to start (§10.5) and serve the metrics."""
         config = self.config
-        self._sink = ViolationSink(
-            config.bootstrap, config.audit_topic, config.overrides, self._record_violation
-        )
-        consumer = make_consumer(
-            config.bootstrap, config.group, config.overrides, **_CONSUMER_SETTINGS
-        )
+        self._sink = ViolationSink(config.connection, config.audit_topic, self._record_violation)
+        consumer = make_consumer(config.connection, config.group, **_CONSUMER_SETTINGS)
         self._consumer = consumer
         partitions = self._partitions(consumer)
         starts = self._resume(consumer, partitions)
@@ -440,7 +437,7 @@ def run_audit(config: AuditConfig) -> int:
 
 
 def audit_once(
-    bootstrap: str,
+    where: Where,
     topics: Sequence[str],
     *,
     bound_s: float = 10.0,
@@ -449,10 +446,10 @@ def audit_once(
 ) -> AuditReport:
     """Audit ``topics`` as they are now: read them to their end (at most
     ``max_seconds``), let the bound pass, and return what was found. Nothing is written
-    to Kafka (no audit topic, no commits)."""
-    config = AuditConfig.private(
-        bootstrap, topics, bound_s=bound_s, overrides=overrides, name="once"
-    )
+    to Kafka (no audit topic, no commits). ``where``: a connection, or a bootstrap
+    string with ``overrides``."""
+    connection = connection_of(where, overrides)
+    config = AuditConfig.private(connection, topics, bound_s=bound_s, name="once")
     audit = LiveAudit(config, commits=False, wait_for_topics=False)
     audit.start()
     try:

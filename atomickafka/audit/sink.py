@@ -4,7 +4,7 @@ JSON log line, and the caller's own callback (tests, the evaluation)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Final
 
 import orjson
@@ -13,6 +13,7 @@ from confluent_kafka import Message as KafkaMessage
 
 from atomickafka.audit.records import Violation
 from atomickafka.kafka.admin import admin_client, ensure_topics
+from atomickafka.kafka.connection import Connection
 from atomickafka.kafka.producer import RecordProducer
 
 __all__ = ["ViolationSink"]
@@ -29,9 +30,8 @@ class ViolationSink:
 
     def __init__(
         self,
-        bootstrap: str,
+        connection: Connection,
         audit_topic: str | None,
-        overrides: Mapping[str, str] | None = None,
         callback: Callable[[Violation], None] | None = None,
     ) -> None:
         self.audit_topic = audit_topic
@@ -39,8 +39,8 @@ class ViolationSink:
         self._producer: RecordProducer | None = None
         self.failed = 0
         if audit_topic is not None:
-            ensure_topics(admin_client(bootstrap, overrides), [audit_topic])
-            self._producer = RecordProducer(bootstrap, overrides)
+            ensure_topics(admin_client(connection), [audit_topic])
+            self._producer = RecordProducer(connection)
 
     def emit(self, violation: Violation) -> None:
         """Report one violation everywhere this sink reports."""

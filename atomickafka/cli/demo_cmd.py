@@ -9,6 +9,7 @@ from typing import Any
 from atomickafka.cli.options import (
     add_bootstrap,
     add_overrides,
+    connection,
     guarded,
     reach,
     resolve_bootstrap,
@@ -42,7 +43,8 @@ _SCRIPT: list[tuple[str, tuple[str, ...], str | None]] = [
 def _run(args: argparse.Namespace) -> int:
     if args.bootstrap_server is not None:
         reach(args)  # a wrong --bootstrap-server: one line, before any node starts
-    bootstrap = resolve_bootstrap(args.bootstrap_server)
+    where = connection(args, resolve_bootstrap(args.bootstrap_server))
+    bootstrap = where.bootstrap
     run = uuid.uuid4().hex[:6]
     names = {base: f"demo-{run}-{base}" for base in ("orders", "payments", "audit")}
     print(f"bootstrap {bootstrap}; topics {', '.join(names.values())}")
@@ -53,7 +55,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     ):
         sent: dict[str, tuple[tuple[str, ...], str]] = {}
-        with AtomicKafkaClient(bootstrap, config=args.overrides) as client:
+        with AtomicKafkaClient(where) as client:
             for value, bases, via in _SCRIPT:
                 dests = tuple(names[b] for b in bases)
                 mid = client.send(value, dests, via=names[via] if via else None)
@@ -63,7 +65,7 @@ def _run(args: argparse.Namespace) -> int:
         deliveries: dict[str, list[Delivery]] = {}
         for base, topic in names.items():
             want = sum(topic in d for d, _ in sent.values())
-            with DeliveryReader(bootstrap, topic, config=args.overrides) as reader:
+            with DeliveryReader(where, topic) as reader:
                 deliveries[topic] = list(reader.deliveries(timeout_s=15, max_messages=want))
             print(f"\n{base} delivered, in order:")
             for d in deliveries[topic]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from atomickafka.cli.options import add_bootstrap, add_overrides, guarded, reach
+from atomickafka.cli.options import add_bootstrap, add_overrides, connection, guarded, reach
 from atomickafka.core.wire import parse_destinations
 from atomickafka.doctor import (
     DEFAULT_MAX_DOWNTIME_S,
@@ -128,12 +128,11 @@ def _run(args: argparse.Namespace) -> int:
         topics = tuple(dict.fromkeys(t.strip() for t in args.topics.split(",") if t.strip()))
         deployment = Deployment(topics, Layout(args.layout), args.partitions)
     else:
-        deployment = discover(args.bootstrap_server, args.overrides)
+        deployment = discover(connection(args))
     if deployment is not None:
         deployment = with_retention_rule(deployment, args)
     findings = diagnose(
-        args.bootstrap_server,
-        args.overrides,
+        connection(args),
         deployment,
         stuck_after_s=args.stuck_after,
         max_lag=args.max_lag,

@@ -13,6 +13,10 @@
   (each multicast's destination count, drawn at random) and ``--seed``.
 - ``--secret-file``.
 
+A command reaches Kafka through one :class:`~atomickafka.kafka.connection.Connection`,
+built by :func:`connection` from ``--bootstrap-server`` and the ``-X`` settings (merged
+with the configuration file and the environment into ``args.overrides``).
+
 :func:`guarded` turns the errors a user can cause (a bad value, an unknown librdkafka
 property, a broker that cannot be started or reached) into ``atomickafka CMD: reason``
 and a non-zero exit status; secrets never show in it.
@@ -34,6 +38,7 @@ from confluent_kafka import KafkaException
 from atomickafka.config import KafkaPairAction
 from atomickafka.core.wire import MessageError, parse_destinations
 from atomickafka.errors import KafkaUnreachableError
+from atomickafka.kafka.connection import Connection
 from atomickafka.kafka.reach import is_unreachable, probe
 from atomickafka.localkafka import BrokerError
 from atomickafka.logs import logs_json, redacted
@@ -49,6 +54,7 @@ __all__ = [
     "add_log_level",
     "add_overrides",
     "add_secret_file",
+    "connection",
     "fail",
     "guarded",
     "parse_fanout",
@@ -189,10 +195,17 @@ def resolve_bootstrap(bootstrap: str | None) -> str:
     return ensure_broker()
 
 
+def connection(args: argparse.Namespace, bootstrap: str | None = None) -> Connection:
+    """The command's connection: ``bootstrap`` (default ``--bootstrap-server``) and its
+    librdkafka settings (``-X``, the configuration file, the environment)."""
+    where = args.bootstrap_server if bootstrap is None else bootstrap
+    return Connection(where, getattr(args, "overrides", None) or {})
+
+
 def reach(args: argparse.Namespace, topics: Iterable[str] = ()) -> Any:
     """Ask the cluster of ``args.bootstrap_server`` for its metadata, within a bounded
     time (see :func:`~atomickafka.kafka.reach.probe`); return it."""
-    return probe(args.bootstrap_server, getattr(args, "overrides", None), topics=topics)
+    return probe(connection(args), topics=topics)
 
 
 def fail(command: str, reason: object, status: int = EXIT_USAGE) -> int:

@@ -25,6 +25,7 @@ from atomickafka.cli.options import (
     add_destinations,
     add_overrides,
     add_secret_file,
+    connection,
     fail,
     guarded,
     reach,
@@ -212,9 +213,8 @@ def _values(args: argparse.Namespace) -> Iterator[tuple[int, bytes | str]]:
 def _run(args: argparse.Namespace) -> int:
     reach(args)  # a wrong --bootstrap-server: one line, before reading any input
     client = AtomicKafkaClient(
-        args.bootstrap_server,
+        connection(args),
         layout=args.layout,
-        config=args.overrides,
         allow_offline=args.allow_offline,
         secret_file=args.secret_file,
         # one message cannot be reordered, and a retried copy is dropped by the nodes:

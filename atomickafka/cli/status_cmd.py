@@ -23,6 +23,7 @@ from atomickafka.cli.options import (
     EXIT_FAILURE,
     add_bootstrap,
     add_overrides,
+    connection,
     fail,
     guarded,
     reach,
@@ -184,7 +185,7 @@ def _print_table(statuses: dict[str, Status], states: dict[str, str], args: argp
 
 def _run(args: argparse.Namespace) -> int:
     reach(args)
-    chosen = _chosen(args, read_statuses(args.bootstrap_server, args.overrides))
+    chosen = _chosen(args, read_statuses(connection(args)))
     if isinstance(chosen, str):
         return fail("status", chosen, EXIT_FAILURE)
     statuses = chosen

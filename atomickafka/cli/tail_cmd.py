@@ -14,7 +14,14 @@ from typing import Any, Final
 
 import orjson
 
-from atomickafka.cli.options import add_bootstrap, add_overrides, add_secret_file, guarded, reach
+from atomickafka.cli.options import (
+    add_bootstrap,
+    add_overrides,
+    add_secret_file,
+    connection,
+    guarded,
+    reach,
+)
 from atomickafka.client import Delivery, DeliveryReader
 from atomickafka.core.wire import parse_destinations
 from atomickafka.errors import UnknownTopicError
@@ -91,10 +98,9 @@ def _run(args: argparse.Namespace) -> int:
             f"{exc}: no node has served it (start one: atomickafka node --topic {args.topic})"
         ) from None
     with DeliveryReader(
-        args.bootstrap_server,
+        connection(args),
         args.topic,
         from_beginning=args.from_beginning,
-        config=args.overrides,
         secret_file=args.secret_file,
         group=args.group,
         committed_only=args.isolation_level == "read_committed",

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from atomickafka.cli.doctor_cmd import add_retention_rule, with_retention_rule
-from atomickafka.cli.options import add_bootstrap, add_overrides, guarded, reach
+from atomickafka.cli.options import add_bootstrap, add_overrides, connection, guarded, reach
 from atomickafka.doctor import Deployment, exit_status, render_json, render_text
 from atomickafka.doctor.deployment import KafkaTopic, aligned_min_insync
 from atomickafka.doctor.facts import TopicFacts
@@ -104,11 +104,11 @@ def _create(args: argparse.Namespace) -> int:
         if value is not None and value < 1:
             raise ConfigError(f"--{name} must be at least 1")
     metadata = reach(args)
-    before = gather_topics(args.bootstrap_server, args.overrides, deployment.specs())
+    before = gather_topics(connection(args), deployment.specs())
     specs = _aligned(deployment.specs(), before, args.min_insync_replicas)
-    admin = admin_client(args.bootstrap_server, args.overrides)
+    admin = admin_client(connection(args))
     created = set(ensure_topics(admin, specs, replication_factor=args.replication_factor))
-    after = gather_topics(args.bootstrap_server, args.overrides, deployment.kafka_topics())
+    after = gather_topics(connection(args), deployment.kafka_topics())
     findings = _findings(args, deployment, after, len(metadata.brokers))
     for name, spec in specs.items():
         print(f"{name}: {_outcome(name, spec, before[name], after.get(name), created, findings)}")
@@ -168,7 +168,7 @@ def _outcome(
 def _check(args: argparse.Namespace) -> int:
     deployment = _deployment(args)
     metadata = reach(args)
-    facts = gather_topics(args.bootstrap_server, args.overrides, deployment.kafka_topics())
+    facts = gather_topics(connection(args), deployment.kafka_topics())
     findings = _findings(args, deployment, facts, len(metadata.brokers))
     return _report(args, deployment, findings, title="check")
 
@@ -179,7 +179,7 @@ def _findings(
     facts: dict[str, TopicFacts],
     brokers: int,
 ) -> list[Finding]:
-    snapshots = gather_snapshots(args.bootstrap_server, args.overrides, deployment, facts)
+    snapshots = gather_snapshots(connection(args), deployment, facts)
     return check_topics(deployment, facts, brokers, args.bootstrap_server, snapshots)
 
 
@@ -227,7 +227,7 @@ def _describe(args: argparse.Namespace) -> int:
     deployment = _deployment(args)
     reach(args)
     known = deployment.kafka_topics()
-    facts = gather_topics(args.bootstrap_server, args.overrides, known, count=known)
+    facts = gather_topics(connection(args), known, count=known)
     rows = [describe_row(name, topic, facts[name]) for name, topic in known.items()]
     if args.json:
         for row in rows:

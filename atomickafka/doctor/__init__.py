@@ -12,8 +12,6 @@ fills plain facts (:mod:`~atomickafka.doctor.facts`); pure checks turn them into
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from atomickafka.doctor.cluster_checks import check_cluster
 from atomickafka.doctor.deployment import (
     DEFAULT_MAX_DOWNTIME_S,
@@ -26,6 +24,7 @@ from atomickafka.doctor.findings import Finding, Severity, exit_status, render_j
 from atomickafka.doctor.gather import discover, gather_cluster, gather_deployment
 from atomickafka.doctor.node_checks import DEFAULT_MAX_LAG, DEFAULT_STUCK_AFTER_S, check_nodes
 from atomickafka.doctor.topic_checks import check_topics
+from atomickafka.kafka.connection import Connection
 
 __all__ = [
     "DEFAULT_MAX_DOWNTIME_S",
@@ -46,21 +45,21 @@ __all__ = [
 
 
 def diagnose(
-    bootstrap: str,
-    overrides: Mapping[str, str] | None,
+    connection: Connection,
     deployment: Deployment | None,
     *,
     stuck_after_s: float = DEFAULT_STUCK_AFTER_S,
     max_lag: int = DEFAULT_MAX_LAG,
     transactions: bool = True,
 ) -> list[Finding]:
-    """Every finding about the cluster at ``bootstrap`` and ``deployment`` (``None``:
-    the cluster alone)."""
-    cluster = gather_cluster(bootstrap, overrides, transactions=transactions)
+    """Every finding about the cluster ``connection`` reaches and ``deployment``
+    (``None``: the cluster alone)."""
+    bootstrap = connection.bootstrap  # the hints name it (kafka-configs.sh ...)
+    cluster = gather_cluster(connection, transactions=transactions)
     findings = check_cluster(cluster, bootstrap)
     if deployment is None:
         return findings
-    facts = gather_deployment(bootstrap, overrides, deployment)
+    facts = gather_deployment(connection, deployment)
     findings += check_topics(
         deployment, facts.topics, len(cluster.brokers), bootstrap, facts.snapshots
     )

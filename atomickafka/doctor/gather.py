@@ -17,7 +17,6 @@ from confluent_kafka import (
     Consumer,
     ConsumerGroupTopicPartitions,
     KafkaException,
-    Producer,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
@@ -32,8 +31,9 @@ from atomickafka.doctor.facts import (
     TransactionsProbe,
 )
 from atomickafka.errors import TimedOutError
+from atomickafka.kafka.connection import Connection
 from atomickafka.kafka.consumer import read_to_end, retry_transient, until_partition_ends
-from atomickafka.kafka.settings import admin_config, consumer_config, producer_config
+from atomickafka.kafka.producer import RecordProducer
 from atomickafka.kafka.status import Role, Status, read_statuses
 from atomickafka.kafka.topics import (
     STATUS_TOPIC,
@@ -84,16 +84,16 @@ def _quiet() -> tuple[logging.Logger, _Kept]:
     return logger, kept
 
 
-def _admin(bootstrap: str, overrides: Mapping[str, str] | None, **extra: str) -> AdminClient:
+def _admin(connection: Connection, **extra: str) -> AdminClient:
     logger, _ = _quiet()
-    return AdminClient({**admin_config(bootstrap, overrides), **extra}, logger=logger)
+    return AdminClient({**connection.admin_config(), **extra}, logger=logger)
 
 
-def api_versions(bootstrap: str, overrides: Mapping[str, str] | None) -> dict[int, tuple[int, int]]:
+def api_versions(connection: Connection) -> dict[int, tuple[int, int]]:
     """The protocol versions the bootstrap broker offers, read from librdkafka's
     negotiation (its ``feature`` debug lines; empty when they did not come)."""
     logger, kept = _quiet()
-    admin = AdminClient({**admin_config(bootstrap, overrides), "debug": "feature"}, logger=logger)
+    admin = AdminClient({**connection.admin_config(), "debug": "feature"}, logger=logger)
     admin.list_topics(timeout=_TIMEOUT_S)
     admin.poll(0.2)
     out: dict[int, tuple[int, int]] = {}
@@ -106,16 +106,14 @@ def api_versions(bootstrap: str, overrides: Mapping[str, str] | None) -> dict[in
 
 
 def probe_transactions(
-    bootstrap: str,
-    overrides: Mapping[str, str] | None,
+    connection: Connection,
     timeout_s: float = _TRANSACTIONS_TIMEOUT_S,
 ) -> TransactionsProbe:
     """Start a transactional producer with :data:`DOCTOR_TRANSACTIONAL_ID`, within
     ``timeout_s``: does the cluster give out producer ids and run transactions?"""
     logger, _ = _quiet()
-    config = producer_config(bootstrap, overrides, **{"transactional.id": DOCTOR_TRANSACTIONAL_ID})
     started = time.monotonic()
-    producer = Producer(config, logger=logger)
+    producer = RecordProducer(connection, logger, **{"transactional.id": DOCTOR_TRANSACTIONAL_ID})
     try:
         producer.init_transactions(timeout_s)
     except KafkaException as exc:
@@ -127,12 +125,10 @@ def probe_transactions(
     return TransactionsProbe(True, time.monotonic() - started)
 
 
-def gather_cluster(
-    bootstrap: str, overrides: Mapping[str, str] | None, *, transactions: bool = True
-) -> ClusterFacts:
+def gather_cluster(connection: Connection, *, transactions: bool = True) -> ClusterFacts:
     """The brokers, their protocol versions and configs, and (``transactions``) whether
     a transactional producer starts."""
-    admin = _admin(bootstrap, overrides)
+    admin = _admin(connection)
     brokers = tuple(sorted(admin.list_topics(timeout=_TIMEOUT_S).brokers))
     configs: dict[int, dict[str, str]] = {}
     for broker in brokers:  # librdkafka takes one broker resource per call
@@ -142,15 +138,14 @@ def gather_cluster(
             configs[broker] = {k: str(entries[k].value) for k in _BROKER_KEYS if k in entries}
     return ClusterFacts(
         brokers,
-        api_versions(bootstrap, overrides),
+        api_versions(connection),
         configs,
-        probe_transactions(bootstrap, overrides) if transactions else None,
+        probe_transactions(connection) if transactions else None,
     )
 
 
 def gather_topics(
-    bootstrap: str,
-    overrides: Mapping[str, str] | None,
+    connection: Connection,
     names: Iterable[str],
     *,
     count: Iterable[str] = (),
@@ -158,7 +153,7 @@ def gather_topics(
     """Each topic of ``names`` as the cluster has it: partitions, replicas, in-sync
     replicas, first and next offsets, and its configs; the topics of ``count`` also
     with their records counted (:func:`count_records`)."""
-    admin = _admin(bootstrap, overrides)
+    admin = _admin(connection)
     metadata = admin.list_topics(timeout=_TIMEOUT_S).topics
     wanted = list(dict.fromkeys(names))
     present = [n for n in wanted if n in metadata and metadata[n].error is None]
@@ -188,7 +183,7 @@ def gather_topics(
     for name in dict.fromkeys(count):
         facts = out.get(name)
         if facts is not None and facts.exists:
-            counted = count_records(bootstrap, overrides, facts)
+            counted = count_records(connection, facts)
             out[name] = dataclasses.replace(facts, records=counted)
     return out
 
@@ -200,8 +195,7 @@ COUNT_TIMEOUT_S: Final = 10.0
 
 
 def count_records(
-    bootstrap: str,
-    overrides: Mapping[str, str] | None,
+    connection: Connection,
     facts: TopicFacts,
     *,
     max_offsets: int = COUNT_MAX_OFFSETS,
@@ -225,11 +219,8 @@ def count_records(
         "enable.partition.eof": True,
     }
     logger, _ = _quiet()
-    consumer = Consumer(
-        consumer_config(bootstrap, f"atomickafka-doctor-{uuid.uuid4().hex[:12]}", overrides,
-                        **settings),
-        logger=logger,
-    )  # fmt: skip
+    group = f"atomickafka-doctor-{uuid.uuid4().hex[:12]}"
+    consumer = Consumer(connection.consumer_config(group, **settings), logger=logger)
     deadline = time.monotonic() + timeout_s
     try:
         consumer.assign([TopicPartition(facts.name, p, spans[p][0] or 0) for p in todo])
@@ -295,25 +286,22 @@ def _committed(
     return out
 
 
-def gather_deployment(
-    bootstrap: str, overrides: Mapping[str, str] | None, deployment: Deployment
-) -> DeploymentFacts:
+def gather_deployment(connection: Connection, deployment: Deployment) -> DeploymentFacts:
     """The deployment's topics, the statuses of its nodes and their committed offsets."""
     names = deployment.kafka_topics()
     dead_letters = [n for n, t in names.items() if t.kind is TopicKind.DEAD_LETTERS]
-    topics = gather_topics(bootstrap, overrides, names, count=dead_letters)
+    topics = gather_topics(connection, names, count=dead_letters)
     status_topic = topics.get(STATUS_TOPIC)
     published = status_topic is not None and status_topic.exists
-    statuses = read_statuses(bootstrap, overrides) if published else {}
-    admin = _admin(bootstrap, overrides)
+    statuses = read_statuses(connection) if published else {}
+    admin = _admin(connection)
     committed = _committed(admin, statuses, deployment)
-    snapshots = gather_snapshots(bootstrap, overrides, deployment, topics)
+    snapshots = gather_snapshots(connection, deployment, topics)
     return DeploymentFacts(topics, statuses, committed, time.time(), snapshots)
 
 
 def gather_snapshots(
-    bootstrap: str,
-    overrides: Mapping[str, str] | None,
+    connection: Connection,
     deployment: Deployment,
     topics: Mapping[str, TopicFacts],
 ) -> Snapshots:
@@ -328,11 +316,11 @@ def gather_snapshots(
             cut.add(topic.owner)
     if not cut:
         return {}
-    present = _admin(bootstrap, overrides).list_topics(timeout=_TIMEOUT_S).topics
+    present = _admin(connection).list_topics(timeout=_TIMEOUT_S).topics
     out: dict[str, tuple[Any, ...]] = {}
     for owner in sorted(cut):
         name = snapshot_topic(owner)
-        records = read_to_end(bootstrap, name, [0], overrides) if name in present else []
+        records = read_to_end(connection, name, [0]) if name in present else []
         rows = [(_bytes(r.key()), r.value()) for r in records]
         layered = deployment.partitions > 1
         roles = [node_key(owner, p if layered else None) for p in range(deployment.partitions)]
@@ -348,14 +336,14 @@ def _bytes(key: str | bytes | None) -> bytes | None:
     return key.encode() if isinstance(key, str) else key
 
 
-def discover(bootstrap: str, overrides: Mapping[str, str] | None) -> Deployment | None:
+def discover(connection: Connection) -> Deployment | None:
     """The deployment the status topic describes: every topic whose node has not stopped
     cleanly, with the layout and layer count most of its nodes report (``None`` when no
     node has published)."""
-    admin = _admin(bootstrap, overrides)
+    admin = _admin(connection)
     if STATUS_TOPIC not in admin.list_topics(timeout=_TIMEOUT_S).topics:
         return None
-    statuses = [s for s in read_statuses(bootstrap, overrides).values() if not s.is_stopped]
+    statuses = [s for s in read_statuses(connection).values() if not s.is_stopped]
     if not statuses:
         return None
     topics = tuple(sorted({s.topic for s in statuses}))

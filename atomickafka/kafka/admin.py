@@ -18,8 +18,9 @@ from confluent_kafka.admin import (
 )
 
 from atomickafka.errors import ConfigError
+from atomickafka.kafka.connection import Where, connection_of
 from atomickafka.kafka.consumer import retry_transient
-from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER, admin_config
+from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER
 
 __all__ = [
     "MIN_MESSAGE_BYTES",
@@ -48,10 +49,10 @@ class TopicSpec:
     configs: Mapping[str, str] = field(default_factory=dict)
 
 
-def admin_client(bootstrap: str, overrides: Mapping[str, str] | None = None) -> AdminClient:
-    """An AdminClient with the user's ``-X`` overrides, logging through
-    :data:`~atomickafka.kafka.settings.LIBRDKAFKA_LOGGER`."""
-    return AdminClient(admin_config(bootstrap, overrides), logger=LIBRDKAFKA_LOGGER)
+def admin_client(where: Where) -> AdminClient:
+    """An AdminClient of the connection ``where`` (or of a bare bootstrap string),
+    logging through :data:`~atomickafka.kafka.settings.LIBRDKAFKA_LOGGER`."""
+    return AdminClient(connection_of(where).admin_config(), logger=LIBRDKAFKA_LOGGER)
 
 
 def _replication_factor(admin: AdminClient) -> int:

@@ -5,14 +5,15 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from typing import Final, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 
 from atomickafka.errors import TimedOutError
-from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER, consumer_config
+from atomickafka.kafka.connection import Where, connection_of
+from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER
 from atomickafka.logs import Throttle
 
 __all__ = [
@@ -107,16 +108,18 @@ def watermarks(
 
 
 def make_consumer(
-    bootstrap: str,
+    where: Where,
     group: str | None = None,
-    overrides: Mapping[str, str] | None = None,
+    /,
     **extra: str | int | bool,
 ) -> Consumer:
-    """A consumer with the defaults of :mod:`atomickafka.kafka.settings` (a throwaway
-    group when ``group`` is ``None``: nothing it commits is ever read again), logging
-    through :data:`~atomickafka.kafka.settings.LIBRDKAFKA_LOGGER`."""
+    """A consumer of the connection ``where`` (or of a bare bootstrap string) with the
+    defaults of :mod:`atomickafka.kafka.settings` (a throwaway group when
+    ``group`` is ``None``: nothing it commits is ever read again), logging through
+    :data:`~atomickafka.kafka.settings.LIBRDKAFKA_LOGGER`."""
     name = group or f"atomickafka-reader-{uuid.uuid4().hex[:12]}"
-    return Consumer(consumer_config(bootstrap, name, overrides, **extra), logger=LIBRDKAFKA_LOGGER)
+    config = connection_of(where).consumer_config(name, **extra)
+    return Consumer(config, logger=LIBRDKAFKA_LOGGER)
 
 
 def usable(records: Iterable[KafkaMessage]) -> list[KafkaMessage]:
@@ -187,10 +190,9 @@ def read_partitions(
 
 
 def read_to_end(
-    bootstrap: str,
+    where: Where,
     topic: str,
     partitions: Iterable[int],
-    overrides: Mapping[str, str] | None = None,
     *,
     timeout_s: float = 60.0,
 ) -> list[KafkaMessage]:
@@ -201,7 +203,7 @@ def read_to_end(
         "isolation.level": "read_committed",
         "enable.partition.eof": True,
     }
-    consumer = make_consumer(bootstrap, None, overrides, **settings)
+    consumer = make_consumer(where, None, **settings)
     parts = list(partitions)
     todo = set(parts)
     out: list[KafkaMessage] = []

@@ -1,11 +1,15 @@
-"""One producer wrapper for every role (node, merger, client, tools).
+"""One producer wrapper for every role (node, merger, their writers, client, tools).
 
-:class:`RecordProducer` owns a librdkafka producer configured by
-:mod:`atomickafka.kafka.settings`, with librdkafka's log lines sent to the
+:class:`RecordProducer` owns a librdkafka producer configured from a
+:class:`~atomickafka.kafka.connection.Connection` (defaults of
+:mod:`atomickafka.kafka.settings`), with librdkafka's log lines sent to the
 ``atomickafka.librdkafka`` logger. ``send`` waits while librdkafka's local queue is full
 (the queue drains as the broker acknowledges), up to ``queue_wait_s``, then raises
 :class:`~atomickafka.errors.QueueFullError`; ``send_if_room`` never waits, for records
-that the next one replaces (statuses). Encoding stays with the caller
+that the next one replaces (statuses). The node's and merger's writers
+(:mod:`atomickafka.node.writers`) write through it too, its transactional calls
+included, so this is the one place that waits for room in librdkafka's queue.
+Encoding stays with the caller
 (:mod:`atomickafka.core.wire`); the wrapper only attaches the ``atomickafka-type`` header
 when asked, from shared constants, never a list per record.
 """
@@ -14,17 +18,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Final
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 
 from atomickafka.core.reader import TYPE_HEADER, Header
 from atomickafka.core.wire import MessageType
 from atomickafka.errors import ClosedError, QueueFullError
-from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER, producer_config
+from atomickafka.kafka.connection import Where, connection_of
+from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER
 
 __all__ = [
     "CLOSE_ON_ERROR_TIMEOUT_S",
@@ -76,7 +81,9 @@ class RecordProducer(AbstractContextManager["RecordProducer"]):
 
     Use it as a context manager, or call :meth:`close`: both wait (bounded) for what is
     queued and release the producer; leaving the block by an exception waits only
-    :data:`CLOSE_ON_ERROR_TIMEOUT_S`. ``extra`` are librdkafka settings of this role.
+    :data:`CLOSE_ON_ERROR_TIMEOUT_S`. ``where`` is the connection (or a bare bootstrap
+    string); ``extra`` are librdkafka settings of this role. librdkafka's log lines go
+    to ``logger`` (a check that reads them itself, as ``doctor`` does, passes its own).
     """
 
     #: How long :meth:`send` waits for room in a full queue (seconds).
@@ -84,13 +91,13 @@ class RecordProducer(AbstractContextManager["RecordProducer"]):
 
     def __init__(
         self,
-        bootstrap: str,
-        overrides: Mapping[str, str] | None = None,
+        where: Where,
+        logger: logging.Logger = LIBRDKAFKA_LOGGER,
+        /,
         **extra: str | int | bool,
     ) -> None:
-        self._producer: Producer | None = Producer(
-            producer_config(bootstrap, overrides, **extra), logger=LIBRDKAFKA_LOGGER
-        )
+        config = connection_of(where).producer_config(**extra)
+        self._producer: Producer | None = Producer(config, logger=logger)
 
     @property
     def _open(self) -> Producer:
@@ -107,12 +114,15 @@ class RecordProducer(AbstractContextManager["RecordProducer"]):
         key: bytes | None = None,
         headers: RecordHeaders | None = None,
         on_delivery: DeliveryCallback | None = None,
+        report_refused: bool = True,
     ) -> None:
         """Queue one record; while the queue is full, serve delivery reports and retry,
         for up to ``queue_wait_s`` (then :class:`~atomickafka.errors.QueueFullError`).
 
         A record librdkafka refuses on the spot (too large for ``message.max.bytes``)
-        is reported to ``on_delivery`` like a failed delivery, when one is given.
+        is reported to ``on_delivery`` like a failed delivery, when one is given and
+        ``report_refused``; otherwise its ``KafkaException`` is raised (the node's
+        writers classify it: a fence, a fatal error, a batch to write again).
         """
         producer = self._open
         where = -1 if partition is None else partition  # -1: the partitioner picks
@@ -135,7 +145,7 @@ class RecordProducer(AbstractContextManager["RecordProducer"]):
                     ) from None
                 producer.poll(0.05)  # delivery reports free room in the queue
             except KafkaException as exc:  # refused locally (e.g. over message.max.bytes)
-                if on_delivery is None:
+                if on_delivery is None or not report_refused:
                     raise
                 on_delivery(exc.args[0], _Unsent(topic, value))  # type: ignore[arg-type]
                 return
@@ -157,6 +167,32 @@ class RecordProducer(AbstractContextManager["RecordProducer"]):
     def flush(self, timeout_s: float) -> int:
         """Wait for every queued record; return how many are still not acknowledged."""
         return int(self._open.flush(timeout_s))
+
+    # ------------------------------------------ transactions (the node's and merger's writers)
+
+    def init_transactions(self, timeout_s: float) -> None:
+        """librdkafka's ``init_transactions`` (fences older producers of the
+        ``transactional.id``); the caller bounds the wait."""
+        self._open.init_transactions(timeout_s)
+
+    def begin_transaction(self) -> None:
+        """librdkafka's ``begin_transaction``."""
+        self._open.begin_transaction()
+
+    def send_offsets_to_transaction(
+        self, offsets: list[TopicPartition], group: object, timeout_s: float
+    ) -> None:
+        """librdkafka's ``send_offsets_to_transaction`` (``group``: the consumer's group
+        metadata)."""
+        self._open.send_offsets_to_transaction(offsets, group, timeout_s)
+
+    def commit_transaction(self, timeout_s: float) -> None:
+        """librdkafka's ``commit_transaction``."""
+        self._open.commit_transaction(timeout_s)
+
+    def abort_transaction(self, timeout_s: float) -> None:
+        """librdkafka's ``abort_transaction``."""
+        self._open.abort_transaction(timeout_s)
 
     def warm_up(self, topics: list[str], timeout_s: float = 10.0) -> None:
         """Fetch metadata for ``topics`` now rather than on the first send."""

@@ -14,14 +14,14 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, Final
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from atomickafka.errors import KafkaUnreachableError, UnknownTopicError
-from atomickafka.kafka.settings import admin_config
+from atomickafka.kafka.connection import Where, connection_of
 
 __all__ = ["DEFAULT_PROBE_TIMEOUT_S", "UNREACHABLE_CODES", "is_unreachable", "probe", "reason_of"]
 
@@ -90,8 +90,7 @@ def _unreachable(bootstrap: str, timeout_s: float, lines: _Lines, error: str) ->
 
 
 def probe(
-    bootstrap: str,
-    overrides: Mapping[str, str] | None = None,
+    where: Where,
     *,
     topics: Iterable[str] = (),
     timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,
@@ -100,10 +99,12 @@ def probe(
     ``timeout_s`` seconds. Raises :class:`~atomickafka.errors.KafkaUnreachableError`
     when no broker answers, :class:`~atomickafka.errors.UnknownTopicError` when one of
     ``topics`` does not exist."""
+    connection = connection_of(where)
+    bootstrap = connection.bootstrap
     lines = _Lines()
     quiet = logging.Logger("atomickafka.librdkafka.probe")  # not registered: no parents
     quiet.addHandler(lines)
-    admin = AdminClient(admin_config(bootstrap, overrides), logger=quiet)
+    admin = AdminClient(connection.admin_config(), logger=quiet)
     deadline = time.monotonic() + timeout_s
     while True:  # short tries, so that a refused login ends the wait at once
         try:

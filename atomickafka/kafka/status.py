@@ -41,6 +41,7 @@ from atomickafka.core.reader import KafkaRecord
 from atomickafka.errors import TimedOutError
 from atomickafka.jsonnames import camel_keys, json_name
 from atomickafka.kafka.admin import TopicSpec
+from atomickafka.kafka.connection import Where
 from atomickafka.kafka.consumer import (
     consume_batch,
     make_consumer,
@@ -388,13 +389,12 @@ class StatusWatch:
 
     def __init__(
         self,
-        bootstrap: str,
-        overrides: Mapping[str, str] | None = None,
+        where: Where,
         timeout_s: float = 10.0,
         *,
         window_s: float | None = STATUS_READ_WINDOW_S,
     ) -> None:
-        self._consumer: Consumer = make_consumer(bootstrap, None, overrides)
+        self._consumer: Consumer = make_consumer(where)
         self._timeout_s = timeout_s
         self._window_s = window_s
         self._assigned = False
@@ -493,8 +493,7 @@ def newest_statuses(records: Iterable[KafkaRecord]) -> dict[str, Status | None]:
 
 
 def read_statuses(
-    bootstrap: str,
-    overrides: Mapping[str, str] | None = None,
+    where: Where,
     timeout_s: float = 5.0,
     *,
     window_s: float | None = None,
@@ -502,7 +501,7 @@ def read_statuses(
     """The latest status each node and merger published, keyed by its status key:
     every key ever published (``window_s=None``, what ``atomickafka status`` shows), or
     those that published within the last ``window_s`` seconds."""
-    watch = StatusWatch(bootstrap, overrides, timeout_s, window_s=window_s)
+    watch = StatusWatch(where, timeout_s, window_s=window_s)
     try:
         return dict(watch.refresh())
     finally:
@@ -510,12 +509,11 @@ def read_statuses(
 
 
 def wait_for_nodes(
-    bootstrap: str,
+    where: Where,
     keys: Iterable[str],
     *,
     timeout_s: float = 60.0,
     since: float | None = None,
-    overrides: Mapping[str, str] | None = None,
 ) -> dict[str, Status]:
     """Wait until every key's node (or merger) has published a live, not-replaying
     status taken after ``since`` (default: now)."""
@@ -525,7 +523,7 @@ def wait_for_nodes(
     deadline = time.monotonic() + timeout_s
     # statuses taken before ``since`` do not count: read from a little before it
     window = max(STATUS_READ_WINDOW_S, now - since + STATUS_READ_WINDOW_S)
-    watch = StatusWatch(bootstrap, overrides, timeout_s=5.0, window_s=window)
+    watch = StatusWatch(where, timeout_s=5.0, window_s=window)
     try:
         while True:
             try:

@@ -17,6 +17,7 @@ from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.core.memory import DEFAULT_WINDOW_MS
 from atomickafka.core.wire import MAX_VALUE_BYTES
 from atomickafka.errors import ConfigError
+from atomickafka.kafka.connection import Connection
 from atomickafka.kafka.guarantees import refuse_unsafe
 from atomickafka.kafka.properties import masked
 from atomickafka.kafka.topics import Layout, node_key
@@ -117,6 +118,11 @@ class NodeConfig:
     def layered(self) -> bool:
         """True when the topic is partitioned: the node is one layer's."""
         return self.partitions > 1
+
+    @property
+    def connection(self) -> Connection:
+        """How this node reaches Kafka: ``bootstrap`` and the user's ``overrides``."""
+        return Connection(self.bootstrap, self.overrides)
 
     @property
     def partition(self) -> int:

@@ -33,7 +33,7 @@ from confluent_kafka import Message as KafkaMessage
 
 from atomickafka.core.signing import Signer
 from atomickafka.kafka.consumer import consume_batch, make_consumer, usable, watermarks
-from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER, consumer_config
+from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER
 from atomickafka.kafka.topics import node_group, snapshot_topic
 from atomickafka.node.batch import NodeBatch, NodeSpec
 from atomickafka.node.config import NodeConfig
@@ -89,7 +89,7 @@ class SnapshotReader:
         self.signer = signer
         self.follower = SnapshotFollower(role)
         self._consumer = make_consumer(
-            config.bootstrap, None, config.overrides, **{"isolation.level": "read_committed"}
+            config.connection, None, **{"isolation.level": "read_committed"}
         )
         self._consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
 
@@ -128,11 +128,8 @@ class NodeFollower:
         self.reader = SnapshotReader(config, spec.role, signer)
         self.snapshots = self.reader.follower
         self._part = TopicPartition(spec.input_topic, spec.input_partition)
-        settings = consumer_config(
-            config.bootstrap,
-            node_group(config.topic, config.layer),
-            config.overrides,
-            **{"isolation.level": "read_committed"},
+        settings = config.connection.consumer_config(
+            node_group(config.topic, config.layer), **{"isolation.level": "read_committed"}
         )
         # never commit, and never skip: a log cut below the position is an error here
         settings.update({"enable.auto.commit": False, "auto.offset.reset": "error"})

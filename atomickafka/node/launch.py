@@ -63,10 +63,9 @@ def running_cluster(
             proc.stdin.close()
             if wait_s is not None:
                 wait_for_nodes(
-                    config.node.bootstrap,
+                    config.node.connection,
                     cluster_keys(config.topics, config.node.partitions),
                     timeout_s=wait_s,
-                    overrides=config.node.overrides,
                 )
             yield proc
         finally:

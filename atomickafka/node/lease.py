@@ -19,12 +19,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Final
 
 from confluent_kafka import Consumer, TopicPartition
 
-from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER, consumer_config
+from atomickafka.kafka.connection import Connection
+from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER
 
 __all__ = ["LEASE_TOPIC", "Lease", "lease_group"]
 
@@ -44,9 +45,8 @@ class Lease:
 
     def __init__(
         self,
-        bootstrap: str,
+        connection: Connection,
         role: str,
-        overrides: Mapping[str, str] | None = None,
         *,
         session_timeout_ms: int = 6000,
     ) -> None:
@@ -60,8 +60,7 @@ class Lease:
             "max.poll.interval.ms": 600_000,
         }
         self._consumer = Consumer(
-            consumer_config(bootstrap, lease_group(role), overrides, **settings),
-            logger=LIBRDKAFKA_LOGGER,
+            connection.consumer_config(lease_group(role), **settings), logger=LIBRDKAFKA_LOGGER
         )
         self._consumer.subscribe(
             [LEASE_TOPIC], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost

@@ -62,6 +62,7 @@ from atomickafka.node.snapshots import LoadedSnapshot, choose_snapshot
 from atomickafka.node.writers import (
     GaplessWriter,
     SplitWriter,
+    Writer,
 )
 
 __all__ = ["MergerRuntime", "merger_spec"]
@@ -107,7 +108,7 @@ class MergerRuntime(RoleShell):
         self.foreign = 0  # records in T that are not this merger's
         self.rates = Rates(1)  # deliveries per second
         self._consumer: Consumer | None = None
-        self._writer: SplitWriter | GaplessWriter | None = None
+        self._writer: Writer | None = None
         self._replay_ends: dict[int, int] = {}
         self._blocked_since: float | None = None
         self.recovery_s: float | None = None
@@ -137,7 +138,7 @@ class MergerRuntime(RoleShell):
     def _prepare_topics(self) -> None:
         cfg = self.config
         if cfg.create_topics:
-            ensure_topics(admin_client(cfg.bootstrap, cfg.overrides), node_topic_specs(cfg))
+            ensure_topics(admin_client(cfg.connection), node_topic_specs(cfg))
 
     def _start_standby(self) -> None:
         """Stand by following the snapshot topic (the newest snapshot kept restored)."""
@@ -178,24 +179,21 @@ class MergerRuntime(RoleShell):
         cfg = self.config
         started = time.monotonic()
         source = layers_topic(cfg.topic)
-        consumer = make_consumer(
-            cfg.bootstrap, None, cfg.overrides, **{"isolation.level": "read_committed"}
-        )
+        consumer = make_consumer(cfg.connection, None, **{"isolation.level": "read_committed"})
         self._consumer = consumer
         if cfg.exactly_once:  # deliveries in transactions, ticks outside them (§6.3)
             self._writer = SplitWriter(
-                cfg.bootstrap,
+                cfg.connection,
                 self.key,
                 consumer,
                 source,
                 0,
-                dict(cfg.overrides),
                 commit_interval_s=cfg.commit_interval_s,
                 on_wait=self._heartbeat,
                 on_written=self._wrote,
             )
         else:
-            self._writer = GaplessWriter(cfg.bootstrap, dict(cfg.overrides))
+            self._writer = GaplessWriter(cfg.connection)
         bounds = {
             layer: watermarks(consumer, TopicPartition(source, layer))
             for layer in range(cfg.partitions)
@@ -288,10 +286,7 @@ class MergerRuntime(RoleShell):
         self._note_recovered()
         self._write(writer, ready)
         self._retry_ticks_if_blocked(writer)
-        if isinstance(writer, SplitWriter):
-            writer.settle(idle=not records)
-        else:
-            writer.settle()
+        writer.settle(idle=not records)
 
     def _note_progress(self, records: list[KafkaMessage]) -> None:
         for record in records:
@@ -313,7 +308,7 @@ class MergerRuntime(RoleShell):
             if tp.offset >= self._replay_ends.get(tp.partition, 0):
                 self._replay_ends.pop(tp.partition, None)
 
-    def _retry_ticks_if_blocked(self, writer: SplitWriter | GaplessWriter) -> None:
+    def _retry_ticks_if_blocked(self, writer: Writer) -> None:
         """Rule 3: a head blocked for :data:`TICK_RETRY_S` asks its blockers again."""
         now = time.monotonic()
         if not self.batch.merger.blocked_by():
@@ -325,9 +320,9 @@ class MergerRuntime(RoleShell):
             self._blocked_since = now
             self._write(writer, self.batch.retry_ticks())
 
-    def _write(self, writer: SplitWriter | GaplessWriter, ready: Ready) -> None:
+    def _write(self, writer: Writer, ready: Ready) -> None:
         writer.write(ready.records, None)
-        if not isinstance(writer, SplitWriter):  # which reports what it wrote (_wrote)
+        if not writer.reports_written:  # else it reports what it wrote (_wrote)
             self._wrote(ready.records)
 
     def _wrote(self, records: Sequence[OutRecord]) -> None:

@@ -173,7 +173,7 @@ class RoleShell(Stoppable):
             self._metrics_server = serve(self.metrics.registry, cfg.metrics_port, cfg.metrics_host)
             self._log.info("%s: metrics on %s", name, self._metrics_server.url)
         self._prepare_topics()
-        self._status = RecordProducer(cfg.bootstrap, cfg.overrides)
+        self._status = RecordProducer(cfg.connection)
         self._start_clock(cfg.status_interval_s, max_seconds)
         self._retitle("starting")
         try:
@@ -181,9 +181,8 @@ class RoleShell(Stoppable):
             if not self._catch_up():
                 return 0
             self._lease = Lease(
-                cfg.bootstrap,
+                cfg.connection,
                 self.role_key,
-                cfg.overrides,
                 session_timeout_ms=cfg.session_timeout_ms,
             )
             if not self._await_lease():

@@ -26,7 +26,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Final
 
@@ -52,6 +52,7 @@ from atomickafka.kafka.admin import (
     ensure_topics,
     too_small,
 )
+from atomickafka.kafka.connection import Connection
 from atomickafka.kafka.consumer import (
     consume_batch,
     last_matching,
@@ -95,12 +96,13 @@ from atomickafka.node.config import NodeConfig
 from atomickafka.node.follow import NodeFollower, signed_rows
 from atomickafka.node.lease import LEASE_TOPIC
 from atomickafka.node.metrics import HeadWatch, Rates, status_of
-from atomickafka.node.offsets import OffsetsTracker, Ticket
+from atomickafka.node.offsets import Ticket
 from atomickafka.node.role_shell import EXIT_FENCED, RoleShell
 from atomickafka.node.snapshots import LoadedSnapshot, choose_snapshot, newest_snapshots
 from atomickafka.node.writers import (
     AckedWriter,
     SplitWriter,
+    Writer,
 )
 
 __all__ = [
@@ -201,7 +203,7 @@ def read_snapshots(config: NodeConfig, role: str, signer: Signer | None) -> list
     """The snapshots of ``role`` in its topic's snapshot topic, newest first (unsigned
     or wrongly signed records are left out when signing is on)."""
     topic = snapshot_topic(config.topic)
-    records = read_to_end(config.bootstrap, topic, [0], config.overrides)
+    records = read_to_end(config.connection, topic, [0])
     return newest_snapshots(signed_rows(records, topic, signer), role)
 
 
@@ -214,9 +216,9 @@ class Membership:
     ended when it started: until then its view may lack live nodes, and a members
     record written from it could refuse a live destination."""
 
-    def __init__(self, bootstrap: str, overrides: Mapping[str, str]) -> None:
+    def __init__(self, connection: Connection) -> None:
         self.topics: set[str] = set()
-        self._consumer = make_consumer(bootstrap, None, overrides)
+        self._consumer = make_consumer(connection)
         metadata = self._consumer.list_topics(STATUS_TOPIC, timeout=10).topics.get(STATUS_TOPIC)
         # a topic just created (on several brokers) may show no partitions yet: read its
         # first one then (the status topic has one), or this node never learns its peers
@@ -277,7 +279,7 @@ class NodeRuntime(RoleShell):
         self._input = self.spec.input_topic
         self._partition = config.partition
         self._consumer: Consumer | None = None
-        self._writer: SplitWriter | AckedWriter | None = None
+        self._writer: Writer | None = None
         self._status_count = 0
         self._mismatch_logged: set[str] = set()
         self._bad_logged: set[str] = set()
@@ -310,7 +312,7 @@ class NodeRuntime(RoleShell):
 
     def _prepare_topics(self) -> None:
         cfg = self.config
-        admin = admin_client(cfg.bootstrap, cfg.overrides)
+        admin = admin_client(cfg.connection)
         specs = node_topic_specs(cfg)
         if cfg.create_topics:
             ensure_topics(admin, specs)
@@ -334,7 +336,7 @@ class NodeRuntime(RoleShell):
             if len(self._signed_or_taken_up(verified)) > len(verified) or self._rewrite:
                 return  # a cold start: an unsigned snapshot taken up, or outputs rewritten
         try:
-            self._membership = Membership(cfg.bootstrap, cfg.overrides)
+            self._membership = Membership(cfg.connection)
             self._follower = NodeFollower(cfg, self.spec, self.signer)
             self._follower.start()
         except (KafkaException, AtomicKafkaError) as exc:
@@ -396,20 +398,18 @@ class NodeRuntime(RoleShell):
         cfg = self.config
         started = time.monotonic()
         consumer = make_consumer(
-            cfg.bootstrap,
+            cfg.connection,
             node_group(cfg.topic, cfg.layer),
-            cfg.overrides,
             **{"isolation.level": "read_committed"},
         )
         self._consumer = consumer
         if cfg.exactly_once:  # fences older instances before the committed offset is read
             self._writer = SplitWriter(
-                cfg.bootstrap,
+                cfg.connection,
                 cfg.key,
                 consumer,
                 self._input,
                 self._partition,
-                dict(cfg.overrides),
                 commit_interval_s=cfg.commit_interval_s,
                 on_unwritable=self._unwritable,
                 on_wait=self._heartbeat,
@@ -425,23 +425,20 @@ class NodeRuntime(RoleShell):
         if self._rewrite and batch.replay_until > batch.position:
             batch.replay_until = batch.position  # write again what followed the snapshot
             batch.delivered_up_to = self._last_own_delivery(consumer)
-        if isinstance(self._writer, SplitWriter):
-            self._writer.start_at(self.batch.replay_until)
-        if not cfg.exactly_once:
-            tracker = OffsetsTracker(self.batch.replay_until)
+        if not cfg.exactly_once:  # nothing to fence: opened once the batch recovered
             self._writer = AckedWriter(
-                cfg.bootstrap,
+                cfg.connection,
                 consumer,
                 self._input,
                 self._partition,
-                tracker,
-                dict(cfg.overrides),
                 commit_interval_s=cfg.commit_interval_s,
                 on_unwritable=self._unwritable,
             )
+        assert self._writer is not None
+        self._writer.start_at(self.batch.replay_until)
         consumer.assign([TopicPartition(self._input, self._partition, self.batch.position)])
         if self._membership is None:
-            self._membership = Membership(cfg.bootstrap, cfg.overrides)
+            self._membership = Membership(cfg.connection)
             self._membership.poll(2.0)
         else:
             self._membership.poll()
@@ -606,10 +603,7 @@ class NodeRuntime(RoleShell):
         self.metrics.read(records, ready.replayed)
         self._write(ready, len(records))
         self._note_members()
-        if isinstance(writer, SplitWriter):
-            writer.settle(idle=not records)
-        else:
-            writer.settle()
+        writer.settle(idle=not records)
         freeze_heap(time.monotonic())
 
     def _final_round(self) -> None:
@@ -663,15 +657,8 @@ class NodeRuntime(RoleShell):
         self._log_dead_letters(ready.records)
         self.dead_letters_written += sum(r.kind is OutKind.DEAD_LETTER for r in ready.records)
         commit = None if ready.commit is None else {self._partition: ready.commit}
-        if isinstance(writer, SplitWriter):
-            writer.write(ready.records, commit)  # it reports what it wrote (_wrote)
-        else:
-            writer.write_batch(
-                ready.outputs(),
-                commit,
-                snapshot=ready.snapshot_records(),
-                snapshot_offset=ready.snapshot_offset,
-            )
+        writer.write(ready.records, commit, snapshot_offset=ready.snapshot_offset)
+        if not writer.reports_written:
             self._wrote(ready.records)
 
     def _wrote(self, records: Sequence[OutRecord]) -> None:
@@ -684,10 +671,10 @@ class NodeRuntime(RoleShell):
         why = refusal(Reason.OUTPUT_REFUSED, f"output to {topic} refused: {reason}")
         letter = self.batch.dead_letter(value, why)
         writer = self._writer
-        assert isinstance(writer, AckedWriter | SplitWriter)
+        assert writer is not None
         writer.send_dead_letter(ticket, letter)
         self.dead_letters_written += 1
-        if not isinstance(writer, SplitWriter):  # which reports it once committed
+        if not writer.reports_written:  # else it reports the letter once committed
             self._wrote([letter])
 
     def _log_dead_letters(self, records: list[OutRecord]) -> None:

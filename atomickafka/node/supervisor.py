@@ -244,7 +244,7 @@ class Supervisor:
             return EXIT_CANNOT_START
         if code == EXIT_UNREACHABLE:
             try:
-                probe(self.config.node.bootstrap, self.config.node.overrides)
+                probe(self.config.node.connection)
             except Exception as exc:
                 if not is_unreachable(exc):
                     raise

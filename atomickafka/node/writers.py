@@ -18,6 +18,12 @@ nothing later is written when something earlier was not.
     once every record of the batch and of every batch before it is acknowledged
     (:class:`~atomickafka.node.offsets.OffsetsTracker`); a snapshot is written only once
     the commit has passed the offset it covers. Readers drop repeats after a crash.
+
+Every writer -- these two, the :class:`SplitWriter` a node runs in exactly-once mode,
+the merger's :class:`GaplessWriter` -- implements one interface, :class:`Writer`: the
+shells call it and never ask which writer they hold. Every producer here is the shared
+wrapper, :class:`~atomickafka.kafka.producer.RecordProducer` (which waits out a full
+local queue), built from the node's :class:`~atomickafka.kafka.connection.Connection`.
 """
 
 from __future__ import annotations
@@ -29,10 +35,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Final, NoReturn, Protocol
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from atomickafka.errors import AtomicKafkaError
-from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER, producer_config
+from atomickafka.errors import AtomicKafkaError, QueueFullError
+from atomickafka.kafka.connection import Connection
+from atomickafka.kafka.producer import DeliveryCallback, RecordProducer
 from atomickafka.logs import Throttle
 from atomickafka.node.batch import OutKind, OutRecord
 from atomickafka.node.offsets import OffsetsTracker, Ticket
@@ -197,14 +204,47 @@ def transactional_id(role: str) -> str:
 
 
 class Writer(Protocol):
-    """What the shells write through."""
+    """What a node's or merger's shell writes through, whatever the delivery mode: it
+    hands over what the batch layer decided and never asks which writer it holds.
 
-    def write(self, records: Sequence[OutRecord], commit: OffsetCommit | None) -> None:
-        """Write ``records`` in order and, with them, commit ``commit``."""
+    A writer keeps every ordered stream gapless (nothing later is written when something
+    earlier was not) and raises :class:`BatchWriteError` (or :class:`FencedError`) once
+    it cannot: the shell then exits and its restart replays from the last commit.
+    """
+
+    #: The writer reports what it wrote itself (its ``on_written``: a transaction's
+    #: records once it committed); otherwise the shell counts a batch as written when
+    #: it hands it over.
+    reports_written: bool = False
+
+    def start_at(self, committed: int) -> None:
+        """The committed input offset the batch layer recovered to (read after this
+        writer fenced older instances): commits go on above it."""
         ...
 
-    def settle(self) -> None:
-        """Serve delivery reports and commit what has become safe to commit."""
+    def write(
+        self,
+        records: Sequence[OutRecord],
+        commit: OffsetCommit | None,
+        *,
+        snapshot_offset: int | None = None,
+    ) -> None:
+        """Write ``records`` in order and, with them, commit ``commit`` (the next input
+        offset by partition). ``snapshot_offset``: the offset the snapshot among
+        ``records`` covers (:attr:`~atomickafka.node.batch.Ready.snapshot_offset`); a
+        writer that cannot write the snapshot with the commit holds it until the
+        commit has passed that offset."""
+        ...
+
+    def send_dead_letter(self, ticket: Ticket, record: OutRecord) -> None:
+        """Write a dead letter for an output the broker refused for good, as part of
+        ``ticket``'s batch (``ticket`` no longer waits for the refused record)."""
+        ...
+
+    def settle(self, *, idle: bool = False) -> None:
+        """Serve delivery reports and commit what has become safe to commit (``idle``:
+        the last read found nothing; a writer that commits on an interval may commit
+        sooner)."""
         ...
 
     def close(self) -> None:
@@ -212,44 +252,26 @@ class Writer(Protocol):
         ...
 
 
-#: How long a record may wait for room in the producer's queue before the batch is given
-#: up (the node exits and its restart replays it): the broker is gone or cut off.
-QUEUE_WAIT_S: Final = 60.0
-
-
-def _produce(producer: Producer, record: OutRecord, callback: Callable[..., None] | None) -> None:
-    headers = record.headers
-    try:  # the common case: room in the queue (no clock read, no loop)
-        producer.produce(
+def _send(
+    producer: RecordProducer, record: OutRecord, on_delivery: DeliveryCallback | None
+) -> None:
+    """Queue ``record`` through the shared producer wrapper, which waits out a full local
+    queue (:data:`~atomickafka.kafka.producer.DEFAULT_QUEUE_WAIT_S`); a queue that stays
+    full gives the batch up (the node exits and its restart replays it). A record
+    librdkafka refuses on the spot raises its ``KafkaException``, for the writer to
+    classify."""
+    try:
+        producer.send(
             record.topic,
             record.value,
+            partition=record.partition,
             key=record.key,
-            partition=-1 if record.partition is None else record.partition,
-            headers=list(headers) if headers else None,
-            on_delivery=callback,
+            headers=list(record.headers) or None,
+            on_delivery=on_delivery,
+            report_refused=False,
         )
-        return
-    except BufferError:
-        producer.poll(0.05)  # the queue drains as the broker acknowledges
-    deadline = time.monotonic() + QUEUE_WAIT_S
-    while True:
-        if time.monotonic() > deadline:
-            raise BatchWriteError(
-                f"the producer's queue stayed full for {QUEUE_WAIT_S:.0f} s writing to "
-                f"{record.topic} (is the broker reachable?)"
-            )
-        try:
-            producer.produce(
-                record.topic,
-                record.value,
-                key=record.key,
-                partition=-1 if record.partition is None else record.partition,
-                headers=list(record.headers) or None,
-                on_delivery=callback,
-            )
-            return
-        except BufferError:
-            producer.poll(0.05)  # the queue drains as the broker acknowledges
+    except QueueFullError as exc:
+        raise BatchWriteError(f"writing to {record.topic}: {exc}") from None
 
 
 def _log_retry(kind: str, text: str, exc: BaseException) -> None:
@@ -265,7 +287,7 @@ class _AbortedError(Exception):
     what retrying in place allows): nothing of it is visible, it may be written again."""
 
 
-class TransactionalWriter:
+class TransactionalWriter(Writer):
     """One transaction per batch; fenced by a newer instance of the same role.
 
     A batch's transaction survives Kafka's routine events (docs/DESIGN.md §6.3): a
@@ -288,11 +310,10 @@ class TransactionalWriter:
 
     def __init__(
         self,
-        bootstrap: str,
+        connection: Connection,
         role: str,
         consumer: Consumer,
         input_topic: str,
-        overrides: dict[str, str] | None = None,
         *,
         init_timeout_s: float = 60.0,
         on_wait: Callable[[], None] | None = None,
@@ -311,20 +332,20 @@ class TransactionalWriter:
             # node's loop. Capped at 10 ms, a transaction took half as long (measured).
             "retry.backoff.max.ms": TXN_RETRY_BACKOFF_MAX_MS,
         }
-        self._config = producer_config(bootstrap, overrides, **settings)
+        self._connection, self._settings = connection, settings
         self._init_timeout_s = init_timeout_s
         self._last_commit = 0.0
         self.wedged = False  # a call never returned: the producer must not be touched
         #: Producers replaced after a call on them hung: never touched again (closing
         #: one could hang too), kept so that they are not destroyed under their thread.
-        self._hung: list[Producer] = []
+        self._hung: list[RecordProducer] = []
         self._producer = self._new_producer()
 
-    def _new_producer(self) -> Producer:
+    def _new_producer(self) -> RecordProducer:
         """A transactional producer of the role, initialised: this fences any older one
         of the role (another instance's, or this instance's hung one), aborting its open
         transaction."""
-        producer = Producer(self._config, logger=LIBRDKAFKA_LOGGER)
+        producer = RecordProducer(self._connection, **self._settings)
         timeout_s = self._init_timeout_s
         try:
             bounded_call(
@@ -337,9 +358,21 @@ class TransactionalWriter:
             raise _classified(exc, "initialising transactions") from exc
         return producer
 
-    def write(self, records: Sequence[OutRecord], commit: OffsetCommit | None) -> None:
+    def start_at(self, committed: int) -> None:
+        """Nothing to do: each transaction commits its own offsets."""
+        del committed
+
+    def write(
+        self,
+        records: Sequence[OutRecord],
+        commit: OffsetCommit | None,
+        *,
+        snapshot_offset: int | None = None,
+    ) -> None:
         """Write ``records`` and commit ``commit`` in one transaction (retried through
-        retriable and abortable errors, see the class)."""
+        retriable and abortable errors, see the class); a snapshot among ``records``
+        commits with them (``snapshot_offset`` is not needed)."""
+        del snapshot_offset
         if not records and commit is None:
             return
         gap = _TXN_GAP_S - (time.monotonic() - self._last_commit)
@@ -377,7 +410,7 @@ class TransactionalWriter:
         try:
             producer.begin_transaction()
             for record in records:
-                _produce(producer, record, None)
+                _send(producer, record, None)
         except BatchWriteError as exc:  # the local queue stayed full
             self._abort(deadline)
             raise exc from None
@@ -493,7 +526,7 @@ class TransactionalWriter:
         if self.broken:
             return
         try:
-            _produce(self._producer, record, None)
+            _send(self._producer, record, None)
         except KafkaException as exc:
             error = _classified(exc, "writing to a transaction")
             if isinstance(error, FencedError):
@@ -539,8 +572,15 @@ class TransactionalWriter:
             self.write(records, commit)
         self._last_commit = time.monotonic()
 
-    def settle(self) -> None:
+    def send_dead_letter(self, ticket: Ticket, record: OutRecord) -> None:
+        """Write a dead letter in a transaction of its own (no ticket waits here: a
+        transaction's records are written or not together)."""
+        del ticket
+        self.write([record], None)
+
+    def settle(self, *, idle: bool = False) -> None:
         """Serve librdkafka's callbacks (logs, errors)."""
+        del idle
         self._producer.poll(0)
 
     def close(self) -> None:
@@ -606,7 +646,7 @@ class _CommitThread:
             self._jobs.get().run()
 
 
-class SplitWriter:
+class SplitWriter(Writer):
     """Exactly-once with transactions only where a reader needs them (§6.3).
 
     Control records (bundles to the peers' input logs, this node's own ticks and members
@@ -630,14 +670,15 @@ class SplitWriter:
     each delivery once).
     """
 
+    reports_written = True
+
     def __init__(
         self,
-        bootstrap: str,
+        connection: Connection,
         role: str,
         consumer: Consumer,
         input_topic: str,
         partition: int,
-        overrides: dict[str, str] | None = None,
         *,
         commit_interval_s: float = COMMIT_INTERVAL_S,
         on_unwritable: Callable[[Ticket, str, bytes | None, str], None] | None = None,
@@ -651,17 +692,13 @@ class SplitWriter:
         self._acked = 0
         self._interval_s = commit_interval_s
         self._on_unwritable = on_unwritable
-        self._control = Producer(
-            producer_config(bootstrap, overrides, **{"enable.gapless.guarantee": True}),
-            logger=LIBRDKAFKA_LOGGER,
-        )
+        self._control = RecordProducer(connection, **{"enable.gapless.guarantee": True})
         # its producer is initialised here, fencing any older instance of the role
         self._txn = TransactionalWriter(
-            bootstrap,
+            connection,
             role,
             consumer,
             input_topic,
-            overrides,
             init_timeout_s=init_timeout_s,
             on_wait=on_wait,
         )
@@ -692,9 +729,17 @@ class SplitWriter:
 
     # ------------------------------------------------------------------ writing
 
-    def write(self, records: Sequence[OutRecord], commit: OffsetCommit | None) -> None:
+    def write(
+        self,
+        records: Sequence[OutRecord],
+        commit: OffsetCommit | None,
+        *,
+        snapshot_offset: int | None = None,
+    ) -> None:
         """Write the control ``records`` at once and queue the others for the
-        transaction that commits ``commit`` (the offset after the batch)."""
+        transaction that commits ``commit`` (the offset after the batch); a snapshot
+        commits in that transaction (``snapshot_offset`` is not needed)."""
+        del snapshot_offset
         target = None
         if commit:
             (target,) = commit.values()
@@ -706,9 +751,9 @@ class SplitWriter:
                 control.append(record)
                 if ticket is not None:
                     ticket.sent()
-                    _produce(self._control, record, ticket.on_delivery)
+                    _send(self._control, record, ticket.on_delivery)
                 else:
-                    _produce(self._control, record, self._on_control)
+                    _send(self._control, record, self._on_control)
             else:
                 rest.append(record)
         self._control.poll(0)
@@ -832,17 +877,16 @@ def _classified(exc: KafkaException, doing: str) -> AtomicKafkaError:
     return BatchWriteError(f"{doing} failed: {exc}")
 
 
-class AckedWriter:
+class AckedWriter(Writer):
     """Gapless idempotent writes; commits once acknowledged (at-least-once)."""
 
     def __init__(
         self,
-        bootstrap: str,
+        connection: Connection,
         consumer: Consumer,
         input_topic: str,
         partition: int,
-        tracker: OffsetsTracker,
-        overrides: dict[str, str] | None = None,
+        tracker: OffsetsTracker | None = None,
         *,
         commit_interval_s: float = 0.1,
         on_unwritable: Callable[[Ticket, str, bytes | None, str], None] | None = None,
@@ -850,20 +894,34 @@ class AckedWriter:
         self._consumer = consumer
         self._input = input_topic
         self._partition = partition
-        self._tracker = tracker
+        self._tracker = OffsetsTracker(0) if tracker is None else tracker
         self._commit_interval_s = commit_interval_s
         self._last_commit = 0.0
         self._pending_snapshot: tuple[int, list[OutRecord]] | None = None
         self._on_unwritable = on_unwritable
         self.failed: str | None = None
-        self._producer = Producer(
-            producer_config(bootstrap, overrides, **{"enable.gapless.guarantee": True}),
-            logger=LIBRDKAFKA_LOGGER,
-        )
+        self._producer = RecordProducer(connection, **{"enable.gapless.guarantee": True})
 
-    def write(self, records: Sequence[OutRecord], commit: OffsetCommit | None) -> None:
-        """Queue ``records``; their batch's offset commits once all are acknowledged."""
-        self.write_batch(records, commit, snapshot=(), snapshot_offset=None)
+    def start_at(self, committed: int) -> None:
+        """Track the batches above ``committed``, the offset recovery starts from."""
+        self._tracker = OffsetsTracker(committed)
+
+    def write(
+        self,
+        records: Sequence[OutRecord],
+        commit: OffsetCommit | None,
+        *,
+        snapshot_offset: int | None = None,
+    ) -> None:
+        """Queue ``records``; their batch's offset commits once all are acknowledged.
+        With a ``snapshot_offset``, the snapshot among ``records`` is held until the
+        commit has passed it (:meth:`write_batch`)."""
+        if snapshot_offset is None:
+            self.write_batch(records, commit, snapshot=(), snapshot_offset=None)
+            return
+        outputs = [r for r in records if r.kind is not OutKind.SNAPSHOT]
+        snapshot = [r for r in records if r.kind is OutKind.SNAPSHOT]
+        self.write_batch(outputs, commit, snapshot=snapshot, snapshot_offset=snapshot_offset)
 
     def write_batch(
         self,
@@ -878,20 +936,21 @@ class AckedWriter:
             self._pending_snapshot = (snapshot_offset, list(snapshot))
         if commit is None:
             for record in records:
-                _produce(self._producer, record, None)
+                _send(self._producer, record, None)
             return
         (next_offset,) = commit.values()
         ticket = self._tracker.processed(next_offset - 1)
         assert ticket is not None  # the batch layer drops replayed outputs itself
         for record in records:
             ticket.sent()
-            _produce(self._producer, record, ticket.on_delivery)
+            _send(self._producer, record, ticket.on_delivery)
         self._producer.poll(0)
 
-    def settle(self, *, force: bool = False) -> None:
+    def settle(self, *, idle: bool = False, force: bool = False) -> None:
         """Serve delivery reports; commit past every fully acknowledged batch (at most
-        every ``commit_interval_s``, or now with ``force``); raise
+        every ``commit_interval_s``, idle or not, or now with ``force``); raise
         :class:`BatchWriteError` once a write has failed."""
+        del idle
         self._producer.poll(0)
         tracker = self._tracker
         for ticket, msg, reason in tracker.unwritable():
@@ -921,12 +980,12 @@ class AckedWriter:
         if pending is not None and committed >= pending[0]:
             self._pending_snapshot = None
             for record in pending[1]:
-                _produce(self._producer, record, None)
+                _send(self._producer, record, None)
 
     def send_dead_letter(self, ticket: Ticket, record: OutRecord) -> None:
         """Write a dead letter as part of ``ticket``'s batch."""
         ticket.sent()
-        _produce(self._producer, record, ticket.on_delivery)
+        _send(self._producer, record, ticket.on_delivery)
 
     def close(self) -> None:
         """Wait (bounded) for what is queued, commit what became safe, release."""
@@ -940,40 +999,54 @@ class AckedWriter:
             log.error("%s", exc)
 
 
-class GaplessWriter:
+class GaplessWriter(Writer):
     """At-least-once writes for the merger: a gapless idempotent producer (a failed
     write is fatal: the merger exits and resumes after the end of ``T``); a snapshot is
     written only once everything before it is acknowledged."""
 
-    def __init__(self, bootstrap: str, overrides: dict[str, str] | None = None) -> None:
+    def __init__(self, connection: Connection) -> None:
         self.failed: str | None = None
-        self._producer = Producer(
-            producer_config(bootstrap, overrides, **{"enable.gapless.guarantee": True}),
-            logger=LIBRDKAFKA_LOGGER,
-        )
+        self._producer = RecordProducer(connection, **{"enable.gapless.guarantee": True})
+
+    def start_at(self, committed: int) -> None:
+        """Nothing to do: the merger's progress is its snapshot and the end of ``T``."""
+        del committed
 
     def _on_delivery(self, err: KafkaError | None, _msg: object) -> None:
         if err is not None and self.failed is None:
             self.failed = f"a write failed: {err}"
 
-    def write(self, records: Sequence[OutRecord], commit: OffsetCommit | None) -> None:
+    def write(
+        self,
+        records: Sequence[OutRecord],
+        commit: OffsetCommit | None,
+        *,
+        snapshot_offset: int | None = None,
+    ) -> None:
         """Queue ``records`` in order (``commit`` is not used: the merger's progress is
-        its snapshot and the end of ``T``)."""
-        del commit
+        its snapshot and the end of ``T``); a snapshot among them is written once
+        everything before it is acknowledged."""
+        del commit, snapshot_offset
         snapshot = [r for r in records if r.kind is OutKind.SNAPSHOT]
         for record in records:
             if record.kind is not OutKind.SNAPSHOT:
-                _produce(self._producer, record, self._on_delivery)
+                _send(self._producer, record, self._on_delivery)
         if snapshot:
             if self._producer.flush(60):
                 raise BatchWriteError("outputs not acknowledged before a snapshot")
             self.settle()
             for record in snapshot:
-                _produce(self._producer, record, self._on_delivery)
+                _send(self._producer, record, self._on_delivery)
         self._producer.poll(0)
 
-    def settle(self) -> None:
+    def send_dead_letter(self, ticket: Ticket, record: OutRecord) -> None:
+        """Queue a dead letter after what is queued (a failed write is fatal here)."""
+        del ticket
+        _send(self._producer, record, self._on_delivery)
+
+    def settle(self, *, idle: bool = False) -> None:
         """Serve delivery reports; raise :class:`BatchWriteError` once one failed."""
+        del idle
         self._producer.poll(0)
         if self.failed is not None:
             raise BatchWriteError(self.failed)

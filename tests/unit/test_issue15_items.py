@@ -286,6 +286,8 @@ def test_item6_every_producer_of_a_nodes_ordered_stream_is_gapless_or_transactio
     rule out a gap (enable.gapless.guarantee, or transactions)."""
     seen: list[dict[str, object]] = []
     if NEW:  # lead: the node writes through one of two writers (node/runtime.py)
+        from atomickafka.kafka import producer
+        from atomickafka.kafka.connection import Connection
         from atomickafka.node import writers
 
         class FakeProducer:
@@ -295,9 +297,10 @@ def test_item6_every_producer_of_a_nodes_ordered_stream_is_gapless_or_transactio
             def init_transactions(self, *_: object) -> None:
                 pass
 
-        monkeypatch.setattr(writers, "Producer", FakeProducer)
-        writers.TransactionalWriter("localhost:1", "T", FakeConsumer(0), "atomickafka-in.T")  # type: ignore[arg-type]
-        writers.AckedWriter("localhost:1", FakeConsumer(0), "atomickafka-in.T", 0, None)  # type: ignore[arg-type]
+        monkeypatch.setattr(producer, "Producer", FakeProducer)  # the writers' one wrapper's
+        where = Connection("localhost:1")
+        writers.TransactionalWriter(where, "T", FakeConsumer(0), "atomickafka-in.T")  # type: ignore[arg-type]
+        writers.AckedWriter(where, FakeConsumer(0), "atomickafka-in.T", 0, None)  # type: ignore[arg-type]
     else:  # fd868a8: NodeRuntime.run builds its RecordProducer right after the admin checks
         from atomickafka.node import runtime
         from atomickafka.node.config import NodeConfig

@@ -288,6 +288,8 @@ def test_rule3_the_merger_shell_retries_once_the_head_stayed_blocked(
     written: list[OutRecord] = []
 
     class Writer:
+        reports_written = False  # the shell counts what it hands over
+
         def write(self, records: list[OutRecord], commit: object) -> None:
             written.extend(records)
 

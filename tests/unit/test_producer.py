@@ -15,6 +15,7 @@ from confluent_kafka import Message as KafkaMessage
 from atomickafka.client import AtomicKafkaClient, DeliveryError
 from atomickafka.core.raw import raw_client_record
 from atomickafka.errors import AtomicKafkaError, QueueFullError
+from atomickafka.kafka.connection import Connection
 from atomickafka.kafka.consumer import make_consumer
 from atomickafka.kafka.producer import RecordProducer
 from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER
@@ -23,7 +24,7 @@ NOWHERE = "127.0.0.1:9"  # nothing listens there: every connection is refused
 
 
 def test_a_queue_that_stays_full_raises_after_the_wait() -> None:
-    producer = RecordProducer(NOWHERE, {"queue.buffering.max.messages": "1"})
+    producer = RecordProducer(Connection(NOWHERE, {"queue.buffering.max.messages": "1"}))
     producer.queue_wait_s = 0.3
     with producer:
         producer.send("t", b"first")
@@ -54,7 +55,7 @@ def test_close_reports_what_was_not_acknowledged_and_purges_it() -> None:
 def test_librdkafka_log_lines_reach_the_python_logger(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger=LIBRDKAFKA_LOGGER.name)
     consumer = make_consumer(NOWHERE)
-    producer = RecordProducer(NOWHERE, {"debug": "broker"})
+    producer = RecordProducer(Connection(NOWHERE, {"debug": "broker"}))
     try:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and not caplog.records:
@@ -74,7 +75,7 @@ def test_a_client_message_not_written_is_named_once_whatever_refused_its_records
     on the spot."""
     client = AtomicKafkaClient(NOWHERE)
     _, value, headers = raw_client_record("c-7", ("A", "B"), {"n": 1})
-    producer = RecordProducer(NOWHERE, {"message.max.bytes": "1000"})
+    producer = RecordProducer(Connection(NOWHERE, {"message.max.bytes": "1000"}))
     report = functools.partial(client._on_record, "c-7")
     for topic in ("A", "B"):  # two records of one message, never acknowledged
         producer.send(topic, value, headers=list(headers), on_delivery=report)

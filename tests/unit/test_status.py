@@ -168,10 +168,12 @@ def test_only_the_newest_status_of_each_key_counts_and_a_tombstone_falls_back() 
 class _Writes:
     """A writer that takes what it is given (no broker)."""
 
-    def write_batch(self, *_: object, **__: object) -> None:
+    reports_written = False
+
+    def write(self, *_: object, **__: object) -> None:
         pass
 
-    def settle(self) -> None:
+    def settle(self, **_: object) -> None:
         pass
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 import orjson
@@ -20,7 +20,8 @@ from confluent_kafka import KafkaError, Producer
 from atomickafka.core.engine import DEFAULT_ALGORITHM
 from atomickafka.errors import TimedOutError
 from atomickafka.kafka.admin import admin_client, ensure_topics
-from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER, producer_config
+from atomickafka.kafka.connection import Where, connection_of
+from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER
 from atomickafka.kafka.status import Role, Status, status_topic_spec
 from atomickafka.kafka.topics import STATUS_TOPIC, Layout
 
@@ -31,13 +32,12 @@ FILLER_PREFIX = "aged-"
 
 
 def fill_old_statuses(
-    bootstrap: str,
+    where: Where,
     count: int,
     *,
     age_s: float = 3600.0,
     keys: int = 1000,
     names: Sequence[str] | None = None,
-    overrides: Mapping[str, str] | None = None,
     timeout_s: float = 120.0,
 ) -> list[str]:
     """Write ``count`` statuses of ``keys`` made-up nodes (or of the nodes of topics
@@ -45,7 +45,7 @@ def fill_old_statuses(
     over one more second), to the status topic; return their keys. Raises
     :class:`~atomickafka.errors.TimedOutError` when the broker has not acknowledged
     them all within ``timeout_s``."""
-    ensure_topics(admin_client(bootstrap, overrides), {STATUS_TOPIC: status_topic_spec()})
+    ensure_topics(admin_client(where), {STATUS_TOPIC: status_topic_spec()})
     run = uuid.uuid4().hex[:8]
     names = list(names or [f"{FILLER_PREFIX}{run}-{i}" for i in range(keys)])
     then = time.time() - age_s
@@ -64,9 +64,8 @@ def fill_old_statuses(
         if err is not None:
             errors.append(err)
 
-    producer = Producer(
-        producer_config(bootstrap, overrides, **{"linger.ms": 50}), logger=LIBRDKAFKA_LOGGER
-    )
+    config = connection_of(where).producer_config(**{"linger.ms": 50})
+    producer = Producer(config, logger=LIBRDKAFKA_LOGGER)
     deadline = time.monotonic() + timeout_s
     for i in range(count):
         name = names[i % len(names)]

@@ -85,6 +85,7 @@ from atomickafka.evaluation.load.measuring import (
 from atomickafka.evaluation.load.sequencer import SEQUENCER_ID, SequencerSender, running_sequencer
 from atomickafka.jsonnames import json_name
 from atomickafka.kafka.admin import admin_client, ensure_topics
+from atomickafka.kafka.connection import Connection
 from atomickafka.kafka.producer import RecordProducer
 from atomickafka.kafka.status import STATUS_READ_WINDOW_S, read_statuses
 from atomickafka.kafka.topics import (
@@ -369,7 +370,7 @@ def _bare_kafka(
     topic, last = topics[0], topics[-1]
 
     def send() -> None:
-        producer = RecordProducer(bootstrap, overrides)
+        producer = RecordProducer(Connection(bootstrap, overrides or {}))
         producer.warm_up([topic])  # metadata first: not part of a latency
         start = time.monotonic()
         for i in range(messages):
@@ -379,7 +380,7 @@ def _bare_kafka(
             producer.poll(0)
         producer.flush(60)
 
-    with running_relays(bootstrap, topics, overrides=overrides) as relays:
+    with running_relays(Connection(bootstrap, overrides or {}), topics) as relays:
         how = _Measured(
             name=("kafka" if hops == 1 else f"kafka-x{hops}") + suffix,
             read_topics={last: last},
@@ -421,6 +422,10 @@ class BenchSetup:
     #: docs/DESIGN.md §3.8).
     delivery_format: str = "json"
 
+    def connection(self, bootstrap: str) -> Connection:
+        """How the bench reaches the Kafka at ``bootstrap``: with its ``overrides``."""
+        return Connection(bootstrap, self.overrides)
+
     def node_config(self, bootstrap: str, topics: list[str]) -> NodeConfig:
         """The configuration the cluster's nodes share (the first topic's)."""
         return NodeConfig(
@@ -443,7 +448,7 @@ class BenchSetup:
     def scanned(self, bootstrap: str, topics: list[str]) -> list[RecordedTopic]:
         """Every Kafka topic the nodes write, as the cost counts their records (the
         status topic from its end now, the cluster's keys only)."""
-        start = end_offset(bootstrap, STATUS_TOPIC, self.overrides)
+        start = end_offset(self.connection(bootstrap), STATUS_TOPIC)
         return cluster_topics(topics, self.layout, self.partitions, start)
 
 
@@ -475,14 +480,15 @@ def _amcast(
     suffix: str = "",
 ) -> BenchResult:
     read = {delivery_topic(t): t for t in topics}
+    where = setup.connection(bootstrap)
     with setup.cluster(bootstrap, topics) as cluster:
         with (
-            AtomicKafkaClient(bootstrap, layout=setup.layout, config=setup.overrides) as warming,
-            contextlib.closing(DeliveryCounter(bootstrap, read, setup.overrides)) as counter,
+            AtomicKafkaClient(where, layout=setup.layout) as warming,
+            contextlib.closing(DeliveryCounter(where, read)) as counter,
         ):
             warm_up(warming, topics, counter)
         keys = set(cluster_keys(topics, setup.partitions))
-        statuses = read_statuses(bootstrap, setup.overrides, window_s=STATUS_READ_WINDOW_S)
+        statuses = read_statuses(where, window_s=STATUS_READ_WINDOW_S)
         ours = [s for key, s in statuses.items() if key in keys]
         how = _Measured(
             name=_name("amcast", load, suffix),
@@ -493,7 +499,7 @@ def _amcast(
             rate=load.rate,
             delivery_format=setup.delivery_format,
         )
-        with AtomicKafkaClient(bootstrap, layout=setup.layout, config=setup.overrides) as client:
+        with AtomicKafkaClient(where, layout=setup.layout) as client:
             client.warm_up(topics)
             send = _send_plan(client, load.plan(client.id_prefix, topics), load)
             result = _run_measured(bootstrap, how, load.messages, send, timeout_s)
@@ -509,14 +515,12 @@ def _amcast(
 
 
 @contextlib.contextmanager
-def _sequencer(
-    bootstrap: str, topics: list[str], overrides: Mapping[str, str]
-) -> Iterator[tuple[str, int]]:
+def _sequencer(connection: Connection, topics: list[str]) -> Iterator[tuple[str, int]]:
     """The single sequencer over ``topics`` for a block: its topic and its fan-out
     process's pid."""
     seq_topic = f"{topics[0].rsplit('-', 1)[0]}-seq"
-    ensure_topics(admin_client(bootstrap, overrides), [seq_topic, *topics])
-    with running_sequencer(bootstrap, seq_topic, overrides=overrides) as proc:
+    ensure_topics(admin_client(connection), [seq_topic, *topics])
+    with running_sequencer(connection, seq_topic) as proc:
         assert proc.pid is not None
         yield seq_topic, proc.pid
 
@@ -525,13 +529,11 @@ def _sequenced(
     bootstrap: str, topics: list[str], setup: BenchSetup, load: BenchLoad, timeout_s: float
 ) -> BenchResult:
     read = {t: t for t in topics}
-    overrides = setup.overrides
-    with _sequencer(bootstrap, topics, overrides) as (seq_topic, pid):
+    where = setup.connection(bootstrap)
+    with _sequencer(where, topics) as (seq_topic, pid):
         with (
-            contextlib.closing(DeliveryCounter(bootstrap, read, overrides)) as counter,
-            contextlib.closing(
-                SequencerSender(bootstrap, seq_topic, "bench-warmup", config=overrides)
-            ) as warming,
+            contextlib.closing(DeliveryCounter(where, read)) as counter,
+            contextlib.closing(SequencerSender(where, seq_topic, "bench-warmup")) as warming,
         ):
             warm_up(warming, topics, counter)
         how = _Measured(
@@ -541,7 +543,7 @@ def _sequenced(
             system="sequencer",
             track=lambda meter: meter.track(pid, ProcessRole.SEQUENCER, "sequencer"),
         )
-        sender = SequencerSender(bootstrap, seq_topic, "bench", config=overrides)
+        sender = SequencerSender(where, seq_topic, "bench")
         with contextlib.closing(sender):
             sender.warm_up(topics)
             send = _send_plan(sender, load.plan(sender.id_prefix, topics), load)

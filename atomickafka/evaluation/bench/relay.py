@@ -18,11 +18,12 @@ from __future__ import annotations
 import itertools
 import multiprocessing as mp
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from atomickafka.errors import TimedOutError
+from atomickafka.kafka.connection import Where
 from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
 from atomickafka.kafka.producer import RecordProducer
 from atomickafka.node.config import DEFAULT_BATCH_SIZE, DEFAULT_POLL_TIMEOUT_S
@@ -31,20 +32,19 @@ __all__ = ["relay_process", "running_relays"]
 
 
 def relay_process(
-    bootstrap: str,
+    where: Where,
     source: str,
     target: str,
     ready: Any,
     stop: Any,
-    overrides: Mapping[str, str],
     max_seconds: float,
 ) -> None:
     """Child process: copy every record of ``source`` (partition 0, from its start) to
     ``target`` until ``stop`` is set (or ``max_seconds`` pass)."""
     from confluent_kafka import OFFSET_BEGINNING, TopicPartition  # noqa: PLC0415
 
-    consumer = make_consumer(bootstrap, None, overrides, **{"isolation.level": "read_committed"})
-    producer = RecordProducer(bootstrap, overrides, **{"client.id": f"relay-{source}"})
+    consumer = make_consumer(where, None, **{"isolation.level": "read_committed"})
+    producer = RecordProducer(where, **{"client.id": f"relay-{source}"})
     consumer.assign([TopicPartition(source, 0, OFFSET_BEGINNING)])
     producer.warm_up([target])
     ready.set()
@@ -65,10 +65,9 @@ def relay_process(
 
 @contextmanager
 def running_relays(
-    bootstrap: str,
+    where: Where,
     topics: Sequence[str],
     *,
-    overrides: Mapping[str, str] | None = None,
     max_seconds: float = 3600.0,
     start_timeout_s: float = 60.0,
 ) -> Iterator[list[int]]:
@@ -82,7 +81,7 @@ def running_relays(
             ready = ctx.Event()
             proc = ctx.Process(
                 target=relay_process,
-                args=(bootstrap, source, target, ready, stop, dict(overrides or {}), max_seconds),
+                args=(where, source, target, ready, stop, max_seconds),
                 name=f"atomickafka-relay-{source}",
                 daemon=True,
             )

@@ -9,7 +9,7 @@ classify a record alike (:func:`classify`) and need no more than the Kafka clien
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from atomickafka.core.reader import UNDECODABLE, KafkaRecord, Peek, peek
 from atomickafka.errors import TimedOutError
+from atomickafka.kafka.connection import Where
 from atomickafka.kafka.consumer import consume_batch, make_consumer, watermarks
 from atomickafka.kafka.topics import (
     STATUS_TOPIC,
@@ -101,11 +102,11 @@ def destination_topics(topics: Sequence[str]) -> list[RecordedTopic]:
     return [RecordedTopic(t, t, Role.DELIVERY, holds_deliveries=True) for t in topics]
 
 
-def end_offset(bootstrap: str, topic: str, overrides: Mapping[str, str] | None = None) -> int:
+def end_offset(where: Where, topic: str) -> int:
     """The end offset of partition 0 of ``topic`` (0 if it does not exist yet): where a
-    run's records in a shared topic (the status topic) start. ``overrides``: librdkafka
-    settings (``-X``, e.g. SASL)."""
-    consumer = make_consumer(bootstrap, None, overrides)
+    run's records in a shared topic (the status topic) start. ``where``: the connection
+    (with its librdkafka settings, e.g. SASL), or a bootstrap string."""
+    consumer = make_consumer(where)
     try:
         meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
         if meta is None or meta.error is not None:
@@ -183,16 +184,15 @@ def _read_up_to_ends(consumer: Consumer, ends: dict[tuple[str, int], int]) -> No
 
 
 def scan_topics(
-    bootstrap: str,
+    where: Where,
     topics: Sequence[RecordedTopic],
     on_record: Callable[[RecordedTopic, KafkaRecord], None],
-    overrides: Mapping[str, str] | None,
     timeout_s: float,
 ) -> None:
     """Pass every record of every partition of ``topics``, from its start offset to its
     end now, to ``on_record`` (a status topic's records only for its ``keys``)."""
     consumer = make_consumer(
-        bootstrap, None, overrides, **{"enable.partition.eof": False, "fetch.wait.max.ms": 20}
+        where, None, **{"enable.partition.eof": False, "fetch.wait.max.ms": 20}
     )
     try:
         ends = _assign_from_start(consumer, topics)

@@ -17,6 +17,7 @@ from typing import Any
 from atomickafka.core.reader import KafkaRecord
 from atomickafka.evaluation.cost.topic_scan import RecordedTopic, classify, scan_topics
 from atomickafka.jsonnames import camel_keys
+from atomickafka.kafka.connection import Where
 
 __all__ = ["TrafficTally", "TypeTraffic", "scan_traffic"]
 
@@ -69,15 +70,14 @@ class TrafficTally:
 
 
 def scan_traffic(
-    bootstrap: str,
+    where: Where,
     topics: Sequence[RecordedTopic],
     start_ms: int,
     end_ms: int,
     *,
-    overrides: Mapping[str, str] | None = None,
     timeout_s: float = 300.0,
 ) -> dict[str, TypeTraffic]:
     """The records of ``topics`` written between ``start_ms`` and ``end_ms``, by type."""
     tally = TrafficTally(start_ms, end_ms)
-    scan_topics(bootstrap, topics, tally.add_record, overrides, timeout_s)
+    scan_topics(where, topics, tally.add_record, timeout_s)
     return tally.result()

@@ -27,6 +27,7 @@ from atomickafka.evaluation.load.measuring import (
 )
 from atomickafka.evaluation.load.scenarios import ClientPlan
 from atomickafka.evaluation.load.variants import System
+from atomickafka.kafka.connection import Connection
 from atomickafka.kafka.topics import Layout
 
 __all__ = ["ClientJob", "ClientResult", "client_process", "make_sender", "payload"]
@@ -70,6 +71,11 @@ class ClientJob:
     #: Signing secrets (§4.14): the AtomicKafka client signs what it writes.
     secret_file: str | None = None
 
+    @property
+    def connection(self) -> Connection:
+        """How the client reaches Kafka: ``bootstrap`` and ``overrides``."""
+        return Connection(self.bootstrap, self.overrides)
+
 
 @dataclass(frozen=True, slots=True)
 class ClientResult:
@@ -91,21 +97,18 @@ def make_sender(job: ClientJob) -> Sender:
     if job.system is System.KAFKA:
         from atomickafka.evaluation.load.bare import BarePipeSender  # noqa: PLC0415
 
-        return BarePipeSender(job.bootstrap, job.plan.client_id, config=job.overrides)
+        return BarePipeSender(job.connection, job.plan.client_id)
     if job.system is System.SEQUENCER:
         from atomickafka.evaluation.load.sequencer import SequencerSender  # noqa: PLC0415
 
         assert job.sequencer_topic is not None
-        return SequencerSender(
-            job.bootstrap, job.sequencer_topic, job.plan.client_id, config=job.overrides
-        )
+        return SequencerSender(job.connection, job.sequencer_topic, job.plan.client_id)
     from atomickafka.client import AtomicKafkaClient  # noqa: PLC0415
 
     return AtomicKafkaClient(
-        job.bootstrap,
+        job.connection,
         layout=job.layout,
         client_id=job.plan.client_id,
-        config=job.overrides,
         secret_file=job.secret_file,
     )
 

@@ -33,6 +33,7 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from atomickafka.core.reader import KafkaRecord, read_delivery
 from atomickafka.core.signing import Signer
 from atomickafka.errors import TimedOutError
+from atomickafka.kafka.connection import Where
 from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
 from atomickafka.kafka.secrets import load_signer
 
@@ -203,9 +204,8 @@ class DeliveryCounter(DeliveryTally):
 
     def __init__(
         self,
-        bootstrap: str,
+        where: Where,
         topics: Mapping[str, str],
-        overrides: Mapping[str, str] | None = None,
         *,
         read: ArrivalReader = delivery_arrival,
         fetch_wait_ms: int = 20,
@@ -219,7 +219,7 @@ class DeliveryCounter(DeliveryTally):
             "fetch.wait.max.ms": fetch_wait_ms,
             "isolation.level": "read_uncommitted",
         }
-        self._consumer = make_consumer(bootstrap, None, overrides, **settings)
+        self._consumer = make_consumer(where, None, **settings)
         self._consumer.assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in self.topics])
 
     def poll(self, timeout_s: float) -> int:

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import KafkaError
 
 from atomickafka.client import DeliveryError
 from atomickafka.core.wire import Message, MessageType, encode_delivery
+from atomickafka.kafka.connection import Where
 from atomickafka.kafka.producer import DeliveryCallback, RecordProducer, type_headers
 
 __all__ = ["ProducingSender", "write_deliveries"]
@@ -45,14 +46,12 @@ def write_deliveries(
 class ProducingSender:
     """A sender writing through its own producer; subclasses write the records."""
 
-    def __init__(
-        self, bootstrap: str, client_id: str, *, config: Mapping[str, str] | None = None
-    ) -> None:
+    def __init__(self, where: Where, client_id: str) -> None:
         self.client_id = client_id
         self.id_prefix = f"{client_id}-{uuid.uuid4().hex[:8]}"
         self._seq = itertools.count()
         self._failures: list[tuple[str, KafkaError]] = []
-        self._producer = RecordProducer(bootstrap, config, **{"client.id": client_id})
+        self._producer = RecordProducer(where, **{"client.id": client_id})
 
     def _next_id(self) -> tuple[int, str]:
         """The next message's sequence number and id (``<id_prefix>-<n>``)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, Final
 
@@ -28,6 +28,7 @@ from atomickafka.core.wire import (
 )
 from atomickafka.errors import TimedOutError
 from atomickafka.evaluation.load.senders import ProducingSender, write_deliveries
+from atomickafka.kafka.connection import Where
 from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
 from atomickafka.kafka.producer import RecordProducer, type_headers
 
@@ -42,15 +43,8 @@ SEQUENCER_ID: Final = "sequencer"
 class SequencerSender(ProducingSender):
     """Writes ClientMessages to the sequencer topic (the sending side of the baseline)."""
 
-    def __init__(
-        self,
-        bootstrap: str,
-        topic: str,
-        client_id: str,
-        *,
-        config: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(bootstrap, client_id, config=config)
+    def __init__(self, where: Where, topic: str, client_id: str) -> None:
+        super().__init__(where, client_id)
         self.topic = topic
 
     def send(self, value: Any, destinations: Iterable[str], *, via: str | None = None) -> str:
@@ -87,19 +81,18 @@ def _fan_out(producer: RecordProducer, record: Any, offset: int) -> int:
 
 
 def fan_out_process(
-    bootstrap: str,
+    where: Where,
     topic: str,
     ready: Any,
     stop: Any,
-    overrides: Mapping[str, str],
     max_seconds: float,
 ) -> None:
     """Child process: read the sequencer topic from the start, in order, and write
     every message to each of its destinations until ``stop`` is set (or ``max_seconds``)."""
     from confluent_kafka import OFFSET_BEGINNING, TopicPartition  # noqa: PLC0415
 
-    consumer = make_consumer(bootstrap, None, overrides)
-    producer = RecordProducer(bootstrap, overrides, **{"client.id": SEQUENCER_ID})
+    consumer = make_consumer(where)
+    producer = RecordProducer(where, **{"client.id": SEQUENCER_ID})
     consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     ready.set()
     deadline = time.monotonic() + max_seconds
@@ -117,10 +110,9 @@ def fan_out_process(
 
 @contextmanager
 def running_sequencer(
-    bootstrap: str,
+    where: Where,
     topic: str,
     *,
-    overrides: Mapping[str, str] | None = None,
     max_seconds: float = 3600.0,
     start_timeout_s: float = 60.0,
 ) -> Iterator[mp.process.BaseProcess]:
@@ -129,7 +121,7 @@ def running_sequencer(
     ready, stop = ctx.Event(), ctx.Event()
     proc = ctx.Process(
         target=fan_out_process,
-        args=(bootstrap, topic, ready, stop, dict(overrides or {}), max_seconds),
+        args=(where, topic, ready, stop, max_seconds),
         name="atomickafka-sequencer",
     )
     proc.start()

@@ -137,7 +137,7 @@ def read_delivery_logs(
                 )
             )
 
-    scan_topics(bootstrap, scanned, take, None, timeout_s)
+    scan_topics(bootstrap, scanned, take, timeout_s)
     return logs
 
 

@@ -99,7 +99,7 @@ class DeliveryWatch:
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.topic = topic
-        self._consumer = make_consumer(bootstrap, None, None, **{"fetch.wait.max.ms": 10})
+        self._consumer = make_consumer(bootstrap, None, **{"fetch.wait.max.ms": 10})
         self._consumer.assign([TopicPartition(delivery_topic(topic), 0, OFFSET_END)])
 
     def first_after(self, since_s: float, timeout_s: float) -> float | None:

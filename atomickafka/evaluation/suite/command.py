@@ -32,6 +32,7 @@ from atomickafka.evaluation.suite.report import ReportInput, render_report
 from atomickafka.evaluation.suite.results import RunInfo, RunMetrics, RunResult
 from atomickafka.evaluation.suite.runner import RunSpec, run_one
 from atomickafka.evaluation.suite.spark import DEFAULT_MASTER, compute_metrics, spark_session
+from atomickafka.kafka.connection import Connection
 from atomickafka.kafka.properties import masked
 from atomickafka.kafka.topics import Layout
 
@@ -216,7 +217,9 @@ def run_suite(
     started = time.monotonic()
     out = settings.out
     out.mkdir(parents=True, exist_ok=True)
-    environment = describe_environment(bootstrap, embedded=embedded, overrides=settings.overrides)
+    environment = describe_environment(
+        Connection(bootstrap, settings.overrides or {}), embedded=embedded
+    )
     tag = uuid.uuid4().hex[:6]
     if settings.warmup:
         _warm_up(bootstrap, settings, tag)

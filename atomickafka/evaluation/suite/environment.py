@@ -6,10 +6,10 @@ import os
 import platform
 import subprocess
 import sys
-from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 
+from atomickafka.kafka.connection import Connection
 from atomickafka.kafka.settings import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS
 
 __all__ = ["describe_environment"]
@@ -78,30 +78,28 @@ def _java() -> str:
     return lines[0] if lines else "unknown"
 
 
-def _broker(bootstrap: str, embedded: bool, overrides: Mapping[str, str] | None) -> str:
+def _broker(connection: Connection, embedded: bool) -> str:
     from atomickafka.kafka.admin import admin_client  # noqa: PLC0415
 
     try:
-        brokers = len(admin_client(bootstrap, overrides).list_topics(timeout=10).brokers)
+        brokers = len(admin_client(connection).list_topics(timeout=10).brokers)
     except Exception:  # a report line, not a reason to stop
         brokers = 0
     count = f"{brokers} broker{'s' if brokers != 1 else ''}" if brokers else "brokers unknown"
     if embedded:
         from atomickafka.localkafka import kafka_version  # noqa: PLC0415
 
-        return f"embedded Apache Kafka {kafka_version()} (KRaft, {count}) at {bootstrap}"
-    return f"{bootstrap} ({count})"
+        return f"embedded Apache Kafka {kafka_version()} (KRaft, {count}) at {connection.bootstrap}"
+    return f"{connection.bootstrap} ({count})"
 
 
 def _settings(values: dict[str, str | int | bool]) -> str:
     return ", ".join(f"{k}={v}" for k, v in values.items())
 
 
-def describe_environment(
-    bootstrap: str, *, embedded: bool, overrides: Mapping[str, str] | None = None
-) -> list[tuple[str, str]]:
-    """``(what, value)`` rows: code version, interpreter, machine, broker, libraries
-    (``overrides``: the librdkafka settings to reach the broker with)."""
+def describe_environment(connection: Connection, *, embedded: bool) -> list[tuple[str, str]]:
+    """``(what, value)`` rows: code version, interpreter, machine, broker (reached
+    through ``connection``), libraries."""
     import confluent_kafka  # noqa: PLC0415
 
     cpus = os.cpu_count() or 0
@@ -117,7 +115,7 @@ def describe_environment(
         ),
         ("memory", _memory()),
         ("load average at start (1/5/15 min)", load),
-        ("kafka", _broker(bootstrap, embedded, overrides)),
+        ("kafka", _broker(connection, embedded)),
         ("java", _java()),
         (
             "confluent-kafka",

@@ -72,6 +72,7 @@ from atomickafka.core.reader import KafkaRecord, read_delivery
 from atomickafka.core.wire import MessageType
 from atomickafka.evaluation.cost.topic_scan import RecordedTopic, Role, classify, scan_topics
 from atomickafka.evaluation.cost.traffic import TrafficTally, TypeTraffic
+from atomickafka.kafka.connection import Where
 
 __all__ = [
     "MESSAGES_SCHEMA",
@@ -234,20 +235,19 @@ def _message_columns(
 
 
 def record_run(
-    bootstrap: str,
+    where: Where,
     run: str,
     topics: Sequence[RecordedTopic],
     sent: Sequence[SentRow],
     out_dir: Path,
     *,
-    overrides: Mapping[str, str] | None = None,
     timeout_s: float = 600.0,
 ) -> Recording:
     """Read the run's ``topics`` and write ``records.parquet`` and ``messages.parquet``
     into ``out_dir``."""
     started = time.monotonic()
     sink = _RecordColumns(run)
-    scan_topics(bootstrap, topics, sink.add, overrides, timeout_s)
+    scan_topics(where, topics, sink.add, timeout_s)
     records_path = out_dir / "records.parquet"
     messages_path = out_dir / "messages.parquet"
     records = write_table(sink.columns, RECORDS_SCHEMA, records_path)

@@ -34,7 +34,7 @@ import multiprocessing as mp
 import os
 import queue
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -44,6 +44,7 @@ from atomickafka.audit.config import AuditConfig
 from atomickafka.audit.service import LiveAudit
 from atomickafka.errors import TimedOutError
 from atomickafka.evaluation.errors import RunError
+from atomickafka.kafka.connection import Connection
 from atomickafka.logs import configure_logging
 
 __all__ = [
@@ -165,17 +166,16 @@ class RunAudit:
 
     def __init__(
         self,
-        bootstrap: str,
+        connection: Connection,
         topics: Sequence[str],
         log_path: Path,
         *,
-        overrides: Mapping[str, str] | None = None,
         bound_s: float = RUN_BOUND_S,
         quiet: bool = False,
         writers: Sequence[str] | None = None,
     ) -> None:
         config = AuditConfig.private(
-            bootstrap, topics, bound_s=bound_s, overrides=overrides, name="eval", writers=writers
+            connection, topics, bound_s=bound_s, name="eval", writers=writers
         )
         self._job = _Job(config.to_dict(), str(log_path), quiet, KEPT_VIOLATIONS)
         ctx = mp.get_context("spawn")
@@ -242,18 +242,17 @@ class RunAudit:
 
 @contextlib.contextmanager
 def running_audit(
-    bootstrap: str,
+    connection: Connection,
     topics: Sequence[str],
     log_path: Path,
     *,
-    overrides: Mapping[str, str] | None = None,
     quiet: bool = False,
     writers: Sequence[str] | None = None,
 ) -> Iterator[RunAudit]:
     """A started :class:`RunAudit` for the block; its process is ended on exit.
     ``writers``: the sender ids of the run's deliveries (a baseline's; ``None``: each
     topic's node or merger)."""
-    audit = RunAudit(bootstrap, topics, log_path, overrides=overrides, quiet=quiet, writers=writers)
+    audit = RunAudit(connection, topics, log_path, quiet=quiet, writers=writers)
     try:
         audit.start()
         yield audit

@@ -65,6 +65,7 @@ from atomickafka.evaluation.suite.recording import (
 from atomickafka.evaluation.suite.results import RunInfo
 from atomickafka.evaluation.suite.run_audit import AuditOutcome, RunAudit, running_audit
 from atomickafka.kafka.admin import admin_client, ensure_topics
+from atomickafka.kafka.connection import Connection
 from atomickafka.kafka.status import STATUS_READ_WINDOW_S, read_statuses
 from atomickafka.kafka.topics import (
     STATUS_TOPIC,
@@ -120,6 +121,10 @@ class RunSpec:
     #: Signing secrets (§4.14): AtomicKafka's nodes and clients sign, its readers verify.
     secret_file: str | None = None
 
+    def connection(self, bootstrap: str) -> Connection:
+        """How the run reaches the Kafka at ``bootstrap``: with its ``overrides``."""
+        return Connection(bootstrap, self.overrides)
+
     @property
     def signing(self) -> str | None:
         """The secret file this run's nodes, clients and readers use: the baselines
@@ -173,15 +178,13 @@ def _running_system(bootstrap: str, spec: RunSpec, meter: CpuMeter) -> Iterator[
     """The run's system for the block, its processes tracked by ``meter``."""
     algorithm = spec.variant.algorithm
     if spec.variant.system is System.KAFKA:  # the bare pipe: topics, and no process
-        ensure_topics(admin_client(bootstrap, spec.overrides), spec.topics)
+        ensure_topics(admin_client(spec.connection(bootstrap)), spec.topics)
         yield
         return
     if algorithm is None:  # the sequencer
-        ensure_topics(
-            admin_client(bootstrap, spec.overrides),
-            [spec.sequencer_topic, *spec.topics],
-        )
-        with running_sequencer(bootstrap, spec.sequencer_topic, overrides=spec.overrides) as proc:
+        where = spec.connection(bootstrap)
+        ensure_topics(admin_client(where), [spec.sequencer_topic, *spec.topics])
+        with running_sequencer(where, spec.sequencer_topic) as proc:
             if proc.pid is not None:
                 meter.track(proc.pid, ProcessRole.SEQUENCER, "sequencer")
             yield
@@ -200,7 +203,7 @@ def _running_system(bootstrap: str, spec: RunSpec, meter: CpuMeter) -> Iterator[
         ClusterConfig(tuple(spec.topics), node), log_path=spec.run_dir / "nodes.log"
     ) as cluster:
         keys = set(cluster_keys(spec.topics, spec.partitions))
-        statuses = read_statuses(bootstrap, spec.overrides, window_s=STATUS_READ_WINDOW_S)
+        statuses = read_statuses(spec.connection(bootstrap), window_s=STATUS_READ_WINDOW_S)
         track_cluster(meter, cluster.pid, [s for k, s in statuses.items() if k in keys])
         yield
 
@@ -379,9 +382,8 @@ def _read_deliveries(
         got: list[Delivery] = []
         for _ in range(3):
             reader = DeliveryReader(
-                bootstrap,
+                spec.connection(bootstrap),
                 topic,
-                config=spec.overrides,
                 secret_file=spec.signing,
                 writers=writers,
                 ordered=ordered,
@@ -467,10 +469,9 @@ def _start_audit(
     try:
         return stack.enter_context(
             running_audit(
-                bootstrap,
+                spec.connection(bootstrap),
                 list(spec.delivery_topics()),
                 spec.run_dir / "audit.log",
-                overrides=spec.overrides,
                 quiet=spec.variant.system is System.KAFKA,
                 writers=_BASELINE_WRITERS.get(spec.variant.system),
             )
@@ -555,10 +556,9 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
     fields = {"run": spec.run, "topics": list(spec.topics)}
     log.info("run starting", extra={"fields": fields})
     try:
-        status_start = end_offset(bootstrap, STATUS_TOPIC, spec.overrides)
-        counter = DeliveryCounter(
-            bootstrap, spec.delivery_topics(), spec.overrides, secret_file=spec.signing
-        )
+        where = spec.connection(bootstrap)
+        status_start = end_offset(where, STATUS_TOPIC)
+        counter = DeliveryCounter(where, spec.delivery_topics(), secret_file=spec.signing)
         meter = CpuMeter()
         track_broker(meter, bootstrap)
         meter.track(os.getpid(), ProcessRole.MEASURER, "measuring consumer (the suite)")
@@ -586,12 +586,7 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
         info.check_counts = {k.value: n for k, n in report.counts.items()}
         if spec.record:
             recording = record_run(
-                bootstrap,
-                spec.run,
-                spec.recorded_topics(status_start),
-                [*warm, *rows],
-                spec.run_dir,
-                overrides=spec.overrides,
+                where, spec.run, spec.recorded_topics(status_start), [*warm, *rows], spec.run_dir
             )
             info.cost = _cost(spec, meter, delivered, recording.records_path).to_dict()
     except _RUN_FAILURES as exc:
