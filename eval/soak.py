@@ -41,6 +41,7 @@ from atomickafka.evaluation.soak.faults import FaultSettings, run_recovery, run_
 from atomickafka.evaluation.soak.memory import SoakSettings, run_soak
 from atomickafka.evaluation.soak.modes import ModeSettings, run_modes
 from atomickafka.evaluation.soak.report import markdown, plot_memory, write_json
+from atomickafka.kafka.connection import Connection
 from atomickafka.localkafka import ensure_broker, free_port_block, purge_data_dir, stop_broker
 
 PHASES = ("soak", "recovery", "takeover", "modes")
@@ -167,7 +168,7 @@ def _run_phases(
             args.record_size,
             args.modes_repeats,
         )
-        phases["modes"] = run_modes(bootstrap, modes)
+        phases["modes"] = run_modes(Connection(bootstrap), modes)
         save()
 
 

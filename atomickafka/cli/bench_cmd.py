@@ -16,6 +16,7 @@ from atomickafka.cli.options import (
     add_delivery_mode,
     add_load_shape,
     add_overrides,
+    connection,
     guarded,
     reach,
     resolve_bootstrap,
@@ -180,7 +181,7 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.bootstrap_server is not None:
         reach(args)  # a wrong --bootstrap-server: one line, before any node starts
-    bootstrap = resolve_bootstrap(args.bootstrap_server)
+    where = connection(args, resolve_bootstrap(args.bootstrap_server))
     shares = [int(x) / 100 for x in args.shares.split(",") if x.strip()]
     formats = [f.strip() for f in args.delivery_format.split(",") if f.strip()]
     if not formats or any(f not in ("raw", "json") for f in formats):
@@ -215,18 +216,17 @@ def _run(args: argparse.Namespace) -> int:
         progress.update()
 
     results = run_bench(
-        bootstrap,
-        messages=args.messages,
-        record_size=args.record_size,
-        shares=shares,
-        setup=BenchSetup(
+        BenchSetup(
+            where,
             Algorithm(args.algorithm),
             Layout(args.layout),
             args.partitions,
-            args.overrides,
             exactly_once=args.exactly_once,
             delivery_format=formats[0],
         ),
+        messages=args.messages,
+        record_size=args.record_size,
+        shares=shares,
         warmup=not args.no_warmup,
         paced_rate=args.paced_rate,
         low_rate=args.low_rate or None,

@@ -34,6 +34,7 @@ from atomickafka.evaluation.soak.load import (
     split_load,
 )
 from atomickafka.evaluation.soak.report import markdown
+from atomickafka.kafka.connection import Connection
 
 STATUS = """Name:\tpython3
 State:\tS (sleeping)
@@ -195,9 +196,11 @@ def test_a_metric_is_read_by_name_and_labels() -> None:
 
 
 def test_the_bench_runs_its_nodes_in_either_mode() -> None:
-    assert BenchSetup().node_config("b:1", ["t1", "t2"]).exactly_once
-    at_least_once = BenchSetup(exactly_once=False).node_config("b:1", ["t1", "t2"])
+    where = Connection("b:1", {"security.protocol": "SASL_PLAINTEXT"})
+    assert BenchSetup(where).node_config(["t1", "t2"]).exactly_once
+    at_least_once = BenchSetup(where, exactly_once=False).node_config(["t1", "t2"])
     assert not at_least_once.exactly_once and at_least_once.topic == "t1"
+    assert at_least_once.connection == where  # the nodes take the bench's -X settings
 
 
 def test_the_shape_says_what_it_sends() -> None:

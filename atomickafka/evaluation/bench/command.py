@@ -225,7 +225,7 @@ def _plain_arrival(record: KafkaRecord, owner: str) -> Arrival | None:
 
 
 def _measure(
-    bootstrap: str,
+    connection: Connection,
     topics: dict[str, str],
     plain: bool,
     expected: int,
@@ -238,7 +238,7 @@ def _measure(
     delivered at every destination (``plain``: the bare pipe's records); then wait for
     ``done``, so that its CPU time is read while it still runs."""
     read = _plain_arrival if plain else delivery_arrival
-    counter = DeliveryCounter(bootstrap, topics, read=read, fetch_wait_ms=5)
+    counter = DeliveryCounter(connection, topics, read=read, fetch_wait_ms=5)
     with contextlib.closing(counter):
         ready.set()
         deadline = time.time() + timeout_s
@@ -285,23 +285,28 @@ class _Measured:
 
 
 def _run_measured(
-    bootstrap: str, how: _Measured, expected: int, send: Callable[[], None], timeout_s: float
+    connection: Connection,
+    how: _Measured,
+    expected: int,
+    send: Callable[[], None],
+    timeout_s: float,
 ) -> BenchResult:
     """Start the measuring process on ``how.read_topics``, ``send``, and sum up what it
-    saw and what every process spent meanwhile."""
+    saw and what every process spent meanwhile (the records counted through
+    ``connection``, with its ``-X`` settings)."""
     ctx = mp.get_context("spawn")
     ready, done = ctx.Event(), ctx.Event()
     results = ctx.Queue()
     reader = ctx.Process(
         target=_measure,
-        args=(bootstrap, how.read_topics, how.plain, expected, timeout_s, ready, results, done),
+        args=(connection, how.read_topics, how.plain, expected, timeout_s, ready, results, done),
         daemon=True,  # a failed send must not leave the command waiting for it
     )
     reader.start()
     try:
         ready.wait(60)
         meter = CpuMeter()
-        track_broker(meter, bootstrap)
+        track_broker(meter, connection.bootstrap)
         meter.track(os.getpid(), ProcessRole.CLIENT, "client (the bench's process)")
         if reader.pid is not None:
             meter.track(reader.pid, ProcessRole.MEASURER, "measuring consumer")
@@ -319,7 +324,7 @@ def _run_measured(
     multicast = sorted(ms for ms, m in pairs if m)
     seconds = max(outcome["last_delivery"] - outcome["first_send"], 1e-6)
     delivered = len(outcome["latencies"])
-    traffic = scan_traffic(bootstrap, how.scanned, window.start_ms, window.end_ms)
+    traffic = scan_traffic(connection, how.scanned, window.start_ms, window.end_ms)
     if how.plain:
         traffic = {_PLAIN_KIND: TypeTraffic(*_sum_traffic(traffic.values()))}
     cost = RunCost(how.system, delivered, window.seconds, window.processes, traffic)
@@ -352,7 +357,7 @@ def _sum_traffic(counts: Any) -> tuple[int, int, int]:
 
 
 def _bare_kafka(
-    bootstrap: str,
+    connection: Connection,
     messages: int,
     size: int,
     timeout_s: float,
@@ -360,17 +365,17 @@ def _bare_kafka(
     *,
     hops: int = 1,
     suffix: str = "",
-    overrides: Mapping[str, str] | None = None,
 ) -> BenchResult:
-    """``hops`` = 1: the bare pipe; 3: three bare hops through two relays; the clients
-    take the nodes' ``overrides`` (``-X``)."""
+    """``hops`` = 1: the bare pipe; 3: three bare hops through two relays. Its topics'
+    creation, clients, relays and measuring consumer all reach Kafka through
+    ``connection`` (the nodes' ``-X`` settings included)."""
     run = uuid.uuid4().hex[:8]
     topics = [f"bench-kafka-{run}" + (f"-h{i}" if hops > 1 else "") for i in range(hops)]
-    ensure_topics(admin_client(bootstrap), topics)
+    ensure_topics(admin_client(connection), topics)
     topic, last = topics[0], topics[-1]
 
     def send() -> None:
-        producer = RecordProducer(Connection(bootstrap, overrides or {}))
+        producer = RecordProducer(connection)
         producer.warm_up([topic])  # metadata first: not part of a latency
         start = time.monotonic()
         for i in range(messages):
@@ -380,7 +385,7 @@ def _bare_kafka(
             producer.poll(0)
         producer.flush(60)
 
-    with running_relays(Connection(bootstrap, overrides or {}), topics) as relays:
+    with running_relays(connection, topics) as relays:
         how = _Measured(
             name=("kafka" if hops == 1 else f"kafka-x{hops}") + suffix,
             read_topics={last: last},
@@ -391,7 +396,7 @@ def _bare_kafka(
             bare_class=BARE_1 if hops == 1 else f"bare x{hops}",
             rate=rate,
         )
-        return _run_measured(bootstrap, how, messages, send, timeout_s)
+        return _run_measured(connection, how, messages, send, timeout_s)
 
 
 def _track_relays(meter: CpuMeter, pids: Sequence[int]) -> None:
@@ -408,13 +413,15 @@ def _pace(start: float, index: int, rate: float) -> None:
 
 @dataclass(frozen=True, slots=True)
 class BenchSetup:
-    """How the nodes run: protocol, topic layout and partition layers."""
+    """Where the bench runs and how the nodes run: the connection, protocol, topic
+    layout and partition layers."""
 
+    #: How the nodes, the clients, the relays and the measuring consumer reach Kafka
+    #: (the bootstrap servers and the ``-X`` settings).
+    connection: Connection
     algorithm: Algorithm = DEFAULT_ALGORITHM
     layout: Layout = Layout.SPLIT
     partitions: int = 1
-    #: librdkafka settings (``-X``) for the nodes and the sending client.
-    overrides: Mapping[str, str] = field(default_factory=dict)
     #: The nodes' delivery mode: one Kafka transaction per batch (the default), or
     #: outputs acknowledged, then committed (``--at-least-once``).
     exactly_once: bool = True
@@ -422,33 +429,29 @@ class BenchSetup:
     #: docs/DESIGN.md §3.8).
     delivery_format: str = "json"
 
-    def connection(self, bootstrap: str) -> Connection:
-        """How the bench reaches the Kafka at ``bootstrap``: with its ``overrides``."""
-        return Connection(bootstrap, self.overrides)
-
-    def node_config(self, bootstrap: str, topics: list[str]) -> NodeConfig:
+    def node_config(self, topics: list[str]) -> NodeConfig:
         """The configuration the cluster's nodes share (the first topic's)."""
         return NodeConfig(
-            bootstrap,
+            self.connection.bootstrap,
             topics[0],
             algorithm=self.algorithm,
             layout=self.layout,
             partitions=self.partitions,
-            overrides=self.overrides,
+            overrides=self.connection.settings,
             log_level="warning",
             exactly_once=self.exactly_once,
             delivery_format=self.delivery_format,
         )
 
-    def cluster(self, bootstrap: str, topics: list[str]) -> Any:
+    def cluster(self, topics: list[str]) -> Any:
         """The nodes of ``topics`` for a block of code (it gets the supervisor's
         ``Popen``)."""
-        return running_cluster(ClusterConfig(tuple(topics), self.node_config(bootstrap, topics)))
+        return running_cluster(ClusterConfig(tuple(topics), self.node_config(topics)))
 
-    def scanned(self, bootstrap: str, topics: list[str]) -> list[RecordedTopic]:
+    def scanned(self, topics: list[str]) -> list[RecordedTopic]:
         """Every Kafka topic the nodes write, as the cost counts their records (the
         status topic from its end now, the cluster's keys only)."""
-        start = end_offset(self.connection(bootstrap), STATUS_TOPIC)
+        start = end_offset(self.connection, STATUS_TOPIC)
         return cluster_topics(topics, self.layout, self.partitions, start)
 
 
@@ -472,7 +475,6 @@ def _name(prefix: str, load: BenchLoad, suffix: str = "") -> str:
 
 
 def _amcast(
-    bootstrap: str,
     topics: list[str],
     setup: BenchSetup,
     load: BenchLoad,
@@ -480,8 +482,8 @@ def _amcast(
     suffix: str = "",
 ) -> BenchResult:
     read = {delivery_topic(t): t for t in topics}
-    where = setup.connection(bootstrap)
-    with setup.cluster(bootstrap, topics) as cluster:
+    where = setup.connection
+    with setup.cluster(topics) as cluster:
         with (
             AtomicKafkaClient(where, layout=setup.layout) as warming,
             contextlib.closing(DeliveryCounter(where, read)) as counter,
@@ -493,7 +495,7 @@ def _amcast(
         how = _Measured(
             name=_name("amcast", load, suffix),
             read_topics=read,
-            scanned=setup.scanned(bootstrap, topics),
+            scanned=setup.scanned(topics),
             system="atomickafka",
             track=lambda meter: track_cluster(meter, cluster.pid, ours),
             rate=load.rate,
@@ -502,10 +504,10 @@ def _amcast(
         with AtomicKafkaClient(where, layout=setup.layout) as client:
             client.warm_up(topics)
             send = _send_plan(client, load.plan(client.id_prefix, topics), load)
-            result = _run_measured(bootstrap, how, load.messages, send, timeout_s)
+            result = _run_measured(where, how, load.messages, send, timeout_s)
             result = dataclasses.replace(result, held_back_s=round(client.held_back_s, 2))
     if setup.partitions > 1:
-        delays = sorted(kafka_merge_delays(bootstrap, topics, setup.partitions))
+        delays = sorted(kafka_merge_delays(where, topics, setup.partitions))
         result = dataclasses.replace(
             result,
             merge_p50_ms=round(percentile(delays, 0.50), 2),
@@ -526,10 +528,10 @@ def _sequencer(connection: Connection, topics: list[str]) -> Iterator[tuple[str,
 
 
 def _sequenced(
-    bootstrap: str, topics: list[str], setup: BenchSetup, load: BenchLoad, timeout_s: float
+    topics: list[str], setup: BenchSetup, load: BenchLoad, timeout_s: float
 ) -> BenchResult:
     read = {t: t for t in topics}
-    where = setup.connection(bootstrap)
+    where = setup.connection
     with _sequencer(where, topics) as (seq_topic, pid):
         with (
             contextlib.closing(DeliveryCounter(where, read)) as counter,
@@ -547,7 +549,7 @@ def _sequenced(
         with contextlib.closing(sender):
             sender.warm_up(topics)
             send = _send_plan(sender, load.plan(sender.id_prefix, topics), load)
-            return _run_measured(bootstrap, how, load.messages, send, timeout_s)
+            return _run_measured(where, how, load.messages, send, timeout_s)
 
 
 #: The fixed rate of the first paced runs (msg/s): issue 19's latency target.
@@ -555,12 +557,11 @@ LOW_RATE = 1000.0
 
 
 def run_bench(
-    bootstrap: str,
+    setup: BenchSetup,
     *,
     messages: int = 20_000,
     record_size: int = 200,
     shares: Sequence[float] = (0.0, 0.1, 0.5),
-    setup: BenchSetup | None = None,
     timeout_s: float = 300.0,
     warmup: bool = True,
     paced_rate: float | None = None,
@@ -573,13 +574,13 @@ def run_bench(
     on_result: Any = None,
     overload: bool = True,
 ) -> list[BenchResult]:
-    """Run every scenario; return their figures (also passed to ``on_result`` as they
-    come). The paced runs go at ``low_rate`` (``None``: skipped) and at ``paced_rate``
-    (default: half the unpaced capacity of the largest multicast share); ``formats``
-    adds unpaced multicast runs with the nodes writing deliveries in those formats;
-    ``overload`` a run offered twice the largest multicast share's capacity (``@2x``),
-    which reports how long back-pressure held the sender back."""
-    setup = setup or BenchSetup()
+    """Run every scenario on ``setup.connection``'s Kafka; return their figures (also
+    passed to ``on_result`` as they come). The paced runs go at ``low_rate`` (``None``:
+    skipped) and at ``paced_rate`` (default: half the unpaced capacity of the largest
+    multicast share); ``formats`` adds unpaced multicast runs with the nodes writing
+    deliveries in those formats; ``overload`` a run offered twice the largest multicast
+    share's capacity (``@2x``), which reports how long back-pressure held the sender
+    back."""
     others = [f for f in formats if f != setup.delivery_format]
     results: list[BenchResult] = []
 
@@ -599,20 +600,20 @@ def run_bench(
     if warmup:
         # A fresh broker JIT-compiles its hot paths for a while; measured runs start
         # after one unmeasured pass through both kinds of traffic.
-        _bare_kafka(bootstrap, 5000, record_size, timeout_s, overrides=setup.overrides)
-        _amcast(bootstrap, names("warm"), setup, load(5000, 0.1), timeout_s)
+        _bare_kafka(setup.connection, 5000, record_size, timeout_s)
+        _amcast(names("warm"), setup, load(5000, 0.1), timeout_s)
     # Bare Kafka moves a burst of N records in a fraction of a second; five times as
     # many make its rate less a matter of scheduling luck.
-    record(_bare_kafka(bootstrap, 5 * messages, record_size, timeout_s, overrides=setup.overrides))
+    record(_bare_kafka(setup.connection, 5 * messages, record_size, timeout_s))
     for share in shares:
         tag = str(round(share * 100))
-        record(_amcast(bootstrap, names(tag), setup, load(messages, share), timeout_s))
+        record(_amcast(names(tag), setup, load(messages, share), timeout_s))
         for fmt in others:
             other = dataclasses.replace(setup, delivery_format=fmt)
             scenario = load(messages, share)
-            record(_amcast(bootstrap, names(f"{fmt}{tag}"), other, scenario, timeout_s, f"[{fmt}]"))
+            record(_amcast(names(f"{fmt}{tag}"), other, scenario, timeout_s, f"[{fmt}]"))
         if sequencer:
-            record(_sequenced(bootstrap, names(f"s{tag}"), setup, load(messages, share), timeout_s))
+            record(_sequenced(names(f"s{tag}"), setup, load(messages, share), timeout_s))
     worst = max(shares)
     saturated = next(r for r in results if r.name == f"amcast-{round(worst * 100)}%")
     half = paced_rate or saturated.messages_per_s / 2
@@ -621,23 +622,22 @@ def run_bench(
         count = max(1000, min(messages, int(rate * 10)))
         for hops in (1, 3):
             bare = _bare_kafka(
-                bootstrap,
+                setup.connection,
                 count,
                 record_size,
                 timeout_s,
                 rate=rate,
                 hops=hops,
                 suffix=suffix,
-                overrides=setup.overrides,
             )
             record(bare)
         tag = suffix.strip("@")
         paced = load(count, worst, rate)
-        record(_amcast(bootstrap, names(tag), setup, paced, timeout_s, suffix))
+        record(_amcast(names(tag), setup, paced, timeout_s, suffix))
     if overload:
         # offered twice the capacity: the client's back-pressure holds the sender back
         # (DESIGN §5.3), and latency stays bounded instead of growing with the queue
         rate = 2 * saturated.messages_per_s
         count = max(1000, min(messages, int(rate * 10)))
-        record(_amcast(bootstrap, names("2x"), setup, load(count, worst, rate), timeout_s, "@2x"))
+        record(_amcast(names("2x"), setup, load(count, worst, rate), timeout_s, "@2x"))
     return results

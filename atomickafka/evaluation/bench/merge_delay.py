@@ -21,6 +21,7 @@ from typing import Any
 
 from atomickafka.core.engine import Algorithm
 from atomickafka.core.reader import KafkaRecord, read_delivery
+from atomickafka.kafka.connection import Connection
 from atomickafka.kafka.consumer import make_consumer, read_partitions
 from atomickafka.kafka.topics import layers_topic
 from atomickafka.verify.layered import (
@@ -136,11 +137,14 @@ def measure_merge_delay(
 # ---------------------------------------------------------------------------- on Kafka
 
 
-def kafka_merge_delays(bootstrap: str, topics: Iterable[str], partitions: int) -> list[float]:
+def kafka_merge_delays(
+    connection: Connection, topics: Iterable[str], partitions: int
+) -> list[float]:
     """Per delivered message and topic, ms from its layer's PartitionDelivery record to
-    the merger's Delivery record (both Kafka timestamps, written on this machine)."""
+    the merger's Delivery record (both Kafka timestamps, written on this machine), read
+    through ``connection``."""
     delays: list[float] = []
-    consumer = make_consumer(bootstrap)
+    consumer = make_consumer(connection)
     try:
         for topic in topics:
             layers = read_partitions(consumer, layers_topic(topic), range(partitions))

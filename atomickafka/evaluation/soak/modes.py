@@ -17,6 +17,7 @@ from typing import Any
 from atomickafka.evaluation.bench.command import BenchResult, BenchSetup, run_bench
 from atomickafka.evaluation.soak.common import load_average
 from atomickafka.evaluation.soak.figures import ModeFigures, judge_modes
+from atomickafka.kafka.connection import Connection
 
 __all__ = ["ModeSettings", "run_modes"]
 
@@ -50,9 +51,9 @@ def _figures(results: list[BenchResult], share: float) -> tuple[ModeFigures, dic
     return figures, {"figures": figures.to_dict(), "complete": complete, "bench": rows}
 
 
-def run_modes(bootstrap: str, settings: ModeSettings) -> dict[str, Any]:
-    """Bench both modes ``settings.repeats`` times; return every run, the medians and
-    the rule's verdict."""
+def run_modes(connection: Connection, settings: ModeSettings) -> dict[str, Any]:
+    """Bench both modes ``settings.repeats`` times on ``connection``'s Kafka; return
+    every run, the medians and the rule's verdict."""
     runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in _MODES}
     figures: dict[str, list[ModeFigures]] = {mode: [] for mode in _MODES}
     order = list(_MODES)
@@ -60,11 +61,10 @@ def run_modes(bootstrap: str, settings: ModeSettings) -> dict[str, Any]:
     for repeat in range(settings.repeats):
         for mode in order if repeat % 2 == 0 else reversed(order):
             results = run_bench(
-                bootstrap,
+                BenchSetup(connection, exactly_once=_MODES[mode]),
                 messages=settings.messages,
                 record_size=settings.record_size,
                 shares=(settings.share,),
-                setup=BenchSetup(exactly_once=_MODES[mode]),
                 warmup=repeat == 0 and mode == order[0],
                 paced_rate=settings.paced_rate,
                 low_rate=None,  # one paced run, at paced_rate
