@@ -114,7 +114,7 @@ def _broker(bootstrap: str | None) -> Iterator[str]:
 
 
 def _run_phases(
-    args: argparse.Namespace, bootstrap: str, out: Path, results: dict[str, Any]
+    args: argparse.Namespace, connection: Connection, out: Path, results: dict[str, Any]
 ) -> None:
     shape = LoadShape(args.topics, args.share, args.fanout, args.record_size)
     faults = FaultSettings(
@@ -140,7 +140,7 @@ def _run_phases(
             args.soak_timeout,
             check=not args.no_check,
         )
-        phases["soak"] = run_soak(bootstrap, shape, settings, out)
+        phases["soak"] = run_soak(connection, shape, settings, out)
         save()
     if "recovery" in args.phases:
         phases["recovery"] = []
@@ -148,14 +148,14 @@ def _run_phases(
         for size in args.recovery_sizes:
             for with_snapshots in snapshots:
                 phases["recovery"].append(
-                    run_recovery(bootstrap, shape, size, with_snapshots, faults, out)
+                    run_recovery(connection, shape, size, with_snapshots, faults, out)
                 )
                 save()
     if "takeover" in args.phases:
         phases["takeover"] = []
         for after in args.takeover_after:
             phases["takeover"].append(
-                run_takeover(bootstrap, shape, after, args.takeover_repeats, faults, out)
+                run_takeover(connection, shape, after, args.takeover_repeats, faults, out)
             )
             save()
     if "modes" in args.phases:
@@ -168,7 +168,7 @@ def _run_phases(
             args.record_size,
             args.modes_repeats,
         )
-        phases["modes"] = run_modes(Connection(bootstrap), modes)
+        phases["modes"] = run_modes(connection, modes)
         save()
 
 
@@ -189,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed: str | None = None
     try:
         with _broker(args.bootstrap_server) as bootstrap:
-            _run_phases(args, bootstrap, out, results)
+            _run_phases(args, Connection(bootstrap), out, results)  # loopback: no -X
     except AtomicKafkaError as exc:  # one line, what was measured so far is kept
         failed = f"{type(exc).__name__}: {exc}"
         results["failed"] = failed

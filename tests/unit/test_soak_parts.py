@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 
+from atomickafka.config.files import parse_properties
+from atomickafka.config.kafka_layers import Level
+from atomickafka.errors import ConfigError
 from atomickafka.evaluation.bench.command import BenchLoad, BenchSetup
 from atomickafka.evaluation.cost.rss import (
     MemorySample,
@@ -23,6 +26,7 @@ from atomickafka.evaluation.soak.cluster import (
     cluster_argv,
     metric_value,
     node_of_cmdline,
+    write_settings,
 )
 from atomickafka.evaluation.soak.common import LoadShape
 from atomickafka.evaluation.soak.figures import ModeFigures, judge_modes, spread
@@ -141,7 +145,10 @@ def test_pacing_waits_until_a_message_is_due() -> None:
 
 def test_what_was_sent_is_rebuilt_from_the_plans() -> None:
     topics = ("t1", "t2", "t3")
-    jobs = [SendJob("b", topics, i, BenchLoad(4, 0.5, fanout=(2, 2), seed=i)) for i in (0, 1)]
+    jobs = [
+        SendJob(Connection("b"), topics, i, BenchLoad(4, 0.5, fanout=(2, 2), seed=i))
+        for i in (0, 1)
+    ]
     results = [SendResult(0, "p0", 3), SendResult(1, "", 0, error="boom")]
     sent = sent_destinations(jobs, results)
     assert sorted(sent) == ["p0-0", "p0-1", "p0-2"]
@@ -149,7 +156,7 @@ def test_what_was_sent_is_rebuilt_from_the_plans() -> None:
 
 
 def test_the_cluster_command_line_turns_snapshots_off_and_sets_the_takeover() -> None:
-    plain = cluster_argv("127.0.0.1:9", ["a", "b"], ClusterOptions(), 2000)
+    plain = cluster_argv(Connection("127.0.0.1:9"), ["a", "b"], ClusterOptions(), 2000)
     assert plain[1:4] == ["-m", "atomickafka", "cluster"]
     assert plain[plain.index("--topics") + 1] == "a,b"
     assert plain[plain.index("--metrics-port") + 1] == "2000"
@@ -157,12 +164,29 @@ def test_the_cluster_command_line_turns_snapshots_off_and_sets_the_takeover() ->
     options = ClusterOptions(
         standby=True, exactly_once=False, snapshots=False, takeover_after_s=2.0
     )
-    argv = cluster_argv("127.0.0.1:9", ["a"], options, 2000)
+    argv = cluster_argv(Connection("127.0.0.1:9"), ["a"], options, 2000)
     assert "--standby" in argv and "--at-least-once" in argv
     assert int(argv[argv.index("--snapshot-every") + 1]) == NEVER_RECORDS
     assert float(argv[argv.index("--snapshot-interval") + 1]) >= 1e9
     assert argv[argv.index("--takeover-after") + 1] == "2"
     assert options.describe() == "at-least-once, no snapshots, standby (2 s)"
+
+
+def test_the_cluster_gets_the_connections_settings_in_a_file_never_on_its_command_line(
+    tmp_path: Path,
+) -> None:
+    where = Connection("b:1", {"security.protocol": "SASL_PLAINTEXT", "sasl.password": "pw"})
+    path = tmp_path / "c.properties"
+    argv = cluster_argv(where, ["a"], ClusterOptions(), 2000, path)
+    assert argv[argv.index("--bootstrap-server") + 1] == "b:1"
+    assert argv[argv.index("--command-config") + 1] == str(path)
+    assert not any("pw" in word or "SASL" in word for word in argv)
+    with pytest.raises(ConfigError):
+        cluster_argv(where, ["a"], ClusterOptions(), 2000)  # nowhere to put the settings
+    write_settings(where, path)
+    assert path.stat().st_mode & 0o777 == 0o600
+    read = parse_properties(path.read_text(), str(path), Level.COMMAND_LINE)
+    assert {s.key: s.value for s in read} == dict(where.settings)
 
 
 def test_node_processes_are_known_by_their_title() -> None:

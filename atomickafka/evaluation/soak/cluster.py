@@ -3,7 +3,10 @@ it, and what the soak reads of it.
 
 - :func:`cluster_argv` is the command line for a :class:`ClusterOptions` (standby,
   delivery mode, snapshots on or off, the takeover's session timeout), with the
-  supervisor's Prometheus endpoint on a loopback port;
+  supervisor's Prometheus endpoint on a loopback port; the connection's librdkafka
+  settings go in a properties file (``--command-config``, written by
+  :func:`write_settings`, readable by its owner only), never on the command line,
+  where ``ps`` would show a password;
 - :class:`ClusterCommand` starts it, waits until every node has published a live,
   not-replaying status, and stops it (SIGTERM, then SIGKILL after a minute);
 - :meth:`ClusterCommand.node_processes` lists the node processes under the supervisor
@@ -18,6 +21,7 @@ restarted node replays its whole input log.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -31,6 +35,8 @@ from typing import Final
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
+from atomickafka.errors import ConfigError
+from atomickafka.kafka.connection import Connection
 from atomickafka.kafka.status import wait_for_nodes
 from atomickafka.localkafka import free_port_block
 from atomickafka.node.launch import stop_supervisor
@@ -43,6 +49,7 @@ __all__ = [
     "cluster_argv",
     "metric_value",
     "node_of_cmdline",
+    "write_settings",
 ]
 
 #: ``--snapshot-every`` and ``--snapshot-interval`` beyond any run: no snapshot is due.
@@ -70,12 +77,33 @@ class ClusterOptions:
         return ", ".join(parts)
 
 
+def write_settings(connection: Connection, path: Path) -> None:
+    """Write ``connection``'s librdkafka settings to ``path`` as a properties file
+    (``key=value`` lines, as ``--command-config`` reads them), readable by its owner only."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(f"{key}={value}\n" for key, value in connection.settings.items())
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
 def cluster_argv(
-    bootstrap: str, topics: Sequence[str], options: ClusterOptions, metrics_port: int
+    connection: Connection,
+    topics: Sequence[str],
+    options: ClusterOptions,
+    metrics_port: int,
+    settings_file: Path | None = None,
 ) -> list[str]:
     """The ``atomickafka cluster`` command line for ``options`` (this interpreter's
-    ``python -m atomickafka``), serving metrics on 127.0.0.1:``metrics_port``."""
-    argv = [sys.executable, "-m", "atomickafka", "cluster", "--bootstrap-server", bootstrap]
+    ``python -m atomickafka``) on ``connection``, serving metrics on
+    127.0.0.1:``metrics_port``. A connection with librdkafka settings needs the
+    ``settings_file`` they are written to (:func:`write_settings`)."""
+    argv = [sys.executable, "-m", "atomickafka", "cluster"]
+    argv += ["--bootstrap-server", connection.bootstrap]
+    if connection.settings:
+        if settings_file is None:
+            raise ConfigError("the cluster's librdkafka settings need a file to be passed in")
+        argv += ["--command-config", str(settings_file)]
     argv += ["--topics", ",".join(topics), "--log-level", options.log_level]
     argv += ["--metrics-port", str(metrics_port), "--metrics-host", "127.0.0.1"]
     if options.standby:
@@ -113,32 +141,38 @@ def metric_value(text: str, name: str, **labels: str) -> float | None:
 
 class ClusterCommand:
     """``atomickafka cluster`` over ``topics`` for a ``with`` block (the block starts once
-    every node is live), its log in ``log_path``."""
+    every node is live), its log in ``log_path``; it reaches Kafka through
+    ``connection`` (its settings written beside the log, :func:`write_settings`)."""
 
     def __init__(
         self,
-        bootstrap: str,
+        connection: Connection,
         topics: Sequence[str],
         options: ClusterOptions,
         log_path: Path,
         *,
         start_timeout_s: float = 180.0,
     ) -> None:
-        self.bootstrap = bootstrap
+        self.connection = connection
         self.topics = tuple(topics)
         self.options = options
         self.metrics_port = free_port_block(1)
-        self.argv = cluster_argv(bootstrap, self.topics, options, self.metrics_port)
+        self._settings_file = log_path.with_suffix(".properties") if connection.settings else None
+        self.argv = cluster_argv(
+            connection, self.topics, options, self.metrics_port, self._settings_file
+        )
         self._log_path = log_path
         self._start_timeout_s = start_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> ClusterCommand:
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self._settings_file is not None:
+            write_settings(self.connection, self._settings_file)
         with self._log_path.open("ab") as log:
             self._proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT)
         try:
-            wait_for_nodes(self.bootstrap, self.topics, timeout_s=self._start_timeout_s)
+            wait_for_nodes(self.connection, self.topics, timeout_s=self._start_timeout_s)
         except BaseException:
             self.stop()
             raise

@@ -20,6 +20,7 @@ from atomickafka.core.reader import KafkaRecord, read_delivery
 from atomickafka.evaluation.bench.command import BenchLoad
 from atomickafka.evaluation.cost.topic_scan import RecordedTopic, Role, scan_topics
 from atomickafka.evaluation.load.measuring import DeliveryCounter, warm_up
+from atomickafka.kafka.connection import Connection
 from atomickafka.kafka.status import StatusWatch
 from atomickafka.kafka.topics import delivery_topic
 from atomickafka.verify.checker import UNSET, DeliveryRecord, check, sent_from_destinations
@@ -69,14 +70,14 @@ def topic_names(phase: str, count: int) -> list[str]:
     return [f"soak-{tag}-{phase}-t{i}" for i in range(1, count + 1)]
 
 
-def warm_cluster(bootstrap: str, topics: Sequence[str]) -> dict[str, tuple[str, ...]]:
+def warm_cluster(connection: Connection, topics: Sequence[str]) -> dict[str, tuple[str, ...]]:
     """One unmeasured multicast to every topic through each topic, waited for
     (:func:`~atomickafka.evaluation.load.measuring.warm_up`); return their ids and
     destinations, for the checker."""
     read = {delivery_topic(t): t for t in topics}
     with (
-        AtomicKafkaClient(bootstrap) as client,
-        contextlib.closing(DeliveryCounter(bootstrap, read)) as counter,
+        AtomicKafkaClient(connection) as client,
+        contextlib.closing(DeliveryCounter(connection, read)) as counter,
     ):
         sent = warm_up(client, list(topics), counter)
     return {w.message_id: tuple(sorted(topics)) for w in sent}
@@ -116,7 +117,7 @@ def wait_delivered(
 
 
 def read_delivery_logs(
-    bootstrap: str, topics: Sequence[str], timeout_s: float = 900.0
+    connection: Connection, topics: Sequence[str], timeout_s: float = 900.0
 ) -> dict[str, list[DeliveryRecord]]:
     """Every delivery of ``topics``, in order, as the checker's records (ids,
     destinations, final timestamps; values are not compared)."""
@@ -137,17 +138,17 @@ def read_delivery_logs(
                 )
             )
 
-    scan_topics(bootstrap, scanned, take, timeout_s)
+    scan_topics(connection, scanned, take, timeout_s)
     return logs
 
 
 def check_order(
-    bootstrap: str, topics: Sequence[str], sent: Mapping[str, tuple[str, ...]]
+    connection: Connection, topics: Sequence[str], sent: Mapping[str, tuple[str, ...]]
 ) -> dict[str, Any]:
     """The independent order checker over every delivery of ``topics`` against
     ``sent`` (id -> destinations): integrity, validity, total order, timestamps."""
     began = time.monotonic()
-    logs = read_delivery_logs(bootstrap, topics)
+    logs = read_delivery_logs(connection, topics)
     report = check(sent_from_destinations(sent), logs)
     return {
         "ok": report.ok,

@@ -50,6 +50,7 @@ from atomickafka.evaluation.soak.load import (
     running_senders,
     sent_destinations,
 )
+from atomickafka.kafka.connection import Connection
 from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
 from atomickafka.kafka.status import StatusWatch
 from atomickafka.kafka.topics import Layout, delivery_topic, input_topic
@@ -97,9 +98,9 @@ class DeliveryWatch:
     """Reads one topic's deliveries from their end now, for the first one written
     after a given time."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, connection: Connection, topic: str) -> None:
         self.topic = topic
-        self._consumer = make_consumer(bootstrap, None, **{"fetch.wait.max.ms": 10})
+        self._consumer = make_consumer(connection, None, **{"fetch.wait.max.ms": 10})
         self._consumer.assign([TopicPartition(delivery_topic(topic), 0, OFFSET_END)])
 
     def first_after(self, since_s: float, timeout_s: float) -> float | None:
@@ -118,11 +119,11 @@ class DeliveryWatch:
 
 
 def kill_and_time(
-    bootstrap: str, watch: StatusWatch, topic: str, *, steady_s: float, timeout_s: float
+    connection: Connection, watch: StatusWatch, topic: str, *, steady_s: float, timeout_s: float
 ) -> KillTimes:
     """Watch ``topic``'s deliveries for ``steady_s``, SIGKILL its active node, and time
     the events (:class:`KillTimes`) for at most ``timeout_s``."""
-    with contextlib.closing(DeliveryWatch(bootstrap, topic)) as deliveries:
+    with contextlib.closing(DeliveryWatch(connection, topic)) as deliveries:
         ends = time.monotonic() + steady_s
         while time.monotonic() < ends:  # catch up, so that only new deliveries are read
             deliveries.first_after(time.time(), 0.2)
@@ -151,17 +152,21 @@ def kill_and_time(
 
 
 def _trickle_jobs(
-    bootstrap: str, topics: list[str], shape: LoadShape, settings: FaultSettings, runs_s: float
+    connection: Connection,
+    topics: list[str],
+    shape: LoadShape,
+    settings: FaultSettings,
+    runs_s: float,
 ) -> Any:
     count = int(settings.trickle_rate * runs_s)
     load = shape.load(count, settings.trickle_rate, seed=7)
     return make_jobs(
-        bootstrap, topics, load, 1, first_index=100, allow_offline=True, max_seconds=runs_s
+        connection, topics, load, 1, first_index=100, allow_offline=True, max_seconds=runs_s
     )
 
 
 def _finish(
-    bootstrap: str,
+    connection: Connection,
     watch: StatusWatch,
     topics: list[str],
     sent: dict[str, tuple[str, ...]],
@@ -172,7 +177,7 @@ def _finish(
     reached = wait_delivered(watch, topics, expected, timeout_s=settings.timeout_s, desc="drain")
     out: dict[str, Any] = {"expected_deliveries": expected, "node_deliveries": reached}
     if settings.check:
-        out["check"] = check_order(bootstrap, topics, sent)
+        out["check"] = check_order(connection, topics, sent)
     return out
 
 
@@ -182,7 +187,7 @@ def _stop_trickle(trickle: Senders) -> dict[str, tuple[str, ...]]:
 
 
 def run_recovery(
-    bootstrap: str,
+    connection: Connection,
     shape: LoadShape,
     messages: int,
     snapshots: bool,
@@ -203,11 +208,11 @@ def run_recovery(
         "load_before": load_average(),
     }
     with (
-        ClusterCommand(bootstrap, topics, options, out / f"{tag}-cluster.log") as cluster,
-        contextlib.closing(StatusWatch(bootstrap)) as watch,
+        ClusterCommand(connection, topics, options, out / f"{tag}-cluster.log") as cluster,
+        contextlib.closing(StatusWatch(connection)) as watch,
     ):
-        sent = warm_cluster(bootstrap, topics)
-        fill = make_jobs(bootstrap, topics, shape.load(messages), settings.fill_senders)
+        sent = warm_cluster(connection, topics)
+        fill = make_jobs(connection, topics, shape.load(messages), settings.fill_senders)
         began = time.monotonic()
         with running_senders(fill) as senders:
             senders.go()
@@ -216,12 +221,12 @@ def run_recovery(
             watch, topics, expected_deliveries(sent), timeout_s=settings.fill_timeout_s, desc="fill"
         )
         result["fill_s"] = round(time.monotonic() - began, 1)
-        result["victim_input_records"] = end_offset(bootstrap, input_topic(victim, Layout.SPLIT))
-        trickle = _trickle_jobs(bootstrap, topics, shape, settings, settings.timeout_s + 120)
+        result["victim_input_records"] = end_offset(connection, input_topic(victim, Layout.SPLIT))
+        trickle = _trickle_jobs(connection, topics, shape, settings, settings.timeout_s + 120)
         with running_senders(trickle) as senders:
             senders.go()
             times = kill_and_time(
-                bootstrap, watch, victim, steady_s=settings.steady_s, timeout_s=settings.timeout_s
+                connection, watch, victim, steady_s=settings.steady_s, timeout_s=settings.timeout_s
             )
             result["kill"] = times.to_dict()
             result["recovery_seconds_metric"] = cluster.metric(
@@ -231,14 +236,14 @@ def run_recovery(
                 "atomickafka_node_records_replayed_total", topic=victim
             )
             sent.update(_stop_trickle(senders))
-        result.update(_finish(bootstrap, watch, topics, sent, settings))
+        result.update(_finish(connection, watch, topics, sent, settings))
         result["restarts"] = cluster.metric("atomickafka_cluster_restarts_total")
     result["load_after"] = load_average()
     return result
 
 
 def run_takeover(
-    bootstrap: str,
+    connection: Connection,
     shape: LoadShape,
     takeover_after_s: float,
     repeats: int,
@@ -259,12 +264,12 @@ def run_takeover(
     }
     kills: list[dict[str, Any]] = []
     with (
-        ClusterCommand(bootstrap, topics, options, out / f"{tag}-cluster.log") as cluster,
-        contextlib.closing(StatusWatch(bootstrap)) as watch,
+        ClusterCommand(connection, topics, options, out / f"{tag}-cluster.log") as cluster,
+        contextlib.closing(StatusWatch(connection)) as watch,
     ):
-        sent = warm_cluster(bootstrap, topics)
+        sent = warm_cluster(connection, topics)
         runs_s = repeats * (settings.settle_s + settings.steady_s + settings.timeout_s) + 120
-        with running_senders(_trickle_jobs(bootstrap, topics, shape, settings, runs_s)) as senders:
+        with running_senders(_trickle_jobs(connection, topics, shape, settings, runs_s)) as senders:
             senders.go()
             for rep in range(repeats):
                 victim = topics[rep % len(topics)]
@@ -272,7 +277,7 @@ def run_takeover(
                 time.sleep(settings.settle_s)  # the restarted standby joins its lease group
                 before = cluster.node_processes().get(victim, [])
                 times = kill_and_time(
-                    bootstrap,
+                    connection,
                     watch,
                     victim,
                     steady_s=settings.steady_s,
@@ -283,7 +288,7 @@ def run_takeover(
                 row["standby_took_over"] = times.new_pid in before
                 kills.append(row)
             sent.update(_stop_trickle(senders))
-        result.update(_finish(bootstrap, watch, topics, sent, settings))
+        result.update(_finish(connection, watch, topics, sent, settings))
         result["restarts"] = cluster.metric("atomickafka_cluster_restarts_total")
     result["kills"] = kills
     result["live_s"] = spread(k["live_s"] for k in kills).to_dict()

@@ -33,6 +33,7 @@ from atomickafka.errors import ConfigError, TimedOutError
 from atomickafka.evaluation.bench.command import BenchLoad
 from atomickafka.evaluation.errors import RunError
 from atomickafka.evaluation.load.clients import payload
+from atomickafka.kafka.connection import Connection
 
 __all__ = [
     "SendJob",
@@ -52,9 +53,9 @@ _CHECK_EVERY: Final = 100
 
 @dataclass(frozen=True, slots=True)
 class SendJob:
-    """One sender process's work (picklable)."""
+    """One sender process's work (picklable), and how it reaches Kafka."""
 
-    bootstrap: str
+    connection: Connection
     topics: tuple[str, ...]
     index: int
     load: BenchLoad
@@ -138,7 +139,7 @@ def sender_process(job: SendJob, ready: Any, go: Any, stop: Any, results: Any) -
     prefix = ""
     try:
         with AtomicKafkaClient(
-            job.bootstrap, client_id=f"soak{job.index}", allow_offline=job.allow_offline
+            job.connection, client_id=f"soak{job.index}", allow_offline=job.allow_offline
         ) as client:
             prefix = client.id_prefix
             client.warm_up(job.topics)
@@ -261,7 +262,7 @@ def running_senders(jobs: Sequence[SendJob]) -> Iterator[Senders]:
 
 
 def make_jobs(
-    bootstrap: str,
+    connection: Connection,
     topics: Sequence[str],
     load: BenchLoad,
     senders: int,
@@ -270,9 +271,10 @@ def make_jobs(
     allow_offline: bool = False,
     max_seconds: float = 3600.0,
 ) -> list[SendJob]:
-    """``load`` split over ``senders`` jobs numbered from ``first_index``."""
+    """``load`` split over ``senders`` jobs numbered from ``first_index``, sending
+    through ``connection``."""
     return [
-        SendJob(bootstrap, tuple(topics), first_index + i, part, allow_offline, max_seconds)
+        SendJob(connection, tuple(topics), first_index + i, part, allow_offline, max_seconds)
         for i, part in enumerate(split_load(load, senders))
     ]
 

@@ -34,6 +34,7 @@ from atomickafka.evaluation.soak.common import (
     warm_cluster,
 )
 from atomickafka.evaluation.soak.load import Senders, make_jobs, running_senders
+from atomickafka.kafka.connection import Connection
 from atomickafka.kafka.status import StatusWatch
 from atomickafka.kafka.topics import delivery_topic
 
@@ -118,12 +119,14 @@ def _latency(counter: DeliveryCounter) -> dict[str, Any]:
     }
 
 
-def run_soak(bootstrap: str, shape: LoadShape, settings: SoakSettings, out: Path) -> dict[str, Any]:
+def run_soak(
+    connection: Connection, shape: LoadShape, settings: SoakSettings, out: Path
+) -> dict[str, Any]:
     """Run the soak; return its figures (plain data), with every memory sample."""
     topics = topic_names("soak", shape.topics)
     options = ClusterOptions()
     load = shape.load(settings.messages, settings.rate)
-    jobs = make_jobs(bootstrap, topics, load, settings.senders)
+    jobs = make_jobs(connection, topics, load, settings.senders)
     result: dict[str, Any] = {
         "settings": asdict(settings),
         "shape": shape.describe(),
@@ -131,12 +134,12 @@ def run_soak(bootstrap: str, shape: LoadShape, settings: SoakSettings, out: Path
         "topics": topics,
         "load_before": load_average(),
     }
-    with ClusterCommand(bootstrap, topics, options, out / "soak-cluster.log") as cluster:
-        warm = warm_cluster(bootstrap, topics)
+    with ClusterCommand(connection, topics, options, out / "soak-cluster.log") as cluster:
+        warm = warm_cluster(connection, topics)
         read = {delivery_topic(t): t for t in topics}
         with (
-            contextlib.closing(DeliveryCounter(bootstrap, read)) as counter,
-            contextlib.closing(StatusWatch(bootstrap)) as watch,
+            contextlib.closing(DeliveryCounter(connection, read)) as counter,
+            contextlib.closing(StatusWatch(connection)) as watch,
             running_senders(jobs) as senders,
         ):
             samples = _sampled_load(counter, watch, senders, topics, settings)
@@ -149,7 +152,7 @@ def run_soak(bootstrap: str, shape: LoadShape, settings: SoakSettings, out: Path
         result["restarts"] = cluster.metric("atomickafka_cluster_restarts_total")
         result["load_after"] = load_average()
         if settings.check:
-            result["check"] = check_order(bootstrap, topics, sent)
+            result["check"] = check_order(connection, topics, sent)
     result["memory"] = [m.to_dict() for m in summarise_memory(samples, settings.warmup_s)]
     result["samples"] = [s.to_dict() for s in samples]
     return result
