@@ -14,6 +14,7 @@ from atomickafka.cli.options import (
     add_log_level,
     add_overrides,
     add_secret_file,
+    connection,
     guarded,
     reach,
     resolve_bootstrap,
@@ -21,6 +22,7 @@ from atomickafka.cli.options import (
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.errors import ConfigError
 from atomickafka.evaluation.suite.results import RunInfo
+from atomickafka.kafka.connection import Connection
 from atomickafka.kafka.topics import Layout
 from atomickafka.localkafka import running_bootstrap
 from atomickafka.logs import configure_logging
@@ -147,14 +149,19 @@ def _parse_load(args: argparse.Namespace) -> tuple[list[Scenario], list[Comparis
 
 
 def _settings(
-    args: argparse.Namespace, scenarios: list[Scenario], comparisons: list[Comparison]
+    args: argparse.Namespace,
+    where: Connection,
+    scenarios: list[Scenario],
+    comparisons: list[Comparison],
 ) -> SuiteSettings:
-    """The suite's settings from the checked command line (needs the eval extra)."""
+    """The suite's settings from the checked command line, its runs reaching Kafka
+    through ``where`` (needs the eval extra)."""
     from atomickafka.evaluation.suite.command import SuiteSettings  # noqa: PLC0415
 
     return SuiteSettings(
         scenarios=tuple(scenarios),
         out=args.out or Path("eval", "out", datetime.now(UTC).strftime("%Y%m%d-%H%M%S")),
+        connection=where,
         messages_per_client=args.messages_per_client,
         clients=args.clients,
         topics=args.topics,
@@ -167,7 +174,6 @@ def _settings(
         spark_master=args.spark_master,
         stall_timeout_s=args.stall_timeout_s,
         warmup=not args.no_warmup,
-        overrides=args.overrides,
         record_size=args.record_size,
         fanout=args.fanout,
         seed=args.seed,
@@ -216,17 +222,17 @@ def _run(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     configure_logging(args.log_level)
-    settings = _settings(args, scenarios, comparisons)
     embedded = args.bootstrap_server is None
     if not embedded:
         reach(args)  # a wrong --bootstrap-server: one line, before any node starts
     started = embedded and running_bootstrap() is None
     bootstrap = resolve_bootstrap(args.bootstrap_server)
+    settings = _settings(args, connection(args, bootstrap), scenarios, comparisons)
     if embedded:
         how = "started" if started else "reused the running"
         print(f"eval: {how} embedded broker at {bootstrap}", flush=True)
     print(f"eval: {len(scenarios)} scenarios on {bootstrap}; report in {settings.out}", flush=True)
-    outcome = run_suite(bootstrap, settings, embedded=embedded, on_run=_announce)
+    outcome = run_suite(settings, embedded=embedded, on_run=_announce)
     _print_outcome(outcome)
     if started:
         print(

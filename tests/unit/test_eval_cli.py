@@ -14,6 +14,7 @@ from atomickafka.evaluation.cost.processes import CpuMeter
 from atomickafka.evaluation.load.variants import Comparison
 from atomickafka.evaluation.suite import command as suite
 from atomickafka.evaluation.suite import runner
+from atomickafka.kafka.connection import Connection
 from atomickafka.node.config import ClusterConfig
 
 
@@ -77,14 +78,16 @@ def test_the_secret_file_signs_every_atomickafka_run_and_only_its_path_shows(
         ["eval", "--secret-file", str(secret), "--compare", "sequencer,kafka"]
     )
     scenarios, comparisons = eval_cmd._parse_load(args)
-    settings = eval_cmd._settings(args, scenarios, comparisons)
+    where = Connection("b:1", {"security.protocol": "SASL_PLAINTEXT"})
+    settings = eval_cmd._settings(args, where, scenarios, comparisons)
     assert settings.secret_file == str(secret)
     assert ("signed records (--secret-file)", f"yes, {secret}") in settings.rows()
     signing = {}
     for variant in settings.variants():
         spec = suite._spec(settings, "t", scenarios[0], variant)
-        job = runner._job("b:1", spec, spec.plans[0])
+        job = runner._job(spec, spec.plans[0])
         assert job.secret_file == spec.signing
+        assert job.connection == where  # the clients take the suite's -X settings
         signing[variant.system.value] = spec.signing
     assert signing == {"atomickafka": str(secret), "sequencer": None, "kafka": None}
     started: list[ClusterConfig] = []
@@ -97,9 +100,10 @@ def test_the_secret_file_signs_every_atomickafka_run_and_only_its_path_shows(
 
     monkeypatch.setattr(runner, "running_cluster", cluster)
     spec = suite._spec(settings, "t", scenarios[0], settings.primary)
-    with pytest.raises(RuntimeError), runner._running_system("b:1", spec, CpuMeter()):
+    with pytest.raises(RuntimeError), runner._running_system(spec, CpuMeter()):
         pass
     assert started[0].node.secret_file == str(secret)  # the nodes (and mergers) sign
+    assert started[0].node.connection == where
     assert {Comparison.SEQUENCER, Comparison.KAFKA} == set(comparisons)
 
 

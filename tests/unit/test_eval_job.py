@@ -27,6 +27,7 @@ from atomickafka.evaluation.load.scenarios import scenario
 from atomickafka.evaluation.load.variants import Variant
 from atomickafka.evaluation.suite.runner import RunSpec
 from atomickafka.evaluation.suite.spark import job_path, load_job
+from atomickafka.kafka.connection import Connection
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,14 @@ def test_the_kafka_source_reads_the_topics_the_recorder_reads(
     ``atomickafka.kafka.topics``): same Kafka topics, owners, roles, delivery logs."""
     topics = ("ev-a-t1", "ev-a-t2")
     spec = RunSpec(
-        "r", scenario("baseline"), Variant.atomickafka("optimized", layout), topics, 1, 1, tmp_path
+        "r",
+        scenario("baseline"),
+        Variant.atomickafka("optimized", layout),
+        topics,
+        1,
+        1,
+        tmp_path,
+        Connection("b:1"),
     )
     recorded = {
         (t.kafka_topic, t.node, t.role, t.holds_deliveries)

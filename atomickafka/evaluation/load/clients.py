@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -55,9 +55,9 @@ def payload(
 
 @dataclass(frozen=True, slots=True)
 class ClientJob:
-    """Everything a client process needs (picklable)."""
+    """Everything a client process needs (picklable), and how it reaches Kafka."""
 
-    bootstrap: str
+    connection: Connection
     plan: ClientPlan
     system: System
     layout: Layout
@@ -65,16 +65,10 @@ class ClientJob:
     #: Bytes of each measured value as JSON (0: the probe alone, about 60 bytes).
     record_size: int = 0
     sequencer_topic: str | None = None
-    overrides: Mapping[str, str] = field(default_factory=dict)
     flush_timeout_s: float = 300.0
     start_timeout_s: float = 300.0
     #: Signing secrets (§4.14): the AtomicKafka client signs what it writes.
     secret_file: str | None = None
-
-    @property
-    def connection(self) -> Connection:
-        """How the client reaches Kafka: ``bootstrap`` and ``overrides``."""
-        return Connection(self.bootstrap, self.overrides)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,8 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,8 @@ class SuiteSettings:
 
     scenarios: tuple[Scenario, ...]
     out: Path
+    #: How every run reaches Kafka: the bootstrap servers and the ``-X`` settings.
+    connection: Connection
     messages_per_client: int = 20_000
     clients: int = 2
     topics: int = 5
@@ -64,7 +66,6 @@ class SuiteSettings:
     stall_timeout_s: float = 120.0
     warmup: bool = True
     progress: bool = True
-    overrides: Mapping[str, str] = field(default_factory=dict)
     #: Bytes of each measured value (0: the probe alone, about 60 bytes).
     record_size: int = 0
     #: Each multicast's destination count, drawn from ``LO..HI`` (``None``: every topic).
@@ -108,7 +109,7 @@ class SuiteSettings:
             ),
             (
                 "librdkafka overrides (-X)",
-                ", ".join(f"{k}={v}" for k, v in masked(self.overrides).items()),
+                ", ".join(f"{k}={v}" for k, v in masked(self.connection.settings).items()),
             ),
         ]
 
@@ -142,7 +143,7 @@ def _spec(settings: SuiteSettings, tag: str, chosen: Scenario, variant: Variant)
         messages_per_client=settings.messages_per_client,
         run_dir=settings.out / "runs" / run,
         pace_ms=settings.pace_ms,
-        overrides=dict(settings.overrides),
+        connection=settings.connection,
         stall_timeout_s=settings.stall_timeout_s,
         progress=settings.progress,
         partitions=settings.partitions,
@@ -153,7 +154,7 @@ def _spec(settings: SuiteSettings, tag: str, chosen: Scenario, variant: Variant)
     )
 
 
-def _warm_up(bootstrap: str, settings: SuiteSettings, tag: str) -> None:
+def _warm_up(settings: SuiteSettings, tag: str) -> None:
     spec = _spec(settings, f"{tag}w", scenario(_WARMUP_SCENARIO), settings.primary)
     warm = RunSpec(
         run="warmup",
@@ -163,7 +164,7 @@ def _warm_up(bootstrap: str, settings: SuiteSettings, tag: str) -> None:
         clients=settings.clients,
         messages_per_client=min(_WARMUP_MESSAGES, settings.messages_per_client),
         run_dir=settings.out / "warmup",
-        overrides=spec.overrides,
+        connection=spec.connection,
         stall_timeout_s=settings.stall_timeout_s,
         progress=settings.progress,
         record=False,
@@ -174,7 +175,7 @@ def _warm_up(bootstrap: str, settings: SuiteSettings, tag: str) -> None:
         seed=settings.seed,
         secret_file=settings.secret_file,
     )
-    info = run_one(bootstrap, warm)
+    info = run_one(warm)
     if not info.ok:  # not measured, but a failed check is a finding all the same
         log.error("warm-up run failed", extra={"fields": {"verdict": info.verdict}})
 
@@ -203,13 +204,13 @@ def _metrics(settings: SuiteSettings) -> tuple[dict[str, RunMetrics], str | None
 
 
 def run_suite(
-    bootstrap: str,
     settings: SuiteSettings,
     *,
     embedded: bool = False,
     on_run: Callable[[RunInfo], None] | None = None,
 ) -> SuiteOutcome:
-    """Run every scenario through every variant, compute the metrics, write the report.
+    """Run every scenario through every variant on ``settings.connection``'s Kafka,
+    compute the metrics, write the report.
 
     The metrics use the running SparkSession if there is one, else a local one for the
     suite. ``on_run`` is told of each run as it ends.
@@ -217,16 +218,14 @@ def run_suite(
     started = time.monotonic()
     out = settings.out
     out.mkdir(parents=True, exist_ok=True)
-    environment = describe_environment(
-        Connection(bootstrap, settings.overrides or {}), embedded=embedded
-    )
+    environment = describe_environment(settings.connection, embedded=embedded)
     tag = uuid.uuid4().hex[:6]
     if settings.warmup:
-        _warm_up(bootstrap, settings, tag)
+        _warm_up(settings, tag)
     infos: list[RunInfo] = []
     for chosen in settings.scenarios:
         for variant in settings.variants():
-            info = run_one(bootstrap, _spec(settings, tag, chosen, variant))
+            info = run_one(_spec(settings, tag, chosen, variant))
             infos.append(info)
             if on_run is not None:
                 on_run(info)

@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -95,7 +95,8 @@ _BARE_PIPE_CHECK = (
 
 @dataclass(frozen=True, slots=True)
 class RunSpec:
-    """One run: a scenario, a variant, the load's size and where the run's files go."""
+    """One run: a scenario, a variant, the load's size, where the run's files go, and
+    how the run reaches Kafka (its nodes, clients, readers and audit alike)."""
 
     run: str
     scenario: Scenario
@@ -104,8 +105,8 @@ class RunSpec:
     clients: int
     messages_per_client: int
     run_dir: Path
+    connection: Connection
     pace_ms: float = 0.0
-    overrides: Mapping[str, str] = field(default_factory=dict)
     stall_timeout_s: float = 120.0
     max_run_s: float = 3600.0
     progress: bool = True
@@ -120,10 +121,6 @@ class RunSpec:
     seed: int = 0
     #: Signing secrets (§4.14): AtomicKafka's nodes and clients sign, its readers verify.
     secret_file: str | None = None
-
-    def connection(self, bootstrap: str) -> Connection:
-        """How the run reaches the Kafka at ``bootstrap``: with its ``overrides``."""
-        return Connection(bootstrap, self.overrides)
 
     @property
     def signing(self) -> str | None:
@@ -174,15 +171,15 @@ class RunSpec:
 
 
 @contextlib.contextmanager
-def _running_system(bootstrap: str, spec: RunSpec, meter: CpuMeter) -> Iterator[None]:
+def _running_system(spec: RunSpec, meter: CpuMeter) -> Iterator[None]:
     """The run's system for the block, its processes tracked by ``meter``."""
     algorithm = spec.variant.algorithm
     if spec.variant.system is System.KAFKA:  # the bare pipe: topics, and no process
-        ensure_topics(admin_client(spec.connection(bootstrap)), spec.topics)
+        ensure_topics(admin_client(spec.connection), spec.topics)
         yield
         return
     if algorithm is None:  # the sequencer
-        where = spec.connection(bootstrap)
+        where = spec.connection
         ensure_topics(admin_client(where), [spec.sequencer_topic, *spec.topics])
         with running_sequencer(where, spec.sequencer_topic) as proc:
             if proc.pid is not None:
@@ -190,12 +187,12 @@ def _running_system(bootstrap: str, spec: RunSpec, meter: CpuMeter) -> Iterator[
             yield
         return
     node = NodeConfig(
-        bootstrap,
+        spec.connection.bootstrap,
         spec.topics[0],
         algorithm=algorithm,
         layout=spec.layout,
         partitions=spec.partitions,
-        overrides=spec.overrides,
+        overrides=spec.connection.settings,
         log_level="warning",
         secret_file=spec.signing,
     )
@@ -203,30 +200,29 @@ def _running_system(bootstrap: str, spec: RunSpec, meter: CpuMeter) -> Iterator[
         ClusterConfig(tuple(spec.topics), node), log_path=spec.run_dir / "nodes.log"
     ) as cluster:
         keys = set(cluster_keys(spec.topics, spec.partitions))
-        statuses = read_statuses(spec.connection(bootstrap), window_s=STATUS_READ_WINDOW_S)
+        statuses = read_statuses(spec.connection, window_s=STATUS_READ_WINDOW_S)
         track_cluster(meter, cluster.pid, [s for k, s in statuses.items() if k in keys])
         yield
 
 
-def _job(bootstrap: str, spec: RunSpec, plan: ClientPlan) -> ClientJob:
+def _job(spec: RunSpec, plan: ClientPlan) -> ClientJob:
     return ClientJob(
-        bootstrap=bootstrap,
+        connection=spec.connection,
         plan=plan,
         system=spec.variant.system,
         layout=spec.layout,
         pace_ms=spec.pace_ms,
         record_size=spec.record_size,
         sequencer_topic=spec.sequencer_topic,
-        overrides=dict(spec.overrides),
         secret_file=spec.signing,
     )
 
 
-def _warm_up(bootstrap: str, spec: RunSpec, counter: DeliveryCounter) -> list[SentRow]:
+def _warm_up(spec: RunSpec, counter: DeliveryCounter) -> list[SentRow]:
     """The suite's warm-up multicasts (:func:`~atomickafka.evaluation.load.measuring.warm_up`),
     as recording rows."""
     topics = spec.topics
-    sender = make_sender(_job(bootstrap, spec, ClientPlan(-1, "warmup", topics[0], ())))
+    sender = make_sender(_job(spec, ClientPlan(-1, "warmup", topics[0], ())))
     sent = warm_up(sender, topics, counter)
     return [SentRow(w.message_id, "warmup", w.via, topics, w.send_us, warmup=True) for w in sent]
 
@@ -318,7 +314,6 @@ def _stop_clients(procs: Sequence[BaseProcess]) -> None:
 
 
 def _drive_clients(
-    bootstrap: str,
     spec: RunSpec,
     plans: Sequence[ClientPlan],
     counter: DeliveryCounter,
@@ -336,7 +331,7 @@ def _drive_clients(
     procs = [
         ctx.Process(
             target=client_process,
-            args=(_job(bootstrap, spec, plan), ready, go, results_queue, done),
+            args=(_job(spec, plan), ready, go, results_queue, done),
             name=f"atomickafka-eval-{plan.client_id}",
         )
         for plan, ready in zip(plans, readies, strict=True)
@@ -370,7 +365,7 @@ _BASELINE_WRITERS: Final = {System.SEQUENCER: (SEQUENCER_ID,), System.KAFKA: (BA
 
 
 def _read_deliveries(
-    bootstrap: str, spec: RunSpec, expected: Mapping[str, int], idle_s: float = 1.5
+    spec: RunSpec, expected: Mapping[str, int], idle_s: float = 1.5
 ) -> dict[str, list[Delivery]]:
     """Every topic's deliveries as ``AtomicKafkaClient.deliveries()`` returns them, read
     in parallel; a topic that shows fewer than expected is read again (a slow first
@@ -382,7 +377,7 @@ def _read_deliveries(
         got: list[Delivery] = []
         for _ in range(3):
             reader = DeliveryReader(
-                spec.connection(bootstrap),
+                spec.connection,
                 topic,
                 secret_file=spec.signing,
                 writers=writers,
@@ -461,15 +456,13 @@ _BARE_PIPE_AUDIT: Final = (
 _AUDIT_EXAMPLES: Final = 5
 
 
-def _start_audit(
-    bootstrap: str, spec: RunSpec, info: RunInfo, stack: contextlib.ExitStack
-) -> RunAudit | None:
+def _start_audit(spec: RunSpec, info: RunInfo, stack: contextlib.ExitStack) -> RunAudit | None:
     """The live audit beside the run, reading its delivery topics (they exist once its
     system is up), ended when ``stack`` closes; ``None`` when it could not start."""
     try:
         return stack.enter_context(
             running_audit(
-                spec.connection(bootstrap),
+                spec.connection,
                 list(spec.delivery_topics()),
                 spec.run_dir / "audit.log",
                 quiet=spec.variant.system is System.KAFKA,
@@ -528,9 +521,9 @@ def _take_audit(outcome: AuditOutcome, system: System, info: RunInfo) -> None:
     )
 
 
-def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
-    """Run ``spec``: load, wait, check, record. Never raises for a failed run: the
-    returned (and saved) :class:`RunInfo` says what went wrong."""
+def run_one(spec: RunSpec) -> RunInfo:
+    """Run ``spec`` on its connection's Kafka: load, wait, check, record. Never raises
+    for a failed run: the returned (and saved) :class:`RunInfo` says what went wrong."""
     spec.run_dir.mkdir(parents=True, exist_ok=True)
     variant = spec.variant
     plans = spec.plans
@@ -556,18 +549,18 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
     fields = {"run": spec.run, "topics": list(spec.topics)}
     log.info("run starting", extra={"fields": fields})
     try:
-        where = spec.connection(bootstrap)
+        where = spec.connection
         status_start = end_offset(where, STATUS_TOPIC)
         counter = DeliveryCounter(where, spec.delivery_topics(), secret_file=spec.signing)
         meter = CpuMeter()
-        track_broker(meter, bootstrap)
+        track_broker(meter, where.bootstrap)
         meter.track(os.getpid(), ProcessRole.MEASURER, "measuring consumer (the suite)")
         with contextlib.closing(counter), contextlib.ExitStack() as beside:
-            with _running_system(bootstrap, spec, meter):
-                audit = _start_audit(bootstrap, spec, info, beside)
-                warm = _warm_up(bootstrap, spec, counter)
+            with _running_system(spec, meter):
+                audit = _start_audit(spec, info, beside)
+                warm = _warm_up(spec, counter)
                 results, info.complete = _drive_clients(
-                    bootstrap, spec, plans, counter, meter, audit.mark if audit else None
+                    spec, plans, counter, meter, audit.mark if audit else None
                 )
             info.counted_deliveries = counter.measured
             delivered = len(counter.completed)
@@ -576,7 +569,7 @@ def run_one(bootstrap: str, spec: RunSpec) -> RunInfo:
         sent = {row.message_id: (row.destinations, WARMUP_VALUE) for row in warm}
         sent.update(values)
         per_topic = {t: sum(t in dests for dests, _ in sent.values()) for t in spec.topics}
-        deliveries = _read_deliveries(bootstrap, spec, per_topic)
+        deliveries = _read_deliveries(spec, per_topic)
         report = check(sent_from_pairs(sent), deliveries_from_client(deliveries))
         info.check_ok = report.ok
         info.check_summary = report.summary()
