@@ -115,9 +115,11 @@ class RecordProducer(AbstractContextManager["RecordProducer"]):
         headers: RecordHeaders | None = None,
         on_delivery: DeliveryCallback | None = None,
         report_refused: bool = True,
+        timestamp_ms: int = 0,
     ) -> None:
         """Queue one record; while the queue is full, serve delivery reports and retry,
         for up to ``queue_wait_s`` (then :class:`~atomickafka.errors.QueueFullError`).
+        ``timestamp_ms`` sets the record's Kafka timestamp (0: now, librdkafka's default).
 
         A record librdkafka refuses on the spot (too large for ``message.max.bytes``)
         is reported to ``on_delivery`` like a failed delivery, when one is given and
@@ -130,7 +132,13 @@ class RecordProducer(AbstractContextManager["RecordProducer"]):
         while True:
             try:
                 producer.produce(
-                    topic, value, key=key, partition=where, headers=headers, on_delivery=on_delivery
+                    topic,
+                    value,
+                    key=key,
+                    partition=where,
+                    headers=headers,
+                    on_delivery=on_delivery,
+                    timestamp=timestamp_ms,
                 )
                 return
             except BufferError:

@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 import orjson
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError
 
 from atomickafka.core.engine import DEFAULT_ALGORITHM
-from atomickafka.errors import TimedOutError
+from atomickafka.errors import QueueFullError, TimedOutError
 from atomickafka.kafka.admin import admin_client, ensure_topics
-from atomickafka.kafka.connection import Where, connection_of
-from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER
+from atomickafka.kafka.connection import Where
+from atomickafka.kafka.producer import RecordProducer
 from atomickafka.kafka.status import Role, Status, status_topic_spec
 from atomickafka.kafka.topics import STATUS_TOPIC, Layout
 
@@ -64,32 +64,30 @@ def fill_old_statuses(
         if err is not None:
             errors.append(err)
 
-    config = connection_of(where).producer_config(**{"linger.ms": 50})
-    producer = Producer(config, logger=LIBRDKAFKA_LOGGER)
     deadline = time.monotonic() + timeout_s
-    for i in range(count):
-        name = names[i % len(names)]
-        taken = then + i / max(count, 1)
-        status = replace(
-            template, key=name, topic=name, node_id=f"node-{name}", time=taken, records_in=i
-        )
-        value = orjson.dumps(status.to_dict())
-        while True:
+    producer = RecordProducer(where, **{"linger.ms": 50})
+    producer.queue_wait_s = timeout_s  # how long one send may wait for room in the queue
+    try:
+        for i in range(count):
+            name = names[i % len(names)]
+            taken = then + i / max(count, 1)
+            status = replace(
+                template, key=name, topic=name, node_id=f"node-{name}", time=taken, records_in=i
+            )
             try:
-                producer.produce(
+                producer.send(
                     STATUS_TOPIC,
-                    value,
+                    orjson.dumps(status.to_dict()),
                     key=name.encode(),
-                    timestamp=int(taken * 1000),
                     on_delivery=report,
+                    timestamp_ms=int(taken * 1000),
                 )
-                break
-            except BufferError:  # the local queue is full: let it drain
-                if time.monotonic() > deadline:
-                    raise TimedOutError(f"filling the status topic: queue full after {i}") from None
-                producer.poll(0.05)
-        producer.poll(0)
-    left = producer.flush(max(1.0, deadline - time.monotonic()))
+            except QueueFullError:
+                raise TimedOutError(f"filling the status topic: queue full after {i}") from None
+            producer.poll(0)
+        left = producer.flush(max(1.0, deadline - time.monotonic()))
+    finally:
+        producer.close(0)  # what the flush left unacknowledged is reported below
     if left or errors:
         raise TimedOutError(
             f"filling the status topic: {left} records unacknowledged, {len(errors)} refused"
