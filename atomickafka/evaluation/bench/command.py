@@ -306,7 +306,7 @@ def _run_measured(
     try:
         ready.wait(60)
         meter = CpuMeter()
-        track_broker(meter, connection.bootstrap)
+        track_broker(meter, connection)
         meter.track(os.getpid(), ProcessRole.CLIENT, "client (the bench's process)")
         if reader.pid is not None:
             meter.track(reader.pid, ProcessRole.MEASURER, "measuring consumer")

@@ -30,6 +30,7 @@ from typing import Any, Final, Protocol
 import psutil
 
 from atomickafka.jsonnames import camel_keys
+from atomickafka.kafka.connection import Connection
 from atomickafka.kafka.status import Role, Status
 
 __all__ = [
@@ -263,10 +264,10 @@ class CpuMeter:
         return self.window
 
 
-def track_broker(meter: CpuMeter, bootstrap: str) -> bool:
-    """Have ``meter`` measure the broker of ``bootstrap`` when it runs on this machine;
-    return whether it was found."""
-    port = bootstrap_port(bootstrap)
+def track_broker(meter: CpuMeter, connection: Connection) -> bool:
+    """Have ``meter`` measure the broker ``connection`` reaches first when it runs on
+    this machine; return whether it was found."""
+    port = bootstrap_port(connection.bootstrap)
     broker = None if port is None else find_broker(port, psutil.process_iter())
     if broker is not None:
         meter.track_process(broker, ProcessRole.BROKER, "broker")

@@ -553,7 +553,7 @@ def run_one(spec: RunSpec) -> RunInfo:
         status_start = end_offset(where, STATUS_TOPIC)
         counter = DeliveryCounter(where, spec.delivery_topics(), secret_file=spec.signing)
         meter = CpuMeter()
-        track_broker(meter, where.bootstrap)
+        track_broker(meter, where)
         meter.track(os.getpid(), ProcessRole.MEASURER, "measuring consumer (the suite)")
         with contextlib.closing(counter), contextlib.ExitStack() as beside:
             with _running_system(spec, meter):
