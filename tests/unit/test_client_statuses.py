@@ -11,7 +11,12 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from atomickafka.client import AtomicKafkaClient, OfflineDestinationError, SigningError
+from atomickafka.client import (
+    AtomicKafkaClient,
+    OfflineDestinationError,
+    QueueFullError,
+    SigningError,
+)
 from atomickafka.core.engine import Algorithm
 from atomickafka.core.signing import Signer, parse_secrets
 from atomickafka.kafka.status import FAILOVER_GRACE_S, LIVE_WINDOW_S, Role, Status
@@ -114,3 +119,43 @@ def test_signing_nodes_refuse_a_client_that_cannot_sign_what_they_accept() -> No
         serving(client(Watch(signing), secret=other), ["A"])
     assert serving(client(Watch(signing), secret=SECRET), ["A"]) == (Algorithm.DIRECT, 1)
     assert serving(client(Watch([status("A", 1)]), secret=SECRET), ["A"])  # unsigned nodes
+
+
+def test_a_lagging_node_holds_the_sender_back_until_it_catches_up() -> None:
+    """Issue 24 item 4: a destination whose node's status says it has left its input
+    unread for longer than ``max_lag_s`` holds ``send`` back, reading the statuses
+    again, and lets it go once the node caught up; the time waited is reported."""
+    lagging = status("A", 1, input_lag=5_000, input_lag_s=4.0)
+    watch = Watch([lagging], [lagging], [status("A", 1)])
+    judge = client(watch, max_lag_s=1.0, max_block_s=30.0)
+    route = judge._route(("A",), None, time.monotonic())
+    assert route.lagging
+    judge._hold_back(["A"])  # returns: the third read shows the node caught up
+    assert judge.held_back_s > 0 and watch.reads >= 3
+    assert not judge._route(("A",), None, time.monotonic()).lagging  # judged again
+
+
+def test_a_node_that_stays_behind_fails_the_send_once_the_block_bound_passes() -> None:
+    lagging = status("A", 1, input_lag=5_000, input_lag_s=4.0)
+    judge = client(Watch([lagging]), max_lag_s=1.0, max_block_s=0.6)
+    started = time.monotonic()
+    with pytest.raises(QueueFullError, match="cannot keep up"):
+        judge._hold_back(["A"])
+    assert 0.6 <= time.monotonic() - started < 10  # bounded: it does not hang
+    assert judge.held_back_s >= 0.6
+
+
+def test_back_pressure_can_be_turned_off_and_spares_live_nodes() -> None:
+    lagging = status("A", 1, input_lag=5_000, input_lag_s=4.0)
+    assert (
+        not client(Watch([lagging]), max_lag_s=None)._route(("A",), None, time.monotonic()).lagging
+    )
+    assert (
+        not client(Watch([status("A", 1)]), max_lag_s=1.0)
+        ._route(("A",), None, time.monotonic())
+        .lagging
+    )
+    stopped = status("A", LIVE_WINDOW_S + FAILOVER_GRACE_S + 60, input_lag_s=4.0)
+    judge = client(Watch([stopped, status("A", 1)]), max_lag_s=1.0, failover_wait_s=0)
+    judge._hold_back(["A"])  # a dead node's stale lag holds nobody back
+    assert judge.held_back_s < 1
