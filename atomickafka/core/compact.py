@@ -1,0 +1,609 @@
+"""The compact control form: binary Bundles and Ticks (docs/DESIGN.md §3.9).
+
+What nodes write to each other -- the control messages of one batch to one topic (a
+Bundle) and the ticks that move a log's time -- in a binary form instead of JSON: no
+field names, integers as varints, each topic name, destination set and message version
+written once per record and referenced by index, values carried as their bytes. The
+JSON forms (:mod:`atomickafka.core.wire`) are still read everywhere; a node writes one
+form or the other (``--control-format``), so a cluster moves from one to the other one
+node at a time (docs/operators.md, *Upgrade*).
+
+Client records and deliveries keep their forms: plain consumers read deliveries, and
+clients of older releases write ClientMessages.
+
+Layout (``varint``: unsigned LEB128, at most 9 bytes; ``text``: varint length, then
+UTF-8; ``blob``: varint length, then bytes)::
+
+    record   = MAGIC, version, text writer, kind, ...   (every version keeps this prefix)
+    tick     = flags (bit 0: layer), varint timeStamp, [varint layer]
+    bundle   = flags (bit 0: protocol, bit 1: layer), text senderID, [text protocol],
+               [varint layer],
+               varint N, N x text                      topic names
+               varint S, S x (varint k, k x varint)    destination sets (name indices)
+               varint V, V x version                   message versions
+               varint E, E x entry                     (E >= 1)
+    version  = text messageID, varint set, flags (bits 0-1: digest none / 8 bytes / text,
+               bit 2: sentAt), [8 bytes | text digest], [varint sentAt]
+    entry    = code (bits 0-2: Notify, Ack, Decided, Abort, ClientMessage; bit 3:
+               timeStamp, 4: value, 5: seq, 6: answers, 7: key/headers/encoding),
+               varint version, [varint timeStamp], [blob value],
+               [zigzag varint offset - previous entry's seq offset, varint index],
+               [varint, varint answers], [extras]
+    extras   = flags (bit 0: encoding bytes, bit 1: key), [blob key],
+               varint H, H x (text name, blob value)
+
+``writer`` is a bundle's ``sentFromTopic`` and a tick's ``senderID``: a reader that
+cannot read a newer version still names who wrote it. ``MAGIC`` (0xAC) can start no
+UTF-8 text, so no JSON record is taken for a compact one or the other way round.
+
+Decoding validates as strictly as the JSON decoder (the same bounds, the same checks on
+values, ids and destination lists) and raises nothing but
+:class:`~atomickafka.core.wire.MessageError`, whatever the bytes (§4.9: a node sets such
+a record aside with the reason).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from atomickafka.core.wire import (
+    BYTES_ENCODING,
+    MAX_ID_LENGTH,
+    MAX_TIMESTAMP,
+    BundleEncoder,
+    Message,
+    MessageError,
+    MessageType,
+    check_json_value,
+    encode_bundle,
+    encode_tick,
+    message_digest,
+    parse_destinations,
+)
+from atomickafka.errors import ConfigError
+
+__all__ = [
+    "BINARY",
+    "COMPACT_VERSION",
+    "CONTROL_FORMATS",
+    "JSON",
+    "MAGIC",
+    "compact_writer",
+    "control_encoders",
+    "decode_compact",
+    "encode_compact_bundle",
+    "encode_compact_tick",
+    "is_compact",
+]
+
+#: The first byte of every compact record: a UTF-8 continuation byte, which starts no
+#: text, so no JSON record begins with it.
+MAGIC: Final = 0xAC
+#: The compact form this code writes and reads; a newer one is refused with "upgrade".
+COMPACT_VERSION: Final = 1
+#: The control formats a node can write (``--control-format``): the JSON forms of §3,
+#: which every release reads, and this compact one.
+JSON: Final = "json"
+BINARY: Final = "binary"
+CONTROL_FORMATS: Final = (JSON, BINARY)
+
+_BUNDLE: Final = 1
+_TICK: Final = 2
+_MAX_VARINT_BYTES: Final = 9
+_MAX_LAYER: Final = (1 << 31) - 1
+
+# header flags
+_HAS_PROTOCOL: Final = 0x01
+_HAS_LAYER: Final = 0x02
+# version flags
+_DIGEST_MASK: Final = 0x03
+_DIGEST_NONE: Final = 0
+_DIGEST_HEX: Final = 1
+_DIGEST_TEXT: Final = 2
+_HAS_SENT_AT: Final = 0x04
+# entry code
+_TYPE_MASK: Final = 0x07
+_HAS_TS: Final = 0x08
+_HAS_VALUE: Final = 0x10
+_HAS_SEQ: Final = 0x20
+_HAS_ANSWERS: Final = 0x40
+_HAS_EXTRAS: Final = 0x80
+# extras flags
+_ENCODING_BYTES: Final = 0x01
+_HAS_KEY: Final = 0x02
+
+#: Entry type codes, in code order.
+_TYPES: Final = (
+    MessageType.NOTIFY,
+    MessageType.ACK,
+    MessageType.DECIDED,
+    MessageType.ABORT,
+    MessageType.CLIENT,
+)
+_CODE_OF: Final = {kind: code for code, kind in enumerate(_TYPES)}
+#: Bundled types whose timestamp is mandatory (as in the JSON form).
+_NEEDS_TS: Final = frozenset({MessageType.NOTIFY, MessageType.ACK, MessageType.DECIDED})
+_HEX16: Final = re.compile(r"[0-9a-f]{16}")
+_NO_HEADERS: Final[tuple[tuple[str, bytes], ...]] = ()
+_new_tuple = tuple.__new__
+
+
+def is_compact(raw: bytes | None) -> bool:
+    """True when ``raw`` is (or claims to be) a compact record: it starts with
+    :data:`MAGIC`."""
+    return raw is not None and len(raw) > 0 and raw[0] == MAGIC
+
+
+# ---------------------------------------------------------------------------- encoding
+
+
+def _put_varint(out: bytearray, value: int) -> None:
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def _put_blob(out: bytearray, data: bytes) -> None:
+    _put_varint(out, len(data))
+    out += data
+
+
+def _put_text(out: bytearray, text: str) -> None:
+    _put_blob(out, text.encode())
+
+
+def _prefix(writer: str, kind: int) -> bytearray:
+    out = bytearray((MAGIC, COMPACT_VERSION))
+    _put_text(out, writer)
+    out.append(kind)
+    return out
+
+
+def encode_compact_tick(sender_id: str, timestamp: int, partition: int | None = None) -> bytes:
+    """A tick (:func:`~atomickafka.core.wire.encode_tick`) in the compact form."""
+    out = _prefix(sender_id, _TICK)
+    out.append(_HAS_LAYER if partition is not None else 0)
+    _put_varint(out, timestamp)
+    if partition is not None:
+        _put_varint(out, partition)
+    return bytes(out)
+
+
+def encode_compact_bundle(
+    messages: Sequence[Message],
+    *,
+    sender_id: str,
+    sent_from: str,
+    protocol: str | None,
+    partition: int | None = None,
+) -> bytes:
+    """One Bundle record holding ``messages`` (control messages and relayed
+    ClientMessages, as :func:`~atomickafka.core.wire.encode_bundle`) in the compact
+    form; :class:`MessageError` for a message of a type a bundle cannot hold."""
+    out = _prefix(sent_from, _BUNDLE)
+    flags = _HAS_PROTOCOL if protocol is not None else 0
+    out.append(flags | (_HAS_LAYER if partition is not None else 0))
+    _put_text(out, sender_id)
+    if protocol is not None:
+        _put_text(out, protocol)
+    if partition is not None:
+        _put_varint(out, partition)
+    tables = _Tables()
+    entries = bytearray()
+    last_offset = 0
+    for message in messages:
+        last_offset = _put_entry(entries, message, tables.version(message), last_offset)
+    tables.write(out)
+    _put_varint(out, len(messages))
+    out += entries
+    return bytes(out)
+
+
+class _Tables:
+    """A bundle's tables as it is written: topic names, destination sets and message
+    versions, each given an index the first time it is seen."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, int] = {}
+        self.sets: dict[tuple[str, ...], int] = {}
+        self.versions: dict[tuple[str, int, str | None, int | None], int] = {}
+        self.version_bytes = bytearray()
+
+    def version(self, message: Message) -> int:
+        """The index of ``message``'s version (written into the table when new)."""
+        destinations = message.topic
+        set_index = self.sets.get(destinations)
+        if set_index is None:
+            set_index = self.sets[destinations] = len(self.sets)
+            names = self.names
+            for name in destinations:
+                if name not in names:
+                    names[name] = len(names)
+        key = (message.messageID, set_index, message.digest, message.sentAt)
+        index = self.versions.get(key)
+        if index is None:
+            index = self.versions[key] = len(self.versions)
+            _put_version(self.version_bytes, message, set_index)
+        return index
+
+    def write(self, out: bytearray) -> None:
+        """The three tables, in order."""
+        names = self.names
+        _put_varint(out, len(names))
+        for name in names:
+            _put_text(out, name)
+        _put_varint(out, len(self.sets))
+        for destinations in self.sets:
+            _put_varint(out, len(destinations))
+            for name in destinations:
+                _put_varint(out, names[name])
+        _put_varint(out, len(self.versions))
+        out += self.version_bytes
+
+
+def _put_entry(out: bytearray, message: Message, version: int, last_offset: int) -> int:
+    """One bundle entry; returns the seq offset the next entry's is relative to."""
+    code = _CODE_OF.get(message.messageType)
+    if code is None:
+        raise MessageError("messageType", "a bundle cannot hold it", message.messageType)
+    timestamp, value, seq, answers = message.timeStamp, message.value, message.seq, message.answers
+    extras = message.encoding is not None or message.key is not None or bool(message.headers)
+    if timestamp is not None:
+        code |= _HAS_TS
+    if value is not None:
+        code |= _HAS_VALUE
+    if seq is not None:
+        code |= _HAS_SEQ
+    if answers is not None:
+        code |= _HAS_ANSWERS
+    if extras:
+        code |= _HAS_EXTRAS
+    out.append(code)
+    _put_varint(out, version)
+    if timestamp is not None:
+        _put_varint(out, timestamp)
+    if value is not None:
+        _put_blob(out, value)
+    if seq is not None:
+        delta = seq[0] - last_offset
+        _put_varint(out, delta << 1 if delta >= 0 else ((-delta) << 1) - 1)  # zigzag
+        _put_varint(out, seq[1])
+        last_offset = seq[0]
+    if answers is not None:
+        _put_varint(out, answers[0])
+        _put_varint(out, answers[1])
+    if extras:
+        _put_extras(out, message)
+    return last_offset
+
+
+def _put_version(out: bytearray, message: Message, set_index: int) -> None:
+    """A message version: its id, destination set, digest and send time."""
+    _put_text(out, message.messageID)
+    _put_varint(out, set_index)
+    digest, sent_at = message.digest, message.sentAt
+    flags = _HAS_SENT_AT if sent_at is not None else 0
+    if digest is None:
+        out.append(flags | _DIGEST_NONE)
+    elif _HEX16.fullmatch(digest):
+        out.append(flags | _DIGEST_HEX)
+        out += bytes.fromhex(digest)
+    else:
+        out.append(flags | _DIGEST_TEXT)
+        _put_text(out, digest)
+    if sent_at is not None:
+        _put_varint(out, sent_at)
+
+
+def _put_extras(out: bytearray, message: Message) -> None:
+    """A message's key, headers and encoding (raw form, §3.8)."""
+    flags = _ENCODING_BYTES if message.encoding == BYTES_ENCODING else 0
+    if message.encoding is not None and message.encoding != BYTES_ENCODING:
+        raise MessageError("encoding", "must be bytes (or absent: JSON)", message.encoding)
+    if message.key is not None:
+        flags |= _HAS_KEY
+    out.append(flags)
+    if message.key is not None:
+        _put_blob(out, message.key)
+    _put_varint(out, len(message.headers))
+    for name, data in message.headers:
+        _put_text(out, name)
+        _put_blob(out, data)
+
+
+#: What writes a tick record: ``(sender_id, timestamp, partition)``.
+TickEncoder = Callable[[str, int, int | None], bytes]
+
+
+def control_encoders(control_format: str) -> tuple[BundleEncoder, TickEncoder]:
+    """The bundle and tick writers of a control format (:data:`CONTROL_FORMATS`);
+    :class:`~atomickafka.errors.ConfigError` for another name."""
+    if control_format == BINARY:
+        return encode_compact_bundle, encode_compact_tick
+    if control_format == JSON:
+        return encode_bundle, encode_tick
+    raise ConfigError(f"control format must be json or binary, not {control_format!r}")
+
+
+# ---------------------------------------------------------------------------- decoding
+
+
+class _Cursor:
+    """A position in a compact record; every read checks the record's end and raises
+    :class:`MessageError` naming ``field``."""
+
+    __slots__ = ("data", "end", "pos")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.end = len(data)
+        self.pos = 0
+
+    def byte(self, field: str) -> int:
+        pos = self.pos
+        if pos >= self.end:
+            raise MessageError(field, "the record ends before it")
+        self.pos = pos + 1
+        return self.data[pos]
+
+    def varint(self, field: str) -> int:
+        data, pos, end = self.data, self.pos, self.end
+        if pos < end and data[pos] < 0x80:  # the common case: one byte
+            self.pos = pos + 1
+            return data[pos]
+        result = 0
+        shift = 0
+        for _ in range(_MAX_VARINT_BYTES):
+            if pos >= end:
+                raise MessageError(field, "the record ends inside it")
+            byte = data[pos]
+            pos += 1
+            result |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                self.pos = pos
+                return result
+            shift += 7
+        raise MessageError(field, f"a varint of more than {_MAX_VARINT_BYTES} bytes")
+
+    def bounded(self, field: str, limit: int) -> int:
+        value = self.varint(field)
+        if value > limit:
+            raise MessageError(field, f"must be an integer from 0 to {limit}", value)
+        return value
+
+    def blob(self, field: str) -> bytes:
+        size = self.varint(field)
+        pos = self.pos
+        if size > self.end - pos:
+            raise MessageError(field, "does not fit the record", size)
+        self.pos = pos + size
+        return self.data[pos : pos + size]
+
+    def text(self, field: str) -> str:
+        raw = self.blob(field)
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:
+            raise MessageError(field, "is not UTF-8 text", raw[:60]) from None
+
+
+def compact_writer(raw: bytes | None) -> str | None:
+    """Who a compact record says wrote it (a bundle's sending topic, a tick's sender):
+    the prefix every version keeps; ``None`` when ``raw`` is not one or has none."""
+    if not is_compact(raw):
+        return None
+    assert raw is not None
+    cursor = _Cursor(raw)
+    cursor.pos = 2
+    try:
+        return cursor.text("writer") or None
+    except MessageError:
+        return None
+
+
+def decode_compact(
+    raw: bytes, *, log_time: int | None = None, origin: int | None = None
+) -> list[Message]:
+    """The messages of a compact record (a Bundle's, or one Tick); :class:`MessageError`
+    for anything else, whatever the bytes. ``log_time`` and ``origin`` annotate every
+    message, as :func:`~atomickafka.core.wire.decode_record`."""
+    cursor = _Cursor(raw)
+    if cursor.byte("record") != MAGIC:
+        raise MessageError(None, "not a compact record")
+    version = cursor.byte("formatVersion")
+    if version != COMPACT_VERSION:
+        if version > COMPACT_VERSION:
+            reason = (
+                f"compact format {version} is newer than this node reads "
+                f"({COMPACT_VERSION}); upgrade it"
+            )
+        else:
+            reason = "must be a positive integer"
+        raise MessageError("formatVersion", reason, version)
+    writer = cursor.text("writer")
+    kind = cursor.byte("messageType")
+    if kind == _TICK:
+        message = _tick(cursor, writer, log_time, origin)
+        messages = [message]
+    elif kind == _BUNDLE:
+        messages = _bundle(cursor, writer, log_time, origin)
+    else:
+        raise MessageError("messageType", "must be a Bundle (1) or a Tick (2)", kind)
+    if cursor.pos != cursor.end:
+        raise MessageError(None, f"{cursor.end - cursor.pos} bytes follow the record's end")
+    return messages
+
+
+def _tick(cursor: _Cursor, sender: str, log_time: int | None, origin: int | None) -> Message:
+    flags = cursor.byte("flags")
+    timestamp = cursor.bounded("timeStamp", MAX_TIMESTAMP)
+    layer = cursor.bounded("partitionID", _MAX_LAYER) if flags & _HAS_LAYER else None
+    return Message(
+        messageID=f"tick-{timestamp}",
+        messageType=MessageType.TICK,
+        topic=(),
+        senderID=sender,
+        timeStamp=timestamp,
+        partitionID=layer,
+        logTime=log_time,
+        origin=origin,
+    )
+
+
+#: A message version of a bundle: id, destinations, digest, send time.
+_Version = tuple[str, tuple[str, ...], str | None, int | None]
+
+
+def _bundle(
+    cursor: _Cursor, sent_from: str, log_time: int | None, origin: int | None
+) -> list[Message]:
+    flags = cursor.byte("flags")
+    sender = cursor.text("senderID")
+    protocol = cursor.text("protocol") if flags & _HAS_PROTOCOL else None
+    layer = cursor.bounded("partitionID", _MAX_LAYER) if flags & _HAS_LAYER else None
+    names = [cursor.text("topic") for _ in range(cursor.varint("topic"))]
+    sets = [_destinations(cursor, names) for _ in range(cursor.varint("topic"))]
+    versions = [_version(cursor, sets) for _ in range(cursor.varint("messages"))]
+    count = cursor.varint("messages")
+    if count == 0:
+        raise MessageError("messages", "must be a non-empty list", [])
+    out: list[Message] = []
+    last_offset = 0
+    common = (sender, sent_from, protocol, layer, log_time, origin)
+    for index in range(count):
+        try:
+            message, last_offset = _entry(cursor, versions, last_offset, common)
+        except MessageError as exc:
+            raise MessageError(f"messages[{index}].{exc.field or 'entry'}", exc.reason) from None
+        out.append(message)
+    return out
+
+
+def _destinations(cursor: _Cursor, names: list[str]) -> tuple[str, ...]:
+    size = cursor.varint("topic")
+    picked: list[str] = []
+    for _ in range(size):
+        index = cursor.varint("topic")
+        if index >= len(names):
+            raise MessageError("topic", "names no topic of the record's table", index)
+        picked.append(names[index])
+    return parse_destinations(tuple(picked))
+
+
+def _version(cursor: _Cursor, sets: list[tuple[str, ...]]) -> _Version:
+    message_id = cursor.text("messageID")
+    if not 0 < len(message_id) <= MAX_ID_LENGTH:
+        raise MessageError("messageID", f"must have 1 to {MAX_ID_LENGTH} characters", message_id)
+    index = cursor.varint("topic")
+    if index >= len(sets):
+        raise MessageError("topic", "names no destination set of the record's table", index)
+    flags = cursor.byte("digest")
+    form = flags & _DIGEST_MASK
+    digest: str | None = None
+    if form == _DIGEST_HEX:
+        pos = cursor.pos
+        if cursor.end - pos < 8:
+            raise MessageError("digest", "the record ends inside it")
+        cursor.pos = pos + 8
+        digest = cursor.data[pos : pos + 8].hex()
+    elif form == _DIGEST_TEXT:
+        digest = cursor.text("digest")
+    elif form != _DIGEST_NONE:
+        raise MessageError("digest", "unknown digest form", form)
+    if flags & ~(_DIGEST_MASK | _HAS_SENT_AT):
+        raise MessageError("digest", "unknown flags", flags)
+    sent_at = cursor.bounded("sentAt", MAX_TIMESTAMP) if flags & _HAS_SENT_AT else None
+    return (message_id, sets[index], digest, sent_at)
+
+
+#: What a bundle's messages share: sender, sending topic, protocol, layer, and the
+#: record's log time and offset.
+_Common = tuple[str, str, str | None, int | None, int | None, int | None]
+
+
+def _entry(
+    cursor: _Cursor, versions: list[_Version], last_offset: int, common: _Common
+) -> tuple[Message, int]:
+    """One entry of a bundle, and the seq offset the next one's is relative to."""
+    code = cursor.byte("messageType")
+    type_code = code & _TYPE_MASK
+    if type_code >= len(_TYPES):
+        raise MessageError("messageType", "unknown type code", type_code)
+    kind = _TYPES[type_code]
+    index = cursor.varint("messageID")
+    if index >= len(versions):
+        raise MessageError("messageID", "names no message of the record's table", index)
+    message_id, destinations, digest, sent_at = versions[index]
+    timestamp: int | None = None
+    if code & _HAS_TS:
+        timestamp = cursor.bounded("timeStamp", MAX_TIMESTAMP)
+    elif kind in _NEEDS_TS:
+        raise MessageError("timeStamp", f"required on {kind}")
+    value = cursor.blob("value") if code & _HAS_VALUE else None
+    if value is None and kind is MessageType.CLIENT:
+        raise MessageError("value", "required on a ClientMessage")
+    seq: tuple[int, int] | None = None
+    if code & _HAS_SEQ:
+        step = cursor.varint("seq")
+        offset = last_offset + (step >> 1 if not step & 1 else -((step + 1) >> 1))
+        if not 0 <= offset <= MAX_TIMESTAMP:
+            raise MessageError("seq", f"must be integers from 0 to {MAX_TIMESTAMP}", offset)
+        seq = (offset, cursor.bounded("seq", MAX_TIMESTAMP))
+        last_offset = offset
+    answers: tuple[int, int] | None = None
+    if code & _HAS_ANSWERS:
+        answers = (
+            cursor.bounded("answers", MAX_TIMESTAMP),
+            cursor.bounded("answers", MAX_TIMESTAMP),
+        )
+    key: bytes | None = None
+    headers = _NO_HEADERS
+    encoding: str | None = None
+    if code & _HAS_EXTRAS:
+        key, headers, encoding = _extras(cursor)
+    if value is not None and encoding is None:
+        check_json_value(value)
+    if digest is None:
+        if value is None:
+            raise MessageError("digest", f"required on {kind}")
+        digest = message_digest(value, sent_at, key, headers, encoding)
+    sender, sent_from, protocol, layer, log_time, origin = common
+    message = _new_tuple(
+        Message,
+        (
+            message_id,
+            kind,
+            destinations,
+            value,
+            sender,
+            sent_from,
+            timestamp,
+            layer,
+            digest,
+            protocol,
+            sent_at,
+            seq,
+            log_time,
+            origin,
+            key,
+            headers,
+            encoding,
+            answers,
+        ),
+    )
+    return message, last_offset
+
+
+def _extras(cursor: _Cursor) -> tuple[bytes | None, tuple[tuple[str, bytes], ...], str | None]:
+    """A message's key, headers and encoding."""
+    flags = cursor.byte("encoding")
+    if flags & ~(_ENCODING_BYTES | _HAS_KEY):
+        raise MessageError("encoding", "unknown flags", flags)
+    key = cursor.blob("key") if flags & _HAS_KEY else None
+    headers = tuple(
+        (cursor.text("headers"), cursor.blob("headers")) for _ in range(cursor.varint("headers"))
+    )
+    return key, headers, BYTES_ENCODING if flags & _ENCODING_BYTES else None
