@@ -11,8 +11,8 @@ node at a time (docs/operators.md, *Upgrade*).
 Client records and deliveries keep their forms: plain consumers read deliveries, and
 clients of older releases write ClientMessages.
 
-Layout (``varint``: unsigned LEB128, at most 9 bytes; ``text``: varint length, then
-UTF-8; ``blob``: varint length, then bytes)::
+Layout (``varint``: unsigned LEB128 of at most 9 bytes, no more than ``MAX_TIMESTAMP``;
+``text``: varint length, then UTF-8; ``blob``: varint length, then bytes)::
 
     record   = MAGIC, version, text writer, kind, ...   (every version keeps this prefix)
     tick     = flags (bit 0: layer), varint timeStamp, [varint layer]
@@ -140,6 +140,9 @@ def is_compact(raw: bytes | None) -> bool:
 
 
 def _put_varint(out: bytearray, value: int) -> None:
+    if value < 0x80:  # the common case: one byte
+        out.append(value)
+        return
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
@@ -246,23 +249,25 @@ class _Tables:
 
 def _put_entry(out: bytearray, message: Message, version: int, last_offset: int) -> int:
     """One bundle entry; returns the seq offset the next entry's is relative to."""
-    code = _CODE_OF.get(message.messageType)
+    (_, kind, _, value, _, _, timestamp, _, _, _, _, seq, _, _, key, headers, encoding, answers) = (
+        message
+    )
+    code = _CODE_OF.get(kind)
     if code is None:
-        raise MessageError("messageType", "a bundle cannot hold it", message.messageType)
-    timestamp, value, seq, answers = message.timeStamp, message.value, message.seq, message.answers
-    extras = message.encoding is not None or message.key is not None or bool(message.headers)
-    if timestamp is not None:
-        code |= _HAS_TS
-    if value is not None:
-        code |= _HAS_VALUE
-    if seq is not None:
-        code |= _HAS_SEQ
-    if answers is not None:
-        code |= _HAS_ANSWERS
-    if extras:
-        code |= _HAS_EXTRAS
-    out.append(code)
-    _put_varint(out, version)
+        raise MessageError("messageType", "a bundle cannot hold it", kind)
+    extras = encoding is not None or key is not None or bool(headers)
+    out.append(
+        code
+        | (_HAS_TS if timestamp is not None else 0)
+        | (_HAS_VALUE if value is not None else 0)
+        | (_HAS_SEQ if seq is not None else 0)
+        | (_HAS_ANSWERS if answers is not None else 0)
+        | (_HAS_EXTRAS if extras else 0)
+    )
+    if version < 0x80:
+        out.append(version)
+    else:
+        _put_varint(out, version)
     if timestamp is not None:
         _put_varint(out, timestamp)
     if value is not None:
@@ -343,13 +348,15 @@ class _Cursor:
         self.pos = 0
 
     def byte(self, field: str) -> int:
+        """One byte."""
         pos = self.pos
         if pos >= self.end:
             raise MessageError(field, "the record ends before it")
         self.pos = pos + 1
         return self.data[pos]
 
-    def varint(self, field: str) -> int:
+    def varint(self, field: str, limit: int = MAX_TIMESTAMP) -> int:
+        """An unsigned varint no larger than ``limit`` (which is at least 127)."""
         data, pos, end = self.data, self.pos, self.end
         if pos < end and data[pos] < 0x80:  # the common case: one byte
             self.pos = pos + 1
@@ -363,18 +370,15 @@ class _Cursor:
             pos += 1
             result |= (byte & 0x7F) << shift
             if byte < 0x80:
+                if result > limit:
+                    raise MessageError(field, f"must be an integer from 0 to {limit}", result)
                 self.pos = pos
                 return result
             shift += 7
         raise MessageError(field, f"a varint of more than {_MAX_VARINT_BYTES} bytes")
 
-    def bounded(self, field: str, limit: int) -> int:
-        value = self.varint(field)
-        if value > limit:
-            raise MessageError(field, f"must be an integer from 0 to {limit}", value)
-        return value
-
     def blob(self, field: str) -> bytes:
+        """A varint length, then that many bytes."""
         size = self.varint(field)
         pos = self.pos
         if size > self.end - pos:
@@ -383,6 +387,7 @@ class _Cursor:
         return self.data[pos : pos + size]
 
     def text(self, field: str) -> str:
+        """A blob of UTF-8 text."""
         raw = self.blob(field)
         try:
             return raw.decode()
@@ -439,8 +444,8 @@ def decode_compact(
 
 def _tick(cursor: _Cursor, sender: str, log_time: int | None, origin: int | None) -> Message:
     flags = cursor.byte("flags")
-    timestamp = cursor.bounded("timeStamp", MAX_TIMESTAMP)
-    layer = cursor.bounded("partitionID", _MAX_LAYER) if flags & _HAS_LAYER else None
+    timestamp = cursor.varint("timeStamp")
+    layer = cursor.varint("partitionID", _MAX_LAYER) if flags & _HAS_LAYER else None
     return Message(
         messageID=f"tick-{timestamp}",
         messageType=MessageType.TICK,
@@ -463,7 +468,7 @@ def _bundle(
     flags = cursor.byte("flags")
     sender = cursor.text("senderID")
     protocol = cursor.text("protocol") if flags & _HAS_PROTOCOL else None
-    layer = cursor.bounded("partitionID", _MAX_LAYER) if flags & _HAS_LAYER else None
+    layer = cursor.varint("partitionID", _MAX_LAYER) if flags & _HAS_LAYER else None
     names = [cursor.text("topic") for _ in range(cursor.varint("topic"))]
     sets = [_destinations(cursor, names) for _ in range(cursor.varint("topic"))]
     versions = [_version(cursor, sets) for _ in range(cursor.varint("messages"))]
@@ -515,7 +520,7 @@ def _version(cursor: _Cursor, sets: list[tuple[str, ...]]) -> _Version:
         raise MessageError("digest", "unknown digest form", form)
     if flags & ~(_DIGEST_MASK | _HAS_SENT_AT):
         raise MessageError("digest", "unknown flags", flags)
-    sent_at = cursor.bounded("sentAt", MAX_TIMESTAMP) if flags & _HAS_SENT_AT else None
+    sent_at = cursor.varint("sentAt") if flags & _HAS_SENT_AT else None
     return (message_id, sets[index], digest, sent_at)
 
 
@@ -539,7 +544,7 @@ def _entry(
     message_id, destinations, digest, sent_at = versions[index]
     timestamp: int | None = None
     if code & _HAS_TS:
-        timestamp = cursor.bounded("timeStamp", MAX_TIMESTAMP)
+        timestamp = cursor.varint("timeStamp")
     elif kind in _NEEDS_TS:
         raise MessageError("timeStamp", f"required on {kind}")
     value = cursor.blob("value") if code & _HAS_VALUE else None
@@ -547,17 +552,17 @@ def _entry(
         raise MessageError("value", "required on a ClientMessage")
     seq: tuple[int, int] | None = None
     if code & _HAS_SEQ:
-        step = cursor.varint("seq")
+        step = cursor.varint("seq", 2 * MAX_TIMESTAMP + 1)  # zigzag: either sign
         offset = last_offset + (step >> 1 if not step & 1 else -((step + 1) >> 1))
         if not 0 <= offset <= MAX_TIMESTAMP:
             raise MessageError("seq", f"must be integers from 0 to {MAX_TIMESTAMP}", offset)
-        seq = (offset, cursor.bounded("seq", MAX_TIMESTAMP))
+        seq = (offset, cursor.varint("seq"))
         last_offset = offset
     answers: tuple[int, int] | None = None
     if code & _HAS_ANSWERS:
         answers = (
-            cursor.bounded("answers", MAX_TIMESTAMP),
-            cursor.bounded("answers", MAX_TIMESTAMP),
+            cursor.varint("answers"),
+            cursor.varint("answers"),
         )
     key: bytes | None = None
     headers = _NO_HEADERS

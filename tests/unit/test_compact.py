@@ -178,6 +178,28 @@ def test_pack_bundles_in_the_compact_form_keeps_order_and_fits(
     assert all(len(r) <= limit or len(decode_any(r)) == 1 for r in records)
 
 
+@pytest.mark.parametrize(
+    "offsets", [(MAX_TIMESTAMP, 0, MAX_TIMESTAMP), (2**52, 0), (0, 2**52, 2**52 - 1)]
+)
+def test_seq_offsets_far_apart_round_trip(offsets: tuple[int, ...]) -> None:
+    """Found by the property above: the difference between two entries' seq offsets
+    may exceed MAX_TIMESTAMP, either way (zigzag), and still decodes."""
+    value = b"1"
+    messages = [
+        Message(
+            f"m{i}",
+            MessageType.NOTIFY,
+            ("T1", "T2"),
+            value,
+            timeStamp=1,
+            digest=value_digest(value),
+            seq=(offset, i),
+        )
+        for i, offset in enumerate(offsets)
+    ]
+    assert [m.seq for m in decode_any(compact(messages))] == [m.seq for m in messages]
+
+
 def test_message_ids_and_destinations_are_written_once_per_bundle() -> None:
     """A Notify and an Ack about one message share its id, destinations and digest."""
     value = b'{"order":42}'
