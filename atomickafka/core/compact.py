@@ -70,6 +70,7 @@ __all__ = [
     "CONTROL_FORMATS",
     "JSON",
     "MAGIC",
+    "compact_kind",
     "compact_writer",
     "control_encoders",
     "decode_compact",
@@ -407,6 +408,29 @@ def compact_writer(raw: bytes | None) -> str | None:
         return cursor.text("writer") or None
     except MessageError:
         return None
+
+
+def compact_kind(raw: bytes | None) -> str | None:
+    """The ``messageType`` a compact record of this version holds (``Bundle`` or
+    ``TickMessage``), read from its prefix alone; ``None`` for anything else (another
+    version, not compact, cut short). For counting records by type cheaply: it
+    validates nothing else."""
+    if not is_compact(raw) or len(raw or b"") < 3:
+        return None
+    assert raw is not None
+    if raw[1] != COMPACT_VERSION:
+        return None
+    cursor = _Cursor(raw)
+    cursor.pos = 2
+    try:
+        cursor.text("writer")
+        kind = cursor.byte("messageType")
+    except MessageError:
+        return None
+    return _KIND_NAMES.get(kind)
+
+
+_KIND_NAMES: Final = {_BUNDLE: MessageType.BUNDLE.value, _TICK: MessageType.TICK.value}
 
 
 def decode_compact(
