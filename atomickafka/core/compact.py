@@ -12,23 +12,25 @@ Client records and deliveries keep their forms: plain consumers read deliveries,
 clients of older releases write ClientMessages.
 
 Layout (``varint``: unsigned LEB128 of at most 9 bytes, no more than ``MAX_TIMESTAMP``;
-``text``: varint length, then UTF-8; ``blob``: varint length, then bytes)::
+``text``: varint length, then UTF-8; ``blob``: varint length, then bytes; ``delta``: the
+difference from the same field of the previous entry, or version, that has one (from 0
+for the first), as a zigzag varint: 0, -1, 1, -2 ... as 0, 1, 2, 3 ...)::
 
     record   = MAGIC, version, text writer, kind, ...   (every version keeps this prefix)
     tick     = flags (bit 0: layer), varint timeStamp, [varint layer]
     bundle   = flags (bit 0: protocol, bit 1: layer), text senderID, [text protocol],
                [varint layer],
-               varint N, N x text                      topic names
-               varint S, S x (varint k, k x varint)    destination sets (name indices)
+               varint T, topics (T bytes)
                varint V, V x version                   message versions
                varint E, E x entry                     (E >= 1)
     version  = text messageID, varint set, flags (bits 0-1: digest none / 8 bytes / text,
-               bit 2: sentAt), [8 bytes | text digest], [varint sentAt]
+               bit 2: sentAt), [8 bytes | text digest], [delta sentAt]
     entry    = code (bits 0-2: Notify, Ack, Decided, Abort, ClientMessage; bit 3:
                timeStamp, 4: value, 5: seq, 6: answers, 7: key/headers/encoding),
-               varint version, [varint timeStamp], [blob value],
-               [zigzag varint offset - previous entry's seq offset, varint index],
-               [varint, varint answers], [extras]
+               varint version, [delta timeStamp], [blob value],
+               [delta seq offset, varint seq index], [varint, varint answers], [extras]
+    topics   = varint N, N x text                      topic names
+               varint S, S x (varint k, k x varint)    destination sets (name indices)
     extras   = flags (bit 0: encoding bytes, bit 1: key), [blob key],
                varint H, H x (text name, blob value)
 
@@ -44,7 +46,6 @@ a record aside with the reason).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -126,7 +127,6 @@ _TYPES: Final = (
 _CODE_OF: Final = {kind: code for code, kind in enumerate(_TYPES)}
 #: Bundled types whose timestamp is mandatory (as in the JSON form).
 _NEEDS_TS: Final = frozenset({MessageType.NOTIFY, MessageType.ACK, MessageType.DECIDED})
-_HEX16: Final = re.compile(r"[0-9a-f]{16}")
 _NO_HEADERS: Final[tuple[tuple[str, bytes], ...]] = ()
 _new_tuple = tuple.__new__
 
@@ -197,9 +197,9 @@ def encode_compact_bundle(
         _put_varint(out, partition)
     tables = _Tables()
     entries = bytearray()
-    last_offset = 0
+    previous = _Previous()
     for message in messages:
-        last_offset = _put_entry(entries, message, tables.version(message), last_offset)
+        _put_entry(entries, message, tables.version(message), previous)
     tables.write(out)
     _put_varint(out, len(messages))
     out += entries
@@ -215,6 +215,7 @@ class _Tables:
         self.sets: dict[tuple[str, ...], int] = {}
         self.versions: dict[tuple[str, int, str | None, int | None], int] = {}
         self.version_bytes = bytearray()
+        self.previous = _Previous()
 
     def version(self, message: Message) -> int:
         """The index of ``message``'s version (written into the table when new)."""
@@ -230,26 +231,49 @@ class _Tables:
         index = self.versions.get(key)
         if index is None:
             index = self.versions[key] = len(self.versions)
-            _put_version(self.version_bytes, message, set_index)
+            _put_version(self.version_bytes, message, set_index, self.previous)
         return index
 
     def write(self, out: bytearray) -> None:
-        """The three tables, in order."""
+        """The tables, in order: topic names and destination sets as one blob (the same
+        between two nodes bundle after bundle: a reader keeps what it decoded of it),
+        then the versions."""
         names = self.names
-        _put_varint(out, len(names))
+        topics = bytearray()
+        _put_varint(topics, len(names))
         for name in names:
-            _put_text(out, name)
-        _put_varint(out, len(self.sets))
+            _put_text(topics, name)
+        _put_varint(topics, len(self.sets))
         for destinations in self.sets:
-            _put_varint(out, len(destinations))
+            _put_varint(topics, len(destinations))
             for name in destinations:
-                _put_varint(out, names[name])
+                _put_varint(topics, names[name])
+        _put_blob(out, bytes(topics))
         _put_varint(out, len(self.versions))
         out += self.version_bytes
 
 
-def _put_entry(out: bytearray, message: Message, version: int, last_offset: int) -> int:
-    """One bundle entry; returns the seq offset the next entry's is relative to."""
+class _Previous:
+    """What the last entry (or version) of a bundle held, which the next one's
+    timestamp, seq offset and send time are written relative to (zigzag varints of
+    the difference: they are close within a bundle)."""
+
+    __slots__ = ("offset", "sent_at", "timestamp")
+
+    def __init__(self) -> None:
+        self.timestamp = 0
+        self.offset = 0
+        self.sent_at = 0
+
+
+def _put_delta(out: bytearray, value: int, previous: int) -> None:
+    """``value - previous`` as a zigzag varint (0, -1, 1, -2, ... as 0, 1, 2, 3, ...)."""
+    delta = value - previous
+    _put_varint(out, delta << 1 if delta >= 0 else ((-delta) << 1) - 1)
+
+
+def _put_entry(out: bytearray, message: Message, version: int, previous: _Previous) -> None:
+    """One bundle entry."""
     (_, kind, _, value, _, _, timestamp, _, _, _, _, seq, _, _, key, headers, encoding, answers) = (
         message
     )
@@ -270,38 +294,52 @@ def _put_entry(out: bytearray, message: Message, version: int, last_offset: int)
     else:
         _put_varint(out, version)
     if timestamp is not None:
-        _put_varint(out, timestamp)
+        _put_delta(out, timestamp, previous.timestamp)
+        previous.timestamp = timestamp
     if value is not None:
         _put_blob(out, value)
     if seq is not None:
-        delta = seq[0] - last_offset
-        _put_varint(out, delta << 1 if delta >= 0 else ((-delta) << 1) - 1)  # zigzag
+        _put_delta(out, seq[0], previous.offset)
+        previous.offset = seq[0]
         _put_varint(out, seq[1])
-        last_offset = seq[0]
     if answers is not None:
         _put_varint(out, answers[0])
         _put_varint(out, answers[1])
     if extras:
         _put_extras(out, message)
-    return last_offset
 
 
-def _put_version(out: bytearray, message: Message, set_index: int) -> None:
-    """A message version: its id, destination set, digest and send time."""
+def _put_version(out: bytearray, message: Message, set_index: int, previous: _Previous) -> None:
+    """A message version: its id, destination set, digest and send time (relative to
+    the previous version's that states one)."""
     _put_text(out, message.messageID)
     _put_varint(out, set_index)
     digest, sent_at = message.digest, message.sentAt
     flags = _HAS_SENT_AT if sent_at is not None else 0
-    if digest is None:
-        out.append(flags | _DIGEST_NONE)
-    elif _HEX16.fullmatch(digest):
+    raw = _hex_digest(digest)
+    if raw is not None:
         out.append(flags | _DIGEST_HEX)
-        out += bytes.fromhex(digest)
+        out += raw
+    elif digest is None:
+        out.append(flags | _DIGEST_NONE)
     else:
         out.append(flags | _DIGEST_TEXT)
         _put_text(out, digest)
     if sent_at is not None:
-        _put_varint(out, sent_at)
+        _put_delta(out, sent_at, previous.sent_at)
+        previous.sent_at = sent_at
+
+
+def _hex_digest(digest: str | None) -> bytes | None:
+    """The 8 bytes a digest of 16 lowercase hex digits stands for (what this code
+    writes), else ``None``: such a digest is written as text."""
+    if digest is None or len(digest) != 16:
+        return None
+    try:
+        raw = bytes.fromhex(digest)
+    except ValueError:
+        return None
+    return raw if raw.hex() == digest else None
 
 
 def _put_extras(out: bytearray, message: Message) -> None:
@@ -377,6 +415,15 @@ class _Cursor:
                 return result
             shift += 7
         raise MessageError(field, f"a varint of more than {_MAX_VARINT_BYTES} bytes")
+
+    def delta(self, field: str, previous: int) -> int:
+        """A value written as its difference from ``previous`` (a zigzag varint), from 0
+        to ``MAX_TIMESTAMP``."""
+        step = self.varint(field, 2 * MAX_TIMESTAMP + 1)
+        value = previous + (-((step + 1) >> 1) if step & 1 else step >> 1)
+        if not 0 <= value <= MAX_TIMESTAMP:
+            raise MessageError(field, f"must be an integer from 0 to {MAX_TIMESTAMP}", value)
+        return value
 
     def blob(self, field: str) -> bytes:
         """A varint length, then that many bytes."""
@@ -493,22 +540,47 @@ def _bundle(
     sender = cursor.text("senderID")
     protocol = cursor.text("protocol") if flags & _HAS_PROTOCOL else None
     layer = cursor.varint("partitionID", _MAX_LAYER) if flags & _HAS_LAYER else None
-    names = [cursor.text("topic") for _ in range(cursor.varint("topic"))]
-    sets = [_destinations(cursor, names) for _ in range(cursor.varint("topic"))]
-    versions = [_version(cursor, sets) for _ in range(cursor.varint("messages"))]
+    sets = _destination_sets(cursor.blob("topic"))
+    previous = _Previous()
+    versions = [_version(cursor, sets, previous) for _ in range(cursor.varint("messages"))]
     count = cursor.varint("messages")
     if count == 0:
         raise MessageError("messages", "must be a non-empty list", [])
     out: list[Message] = []
-    last_offset = 0
+    previous = _Previous()
     common = (sender, sent_from, protocol, layer, log_time, origin)
     for index in range(count):
         try:
-            message, last_offset = _entry(cursor, versions, last_offset, common)
+            message = _entry(cursor, versions, previous, common)
         except MessageError as exc:
             raise MessageError(f"messages[{index}].{exc.field or 'entry'}", exc.reason) from None
         out.append(message)
     return out
+
+
+def _destination_sets(section: bytes) -> list[tuple[str, ...]]:
+    """A bundle's destination sets from its topics blob (names, then sets of name
+    indices): from :data:`_KNOWN_SETS` when the same blob was decoded before."""
+    known = _KNOWN_SETS.get(section)
+    if known is not None:
+        return known
+    cursor = _Cursor(section)
+    names = [cursor.text("topic") for _ in range(cursor.varint("topic"))]
+    sets = [_destinations(cursor, names) for _ in range(cursor.varint("topic"))]
+    if cursor.pos != cursor.end:
+        raise MessageError("topic", f"{cursor.end - cursor.pos} bytes follow the sets")
+    if len(section) <= _KNOWN_SET_BYTES:  # a hostile writer's huge ones: not kept
+        if len(_KNOWN_SETS) >= _KNOWN_SETS_MAX:
+            _KNOWN_SETS.clear()
+        _KNOWN_SETS[section] = sets
+    return sets
+
+
+#: Topics blobs decoded before, and their (valid) destination sets: between two nodes
+#: the same few come bundle after bundle, so this spares decoding names per bundle.
+_KNOWN_SETS: dict[bytes, list[tuple[str, ...]]] = {}
+_KNOWN_SETS_MAX: Final = 4096
+_KNOWN_SET_BYTES: Final = 2048
 
 
 def _destinations(cursor: _Cursor, names: list[str]) -> tuple[str, ...]:
@@ -522,7 +594,7 @@ def _destinations(cursor: _Cursor, names: list[str]) -> tuple[str, ...]:
     return parse_destinations(tuple(picked))
 
 
-def _version(cursor: _Cursor, sets: list[tuple[str, ...]]) -> _Version:
+def _version(cursor: _Cursor, sets: list[tuple[str, ...]], previous: _Previous) -> _Version:
     message_id = cursor.text("messageID")
     if not 0 < len(message_id) <= MAX_ID_LENGTH:
         raise MessageError("messageID", f"must have 1 to {MAX_ID_LENGTH} characters", message_id)
@@ -544,7 +616,9 @@ def _version(cursor: _Cursor, sets: list[tuple[str, ...]]) -> _Version:
         raise MessageError("digest", "unknown digest form", form)
     if flags & ~(_DIGEST_MASK | _HAS_SENT_AT):
         raise MessageError("digest", "unknown flags", flags)
-    sent_at = cursor.varint("sentAt") if flags & _HAS_SENT_AT else None
+    sent_at: int | None = None
+    if flags & _HAS_SENT_AT:
+        sent_at = previous.sent_at = cursor.delta("sentAt", previous.sent_at)
     return (message_id, sets[index], digest, sent_at)
 
 
@@ -554,9 +628,10 @@ _Common = tuple[str, str, str | None, int | None, int | None, int | None]
 
 
 def _entry(
-    cursor: _Cursor, versions: list[_Version], last_offset: int, common: _Common
-) -> tuple[Message, int]:
-    """One entry of a bundle, and the seq offset the next one's is relative to."""
+    cursor: _Cursor, versions: list[_Version], previous: _Previous, common: _Common
+) -> Message:
+    """One entry of a bundle (``previous``: what the timestamp and seq offset are
+    relative to, updated)."""
     code = cursor.byte("messageType")
     type_code = code & _TYPE_MASK
     if type_code >= len(_TYPES):
@@ -568,7 +643,7 @@ def _entry(
     message_id, destinations, digest, sent_at = versions[index]
     timestamp: int | None = None
     if code & _HAS_TS:
-        timestamp = cursor.varint("timeStamp")
+        timestamp = previous.timestamp = cursor.delta("timeStamp", previous.timestamp)
     elif kind in _NEEDS_TS:
         raise MessageError("timeStamp", f"required on {kind}")
     value = cursor.blob("value") if code & _HAS_VALUE else None
@@ -576,12 +651,8 @@ def _entry(
         raise MessageError("value", "required on a ClientMessage")
     seq: tuple[int, int] | None = None
     if code & _HAS_SEQ:
-        step = cursor.varint("seq", 2 * MAX_TIMESTAMP + 1)  # zigzag: either sign
-        offset = last_offset + (step >> 1 if not step & 1 else -((step + 1) >> 1))
-        if not 0 <= offset <= MAX_TIMESTAMP:
-            raise MessageError("seq", f"must be integers from 0 to {MAX_TIMESTAMP}", offset)
+        offset = previous.offset = cursor.delta("seq", previous.offset)
         seq = (offset, cursor.varint("seq"))
-        last_offset = offset
     answers: tuple[int, int] | None = None
     if code & _HAS_ANSWERS:
         answers = (
@@ -623,7 +694,7 @@ def _entry(
             answers,
         ),
     )
-    return message, last_offset
+    return message
 
 
 def _extras(cursor: _Cursor) -> tuple[bytes | None, tuple[tuple[str, bytes], ...], str | None]:
