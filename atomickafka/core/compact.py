@@ -238,17 +238,14 @@ class _Tables:
         """The tables, in order: topic names and destination sets as one blob (the same
         between two nodes bundle after bundle: a reader keeps what it decoded of it),
         then the versions."""
-        names = self.names
-        topics = bytearray()
-        _put_varint(topics, len(names))
-        for name in names:
-            _put_text(topics, name)
-        _put_varint(topics, len(self.sets))
-        for destinations in self.sets:
-            _put_varint(topics, len(destinations))
-            for name in destinations:
-                _put_varint(topics, names[name])
-        _put_blob(out, bytes(topics))
+        key = tuple(self.sets)
+        topics = _TOPIC_BLOBS.get(key)
+        if topics is None:
+            topics = _topics_blob(self.names, key)
+            if len(_TOPIC_BLOBS) >= _KNOWN_SETS_MAX:
+                _TOPIC_BLOBS.clear()
+            _TOPIC_BLOBS[key] = topics
+        out += topics
         _put_varint(out, len(self.versions))
         out += self.version_bytes
 
@@ -270,6 +267,28 @@ def _put_delta(out: bytearray, value: int, previous: int) -> None:
     """``value - previous`` as a zigzag varint (0, -1, 1, -2, ... as 0, 1, 2, 3, ...)."""
     delta = value - previous
     _put_varint(out, delta << 1 if delta >= 0 else ((-delta) << 1) - 1)
+
+
+def _topics_blob(names: dict[str, int], sets: tuple[tuple[str, ...], ...]) -> bytes:
+    """The topics blob of a bundle whose destination sets are ``sets`` (in order of
+    first use), with its length in front."""
+    topics = bytearray()
+    _put_varint(topics, len(names))
+    for name in names:
+        _put_text(topics, name)
+    _put_varint(topics, len(sets))
+    for destinations in sets:
+        _put_varint(topics, len(destinations))
+        for name in destinations:
+            _put_varint(topics, names[name])
+    out = bytearray()
+    _put_blob(out, bytes(topics))
+    return bytes(out)
+
+
+#: The topics blobs written before, by destination sets (a node writes the same few to
+#: each peer, bundle after bundle).
+_TOPIC_BLOBS: dict[tuple[tuple[str, ...], ...], bytes] = {}
 
 
 def _put_entry(out: bytearray, message: Message, version: int, previous: _Previous) -> None:
