@@ -53,6 +53,7 @@ from atomickafka.core.wire import (
     encode_delivery,
     encode_members,
     pack_bundles,
+    value_digest,
 )
 from atomickafka.verify.simulator import Chaos, RandomChooser, Simulator, random_workload
 
@@ -232,6 +233,56 @@ def time_encode(
     return total
 
 
+def bundle_table(repeat: int) -> None:
+    """Bytes and µs per message of a bundle of 1, 10 and 50 Notifies with a 112-byte
+    value each (a client's ``{"client", "i", "pad"}``), in both control forms: what
+    the bench's small values leave out."""
+    pad = "x" * 80
+    print("  bundles of Notifies with 112-byte values (bytes per bundle; µs per message):")
+    for size in (1, 10, 50):
+        notifies = []
+        for i in range(size):
+            value = b'{"client":1,"i":%d,"pad":"%s"}' % (100_000 + i, pad.encode())
+            notifies.append(
+                Message(
+                    f"c3f9a1b2-{i}",
+                    MessageType.NOTIFY,
+                    ("T1", "T2", "T3", "T4", "T5"),
+                    value,
+                    timeStamp=100_000 + i,
+                    digest=value_digest(value),
+                    sentAt=1_795_000_000_000 + i,
+                    seq=(1000 + i, 0),
+                )
+            )
+        row = []
+        for form in CONTROL_FORMATS:
+            encode, _ = control_encoders(form)
+            write = functools.partial(
+                encode, notifies, sender_id="node-T1", sent_from="T1", protocol="direct"
+            )
+            record = write()
+            reps = 20_000 // size
+            encode_s = best(repeat, functools.partial(_cpu, write, reps))
+            decode_s = best(
+                repeat, functools.partial(_cpu, functools.partial(decode_any, record), reps)
+            )
+            per = 1e6 / reps / size
+            row.append(
+                f"{form} {len(record):,} B, decode {decode_s * per:.2f} µs, "
+                f"encode {encode_s * per:.2f} µs"
+            )
+        print(f"    {size:2} Notifies: " + "; ".join(row))
+
+
+def _cpu(fn: Callable[[], object], times: int) -> float:
+    """CPU seconds of ``times`` calls of ``fn``."""
+    start = time.process_time()
+    for _ in range(times):
+        fn()
+    return time.process_time() - start
+
+
 def gc_pauses(run: Callable[[], float]) -> str:
     """Run ``run`` with the collector's pauses timed (wall clock, per generation)."""
     started: list[float] = []
@@ -366,6 +417,7 @@ def bench_one(algorithm: Algorithm, args: argparse.Namespace) -> bool:
             f"{sum(sizes) / (records - sum(kinds.get(k.value, 0) for k in _SINGLE)):,.1f} "
             f"bytes per control message"
         )
+    bundle_table(args.repeat)
     if args.gc:
         for every in (0, 20):
             gc.collect()
