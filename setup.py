@@ -28,6 +28,7 @@ from setuptools.command.build_ext import build_ext
 #: The modules compiled: the whole pure core but its package ``__init__`` (which says
 #: which form runs, docs/DESIGN.md §2).
 COMPILED = [
+    "atomickafka/core/compact.py",
     "atomickafka/core/delivery_queue.py",
     "atomickafka/core/engine.py",
     "atomickafka/core/engine_state.py",

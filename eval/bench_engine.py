@@ -11,7 +11,9 @@ that other load on a shared machine does not count as engine time. Two baselines
 measured on the same records in the same run, so the ratios do not depend on the
 machine: a trivial loop that only updates a dict per record (the floor
 for any per-record Python work), and decoding the records from their wire bytes (what
-the node pays anyway before the engine sees a record).
+the node pays anyway before the engine sees a record). Decoding and encoding are timed
+for both control forms (docs/DESIGN.md §3.9), JSON and binary, on the same records,
+with the bytes per bundle of each.
 
 Usage::
 
@@ -40,17 +42,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from atomickafka.core import core_form
+from atomickafka.core.compact import CONTROL_FORMATS, control_encoders
 from atomickafka.core.engine import Algorithm, Engine
 from atomickafka.core.engine_types import Output
+from atomickafka.core.raw import decode_any
 from atomickafka.core.wire import (
     Message,
     MessageType,
-    decode_record,
     encode_client,
     encode_delivery,
     encode_members,
-    encode_tick,
     pack_bundles,
+    value_digest,
 )
 from atomickafka.verify.simulator import Chaos, RandomChooser, Simulator, random_workload
 
@@ -137,35 +140,55 @@ def time_dict_loop(logs: dict[str, list[Message]]) -> float:
     return total
 
 
-def _single(message: Message) -> bytes:
-    """A record of its own: a ClientMessage, or a node's members record or tick."""
+def _single(message: Message, control_format: str) -> bytes:
+    """A record of its own: a ClientMessage, or a node's members record or tick (in
+    ``control_format``)."""
     if message.messageType is MessageType.MEMBERS:
         return encode_members(message.senderID, message.topic, message.protocol)
     if message.messageType is MessageType.TICK:
         assert message.timeStamp is not None
-        return encode_tick(message.senderID, message.timeStamp, message.partitionID)
+        _, tick = control_encoders(control_format)
+        return tick(message.senderID, message.timeStamp, message.partitionID)
     return encode_client(message)
 
 
-def time_decode(logs: dict[str, list[Message]]) -> float:
-    """Baseline 2: decode each node's input from its wire bytes (orjson + validation):
-    ClientMessages (and members records) one record each, control messages in bundles
-    of up to 50."""
+def wire_logs(
+    logs: dict[str, list[Message]], control_format: str
+) -> tuple[dict[str, list[bytes]], list[int]]:
+    """Each node's input as wire bytes: ClientMessages (and members records) one record
+    each, control messages in bundles of up to 50 in ``control_format``; and the size of
+    every bundle."""
+    encode, _ = control_encoders(control_format)
     wire: dict[str, list[bytes]] = {}
+    sizes: list[int] = []
     for topic, log in logs.items():
-        records = [_single(m) for m in log if m.messageType in _SINGLE]
+        records = [_single(m, control_format) for m in log if m.messageType in _SINGLE]
         control = [m for m in log if m.messageType not in _SINGLE]
         for i in range(0, len(control), 50):
-            records.extend(
-                pack_bundles(control[i : i + 50], sender_id="node", sent_from=topic, protocol="x")
+            bundles = list(
+                pack_bundles(
+                    control[i : i + 50],
+                    sender_id="node",
+                    sent_from=topic,
+                    protocol="x",
+                    encode=encode,
+                )
             )
+            sizes.extend(len(b) for b in bundles)
+            records.extend(bundles)
         wire[topic] = records
+    return wire, sizes
+
+
+def time_decode(wire: dict[str, list[bytes]]) -> float:
+    """Baseline 2: decode each node's input from its wire bytes (validation included),
+    as a node does (:func:`decode_any`: either control form, JSON client records)."""
     total = 0.0
     for data in wire.values():
         gc.collect()
         start = time.process_time()
         for value in data:
-            decode_record(value)
+            decode_any(value)
         total += time.process_time() - start
     return total
 
@@ -181,10 +204,13 @@ def engine_outputs(
     return out
 
 
-def time_encode(outputs: dict[str, list[list[Output]]], protocol: str) -> float:
+def time_encode(
+    outputs: dict[str, list[list[Output]]], protocol: str, control_format: str
+) -> float:
     """Baseline 3: encode every node's outputs as its batch layer does
     (``node/batch.py``): per batch, the control messages to each destination packed in
-    bundles, each delivery a JSON envelope."""
+    bundles (in ``control_format``), each delivery a JSON envelope."""
+    encode, _ = control_encoders(control_format)
     total = 0.0
     for topic, batches in outputs.items():
         node_id = f"node-{topic}"
@@ -200,11 +226,61 @@ def time_encode(outputs: dict[str, list[list[Output]]], protocol: str) -> float:
                     control.setdefault(output.topic, []).append(message)
             for messages in control.values():
                 for _ in pack_bundles(
-                    messages, sender_id=node_id, sent_from=topic, protocol=protocol
+                    messages, sender_id=node_id, sent_from=topic, protocol=protocol, encode=encode
                 ):
                     pass
         total += time.process_time() - start
     return total
+
+
+def bundle_table(repeat: int) -> None:
+    """Bytes and µs per message of a bundle of 1, 10 and 50 Notifies with a 112-byte
+    value each (a client's ``{"client", "i", "pad"}``), in both control forms: what
+    the bench's small values leave out."""
+    pad = "x" * 80
+    print("  bundles of Notifies with 112-byte values (bytes per bundle; µs per message):")
+    for size in (1, 10, 50):
+        notifies = []
+        for i in range(size):
+            value = b'{"client":1,"i":%d,"pad":"%s"}' % (100_000 + i, pad.encode())
+            notifies.append(
+                Message(
+                    f"c3f9a1b2-{i}",
+                    MessageType.NOTIFY,
+                    ("T1", "T2", "T3", "T4", "T5"),
+                    value,
+                    timeStamp=100_000 + i,
+                    digest=value_digest(value),
+                    sentAt=1_795_000_000_000 + i,
+                    seq=(1000 + i, 0),
+                )
+            )
+        row = []
+        for form in CONTROL_FORMATS:
+            encode, _ = control_encoders(form)
+            write = functools.partial(
+                encode, notifies, sender_id="node-T1", sent_from="T1", protocol="direct"
+            )
+            record = write()
+            reps = 20_000 // size
+            encode_s = best(repeat, functools.partial(_cpu, write, reps))
+            decode_s = best(
+                repeat, functools.partial(_cpu, functools.partial(decode_any, record), reps)
+            )
+            per = 1e6 / reps / size
+            row.append(
+                f"{form} {len(record):,} B, decode {decode_s * per:.2f} µs, "
+                f"encode {encode_s * per:.2f} µs"
+            )
+        print(f"    {size:2} Notifies: " + "; ".join(row))
+
+
+def _cpu(fn: Callable[[], object], times: int) -> float:
+    """CPU seconds of ``times`` calls of ``fn``."""
+    start = time.process_time()
+    for _ in range(times):
+        fn()
+    return time.process_time() - start
 
 
 def gc_pauses(run: Callable[[], float]) -> str:
@@ -296,10 +372,14 @@ def bench_one(algorithm: Algorithm, args: argparse.Namespace) -> bool:
             kinds[record.messageType.value] = kinds.get(record.messageType.value, 0) + 1
     engine_s = best(args.repeat, lambda: time_engine(algorithm, logs, args.batch, delivered))
     dict_s = best(args.repeat, lambda: time_dict_loop(logs))
-    decode_s = best(args.repeat, lambda: time_decode(logs))
     outputs = engine_outputs(algorithm, logs, args.batch)
     produced = sum(len(b) for batches in outputs.values() for b in batches)
-    encode_s = best(args.repeat, lambda: time_encode(outputs, algorithm.value))
+    forms: dict[str, tuple[float, float, list[int]]] = {}
+    for form in CONTROL_FORMATS:
+        wire, sizes = wire_logs(logs, form)
+        decode_s = best(args.repeat, functools.partial(time_decode, wire))
+        encode_s = best(args.repeat, functools.partial(time_encode, outputs, algorithm.value, form))
+        forms[form] = (decode_s, encode_s, sizes)
     rate = records / engine_s
     ok = rate >= TARGET
     print(
@@ -315,19 +395,29 @@ def bench_one(algorithm: Algorithm, args: argparse.Namespace) -> bool:
         f"  baseline dict loop {dict_s:8.3f} s  {records / dict_s:12,.0f} records/s  "
         f"engine is {engine_s / dict_s:5.1f}x slower"
     )
-    print(
-        f"  baseline decode    {decode_s:8.3f} s  {records / decode_s:12,.0f} records/s  "
-        f"engine/decode time ratio {engine_s / decode_s:5.2f}"
-    )
-    print(
-        f"  encode outputs     {encode_s:8.3f} s  {produced / encode_s:12,.0f} outputs/s  "
-        f"({produced} outputs: bundles per batch and destination, JSON deliveries)"
-    )
-    print(
-        f"  per input record: decode {decode_s / records * 1e6:.2f} µs, engine "
-        f"{engine_s / records * 1e6:.2f} µs, encode (its outputs) "
-        f"{encode_s / records * 1e6:.2f} µs; per output encoded {encode_s / produced * 1e6:.2f} µs"
-    )
+    for form, (decode_s, encode_s, sizes) in forms.items():
+        print(f"  control records in {form}:")
+        print(
+            f"    baseline decode  {decode_s:8.3f} s  {records / decode_s:12,.0f} records/s  "
+            f"engine/decode time ratio {engine_s / decode_s:5.2f}"
+        )
+        print(
+            f"    encode outputs   {encode_s:8.3f} s  {produced / encode_s:12,.0f} outputs/s  "
+            f"({produced} outputs: bundles per batch and destination, JSON deliveries)"
+        )
+        print(
+            f"    per input record: decode {decode_s / records * 1e6:.2f} µs, engine "
+            f"{engine_s / records * 1e6:.2f} µs, encode (its outputs) "
+            f"{encode_s / records * 1e6:.2f} µs; per output encoded "
+            f"{encode_s / produced * 1e6:.2f} µs"
+        )
+        print(
+            f"    bundles of up to 50 control messages: {len(sizes)}, "
+            f"{sum(sizes) / len(sizes):,.0f} bytes per bundle, "
+            f"{sum(sizes) / (records - sum(kinds.get(k.value, 0) for k in _SINGLE)):,.1f} "
+            f"bytes per control message"
+        )
+    bundle_table(args.repeat)
     if args.gc:
         for every in (0, 20):
             gc.collect()

@@ -23,6 +23,7 @@ from atomickafka.cli.options import (
     guarded,
     reach,
 )
+from atomickafka.core.compact import BINARY, CONTROL_FORMATS
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.kafka.topics import Layout
 from atomickafka.logs import configure_logging
@@ -151,6 +152,15 @@ def _add_node_options(parser: argparse.ArgumentParser) -> None:
         "docs/performance.md)",
     )
     parser.add_argument(
+        "--control-format",
+        choices=list(CONTROL_FORMATS),
+        default=BINARY,
+        help="how the node writes what it sends other nodes (bundles of control messages, "
+        "ticks): binary, compact (the default), or json, the only form releases before it "
+        "read: during a rolling upgrade from such a release, start upgraded nodes with "
+        "json until every node is upgraded (docs/operators.md, Upgrade). Both are read",
+    )
+    parser.add_argument(
         "--reconfigure",
         action="store_true",
         help="take up another --algorithm, --delivery-format or signing than the node's "
@@ -209,6 +219,7 @@ def _node_config(args: argparse.Namespace, topic: str, layer: int | None) -> Nod
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
         delivery_format=args.delivery_format,
+        control_format=args.control_format,
         secret_file=None if args.secret_file is None else str(args.secret_file),
         reconfigure=args.reconfigure,
     )

@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from atomickafka.core.compact import decode_compact, is_compact
 from atomickafka.core.wire import (
     MAX_TIMESTAMP,
     Message,
@@ -320,13 +321,16 @@ def decode_any(
     log_time: int | None = None,
     origin: int | None = None,
 ) -> list[Message]:
-    """The messages of any AtomicKafka record: the raw form (by its headers) or the
+    """The messages of any AtomicKafka record: the raw form (by its headers), the
+    compact control form (by its first byte, :mod:`~atomickafka.core.compact`) or the
     JSON forms (:func:`~atomickafka.core.wire.decode_record`); :class:`MessageError`
-    when it is neither."""
+    when it is none of them."""
     if headers:
         raw, ours, user = _split(headers)
         if raw:
             return [_raw_message(value, key, ours, user, log_time, origin)]
     if value is None:
         raise MessageError(None, "record has no value")
+    if is_compact(value):
+        return decode_compact(value, log_time=log_time, origin=origin)
     return decode_record(value, log_time=log_time, origin=origin)

@@ -31,6 +31,7 @@ from typing import Final, Protocol
 
 import orjson
 
+from atomickafka.core.compact import compact_writer, decode_compact, is_compact
 from atomickafka.core.raw import H_FROM, H_ID, H_SENDER, H_TS, decode_any, is_raw
 from atomickafka.core.reasons import Reason
 from atomickafka.core.signing import Signer
@@ -335,6 +336,8 @@ def peek(record: KafkaRecord) -> Peek:
     headers = _header_list(record)
     if headers and is_raw(headers):
         return _peek_raw(record, size)
+    if is_compact(raw):
+        return _peek_compact(raw, size)
     obj = _json_object(raw)
     if obj is None:
         return Peek(UNDECODABLE, None, None, None, (), size)
@@ -364,6 +367,23 @@ def _peek_raw(record: KafkaRecord, size: int) -> Peek:
         kind, text(H_ID), int(stamp) if stamp and _digits(stamp) else None, sent_from
     )
     return Peek(kind, text(H_SENDER), sent_from, inner.message_id, (inner,), size)
+
+
+def _peek_compact(raw: bytes | None, size: int) -> Peek:
+    """What a compact control record holds (§3.9): a Bundle's messages or one Tick;
+    :data:`UNDECODABLE`, with the writer its prefix names, when it is not valid."""
+    try:
+        messages = decode_compact(raw or b"")
+    except MessageError:
+        return Peek(UNDECODABLE, None, compact_writer(raw), None, (), size)
+    first = messages[0]
+    inner = tuple(
+        InnerMessage(m.messageType.value, m.messageID, m.timeStamp, m.sentFromTopic)
+        for m in messages
+    )
+    if first.messageType is MessageType.TICK:
+        return Peek(first.messageType.value, first.senderID, None, first.messageID, inner, size)
+    return Peek(MessageType.BUNDLE.value, first.senderID, first.sentFromTopic, None, inner, size)
 
 
 def _inner(item: object, sent_from: str | None) -> InnerMessage:

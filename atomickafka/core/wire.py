@@ -50,7 +50,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, Protocol
 
 import orjson
 
@@ -63,6 +63,7 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "MAX_TIMESTAMP",
     "MAX_VALUE_BYTES",
+    "BundleEncoder",
     "Message",
     "MessageError",
     "MessageType",
@@ -994,6 +995,21 @@ def _names_bytes(destinations: tuple[str, ...]) -> int:
     return sum(len(t) + 3 for t in destinations)
 
 
+class BundleEncoder(Protocol):
+    """What writes one Bundle record: :func:`encode_bundle` (JSON) or
+    :func:`~atomickafka.core.compact.encode_compact_bundle`."""
+
+    def __call__(
+        self,
+        messages: Sequence[Message],
+        *,
+        sender_id: str,
+        sent_from: str,
+        protocol: str | None,
+        partition: int | None = None,
+    ) -> bytes: ...
+
+
 def pack_bundles(
     messages: Sequence[Message],
     *,
@@ -1002,8 +1018,11 @@ def pack_bundles(
     protocol: str,
     partition: int | None = None,
     max_bytes: int = MAX_RECORD_BYTES,
+    encode: BundleEncoder = encode_bundle,
 ) -> Iterator[bytes]:
-    """``messages`` as few Bundle records as fit ``max_bytes`` each, in order.
+    """``messages`` as few Bundle records as fit ``max_bytes`` each, in order, each
+    written by ``encode`` (the JSON form by default; :func:`envelope_bytes` bounds
+    what either form adds to a value).
 
     A message too large for a record of its own still gets one (the engine refuses
     values that could not fit, so this only happens with a too small ``max_bytes``);
@@ -1014,7 +1033,7 @@ def pack_bundles(
     for index, message in enumerate(messages):
         cost = envelope_bytes(message.messageID, message.topic) + len(message.value or b"")
         if index > start and size + cost > max_bytes:
-            yield encode_bundle(
+            yield encode(
                 messages[start:index],
                 sender_id=sender_id,
                 sent_from=sent_from,
@@ -1025,7 +1044,7 @@ def pack_bundles(
             size = 200 + len(sender_id) + len(sent_from)
         size += cost
     if start < len(messages):
-        yield encode_bundle(
+        yield encode(
             messages[start:],
             sender_id=sender_id,
             sent_from=sent_from,

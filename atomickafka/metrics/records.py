@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
+from atomickafka.core.compact import compact_kind, is_compact
 from atomickafka.core.raw import H_SENT
 from atomickafka.core.reader import TYPE_HEADER, PlainRecord, peek
 from atomickafka.core.reasons import LABELS, Reason
@@ -86,6 +87,8 @@ def record_type(value: bytes | None, headers: Headers | None) -> str:
         return text if text in _TYPES else UNKNOWN
     if not value:
         return UNKNOWN
+    if is_compact(value):  # a compact bundle or tick (§3.9): its prefix says which
+        return compact_kind(value) or UNKNOWN
     found = _TYPE_FIELD.search(value, 0, _SNIFF_BYTES)
     if found is not None:
         text = found.group(1).decode()

@@ -34,6 +34,7 @@ from typing import Any, Final, Protocol
 
 import orjson
 
+from atomickafka.core.compact import BINARY, compact_writer, control_encoders
 from atomickafka.core.engine import Algorithm, Engine, Output, Step
 from atomickafka.core.raw import decode_any, encode_raw_delivery
 from atomickafka.core.reader import (
@@ -56,7 +57,6 @@ from atomickafka.core.wire import (
     MessageType,
     encode_delivery,
     encode_members,
-    encode_tick,
     encode_watermark,
     pack_bundles,
 )
@@ -174,6 +174,9 @@ class NodeSpec:
     #: Take up settings (protocol, delivery format, signing) other than those the node's
     #: state was built with, when it is drained (§6.6); otherwise such a start is refused.
     reconfigure: bool = False
+    #: How control records (bundles, ticks) are written (§3.9): ``binary`` (the compact
+    #: form) or ``json`` (what releases before it read). Both are read either way.
+    control_format: str = BINARY
 
 
 class NodeStartError(AtomicKafkaError):
@@ -276,6 +279,7 @@ class NodeBatch(SnapshotTaker):
         #: member of a newer release writing a format this one cannot read (upgrade it).
         self.newer_formats: dict[str, int] = {}
         self._schedule = SnapshotSchedule(spec.snapshot_every_records, spec.snapshot_every_s)
+        self._encode_bundle, self._encode_tick = control_encoders(spec.control_format)
         self._last_tick_s: float | None = None
         self._watermark_sent = -1
         # what the recovered state already knows needs no new record (§4.9.5)
@@ -549,6 +553,7 @@ class NodeBatch(SnapshotTaker):
                 sent_from=spec.topic,
                 protocol=self.engine.algorithm.value,  # what the engine runs (§4.9.6)
                 partition=spec.layer,
+                encode=self._encode_bundle,
             ):
                 out.append(
                     OutRecord(
@@ -676,7 +681,7 @@ class NodeBatch(SnapshotTaker):
             return
         self._last_tick_s = wall_s
         spec = self.spec
-        value = encode_tick(spec.node_id, 0, spec.layer)
+        value = self._encode_tick(spec.node_id, 0, spec.layer)
         ready.records.append(
             self._signed(OutRecord(OutKind.TICK, spec.input_topic, value, spec.input_partition))
         )
@@ -704,7 +709,11 @@ def _claimed_sender(record: KafkaRecord) -> str:
 
 def _named_in_header(raw: bytes | None) -> str:
     """Who a record this node cannot decode says it comes from (a newer format's, say):
-    the ``sentFromTopic`` or ``senderID`` of its first line, if that is a JSON object."""
+    the writer a compact record's prefix names, or the ``sentFromTopic`` or ``senderID``
+    of its first line, if that is a JSON object."""
+    writer = compact_writer(raw)
+    if writer is not None:
+        return writer
     try:
         head = orjson.loads((raw or b"").split(b"\n", 1)[0])
     except orjson.JSONDecodeError:

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Final
 
 from atomickafka.audit.config import AuditConfig
+from atomickafka.core.compact import BINARY, CONTROL_FORMATS
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.core.memory import DEFAULT_WINDOW_MS
 from atomickafka.core.wire import MAX_VALUE_BYTES
@@ -88,6 +89,11 @@ class NodeConfig:
     #: it costs measurably more (docs/performance.md: 25-35 % less capacity at 0-10 %
     #: multicast), and issue 17 made it the default only if it cost nothing measurable.
     delivery_format: str = "json"
+    #: How control records (bundles, ticks) are written (§3.9): ``binary`` (the compact
+    #: form, the default) or ``json`` (the form releases before it read: a rolling
+    #: upgrade from such a release runs the upgraded nodes with ``json`` until every
+    #: node is upgraded, docs/operators.md *Upgrade*). Every node reads both.
+    control_format: str = BINARY
     #: Take up another protocol, delivery format or signing than the node's state was
     #: built with, when the node was stopped cleanly with nothing in flight (§6.6).
     reconfigure: bool = False
@@ -104,6 +110,8 @@ class NodeConfig:
             raise ConfigError("partitioned topics need the split layout (--layout split)")
         if self.delivery_format not in ("raw", "json"):
             raise ConfigError(f"delivery format must be raw or json, not {self.delivery_format!r}")
+        if self.control_format not in CONTROL_FORMATS:
+            raise ConfigError(f"control format must be binary or json, not {self.control_format!r}")
         if self.layer is not None and not 0 <= self.layer < self.partitions:
             raise ConfigError(f"layer {self.layer} is not one of 0..{self.partitions - 1}")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:

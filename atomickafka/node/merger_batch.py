@@ -25,6 +25,7 @@ from typing import Any, Final
 
 import orjson
 
+from atomickafka.core.compact import BINARY, control_encoders
 from atomickafka.core.merger import (
     LayerDelivery,
     LayerRecord,
@@ -49,7 +50,6 @@ from atomickafka.core.wire import (
     MessageType,
     decode_record,
     encode_delivery,
-    encode_tick,
 )
 from atomickafka.node.batch import OutKind, OutRecord, Ready, SnapshotTaker, signed
 from atomickafka.node.snapshots import LoadedSnapshot, SnapshotSchedule
@@ -82,6 +82,7 @@ class MergerSpec:
         snapshot_every_s: float = 30.0,
         signer: Signer | None = None,
         delivery_format: str = "json",  # the node's default (§3.8)
+        control_format: str = BINARY,
     ) -> None:
         self.topic = topic
         self.layers = layers
@@ -96,6 +97,8 @@ class MergerSpec:
         self.snapshot_every_s = snapshot_every_s
         self.signer = signer
         self.delivery_format = delivery_format
+        #: How its ticks to the layers are written (§3.9): ``binary`` or ``json``.
+        self.control_format = control_format
 
     def layer_node(self, layer: int) -> str:
         """The sender id of layer ``layer``'s node."""
@@ -278,7 +281,8 @@ class MergerBatch(SnapshotTaker):
                     _DELIVERY_PARTITION,
                 )
             )
-        value = encode_tick(spec.sender_id, output.timeStamp, output.layer)
+        _, tick = control_encoders(spec.control_format)
+        value = tick(spec.sender_id, output.timeStamp, output.layer)
         return self._signed(OutRecord(OutKind.TICK, spec.input_topic, value, output.layer))
 
     def _dead_letter(self, value: bytes | None, reason: Refusal) -> OutRecord:

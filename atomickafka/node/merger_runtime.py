@@ -88,6 +88,7 @@ def merger_spec(config: NodeConfig, signer: Signer | None = None) -> MergerSpec:
         snapshot_every_s=config.snapshot_every_s,
         signer=signer,
         delivery_format=config.delivery_format,
+        control_format=config.control_format,
     )
 
 

@@ -196,6 +196,7 @@ def node_spec(config: NodeConfig, signer: Signer | None) -> NodeSpec:
         signer=signer,
         delivery_format=config.delivery_format,
         reconfigure=config.reconfigure,
+        control_format=config.control_format,
     )
 
 

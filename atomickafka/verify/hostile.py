@@ -23,16 +23,15 @@ from typing import Final
 
 import orjson
 
+from atomickafka.core.compact import JSON, control_encoders
 from atomickafka.core.timebounds import CLOCK_HOLD_US, CLOCK_LEAD_US
 from atomickafka.core.wire import (
     MAX_TIMESTAMP,
     Message,
     MessageType,
     client_message,
-    encode_bundle,
     encode_client,
     encode_delivery,
-    encode_tick,
     value_digest,
 )
 
@@ -85,9 +84,12 @@ def stray_timestamp(log_time_ms: int, bound: StrayBound) -> int:
     return min(MAX_TIMESTAMP, log_time_ms * 1000 + offset)
 
 
-def stray_tick(sender_id: str, timestamp: int, layer: int | None) -> bytes:
-    """A TickMessage record from ``sender_id``."""
-    return encode_tick(sender_id, timestamp, layer)
+def stray_tick(
+    sender_id: str, timestamp: int, layer: int | None, control_format: str = JSON
+) -> bytes:
+    """A TickMessage record from ``sender_id``, in ``control_format`` (§3.9)."""
+    _, tick = control_encoders(control_format)
+    return tick(sender_id, timestamp, layer)
 
 
 def stray_control(
@@ -98,10 +100,20 @@ def stray_control(
     *,
     protocol: str,
     layer: int | None,
+    control_format: str = JSON,
 ) -> bytes:
     """An Ack or Notify (no ``seq``) from ``sender``'s node about the delivered message
-    ``about`` (its version: destinations, digest and send time), at ``timestamp``."""
-    return stray_in_flight(kind, about, sender, timestamp, protocol=protocol, layer=layer)
+    ``about`` (its version: destinations, digest and send time), at ``timestamp``, in
+    ``control_format`` (§3.9)."""
+    return stray_in_flight(
+        kind,
+        about,
+        sender,
+        timestamp,
+        protocol=protocol,
+        layer=layer,
+        control_format=control_format,
+    )
 
 
 def stray_in_flight(
@@ -114,11 +126,13 @@ def stray_in_flight(
     layer: int | None,
     seq: tuple[int, int] | None = None,
     answers: tuple[int, int] | None = None,
+    control_format: str = JSON,
 ) -> bytes:
     """A Notify, Ack or Abort from ``sender``'s node about ``about`` (its version), as a
     stray or careless writer might append it while the message is in flight (§4.9):
     naming ``protocol`` (``None``: a format-1 record, which names none and is one
-    record per message), with ``seq`` and, on an Abort, ``answers`` as given."""
+    record per message), with ``seq`` and, on an Abort, ``answers`` as given; a bundle
+    in ``control_format`` (§3.9)."""
     node = f"node-{sender}" if layer is None else f"node-{sender}/{layer}"
     if protocol is None:
         record: dict[str, object] = {
@@ -153,9 +167,8 @@ def stray_in_flight(
         seq=seq,
         answers=answers if kind is MessageType.ABORT else None,
     )
-    return encode_bundle(
-        [message], sender_id=node, sent_from=sender, protocol=protocol, partition=layer
-    )
+    encode, _ = control_encoders(control_format)
+    return encode([message], sender_id=node, sent_from=sender, protocol=protocol, partition=layer)
 
 
 def bad_value_bundle(
@@ -165,8 +178,10 @@ def bad_value_bundle(
     *,
     protocol: str,
     layer: int | None,
+    control_format: str = JSON,
 ) -> bytes:
-    """A Bundle holding a relayed ClientMessage whose value bytes are :data:`BAD_VALUE`."""
+    """A Bundle holding a relayed ClientMessage whose value bytes are :data:`BAD_VALUE`,
+    in ``control_format`` (§3.9)."""
     message = Message(
         message_id,
         MessageType.CLIENT,
@@ -177,7 +192,8 @@ def bad_value_bundle(
         partitionID=layer,
         digest=value_digest(BAD_VALUE),
     )
-    return encode_bundle(
+    encode, _ = control_encoders(control_format)
+    return encode(
         [message], sender_id=INTRUDER, sent_from=sent_from, protocol=protocol, partition=layer
     )
 

@@ -415,6 +415,8 @@ class LayeredSimulator:
                 snapshot_every_records=snapshot_every,
                 signer=signer,
                 delivery_format=delivery_format,
+                # its ticks to the layers: in the form the first layer's node writes
+                control_format=first.control_formats[topic],
             )
             self.mergers[topic] = _Merger(spec, Log(topic, 0, self.clock))
         self.readers = {t: StreamReader(t, self.mergers[t].target, signer) for t in topics}

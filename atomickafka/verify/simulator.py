@@ -107,6 +107,8 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Final, TypeVar
 
+from atomickafka.core.compact import BINARY, CONTROL_FORMATS
+from atomickafka.core.compact import JSON as JSON_CONTROL
 from atomickafka.core.engine import Algorithm, Engine
 from atomickafka.core.protocols import route
 from atomickafka.core.raw import decode_any
@@ -236,6 +238,11 @@ class Chaos:
     producer_gap: float = 0.0
     bad_value: float = 0.0
     mixed_protocols: bool = False
+    #: Each node's control format drawn at random (binary or JSON, §3.9) instead of the
+    #: simulator's; ``upgrade`` is the chance per step that a node restarts writing the
+    #: other one (a rolling upgrade, or its rollback, with messages in flight).
+    mixed_formats: bool = False
+    upgrade: float = 0.0
     takeover: float = 0.0
     follow: float = 0.5
     stray_in_flight: float = 0.0
@@ -481,7 +488,9 @@ class Simulator:
     restarted from a snapshot does), for scripted runs that count records. ``views``
     maps a topic to the topics its node's shell sees in the statuses, when that is not
     every topic (a view that lags, §4.9.5). ``delivery_format`` is the nodes' (§3.8):
-    ``json``, production's default, or ``raw``.
+    ``json``, production's default, or ``raw``. ``control_format`` is how the nodes
+    write bundles and ticks (§3.9): ``binary``, production's default, or ``json``;
+    ``control_formats`` maps topics to others (a cluster amid a rolling upgrade).
     """
 
     def __init__(
@@ -504,6 +513,8 @@ class Simulator:
         members_known: bool = False,
         views: Mapping[str, Collection[str]] | None = None,
         delivery_format: str = "json",
+        control_format: str = BINARY,
+        control_formats: Mapping[str, str] | None = None,
     ) -> None:
         if len(set(topics)) != len(topics) or not topics:
             raise ConfigError("topics must be distinct and not empty")
@@ -519,6 +530,7 @@ class Simulator:
         self.clock = clock if clock is not None else SimClock()
         self.delivery_format = delivery_format
         self.protocols = self._protocols(protocols)
+        self.control_formats = self._control_formats(control_format, control_formats)
         self.views = {t: tuple((views or {}).get(t, self.topics)) for t in self.topics}
         factory = engine_factory or (lambda topic, alg: Engine(topic, f"node-{topic}", alg))
         part = layer or 0
@@ -578,6 +590,13 @@ class Simulator:
             return {t: pick(self.chooser, list(Algorithm)) for t in self.topics}
         return dict.fromkeys(self.topics, self.algorithm)
 
+    def _control_formats(self, default: str, given: Mapping[str, str] | None) -> dict[str, str]:
+        if given is not None:
+            return {t: given.get(t, default) for t in self.topics}
+        if self.chaos.mixed_formats:
+            return {t: pick(self.chooser, list(CONTROL_FORMATS)) for t in self.topics}
+        return dict.fromkeys(self.topics, default)
+
     def _spec(self, engine: Engine, snapshot_every: int) -> NodeSpec:
         """The spec of ``engine``'s node: its settings are the engine's."""
         layer, topic = self.layer, engine.topic
@@ -601,6 +620,7 @@ class Simulator:
             tick_every_s=0.001,
             signer=self.signer,
             delivery_format=self.delivery_format,
+            control_format=self.control_formats[topic],
         )
 
     # ------------------------------------------------------------------ introspection
@@ -845,6 +865,17 @@ class Simulator:
             f"{None if snapshot is None else snapshot.seq}), replays to {node.committed}"
         )
 
+    def upgrade(self, topic: str) -> None:
+        """``topic``'s node restarts writing the other control format (§3.9): one step
+        of a rolling upgrade (binary) or of its rollback (JSON)."""
+        node = self.nodes[topic]
+        other = BINARY if node.spec.control_format == JSON_CONTROL else JSON_CONTROL
+        node.spec = replace(node.spec, control_format=other)
+        self.control_formats[topic] = other
+        self._note(f"{topic} restarts writing {other} control records")
+        self.events["upgrade"] += 1
+        self.crash(topic)
+
     def _lose_uncommitted(self, node: _Node, event: str) -> None:
         """A node's process ended: its commits in flight and a snapshot waiting for
         them are lost (at-least-once)."""
@@ -946,7 +977,7 @@ class Simulator:
         about = self._delivered_multicast(topic) if kind >= 2 else None
         if about is None:
             sender = f"merger-{topic}" if kind != 1 else INTRUDER
-            value = stray_tick(sender, ts, self.layer)
+            value = stray_tick(sender, ts, self.layer, self.control_formats[topic])
         else:
             message, sender = about
             self._about_ids[topic].add(len(self.inputs[topic]))
@@ -957,6 +988,7 @@ class Simulator:
                 ts,
                 protocol=self.protocols[sender].value,
                 layer=self.layer,
+                control_format=self.control_formats[sender],
             )
         self.append_input(topic, value, signed=False)
         self.events[f"stray_{bound.value}"] += 1
@@ -999,7 +1031,15 @@ class Simulator:
         }[named]
         seq = pick(self.chooser, [None, (0, 0), (10**6, self.chooser.integer(0, 3))])
         value = stray_in_flight(
-            kind, about, sender, 1, protocol=protocol, layer=self.layer, seq=seq, answers=answers
+            kind,
+            about,
+            sender,
+            1,
+            protocol=protocol,
+            layer=self.layer,
+            seq=seq,
+            answers=answers,
+            control_format=self.control_formats[sender],
         )
         self.append_input(target, value, signed=False)
         self._stray_hit.add(about.messageID)
@@ -1052,6 +1092,7 @@ class Simulator:
             sender,
             protocol=self.protocols[topic].value,
             layer=self.layer,
+            control_format=self.control_formats[sender],
         )
         self.doomed.add(mid)
         self.append_input(topic, value, signed=True)
@@ -1155,10 +1196,18 @@ class Simulator:
             self.bad_value(pick(chooser, topics))
         if chooser.chance(chaos.stray_in_flight):
             self.stray_in_flight()
-        if chooser.chance(chaos.wrong_restart):
-            self.wrong_restart(pick(chooser, topics))
+        self._restarts()
         if chaos.takeover:
             self._standbys()
+
+    def _restarts(self) -> None:
+        """A node restarted with a protocol it was not running (by chance), and one
+        restarted writing the other control format (by chance)."""
+        chooser, chaos = self.chooser, self.chaos
+        if chooser.chance(chaos.wrong_restart):
+            self.wrong_restart(pick(chooser, self.topics))
+        if chooser.chance(chaos.upgrade):
+            self.upgrade(pick(chooser, self.topics))
 
     def _standbys(self) -> None:
         """The standbys follow (each by chance); one may take over."""

@@ -4,7 +4,9 @@ Alongside valid 50 % multicast traffic from a client holding the secret, a fuzze
 writes at least 10,000 hostile records straight into the input logs: bad JSON, missing
 and wrong-typed fields, huge and boundary timestamps, oversized values, colliding ids,
 unknown destinations, stray ticks and acks, records that are not JSON, unsigned and
-wrongly signed control records, Decideds for ids never heard of. Most are *validly
+wrongly signed control records, Decideds for ids never heard of, and compact control
+records (docs/DESIGN.md §3.9) that are garbage, cut short, of a newer version, out of
+bounds, of another protocol or unsigned. Most are *validly
 signed* -- a buggy member -- so that they reach the decoder and the engine rather than
 stopping at the signature check.
 Then 100 foreign records go into every delivery topic ``T``: not JSON, other record
@@ -42,13 +44,13 @@ import pytest
 from confluent_kafka import Producer
 
 from atomickafka.client import AtomicKafkaClient, Delivery, DeliveryReader
+from atomickafka.core.compact import BINARY, COMPACT_VERSION, JSON, MAGIC, control_encoders
 from atomickafka.core.engine import MEMBERS_GRACE_MS
 from atomickafka.core.reader import DeadLetter, read_dead_letter
 from atomickafka.core.signing import SIGNATURE_HEADER, Signer
 from atomickafka.core.timebounds import CLOCK_HOLD_US
 from atomickafka.core.wire import (
     MAX_TIMESTAMP,
-    encode_bundle,
     encode_delivery,
     encode_tick,
     value_digest,
@@ -86,8 +88,16 @@ def _client(mid: object, dests: object, value: object = 1, **more: object) -> by
     return orjson.dumps(record)
 
 
-def _bundle(kind: Kind, dests: list[str], sender: str, ts: int, protocol: str = "direct") -> bytes:
-    """One control message from ``sender``'s node, bundled as a node writes it."""
+def _bundle(
+    kind: Kind,
+    dests: list[str],
+    sender: str,
+    ts: int,
+    protocol: str = "direct",
+    control_format: str = JSON,
+) -> bytes:
+    """One control message from ``sender``'s node, bundled as a node writes it (in
+    ``control_format``, docs/DESIGN.md §3.9)."""
     value = b'"v"'
     message = Wire(
         f"h-{random.randrange(10**9)}", kind, tuple(sorted(dests)),
@@ -95,7 +105,13 @@ def _bundle(kind: Kind, dests: list[str], sender: str, ts: int, protocol: str = 
         digest=value_digest(value), protocol=protocol,
     )  # fmt: skip
     # as a node of ``protocol`` writes it: the bundle's header names the protocol
-    return encode_bundle([message], sender_id=f"node-{sender}", sent_from=sender, protocol=protocol)
+    encode, _ = control_encoders(control_format)
+    return encode([message], sender_id=f"node-{sender}", sent_from=sender, protocol=protocol)
+
+
+def _compact(kind: Kind, dests: list[str], sender: str, ts: int, protocol: str = "direct") -> bytes:
+    """:func:`_bundle` in the compact form."""
+    return _bundle(kind, dests, sender, ts, protocol, BINARY)
 
 
 def _now_us() -> int:
@@ -150,6 +166,23 @@ KINDS: list[tuple[str, bool, Callable[[random.Random, str, str], bytes]]] = [
     ("unsigned-ack", False, lambda r, a, b: _bundle(Kind.ACK, [a, b], b, 3)),
     ("unsigned-client", False, lambda r, a, b: _client("x", [a])),
     ("wrongly-signed", False, lambda r, a, b: _bundle(Kind.NOTIFY, [a, b], b, 4)),
+    # the compact control form (§3.9): garbage after its first byte, a bundle cut inside
+    # its value, a newer version, bounds, protocols, signatures
+    (
+        "compact-garbage",
+        True,
+        lambda r, a, b: bytes([MAGIC, COMPACT_VERSION]) + r.randbytes(r.randint(0, 80)),
+    ),
+    ("compact-cut", True, lambda r, a, b: _compact(Kind.NOTIFY, [a, b], b, 5)[: -r.randint(1, 3)]),
+    (
+        "compact-newer",
+        True,
+        lambda r, a, b: bytes([MAGIC, COMPACT_VERSION + 1]) + _compact(Kind.ACK, [a, b], b, 3)[2:],
+    ),
+    ("compact-ts-over-max", True, lambda r, a, b: _compact(Kind.ACK, [a, b], b, MAX_TIMESTAMP + 1)),
+    ("compact-other-protocol", True, lambda r, a, b: _compact(Kind.NOTIFY, [a, b], b, 5, "poc")),
+    ("compact-decided-unknown-id", True, lambda r, a, b: _compact(Kind.DECIDED, [a, b], b, 5)),
+    ("compact-unsigned-ack", False, lambda r, a, b: _compact(Kind.ACK, [a, b], b, 3)),
 ]
 _FORGED_SIGNATURE = (SIGNATURE_HEADER, b"v1:" + b"0" * 64)
 
@@ -508,6 +541,7 @@ def _dead_lettered(letter: DeadLetter, topics: list[str]) -> str:
         text = text.replace(topic, "T")
     text = re.sub(r"\{T(, T)*\}", "{...}", text)
     text = re.sub(r"\d{4,}", "N", re.sub(r"digest [0-9a-f]{16}", "digest D", text))
+    text = re.sub(r" \(got .*", " (got ...)", text)  # what garbage held: one row per reason
     text = text if len(text) <= 90 else text[:87] + "..."
     return f"dead-lettered, `{dead_letter_reason(letter.code)}`: {text}"
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from atomickafka.core.compact import COMPACT_VERSION, MAGIC
 from atomickafka.core.engine import Algorithm
 from atomickafka.core.raw import decode_any, encode_raw_client
 from atomickafka.core.reader import (
@@ -63,10 +64,11 @@ def spec(topic: str = "A", **kw: object) -> NodeSpec:
     return NodeSpec(**settings)  # type: ignore[arg-type]
 
 
-def knowing(*members: str) -> NodeBatch:
+def knowing(*members: str, control_format: str | None = None) -> NodeBatch:
     """A node's batch layer whose engine knows ``members`` have nodes (§4.9.5), as one
-    restarted from a snapshot does: no members record needed first."""
-    node_spec = spec()
+    restarted from a snapshot does: no members record needed first; writing control
+    records in ``control_format`` (the default when ``None``)."""
+    node_spec = spec() if control_format is None else spec(control_format=control_format)
     engine = NodeBatch.fresh_engine(node_spec)
     engine.know_members(members)
     return NodeBatch(node_spec, engine)
@@ -128,15 +130,31 @@ def test_deliveries_are_written_in_the_topics_format(delivery_format: str) -> No
     assert record.sent_at == NOW_MS == sent_at_ms(record.value, record.headers)
 
 
-def test_a_multicast_becomes_one_bundle_per_destination() -> None:
-    batch = knowing("B", "C")
+@pytest.mark.parametrize(
+    ("control_format", "start"),
+    [
+        (None, bytes([MAGIC, COMPACT_VERSION])),
+        ("binary", bytes([MAGIC])),
+        ("json", b'{"messageType":"Bundle"'),
+    ],
+)
+def test_a_multicast_becomes_one_bundle_per_destination(
+    control_format: str | None, start: bytes
+) -> None:
+    """In the node's control format (§3.9): binary by default, or JSON."""
+    batch = knowing("B", "C", control_format=control_format)
     multicast = encode_client(client_message("m", ["A", "B", "C"], 1, "c", sent_at=NOW_MS))
     ready = batch.step(log("A", [multicast]), wall_s=0)
     control = [r for r in ready.records if r.kind is OutKind.CONTROL]
     assert sorted(r.topic for r in control) == ["atomickafka-in.B", "atomickafka-in.C"]
-    assert all(
-        r.value is not None and r.value.startswith(b'{"messageType":"Bundle"') for r in control
-    )
+    assert all(r.value is not None and r.value.startswith(start) for r in control)
+    for record in control:
+        (notify,) = decode_any(record.value)
+        assert (notify.messageType, notify.messageID, notify.value) == (
+            MessageType.NOTIFY,
+            "m",
+            b"1",
+        )
 
 
 def test_replayed_records_rebuild_state_and_write_nothing() -> None:
@@ -591,7 +609,7 @@ def test_a_node_holding_messages_ticks_its_own_log() -> None:
     tick = PlainRecord(ticks[0].value, topic="atomickafka-in.A", offset=1, timestamp_ms=NOW_MS + 51)
     batch.step([tick], wall_s=0.3)
     assert batch.engine.held_count == 0 and batch.engine.is_pending("m")
-    assert orjson.loads(ticks[0].value or b"{}")["senderID"] == "node-A"
+    assert decode_any(ticks[0].value)[0].senderID == "node-A"
 
 
 def test_the_members_record_is_written_again_on_request_while_messages_wait() -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -71,7 +72,10 @@ def single_run(
     *,
     signer: Signer | None = None,
     messages: int = 30,
+    **options: Any,
 ) -> SimulationResult:
+    """A run of ``messages`` over five topics under ``chaos``; ``options`` go to the
+    :class:`Simulator`."""
     topics = topic_names(5)
     rng = random.Random(seed)
     workload = random_workload(rng, topics, clients=3, messages=messages, relay=0.1, retry=0.1)
@@ -83,6 +87,7 @@ def single_run(
         exactly_once=mode[0],
         commit_lag=mode[1],
         signer=signer,
+        **options,
     )
     return sim.run(workload)
 

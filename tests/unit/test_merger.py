@@ -39,6 +39,7 @@ from atomickafka.core.merger import (
     Release,
     TickRequest,
 )
+from atomickafka.core.raw import decode_any
 from atomickafka.core.signing import Signer
 from atomickafka.core.wire import decode_record
 from atomickafka.node import merger_runtime
@@ -306,7 +307,7 @@ def test_rule3_the_merger_shell_retries_once_the_head_stayed_blocked(
     assert [(r.kind, r.topic, r.partition) for r in written] == [
         (OutKind.TICK, runtime.spec.input_topic, 1)
     ]
-    (tick,) = decode_record(written[0].value or b"")
+    (tick,) = decode_any(written[0].value)
     assert (tick.timeStamp, tick.senderID) == (5, runtime.sender_id)
     runtime.batch.merger.handle_batch([w(1, 6)])  # layer 1 answered: nothing blocks
     now[0] += 10 * merger_runtime.TICK_RETRY_S

@@ -13,6 +13,7 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
+from atomickafka.core.compact import encode_compact_bundle, encode_compact_tick
 from atomickafka.core.engine import Algorithm
 from atomickafka.core.memory import Window
 from atomickafka.core.reader import DEAD_LETTER_ERROR_HEADER, TYPE_HEADER, PlainRecord
@@ -100,12 +101,16 @@ def test_the_type_of_every_record_a_node_or_merger_reads() -> None:
         "ClientMessage": encode_client(client_message("x" * 500, ["A"], "v", "s" * 500)),
         "Bundle": encode_bundle([notify], sender_id="node-B", sent_from="B", protocol="direct"),
         "TickMessage": encode_tick("node-A", 3),
+        "compact Bundle": encode_compact_bundle(
+            [notify], sender_id="node-B", sent_from="B", protocol="direct"
+        ),
+        "compact TickMessage": encode_compact_tick("node-A", 3, 1),
         "MembersMessage": encode_members("node-A", ["A", "B"]),
         "WatermarkMessage": encode_watermark("node-A/0", 3, 0),
         "DeliveryMessage": delivery("d", None),
     }
     for kind, raw in seen.items():
-        assert record_type(raw, None) == kind
+        assert record_type(raw, None) == kind.removeprefix("compact ")
     spaced = b'{"messageID": "m", "messageType" : "ClientMessage", "topic": ["A"]}'
     assert record_type(spaced, []) == "ClientMessage"  # another writer's JSON spacing
 
@@ -114,6 +119,13 @@ def test_a_record_whose_type_cannot_be_seen_is_unknown() -> None:
     assert record_type(b"not json", None) == UNKNOWN
     assert record_type(None, None) == UNKNOWN
     assert record_type(b'{"messageType": "Bogus"}', None) == UNKNOWN
+    tick = encode_compact_tick("node-A", 3)
+    for compact in (
+        tick[:3],
+        tick[:1] + b"\x09" + tick[2:],
+        tick.replace(b"\x02\x00", b"\x07\x00"),
+    ):
+        assert record_type(compact, None) == UNKNOWN  # cut, a newer version, another kind
     far = b'{"pad": "' + b"x" * 5000 + b'", "messageType": "ClientMessage"}'
     # past the first bytes the reader decides (tests/unit/test_metrics_contract.py)
     assert record_type(far, None) == "ClientMessage"

@@ -98,6 +98,8 @@ chaos_settings = st.builds(
     max_delay=st.integers(1, 40),
     commit=st.sampled_from([1.0, 0.5, 0.2]),  # exactly-once: transactions over steps (§6.3)
     zombie=st.sampled_from([0.0, 0.5, 1.0]),  # a fenced instance goes on writing control
+    mixed_formats=st.booleans(),  # nodes writing JSON and binary control records (§3.9)
+    upgrade=st.sampled_from([0.0, 0.0, 0.02]),  # restarts in the other control format
 )
 #: The delivery modes: exactly-once, or at-least-once with commits lagging 0 to 6 steps.
 delivery_modes = st.sampled_from([(True, 0), (False, 0), (False, 2), (False, 6)])

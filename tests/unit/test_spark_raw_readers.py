@@ -8,16 +8,28 @@ beside it (as ``--py-files`` puts it)."""
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from atomickafka import spark_raw
 from atomickafka.audit import spark_job
 from atomickafka.core import raw
+from atomickafka.core.compact import (
+    MAGIC,
+    decode_compact,
+    encode_compact_bundle,
+    encode_compact_tick,
+)
+from atomickafka.core.wire import Message
 from atomickafka.evaluation.suite import metrics_job
+from tests.unit.test_compact import bundled
 
 _HEADER = re.compile(r'"(atomickafka-[a-z]+)"')
 
@@ -59,3 +71,36 @@ def test_a_job_file_runs_without_the_package_given_the_raw_reader_beside_it(
     )
     assert done.returncode == 0, done.stderr
     assert "--runs" in done.stdout
+
+
+# ---------------------------------------------------------------------------- compact form
+
+
+@given(st.lists(bundled(), min_size=1, max_size=6), st.none() | st.integers(0, 2**31 - 1))
+def test_the_compact_reader_reads_what_the_codec_writes(
+    messages: list[Message], layer: int | None
+) -> None:
+    """The metrics job's own parser of the compact form (docs/DESIGN.md §3.9) finds each
+    inner message's type, id and timestamp, and the writer, as the codec decodes them."""
+    record = encode_compact_bundle(
+        messages, sender_id="node-B", sent_from="B", protocol="direct", partition=layer
+    )
+    decoded = decode_compact(record)
+    inner = [{"messageType": m.messageType.value, "messageID": m.messageID} | (
+        {} if m.timeStamp is None else {"timeStamp": m.timeStamp}) for m in decoded]  # fmt: skip
+    assert json.loads(spark_raw.compact_json(record) or "null") == {
+        "messageType": "Bundle", "senderID": "node-B", "sentFromTopic": "B", "messages": inner,
+    }  # fmt: skip
+    tick = encode_compact_tick("merger-B", 7, layer)
+    assert json.loads(spark_raw.compact_json(tick) or "null") == {
+        "messageType": "TickMessage", "messageID": "tick-7", "senderID": "merger-B",
+        "timeStamp": 7,
+    }  # fmt: skip
+
+
+@given(st.binary(max_size=200))
+def test_the_compact_reader_never_raises(tail: bytes) -> None:
+    for value in (tail, bytes([spark_raw.COMPACT_MAGIC, 1]) + tail):
+        spark_raw.compact_json(value)
+    assert spark_raw.compact_json(b'{"messageType":"Bundle"}') is None
+    assert spark_raw.COMPACT_MAGIC == MAGIC

@@ -23,8 +23,9 @@ file per run, ``<out>/<run>.json``.
 
 It ships inside the package (``atomickafka/evaluation/suite/metrics_job.py``) and imports
 nothing from it but ``atomickafka/spark_raw.py`` (the raw record form, shared with the
-audit's Spark job; pyspark only): where the package is not installed, pass that file to
-``spark-submit --py-files``, and the job runs wherever pyspark does. It reads AtomicKafka's
+audit's Spark job, and the compact control form; pyspark only): where the package is not
+installed, pass that file to ``spark-submit --py-files``, and the job runs wherever
+pyspark does. It reads AtomicKafka's
 wire format with its own parser (Spark's ``from_json`` over :data:`RECORD_SCHEMA`), on
 purpose: a contract test holds it to the records ``atomickafka.core.wire`` writes.
 ``atomickafka eval --print-job`` prints this file's path. Usage::
@@ -58,9 +59,12 @@ from pyspark.sql import functions as F  # noqa: N812 (the usual spelling)
 from pyspark.sql import types as T  # noqa: N812
 
 try:  # the installed package
-    from atomickafka.spark_raw import raw_as_json
+    from atomickafka.spark_raw import compact_as_json, raw_as_json
 except ImportError:  # this file alone under spark-submit, with --py-files .../spark_raw.py
-    from spark_raw import raw_as_json  # type: ignore[import-not-found,no-redef]
+    from spark_raw import (  # type: ignore[import-not-found,no-redef]
+        compact_as_json,
+        raw_as_json,
+    )
 
 
 #: Topic names of an AtomicKafka topic ``T`` (``atomickafka.kafka.topics``): the input
@@ -203,6 +207,7 @@ def parse_values(raw: DataFrame) -> DataFrame:
         F.coalesce(
             # (the value is the user's: the evaluation's probe when it is one, else null)
             raw_as_json(raw, F.from_json(F.col("value").cast("string"), _VALUE)),
+            compact_as_json(F.col("value")),  # a compact bundle or tick (§3.9)
             F.substring_index(F.col("value").cast("string"), BUNDLE_HEADER_END, 1),
         ).alias("json"),
         F.coalesce(F.length("value"), F.lit(0)).cast("int").alias("value_bytes"),
