@@ -86,13 +86,18 @@ def compact_json(raw: bytes | bytearray | None) -> str | None:
     """:func:`compact_as_json` of one record value, in plain Python."""
     try:
         found = _read_compact(bytes(raw or b""))
-    except (IndexError, ValueError):  # cut short, not UTF-8: not one the jobs count
+    except (IndexError, ValueError, _CutShortError):  # cut short, not UTF-8: not counted
         return None
     return None if found is None else json.dumps(found)
 
 
+class _CutShortError(Exception):
+    """A compact record ends before what it says it holds."""
+
+
 class _Bytes:
-    """A position in a record value; reading past its end raises ``IndexError``."""
+    """A position in a record value; reading past its end raises ``IndexError`` (a
+    byte) or :class:`_CutShortError` (more bytes)."""
 
     def __init__(self, raw: bytes, at: int) -> None:
         self.raw, self.at = raw, at
@@ -113,7 +118,7 @@ class _Bytes:
     def skip(self, size: int) -> bytes:
         self.at += size
         if self.at > len(self.raw):
-            raise IndexError("cut short")
+            raise _CutShortError(self.at)
         return self.raw[self.at - size : self.at]
 
     def text(self) -> str:
