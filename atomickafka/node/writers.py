@@ -320,6 +320,11 @@ class TransactionalWriter(Writer):
     ) -> None:
         self.on_wait = on_wait
         self._consumer = consumer
+        # The consumer's group metadata, read once: its consumers are assigned their
+        # partitions (never subscribed), so it never changes. librdkafka answers the
+        # call from its group thread while confluent-kafka holds the GIL, which stalled
+        # the node's loop for every commit (py-spy: 23 % of a node's samples).
+        self._group = consumer.consumer_group_metadata()
         self._input = input_topic
         settings: dict[str, str | int | bool] = {
             "transactional.id": transactional_id(role),
@@ -418,7 +423,7 @@ class TransactionalWriter(Writer):
             self._failed(exc, "writing a batch", deadline)
         if commit:
             offsets = [TopicPartition(self._input, p, o) for p, o in commit.items()]
-            group = self._consumer.consumer_group_metadata()
+            group = self._group
             self._call(
                 lambda: producer.send_offsets_to_transaction(
                     offsets, group, SEND_OFFSETS_TIMEOUT_S
@@ -546,7 +551,7 @@ class TransactionalWriter(Writer):
             producer = self._producer
             if commit:
                 offsets = [TopicPartition(self._input, p, o) for p, o in commit.items()]
-                group = self._consumer.consumer_group_metadata()
+                group = self._group
                 self._call(
                     lambda: producer.send_offsets_to_transaction(
                         offsets, group, SEND_OFFSETS_TIMEOUT_S

@@ -220,6 +220,9 @@ class FakeConsumer:
     def get_watermark_offsets(self, *_: object, **__: object) -> tuple[int, int]:
         return 0, self.high
 
+    def consumer_group_metadata(self) -> object:
+        return object()
+
     def assign(self, *_: object) -> None:
         pass
 

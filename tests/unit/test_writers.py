@@ -86,6 +86,7 @@ def _writer(producer: object) -> TransactionalWriter:
     writer = object.__new__(TransactionalWriter)  # without the broker its init needs
     writer._producer = producer  # type: ignore[assignment]
     writer._consumer = GroupConsumer()  # type: ignore[assignment]
+    writer._group = writer._consumer.consumer_group_metadata()
     writer._input = "in"
     writer._last_commit = 0.0
     writer.wedged = False
