@@ -321,9 +321,9 @@ class TransactionalWriter(Writer):
         self.on_wait = on_wait
         self._consumer = consumer
         # The consumer's group metadata, read once: its consumers are assigned their
-        # partitions (never subscribed), so it never changes. librdkafka answers the
-        # call from its group thread while confluent-kafka holds the GIL, which stalled
-        # the node's loop for every commit (py-spy: 23 % of a node's samples).
+        # partitions (never subscribed), so it never changes. Asked at every commit, the
+        # call (librdkafka answers it from its group thread) took 23 % of a node's
+        # samples in py-spy over the bench (docs/performance.md).
         self._group = consumer.consumer_group_metadata()
         self._input = input_topic
         settings: dict[str, str | int | bool] = {
