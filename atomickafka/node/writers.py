@@ -421,6 +421,12 @@ class TransactionalWriter(Writer):
             raise exc from None
         except KafkaException as exc:
             self._failed(exc, "writing a batch", deadline)
+        self._commit(producer, commit, deadline)
+
+    def _commit(
+        self, producer: RecordProducer, commit: OffsetCommit | None, deadline: float
+    ) -> None:
+        """Add ``commit`` (the input offsets) to the open transaction, then commit it."""
         if commit:
             offsets = [TopicPartition(self._input, p, o) for p, o in commit.items()]
             group = self._group
@@ -548,24 +554,7 @@ class TransactionalWriter(Writer):
                 self.broken = False
                 self._abort(deadline)
                 raise _AbortedError("a write into it failed")
-            producer = self._producer
-            if commit:
-                offsets = [TopicPartition(self._input, p, o) for p, o in commit.items()]
-                group = self._group
-                self._call(
-                    lambda: producer.send_offsets_to_transaction(
-                        offsets, group, SEND_OFFSETS_TIMEOUT_S
-                    ),
-                    SEND_OFFSETS_TIMEOUT_S,
-                    "adding the input offsets to the transaction",
-                    deadline,
-                )
-            self._call(
-                lambda: producer.commit_transaction(COMMIT_TIMEOUT_S),
-                COMMIT_TIMEOUT_S,
-                "committing the transaction",
-                deadline,
-            )
+            self._commit(self._producer, commit, deadline)
         except _AbortedError as exc:
             _log_retry("aborted", "transaction aborted (%s); writing the batches again", exc)
             self.write(records, commit)
