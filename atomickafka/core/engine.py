@@ -11,6 +11,14 @@ a random source, so everything it returns is a pure function of its input log: a
 replay rebuilds the same state and the same outputs, which is what recovery stands on.
 The rule numbers below are those of ``docs/DESIGN.md`` §4, which tests cite.
 
+Everything the engine keeps from one step to the next is one value, ``Engine.state``
+(an :class:`~atomickafka.core.engine_state.EngineState`: settings, clock, log time,
+undelivered and held messages, the memory of settled ids, the peers' sequences, the
+members, the counters), which is also what a snapshot writes. The engine is the rules
+over it: its methods read and write ``self.state`` and keep beside it only the delivery
+queue (an index of the undelivered messages, rebuilt from the state on restore), what
+the settings imply (the protocol's table, §4.14) and one step's scratch.
+
 The protocol is Skeen's, in three forms (``Algorithm``):
 
 ``optimized`` (thesis Alg. 3/4)
@@ -76,7 +84,6 @@ wrong; the mutation tests override them to put those defects back.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, NoReturn
 
@@ -97,15 +104,13 @@ from atomickafka.core.engine_types import (
 )
 from atomickafka.core.memory import (
     DEFAULT_WINDOW_MS,
-    LinkSequences,
     Outcome,
-    SettledMemory,
     Version,
     Window,
 )
 from atomickafka.core.protocols import PROTOCOLS, Reply, route, routed_by_id
 from atomickafka.core.reasons import Reason, Refusal, refusal
-from atomickafka.core.timebounds import CLOCK_LEAD_US, HeldMessages, Verdict, judge
+from atomickafka.core.timebounds import CLOCK_LEAD_US, Verdict, judge
 from atomickafka.core.wire import (
     MAX_RECORD_BYTES,
     MAX_TIMESTAMP,
@@ -202,35 +207,24 @@ class Engine:
         merger_id: str | None = None,
         members: frozenset[str] | None = None,
     ) -> None:
-        self.topic = topic
-        self.node_id = node_id if node_id is not None else f"node-{topic}"
-        self.algorithm = Algorithm(algorithm)
-        self._rules = PROTOCOLS[self.algorithm]  # who proposes, decides, answers whom
-        self._protocol = str(self.algorithm)  # what our control messages name
-        self.partition = partition
-        self.max_value_bytes = max_value_bytes
-        self.max_record_bytes = max_record_bytes
-        self.merger_id = merger_id if merger_id is not None else f"merger-{topic}"
-        self.window = Window(window_ms)
-        self.clock = 0
-        #: The log's time: the largest log append time seen (ms, §4.11).
-        self.now_ms = 0
-        self.stats = EngineStats()
-        self._pending: dict[str, PendingMessage] = {}
+        self.state = EngineState.fresh(
+            topic,
+            node_id if node_id is not None else f"node-{topic}",
+            str(Algorithm(algorithm)),
+            partition=partition,
+            max_value_bytes=max_value_bytes,
+            max_record_bytes=max_record_bytes,
+            merger_id=merger_id if merger_id is not None else f"merger-{topic}",
+            window_ms=window_ms,
+            members=None if members is None else members | {topic},
+        )
+        self._settle_settings()
+        # Derived from the state, rebuilt by from_state: the queue indexes pending.
         self._queue = DeliveryQueue()  # of (timeStamp, messageID)
-        self._memory = SettledMemory(window_ms)
-        self._links = LinkSequences()
-        self._held = HeldMessages()
-        #: Entries created by a peer's Ack before this node heard of the message, with
-        #: when to forget them if it never does (a stray Ack; §4.13).
-        self._orphans: deque[tuple[int, str]] = deque()
+        # Scratch of one step, never part of the state.
         self._check_due = False
         self._aborts: list[Aborted] = []
-        self._origin: int | None = None  # offset of the record being handled
-        self._next_index = 0  # of the next output caused by it
-        self._delivery_type = (
-            MessageType.DELIVERY if partition is None else MessageType.PARTITION_DELIVERY
-        )
+        self._members_changed = False
         self._handlers: dict[MessageType, Callable[[Message], list[Output]]] = {
             MessageType.CLIENT: self._on_client,
             MessageType.NOTIFY: self._on_notify,
@@ -240,23 +234,80 @@ class Engine:
             MessageType.TICK: self._on_tick,
             MessageType.MEMBERS: self._on_members,
         }
-        #: The topics that have a node, as this node last wrote them into its log
-        #: (§4.9.5); ``None``: not known, every destination is taken on trust (an
-        #: engine driven by hand). A node's batch layer starts with the empty set: what
-        #: names another topic waits for the node's first members record.
-        self.members: frozenset[str] | None = None if members is None else members | {topic}
-        #: Messages naming a destination not (yet) a member: they wait for a members
-        #: record that names it; one of MEMBERS_GRACE_MS or more after their log time
-        #: that does not refuses them (§4.9.5). The int: that log time plus the grace.
-        self._awaiting: list[tuple[int, Message]] = []
-        self._members_changed = False
-        #: The log time of the last members record read (§4.9.5): the evidence a refusal
-        #: needs. Only such a record refuses, so a members record lost with an aborted
-        #: transaction (a crash) delays a message but never refuses it.
-        self.members_log_ms: int | None = None
-        #: Another protocol than this engine's, named by one of its own members records
-        #: (written by an earlier process of this node): ``None`` while all agree.
-        self.logged_protocol: str | None = None
+
+    def _settle_settings(self) -> None:
+        """The values derived from the state's settings: the protocol's table, the
+        delivery type, the memory's window."""
+        state = self.state
+        self.algorithm = Algorithm(state.algorithm)
+        self._rules = PROTOCOLS[self.algorithm]  # who proposes, decides, answers whom
+        self._protocol = str(self.algorithm)  # what our control messages name
+        self.window = Window(state.memory.window_ms)
+        self._delivery_type = (
+            MessageType.DELIVERY if state.partition is None else MessageType.PARTITION_DELIVERY
+        )
+
+    # ------------------------------------------------------------------ the state, read
+
+    @property
+    def topic(self) -> str:
+        """The topic this engine orders."""
+        return self.state.topic
+
+    @property
+    def node_id(self) -> str:
+        """The id this engine's control messages carry."""
+        return self.state.node_id
+
+    @property
+    def partition(self) -> int | None:
+        """The node's layer of a partitioned topic (§8), or ``None``."""
+        return self.state.partition
+
+    @property
+    def max_value_bytes(self) -> int:
+        """The largest value taken up (§4.9)."""
+        return self.state.max_value_bytes
+
+    @property
+    def max_record_bytes(self) -> int:
+        """The largest record written."""
+        return self.state.max_record_bytes
+
+    @property
+    def merger_id(self) -> str:
+        """The sender of the merger's ticks (§8)."""
+        return self.state.merger_id
+
+    @property
+    def clock(self) -> int:
+        """The Lamport clock (rules 1 and 2)."""
+        return self.state.clock
+
+    @property
+    def now_ms(self) -> int:
+        """The log's time: the largest log append time seen (ms, §4.11)."""
+        return self.state.now_ms
+
+    @property
+    def stats(self) -> EngineStats:
+        """The counters (part of the state: a restored engine counts on)."""
+        return self.state.stats
+
+    @property
+    def members(self) -> frozenset[str] | None:
+        """The topics that have a node, as this node last wrote them (§4.9.5)."""
+        return self.state.members
+
+    @property
+    def members_log_ms(self) -> int | None:
+        """The log time of the last members record read (§4.9.5)."""
+        return self.state.members_log_ms
+
+    @property
+    def logged_protocol(self) -> str | None:
+        """Another protocol named by one of this node's own members records, or ``None``."""
+        return self.state.logged_protocol
 
     # ------------------------------------------------------------------ public API
 
@@ -275,6 +326,7 @@ class Engine:
         return self._apply([record]).outputs
 
     def _apply(self, records: Iterable[Message]) -> Step:
+        state = self.state
         result = Step()
         self._aborts = result.aborted
         seen = 0
@@ -282,39 +334,40 @@ class Engine:
         for index, record in enumerate(records):
             seen += 1
             origin = record.origin
-            if origin is not None and origin != self._origin:
-                self._origin, self._next_index = origin, 0
+            if origin is not None and origin != state.origin:
+                state.origin, state.next_index = origin, 0
             log_time = record.logTime
-            if log_time is not None and log_time > self.now_ms:
+            if log_time is not None and log_time > state.now_ms:
                 self._advance(log_time, result)
             take(index, record, result)
             if self._members_changed:
                 self._members_changed = False
                 self._retake_awaiting(result)
-        self.stats.records_in += seen
-        self.stats.records_out += len(result.outputs)
+        state.stats.records_in += seen
+        state.stats.records_out += len(result.outputs)
         return result
 
     def _advance(self, log_time: int, result: Step) -> None:
         """The log's time moves on to ``log_time`` (a record's, past the log's time):
         what was held until then is applied, and what settled a window ago is
         forgotten (§4.11, §4.13)."""
-        self.now_ms = log_time
-        self.stats.forgotten += self._memory.expire(log_time)
-        orphans = self._orphans
+        state = self.state
+        state.now_ms = log_time
+        state.stats.forgotten += state.memory.expire(log_time)
+        orphans = state.orphans
         if orphans and orphans[0][0] <= log_time:
             result.outputs.extend(self._numbered(self._abandon_orphans(log_time)))
-        if self._held:
-            for held in self._held.due(log_time * 1000):
+        if state.held:
+            for held in state.held.due(log_time * 1000):
                 self._take(None, held, result, released=True)
 
     def _retake_awaiting(self, result: Step) -> None:
         """Take the messages that waited for members again, after a members record (or
         a new member): each is taken, refused, or waits on."""
-        if not self._awaiting:
+        if not self.state.awaiting:
             return
-        due = [m for _, m in self._awaiting]
-        self._awaiting = []
+        due = [m for _, m in self.state.awaiting]
+        self.state.awaiting = []
         for message in due:
             self._take(None, message, result, released=True)
 
@@ -324,34 +377,35 @@ class Engine:
         as the Notify that caused the Ack): refuse the version, which this node never
         proposed for, and tell the other destinations, so none waits for this node."""
         out: list[Output] = []
-        orphans = self._orphans
+        orphans = self.state.orphans
         while orphans and orphans[0][0] <= now_ms:
             _, mid = orphans.popleft()
-            entry = self._pending.get(mid)
+            entry = self.state.pending.get(mid)
             if entry is None or entry.local is not None:
                 continue
-            del self._pending[mid]
-            self.stats.forgotten += 1
+            del self.state.pending[mid]
+            self.state.stats.forgotten += 1
             out.extend(self._abort_version(mid, entry.version, entry.sent_at, heard=entry.heard))
         return out
 
     def _take(
         self, position: int | None, record: Message, result: Step, *, released: bool = False
     ) -> None:
+        state = self.state
         handler = self._handlers.get(record.messageType)
         if handler is None:  # deliveries (the shared layout), watermarks
-            self.stats.ignored += 1
+            state.stats.ignored += 1
             return
         link = None if released else self._link(record)
         # (links[0], links[1], not *link: mypyc calls a native method with * generically)
-        if link is not None and self._links.seen(link[0], link[1]):
-            self.stats.duplicates += 1
+        if link is not None and state.links.seen(link[0], link[1]):
+            state.stats.duplicates += 1
             return
         if released and record.origin is not None:
             result.released.append(record.origin)  # until it is kept again, below
         if released and self._held_too_long(record):
-            self.stats.late += 1
-            self.stats.rejected += 1
+            state.stats.late += 1
+            state.stats.rejected += 1
             result.rejected.append(
                 Rejection(
                     position,
@@ -366,25 +420,25 @@ class Engine:
         try:
             outputs = handler(record)
             if link is not None and record.messageType is not MessageType.ABORT:
-                self._links.take(link[0], link[1])
+                state.links.take(link[0], link[1])
             if outputs:
                 result.outputs.extend(self._numbered(outputs))
         except _Refused as refusal:
-            self.stats.rejected += 1
+            state.stats.rejected += 1
             result.rejected.append(Rejection(position, record, refusal.reason, refusal.code))
             result.outputs.extend(self._numbered(refusal.outputs))
         except _Held as held:
             if link is not None:
-                self._links.take(*link)
-            self.stats.held += 1
-            pushed_out = self._held.hold(record, held.ts)
+                state.links.take(*link)
+            state.stats.held += 1
+            pushed_out = state.held.hold(record, held.ts)
             self._kept(position, record, result, released)
             if pushed_out is not None:
                 self._refuse_held(pushed_out, result)
         except _AwaitingMembers as awaiting:
             if link is not None:
-                self._links.take(*link)
-            self._awaiting.append((awaiting.until_ms, record))
+                state.links.take(*link)
+            state.awaiting.append((awaiting.until_ms, record))
             self._kept(position, record, result, released)
 
     @staticmethod
@@ -403,14 +457,14 @@ class Engine:
         Decided by log times alone, so a replay in other batches decides the same."""
         if record.messageType is MessageType.TICK or record.logTime is None:
             return False
-        return self.now_ms - record.logTime > self.window.max_age_ms
+        return self.state.now_ms - record.logTime > self.window.max_age_ms
 
     def _refuse_held(self, record: Message, result: Step) -> None:
         reason = (
-            f"held with {len(self._held)} other messages whose timestamps are ahead of the "
+            f"held with {len(self.state.held)} other messages whose timestamps are ahead of the "
             "log's time; the one furthest ahead is refused (§4.11)"
         )
-        self.stats.rejected += 1
+        self.state.stats.rejected += 1
         try:
             self._refuse_version(record, Reason.HELD_OVERFLOW, reason)
         except _Refused as refusal:
@@ -431,13 +485,13 @@ class Engine:
         """Give each control output its ``seq`` (§4.12): the offset of the input record
         being handled and the output's index among that record's outputs. (Tuples
         are built with ``tuple.__new__``: this runs for every control output.)"""
-        origin = self._origin
+        origin = self.state.origin
         if origin is None:
             return list(outputs)
-        index = self._next_index
+        index = self.state.next_index
         out: list[Output] = []
         append = out.append
-        pending = self._pending
+        pending = self.state.pending
         for output in outputs:
             message = output[1]
             kind = message[_TYPE]
@@ -454,17 +508,18 @@ class Engine:
                 entry = pending.get(message[0])
                 if entry is not None:
                     entry.sent[output[0]] = seq
-        self._next_index = index
+        self.state.next_index = index
         return out
 
     def deliver_ready(self) -> list[Output]:
         """Release every deliverable message at the head of the queue, in order."""
+        state = self.state
         if not self._check_due:
             return []
         self._check_due = False
         out: list[Output] = []
         queue = self._queue
-        pending = self._pending
+        pending = state.pending
         while queue:
             ts, message_id = queue[0]
             entry = pending[message_id]
@@ -473,72 +528,73 @@ class Engine:
             assert entry.value is not None  # decided here => a proposal => a value
             queue.pop(0)
             del pending[message_id]
-            self._memory.settle(message_id, Outcome.DELIVERED, entry.version, self.now_ms)
+            state.memory.settle(message_id, Outcome.DELIVERED, entry.version, state.now_ms)
             delivery = self._control(self._delivery_type, message_id, entry, ts)
-            out.append(_new_tuple(Output, (self.topic, delivery)))
-        self.stats.deliveries += len(out)
-        self.stats.records_out += len(out)
+            out.append(_new_tuple(Output, (state.topic, delivery)))
+        state.stats.deliveries += len(out)
+        state.stats.records_out += len(out)
         return out
 
     def know_members(self, topics: Iterable[str]) -> None:
         """Know ``topics`` as members, as from a members record read before any other
         record (what a node restarted from a snapshot knows; for scripted runs)."""
-        self.members = (self.members or frozenset()) | frozenset(topics) | {self.topic}
-        if self.members_log_ms is None:
-            self.members_log_ms = 0
+        state = self.state
+        state.members = (state.members or frozenset()) | frozenset(topics) | {state.topic}
+        if state.members_log_ms is None:
+            state.members_log_ms = 0
 
     def reconfigure(self, algorithm: Algorithm) -> None:
         """Run ``algorithm`` from now on: only while nothing is pending or held (a
         drained node, §6.6). Its next members record names the new protocol."""
-        if self._pending or self._held or self._awaiting:
+        state = self.state
+        if state.pending or state.held or state.awaiting:
             raise ConfigError("a node changes protocol only with nothing in flight")
-        self.algorithm = Algorithm(algorithm)
-        self._rules = PROTOCOLS[self.algorithm]
-        self._protocol = str(self.algorithm)
-        self.logged_protocol = None
+        state.algorithm = str(Algorithm(algorithm))
+        state.logged_protocol = None
+        self._settle_settings()
 
     # ------------------------------------------------------------------ introspection
 
     @property
     def pending_count(self) -> int:
         """Messages this node has heard of and not yet delivered."""
-        return len(self._pending)
+        return len(self.state.pending)
 
     @property
     def delivered_count(self) -> int:
         """Messages this node has delivered (since it started, or since the snapshot it
         was restored from: the counter is part of the state)."""
-        return self.stats.deliveries
+        return self.state.stats.deliveries
 
     @property
     def held_count(self) -> int:
         """Messages waiting for the log's time to reach their timestamp (§4.11), or for
         their destinations to be known members (§4.9.5)."""
-        return len(self._held) + len(self._awaiting)
+        return len(self.state.held) + len(self.state.awaiting)
 
     @property
     def awaiting_members(self) -> tuple[str, ...]:
         """Destinations that messages here wait to see in a members record (§4.9.5)."""
-        members = self.members if self.members_log_ms is not None else None
-        known = members or frozenset({self.topic})
-        return tuple(sorted({t for _, m in self._awaiting for t in m.topic if t not in known}))
+        members = self.state.members if self.state.members_log_ms is not None else None
+        known = members or frozenset({self.state.topic})
+        return tuple(sorted({t for _, m in self.state.awaiting for t in m.topic if t not in known}))
 
     @property
     def next_due_ms(self) -> int | None:
         """The log time (ms) at which the next held message is due, or ``None``."""
-        due = self._held.next_due_us
+        due = self.state.held.next_due_us
         return None if due is None else -(-due // 1000)
 
     @property
     def remembered_count(self) -> int:
         """Settled ids and refused versions remembered now (§4.13)."""
-        return len(self._memory)
+        return len(self.state.memory)
 
     def waiting(self, limit: int = 10) -> list[Waiting]:
         """The first ``limit`` queued messages (the head first) and what they wait for."""
         out = []
         for ts, message_id in self._queue.islice(0, limit):
-            entry = self._pending[message_id]
+            entry = self.state.pending[message_id]
             missing = tuple(t for t in entry.destinations if t not in entry.proposals)
             out.append(Waiting(message_id, ts, entry.final is not None, missing))
         return out
@@ -553,12 +609,12 @@ class Engine:
         head's key (a final is never below the proposal) or, later messages, clock + 1."""
         if self._queue:
             head: int = self._queue[0][0]
-            return min(head, self.clock + 1)
-        return self.clock + 1
+            return min(head, self.state.clock + 1)
+        return self.state.clock + 1
 
     def is_pending(self, message_id: str) -> bool:
         """True while this node holds ``message_id`` undelivered."""
-        return message_id in self._pending
+        return message_id in self.state.pending
 
     def is_delivered(self, message_id: str) -> bool:
         """True once this node has delivered ``message_id`` (and still remembers it)."""
@@ -568,7 +624,7 @@ class Engine:
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as plain JSON-serialisable data (see :meth:`restore`)."""
-        return self.state().to_data()
+        return self.state.to_data()
 
     @classmethod
     def restore(cls, snapshot: dict[str, Any]) -> Engine:
@@ -576,82 +632,29 @@ class Engine:
         cannot be read)."""
         return cls.from_state(EngineState.from_data(snapshot))
 
-    def state(self) -> EngineState:
-        """The whole state as one value: this engine's own containers, to be read before
-        it steps again (:meth:`snapshot` writes it out at once)."""
-        return EngineState(
-            topic=self.topic,
-            node_id=self.node_id,
-            algorithm=self.algorithm.value,
-            partition=self.partition,
-            max_value_bytes=self.max_value_bytes,
-            max_record_bytes=self.max_record_bytes,
-            merger_id=self.merger_id,
-            clock=self.clock,
-            now_ms=self.now_ms,
-            origin=self._origin,
-            next_index=self._next_index,
-            pending=self._pending,
-            held=self._held.messages(),
-            memory=self._memory,
-            links=self._links,
-            members=self.members,
-            members_log_ms=self.members_log_ms,
-            logged_protocol=self.logged_protocol,
-            orphans=list(self._orphans),
-            awaiting=self._awaiting,
-            stats=self.stats,
-        )
-
     @classmethod
     def from_state(cls, state: EngineState) -> Engine:
-        """An engine built with ``state``'s settings that takes ``state`` over as its
-        own (the state is not to be used after)."""
-        engine = cls(
-            state.topic,
-            state.node_id,
-            state.algorithm,
-            partition=state.partition,
-            max_value_bytes=state.max_value_bytes,
-            max_record_bytes=state.max_record_bytes,
-            window_ms=state.window_ms,
-            merger_id=state.merger_id,
-        )
-        engine._take_over(state)
-        return engine
-
-    def _take_over(self, state: EngineState) -> None:
-        """Make ``state``'s clock, progress and containers this (fresh) engine's."""
-        self.clock = state.clock
-        self.now_ms = state.now_ms
-        self._origin, self._next_index = state.origin, state.next_index
-        self._pending = state.pending
+        """An engine whose state is ``state`` (taken over, not copied: the state is not
+        to be used after); what is derived from it, the delivery queue, is rebuilt."""
+        engine = cls(state.topic, state.node_id, state.algorithm)
+        engine.state = state
+        engine._settle_settings()
         for mid, entry in state.pending.items():
             if entry.key_ts is not None:
-                self._queue.add((entry.key_ts, mid))
-        for message in state.held:
-            assert message.timeStamp is not None  # EngineState.from_data checks
-            self._held.hold(message, message.timeStamp)
-        self._memory = state.memory
-        self._links = state.links
-        self._orphans.extend(state.orphans)
-        self._awaiting = state.awaiting
-        self.members = state.members
-        self.members_log_ms = state.members_log_ms
-        self.logged_protocol = state.logged_protocol
-        self.stats = state.stats
-        self._check_due = True
+                engine._queue.add((entry.key_ts, mid))
+        engine._check_due = True
+        return engine
 
     # ------------------------------------------------------------------ seams
 
     def _observe(self, ts: int) -> None:
         """Rule 2: every accepted timestamp moves the clock."""
-        self.clock = max(self.clock, ts)
+        self.state.clock = max(self.state.clock, ts)
 
     def _propose(self) -> int:
         """Rule 1: a strictly fresh proposal."""
-        self.clock += 1
-        return self.clock
+        self.state.clock += 1
+        return self.state.clock
 
     def _ack_timestamp(self, entry: PendingMessage, notify: Message) -> int:
         """The proposal a reply to a Notify carries (an Ack; ``direct``: a Notify): this
@@ -672,20 +675,20 @@ class Engine:
 
     def _already_seen(self, message_id: str) -> bool:
         """Rule 5: a delivered message is never taken up again."""
-        return self._memory.outcome_of(message_id) is Outcome.DELIVERED
+        return self.state.memory.outcome_of(message_id) is Outcome.DELIVERED
 
     # ------------------------------------------------------------------ admission (§4.9)
 
     def _known_version(self, mid: str) -> Version | None:
-        entry = self._pending.get(mid)
+        entry = self.state.pending.get(mid)
         if entry is not None:
             return entry.version
-        settled = self._memory.outcome(mid)
+        settled = self.state.memory.outcome(mid)
         return None if settled is None else settled[1]
 
     def _check_version(self, record: Message) -> None:
         """Refuse a record that contradicts what this node knows under its id."""
-        entry = self._pending.get(record.messageID)
+        entry = self.state.pending.get(record.messageID)
         if entry is not None:  # the common case, without building the version tuples
             if entry.digest == record.digest and entry.destinations == record.topic:
                 return
@@ -695,7 +698,7 @@ class Engine:
             if found is None or found == _version(record):
                 return
             known = found
-        self.stats.conflicts += 1
+        self.state.stats.conflicts += 1
         self._refuse_version(
             record,
             Reason.CONFLICT,
@@ -723,7 +726,7 @@ class Engine:
         The refusal's prose is ``code``'s with ``details``."""
         why = refusal(code, details)
         mid, version = record.messageID, _version(record)
-        entry = self._pending.get(mid)
+        entry = self.state.pending.get(mid)
         ours = entry is not None and entry.version == version
         if ours:
             assert entry is not None
@@ -742,12 +745,14 @@ class Engine:
         heard = entry.heard if ours and entry is not None else {}
         sender = record.sentFromTopic if record.messageType is not MessageType.ABORT else None
         aborts: list[Output] = []
-        if not self._memory.is_refused(mid, version):
+        if not self.state.memory.is_refused(mid, version):
             if ours:
                 self._drop(mid, why.text)
             answering = record if sender is not None else None
             aborts = self._abort_version(mid, version, record.sentAt, answering, heard)
-        elif sender not in (None, self.topic) and {sender, self.topic} <= set(version[0]):
+        elif sender not in (None, self.state.topic) and {sender, self.state.topic} <= set(
+            version[0]
+        ):
             # refused before: the peer that wrote this waits for this node -- tell it
             # again (an Abort is idempotent), as for a settled message (_answer_settled)
             aborts = [Output(sender, self._abort(mid, version, record.sentAt, record.seq))]
@@ -766,17 +771,18 @@ class Engine:
         brought the version here: it has one): the Aborts to write (§4.9.4). The one to
         ``answering``'s sender echoes its ``seq``; one to a peer whose proposal this node
         heard (``heard``) echoes that proposal's."""
-        self._memory.refuse(mid, version, self.now_ms)
+        state = self.state
+        state.memory.refuse(mid, version, state.now_ms)
         if self._known_version(mid) is None:  # never take this version up again
-            self._memory.settle(mid, Outcome.ABORTED, version, self.now_ms)
+            state.memory.settle(mid, Outcome.ABORTED, version, state.now_ms)
         destinations = version[0]
-        if self.topic not in destinations:
+        if state.topic not in destinations:
             return []
-        members = self.members
+        members = state.members
         replied = answering.sentFromTopic if answering is not None else None
         out: list[Output] = []
         for t in destinations:
-            if t == self.topic:
+            if t == state.topic:
                 continue
             if t == replied:
                 assert answering is not None
@@ -800,12 +806,12 @@ class Engine:
 
     def _drop(self, mid: str, reason: str) -> None:
         """Forget the undelivered message ``mid`` here: it is aborted."""
-        entry = self._pending.pop(mid)
+        entry = self.state.pending.pop(mid)
         if entry.key_ts is not None:
             self._queue.remove((entry.key_ts, mid))
-        self._memory.settle(mid, Outcome.ABORTED, entry.version, self.now_ms)
+        self.state.memory.settle(mid, Outcome.ABORTED, entry.version, self.state.now_ms)
         self._check_due = True  # the head may have been this message
-        self.stats.aborted += 1
+        self.state.stats.aborted += 1
         self._aborts.append(Aborted(mid, entry.destinations, reason))
 
     def _check_peer(self, record: Message, *, versioned: bool = True) -> None:
@@ -813,26 +819,27 @@ class Engine:
         its form and addressing (set aside), its protocol (aborted: a version whose
         destinations run different protocols is decided nowhere, §4.9.6), its version
         (§4.9.4) and its timestamp (§4.11)."""
+        state = self.state
         kind = record.messageType
         if record.digest is None:
             raise _Refused(refusal(Reason.MISADDRESSED, f"{kind.value} carries no value digest"))
         sender = record.sentFromTopic
         destinations = record.topic
-        if self.topic not in destinations:
+        if state.topic not in destinations:
             raise _Refused(
-                refusal(Reason.MISADDRESSED, f"{kind.value} not addressed to {self.topic}")
+                refusal(Reason.MISADDRESSED, f"{kind.value} not addressed to {state.topic}")
             )
-        if sender == self.topic or sender not in destinations:
+        if sender == state.topic or sender not in destinations:
             raise _Refused(
                 refusal(
                     Reason.MISADDRESSED,
                     f"{kind.value} from {sender}, which is not another destination",
                 )
             )
-        if self.partition is not None:
+        if state.partition is not None:
             self._check_partition(record)
         if record.protocol != self._protocol and kind is not MessageType.ABORT:
-            self.stats.protocol_mismatches += 1
+            state.stats.protocol_mismatches += 1
             self._refuse_version(
                 record,
                 Reason.PROTOCOL_MISMATCH,
@@ -844,36 +851,36 @@ class Engine:
         if versioned:
             self._check_version(record)
         ts = record.timeStamp
-        if ts is not None and ts > self.now_ms * 1000 + CLOCK_LEAD_US:  # else applied at once
+        if ts is not None and ts > state.now_ms * 1000 + CLOCK_LEAD_US:  # else applied at once
             self._check_timestamp(record, ts)
-        members = self.members
+        members = state.members
         if members is not None and sender is not None and sender not in members:
             # its node wrote a record into our log that passed every check: the topic has
             # a node (§4.9.5), whatever the status topic has told us so far (it lags in a
             # broker failover); a refused record makes nobody a member
-            self.members = members | {sender}
+            state.members = members | {sender}
             self._members_changed = True
 
     def _check_partition(self, record: Message) -> None:
         layer = record.partitionID
-        if self.partition is not None and layer is not None and layer != self.partition:
+        if self.state.partition is not None and layer is not None and layer != self.state.partition:
             raise _Refused(
                 refusal(
                     Reason.WRONG_LAYER,
-                    f"a record of layer {layer} in the log of layer {self.partition}",
+                    f"a record of layer {layer} in the log of layer {self.state.partition}",
                 )
             )
 
     def _check_timestamp(self, record: Message, ts: int) -> None:
         """§4.11: a timestamp too far ahead of the log's time waits, or is refused."""
-        verdict = judge(ts, self.now_ms * 1000)
+        verdict = judge(ts, self.state.now_ms * 1000)
         if verdict is Verdict.APPLY:
             return
         if verdict is Verdict.HOLD:
             raise _Held(ts)
         reason = (
             f"timestamp {ts} is more than an hour ahead of the log's time "
-            f"({self.now_ms * 1000} µs since the epoch): refused so that one record cannot "
+            f"({self.state.now_ms * 1000} µs since the epoch): refused so that one record cannot "
             "run a clock ahead (§4.11)"
         )
         if record.messageType is MessageType.TICK or record.digest is None:
@@ -882,7 +889,7 @@ class Engine:
 
     def _check_can_propose(self, record: Message, ts: int | None = None) -> None:
         """A proposal after observing ``ts`` must not pass ``MAX_TIMESTAMP`` (§4.9.3)."""
-        clock = self.clock if ts is None else max(self.clock, ts)
+        clock = self.state.clock if ts is None else max(self.state.clock, ts)
         if clock >= MAX_TIMESTAMP:
             self._refuse_version(
                 record,
@@ -895,16 +902,16 @@ class Engine:
         value = record.value or b""
         size = len(value)
         limit = min(
-            self.max_value_bytes,
-            self.max_record_bytes - envelope_bytes(record.messageID, record.topic),
+            self.state.max_value_bytes,
+            self.state.max_record_bytes - envelope_bytes(record.messageID, record.topic),
         )
         if size > limit:
             self._refuse_version(
                 record,
                 Reason.TOO_LARGE,
                 f"value of {size} bytes is over the {limit}-byte limit for this message "
-                f"(max value {self.max_value_bytes} bytes; its copies must fit a "
-                f"{self.max_record_bytes}-byte record)",
+                f"(max value {self.state.max_value_bytes} bytes; its copies must fit a "
+                f"{self.state.max_record_bytes}-byte record)",
             )
         if record.encoding is not None:
             return  # raw bytes (§3.8): any value is a value
@@ -920,18 +927,19 @@ class Engine:
         started) until a members record names it, and is refused by a members record
         written the grace period or more after it that does not (the shell writes one
         every second while messages wait)."""
-        members = self.members
+        state = self.state
+        members = state.members
         if members is None:
             return
         unknown = [t for t in record.topic if t not in members]
-        if not unknown and (self.members_log_ms is not None or record.topic == (self.topic,)):
+        if not unknown and (state.members_log_ms is not None or record.topic == (state.topic,)):
             return
         # (before its first members record a node takes up nothing that names another
         # topic, even one whose node wrote here: nothing protocol-specific happens before
         # the record that names the protocol, so a restart under another protocol is
         # caught by it (§6.6))
-        since = record.logTime if record.logTime is not None else self.now_ms
-        evidence = self.members_log_ms
+        since = record.logTime if record.logTime is not None else state.now_ms
+        evidence = state.members_log_ms
         if evidence is None or evidence < since + MEMBERS_GRACE_MS:
             raise _AwaitingMembers(since + MEMBERS_GRACE_MS)
         self._refuse_version(
@@ -947,7 +955,7 @@ class Engine:
         (or dated ahead) is set aside -- without an Abort."""
         why = self.window.lateness(record.sentAt, record.logTime)
         if why is not None:
-            self.stats.late += 1
+            self.state.stats.late += 1
             raise _Refused(why)
 
     def _answer_settled(self, record: Message) -> list[Output]:
@@ -955,16 +963,16 @@ class Engine:
         refused that version, the peer may be waiting for it: tell it again (the Abort
         is idempotent). Otherwise it changes nothing."""
         mid = record.messageID
-        settled = self._memory.outcome(mid)
+        settled = self.state.memory.outcome(mid)
         version = _version(record)
         sender = record.sentFromTopic
-        refused = self._memory.is_refused(mid, version) or (
+        refused = self.state.memory.is_refused(mid, version) or (
             # (not ``settled == (Outcome.ABORTED, version)``: mypyc's == of nested tuples
             # reads uninitialised memory when the first items differ)
             settled is not None and settled[0] is Outcome.ABORTED and settled[1] == version
         )
-        self.stats.duplicates += 1
-        if not refused or sender is None or self.topic not in record.topic:
+        self.state.stats.duplicates += 1
+        if not refused or sender is None or self.state.topic not in record.topic:
             return []
         return [Output(sender, self._abort(mid, version, record.sentAt, record.seq))]
 
@@ -975,7 +983,7 @@ class Engine:
         on first hearing; a known value is kept."""
         mid = record.messageID
         if entry is None:
-            entry = self._pending[mid] = PendingMessage(
+            entry = self.state.pending[mid] = PendingMessage(
                 record.topic,
                 record.digest,
                 record.value,
@@ -994,22 +1002,23 @@ class Engine:
         """Delivered (rule 5), aborted or relayed here, as far as memory goes."""
         if self._already_seen(mid):
             return True
-        outcome = self._memory.outcome_of(mid)
+        outcome = self.state.memory.outcome_of(mid)
         return outcome is not None and outcome is not Outcome.DELIVERED
 
     def _on_client(self, record: Message) -> list[Output]:
+        state = self.state
         mid = record.messageID
-        if self.partition is not None:
+        if state.partition is not None:
             self._check_partition(record)
-        if self.topic not in record.topic:
+        if state.topic not in record.topic:
             return self._relay(record)
         self._check_version(record)
         if self._settled(mid):
-            self.stats.duplicates += 1
+            state.stats.duplicates += 1
             return []
-        entry = self._pending.get(mid)
+        entry = state.pending.get(mid)
         if entry is not None and entry.local is not None:
-            self.stats.duplicates += 1
+            state.stats.duplicates += 1
             return []
         if entry is None:
             self._check_late(record)
@@ -1019,7 +1028,7 @@ class Engine:
         entry = self._entry(record, entry)
         proposal = self._propose()
         entry.local = proposal
-        entry.proposals[self.topic] = proposal
+        entry.proposals[state.topic] = proposal
         self._queue.add((proposal, mid))
         if len(record.topic) == 1:  # rule 6: the proposal is final
             entry.final = proposal
@@ -1033,20 +1042,20 @@ class Engine:
 
     def _notify_others(self, mid: str, entry: PendingMessage, proposal: int) -> list[Output]:
         notify = self._control(MessageType.NOTIFY, mid, entry, proposal)
-        own = self.topic
+        own = self.state.topic
         return [_new_tuple(Output, (t, notify)) for t in entry.destinations if t != own]
 
     def _relay(self, record: Message) -> list[Output]:
         mid = record.messageID
         self._check_version(record)
         if self._settled(mid):
-            self.stats.duplicates += 1
+            self.state.stats.duplicates += 1
             return []
         self._check_late(record)
         self._check_members(record)
         self._check_value(record)
-        self._memory.settle(mid, Outcome.RELAYED, _version(record), self.now_ms)
-        self.stats.relayed += 1
+        self.state.memory.settle(mid, Outcome.RELAYED, _version(record), self.state.now_ms)
+        self.state.stats.relayed += 1
         destinations = record.topic
         forwarded = self._outgoing(
             MessageType.CLIENT, mid, destinations, record.digest, record.value,
@@ -1069,7 +1078,7 @@ class Engine:
         if self._settled(mid):
             self._observe(ts)
             return self._answer_settled(record)
-        entry = self._pending.get(mid)
+        entry = self.state.pending.get(mid)
         if entry is None or entry.local is None:  # first hearing: this node will propose
             self._check_members(record)
             self._check_value(record)
@@ -1080,13 +1089,13 @@ class Engine:
         if record.seq is not None:
             entry.heard[sender] = record.seq
         if entry.final is not None:
-            self.stats.duplicates += 1
+            self.state.stats.duplicates += 1
             return []
         if entry.local is not None:
             return self._notify_again(mid, sender, entry, record)
         proposal = self._propose()
         entry.local = proposal
-        entry.proposals[self.topic] = proposal
+        entry.proposals[self.state.topic] = proposal
         self._queue.add((proposal, mid))
         reply = self._rules.reply_to_notify
         if reply is Reply.NOTIFY_EVERY_OTHER:
@@ -1096,7 +1105,9 @@ class Engine:
             return [self._ack_to(sender, mid, entry, record)]
         else:
             out = [
-                self._ack_to(t, mid, entry, record) for t in entry.destinations if t != self.topic
+                self._ack_to(t, mid, entry, record)
+                for t in entry.destinations
+                if t != self.state.topic
             ]
         if self._complete(entry):
             out.extend(self._decide(mid, entry))
@@ -1124,17 +1135,18 @@ class Engine:
         if (not rules.coordinator_decides or entry.coordinator) and self._complete(entry):
             out.extend(self._decide(mid, entry))
         if not out:
-            self.stats.duplicates += 1
+            self.state.stats.duplicates += 1
         return out
 
     def _on_ack(self, record: Message) -> list[Output]:
+        state = self.state
         mid = record.messageID
         sender = record.sentFromTopic
         ts = record.timeStamp
         assert sender is not None and ts is not None
         self._check_peer(record)
         settled = self._settled(mid)  # pending or settled does not depend on batching
-        if self._rules.coordinator_decides and not settled and mid not in self._pending:
+        if self._rules.coordinator_decides and not settled and mid not in state.pending:
             self._refuse_version(  # only a coordinator gets Acks, and it knows its own
                 record,
                 Reason.STRAY,
@@ -1144,14 +1156,14 @@ class Engine:
         self._observe(ts)  # before the settled answer: the clock must not depend on batching
         if settled:
             return self._answer_settled(record)
-        entry = self._pending.get(mid)
+        entry = state.pending.get(mid)
         if entry is None:
-            self._orphans.append((self.now_ms + self.window.window_ms, mid))
+            state.orphans.append((state.now_ms + self.window.window_ms, mid))
         entry = self._entry(record, entry)  # poc: an Ack may overtake the Notify that starts us
         if record.seq is not None:
             entry.heard[sender] = record.seq
         if sender in entry.proposals:
-            self.stats.duplicates += 1
+            state.stats.duplicates += 1
             return []
         entry.proposals[sender] = ts
         if entry.final is not None or entry.local is None:
@@ -1166,7 +1178,7 @@ class Engine:
         mid = record.messageID
         final = record.timeStamp
         assert final is not None
-        known = self._pending.get(mid)
+        known = self.state.pending.get(mid)
         if known is None and not self._settled(mid):
             # §4.9: an honest Decided follows its Notify in this log; a replay is a repeat.
             # Refused before anything of it counts (not even its sender as a member).
@@ -1202,7 +1214,7 @@ class Engine:
             return self._answer_settled(record)
         entry = self._entry(record, known)
         if entry.final is not None:
-            self.stats.duplicates += 1
+            self.state.stats.duplicates += 1
             return []
         self._set_final(mid, entry, final)
         return []
@@ -1231,28 +1243,29 @@ class Engine:
         proposal to that sender (echoes its ``seq``): anything else may be a stray, and
         another destination may have delivered the version. When it drops such a
         version, it tells every peer whose proposal it heard, echoing it."""
+        state = self.state
         mid = record.messageID
         self._check_peer(record, versioned=False)
         version = _version(record)
         known = self._known_version(mid)
         if known is None:  # refused elsewhere before it reached us: never take it up
-            self._memory.settle(mid, Outcome.ABORTED, version, self.now_ms)
+            state.memory.settle(mid, Outcome.ABORTED, version, state.now_ms)
             return []
         if known != version:  # about another message under the same id
-            self.stats.ignored += 1
+            state.stats.ignored += 1
             return []
-        entry = self._pending.get(mid)
+        entry = state.pending.get(mid)
         if entry is None or entry.final is not None:
             # delivered, relayed or aborted already; a decided version cannot be
             # refused by one of its destinations (it proposed for it), so this is a copy
-            self.stats.duplicates += 1
+            state.stats.duplicates += 1
             return []
         sender = record.sentFromTopic
         assert sender is not None  # _check_peer
         if entry.local is not None and (
             record.answers is None or entry.sent.get(sender) != record.answers
         ):
-            self.stats.unconfirmed_aborts += 1
+            state.stats.unconfirmed_aborts += 1
             raise _Refused(
                 refusal(
                     Reason.STRAY,
@@ -1276,12 +1289,12 @@ class Engine:
         ts = record.timeStamp
         assert ts is not None
         self._check_partition(record)
-        if record.senderID not in (self.merger_id, self.node_id):
+        if record.senderID not in (self.state.merger_id, self.state.node_id):
             raise _Refused(
                 refusal(
                     Reason.STRAY,
                     f"TickMessage from {record.senderID or 'an unnamed sender'}: only "
-                    f"{self.merger_id} (and this node itself) may tick this log",
+                    f"{self.state.merger_id} (and this node itself) may tick this log",
                 )
             )
         self._check_timestamp(record, ts)
@@ -1290,7 +1303,8 @@ class Engine:
 
     def _on_members(self, record: Message) -> list[Output]:
         """§4.9.5: this node's own record of which topics have a node."""
-        if record.senderID != self.node_id:
+        state = self.state
+        if record.senderID != state.node_id:
             raise _Refused(
                 refusal(
                     Reason.STRAY,
@@ -1301,12 +1315,12 @@ class Engine:
         if record.protocol is not None and record.protocol != self._protocol:
             # this node's log was processed under another protocol up to here: a node
             # restarted with another --algorithm; its batch layer refuses to go on (§6.6)
-            self.logged_protocol = record.protocol
+            state.logged_protocol = record.protocol
         # only ever grows: a record written from a partial read of the statuses (a
         # restarted node, a broker failover) must not make live destinations unknown
-        self.members = (self.members or frozenset()) | frozenset(record.topic) | {self.topic}
+        state.members = (state.members or frozenset()) | frozenset(record.topic) | {state.topic}
         if record.logTime is not None:  # the evidence a refusal needs: a time in the log
-            self.members_log_ms = max(record.logTime, self.members_log_ms or 0)
+            state.members_log_ms = max(record.logTime, state.members_log_ms or 0)
         self._members_changed = True
         return []
 
@@ -1320,7 +1334,7 @@ class Engine:
         if not self._rules.coordinator_decides or not entry.coordinator:
             return []
         decided = self._control(MessageType.DECIDED, mid, entry, final)
-        return [Output(t, decided) for t in entry.destinations if t != self.topic]
+        return [Output(t, decided) for t in entry.destinations if t != self.state.topic]
 
     def _set_final(self, mid: str, entry: PendingMessage, final: int) -> None:
         old = entry.key_ts
@@ -1388,10 +1402,10 @@ class Engine:
                 kind,
                 destinations,
                 value,
-                self.node_id,
-                self.topic,
+                self.state.node_id,
+                self.state.topic,
                 ts,
-                self.partition,
+                self.state.partition,
                 digest,
                 self._protocol,
                 sent_at,

@@ -19,11 +19,13 @@ before the state became one value, and loads it.
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from atomickafka.core.engine_types import EngineStats, PendingMessage
-from atomickafka.core.memory import LinkSequences, SettledMemory
+from atomickafka.core.memory import DEFAULT_WINDOW_MS, LinkSequences, SettledMemory
+from atomickafka.core.timebounds import HeldMessages
 from atomickafka.core.wire import Message, MessageType
 from atomickafka.errors import AtomicKafkaError
 
@@ -105,10 +107,12 @@ def _message_from(data: list[Any]) -> Message:
 @dataclass(slots=True)
 class EngineState:
     """Everything an engine keeps between batches: its settings (what it was built
-    with), its clock and progress, and its containers.
+    with), its clock and progress, and its containers. The engine's rules read and
+    write this object (``Engine.state``) and nothing else that lasts beyond a step but
+    the delivery queue, an index of ``pending`` rebuilt from it.
 
-    The engine's own containers, not copies: a state taken from an engine is read (and
-    written out) before the engine steps again; one given to an engine becomes its own.
+    An engine's own state, not a copy: one taken from an engine is read (and written
+    out) before the engine steps again; one given to an engine becomes its own.
     """
 
     # settings
@@ -127,16 +131,67 @@ class EngineState:
     next_index: int
     # the containers
     pending: dict[str, PendingMessage]
-    #: Held messages (§4.11), in release order.
-    held: list[Message]
+    #: Held messages (§4.11), soonest due first.
+    held: HeldMessages
     memory: SettledMemory
     links: LinkSequences
+    #: The topics that have a node, as this node last wrote them into its log
+    #: (§4.9.5); ``None``: not known, every destination is taken on trust (an engine
+    #: driven by hand). A node's batch layer starts with its own topic alone: what
+    #: names another topic waits for the node's first members record.
     members: frozenset[str] | None
+    #: The log time of the last members record read (§4.9.5): the evidence a refusal
+    #: needs. Only such a record refuses, so a members record lost with an aborted
+    #: transaction (a crash) delays a message but never refuses it.
     members_log_ms: int | None
+    #: Another protocol than this engine's, named by one of its own members records
+    #: (written by an earlier process of this node): ``None`` while all agree.
     logged_protocol: str | None
-    orphans: list[tuple[int, str]]
+    #: Entries created by a peer's Ack before this node heard of the message, with
+    #: when to forget them if it never does (a stray Ack; §4.13).
+    orphans: deque[tuple[int, str]]
+    #: Messages naming a destination not (yet) a member, each with its log time plus
+    #: the grace: they wait for a members record that names it (§4.9.5).
     awaiting: list[tuple[int, Message]]
-    stats: EngineStats
+    stats: EngineStats = field(default_factory=EngineStats)
+
+    @classmethod
+    def fresh(
+        cls,
+        topic: str,
+        node_id: str,
+        algorithm: str,
+        *,
+        partition: int | None,
+        max_value_bytes: int,
+        max_record_bytes: int,
+        merger_id: str,
+        window_ms: int = DEFAULT_WINDOW_MS,
+        members: frozenset[str] | None = None,
+    ) -> EngineState:
+        """The state of an engine that has read nothing yet, with these settings."""
+        return cls(
+            topic=topic,
+            node_id=node_id,
+            algorithm=algorithm,
+            partition=partition,
+            max_value_bytes=max_value_bytes,
+            max_record_bytes=max_record_bytes,
+            merger_id=merger_id,
+            clock=0,
+            now_ms=0,
+            origin=None,
+            next_index=0,
+            pending={},
+            held=HeldMessages(),
+            memory=SettledMemory(window_ms),
+            links=LinkSequences(),
+            members=members,
+            members_log_ms=None,
+            logged_protocol=None,
+            orphans=deque(),
+            awaiting=[],
+        )
 
     @property
     def window_ms(self) -> int:
@@ -158,7 +213,7 @@ class EngineState:
             "now_ms": self.now_ms,
             "origin": [self.origin, self.next_index],
             "pending": {mid: _pending_data(e) for mid, e in self.pending.items()},
-            "held": [_message_data(m) for m in self.held],
+            "held": [_message_data(m) for m in self.held.messages()],
             "memory": self.memory.to_data(),
             "links": self.links.to_data(),
             "members": None if self.members is None else sorted(self.members),
@@ -229,9 +284,12 @@ def _state_from(data: dict[str, Any]) -> EngineState:
     members = data.get("members")
     members_log_ms = data.get("members_log_ms")  # absent in older snapshots: wait for the next
     logged = data.get("logged_protocol")  # absent in older snapshots
-    held = [_message_from(item) for item in data["held"]]
-    if any(m.timeStamp is None for m in held):
-        raise SnapshotError("engine snapshot unreadable: a held message without a timestamp")
+    held = HeldMessages()
+    for item in data["held"]:
+        message = _message_from(item)
+        if message.timeStamp is None:
+            raise SnapshotError("engine snapshot unreadable: a held message without a timestamp")
+        held.hold(message, message.timeStamp)
     return EngineState(
         topic=str(data["topic"]),
         node_id=str(data["node_id"]),
@@ -251,7 +309,7 @@ def _state_from(data: dict[str, Any]) -> EngineState:
         members=None if members is None else frozenset(str(t) for t in members),
         members_log_ms=None if members_log_ms is None else int(members_log_ms),
         logged_protocol=None if logged is None else str(logged),
-        orphans=[(int(t), str(mid)) for t, mid in data.get("orphans", [])],
+        orphans=deque((int(t), str(mid)) for t, mid in data.get("orphans", [])),
         awaiting=[(int(t), _message_from(m)) for t, m in data.get("awaiting", [])],
         stats=EngineStats(**data["stats"]),
     )

@@ -559,7 +559,7 @@ class Simulator:
             if members_known:  # as restarted from a snapshot that knows every member
                 engine.know_members(self.views[topic])
             elif engine.members is None:  # as a node starts: nothing taken on trust
-                engine.members = frozenset({topic})
+                engine.state.members = frozenset({topic})
             self.nodes[topic] = _Node(spec, engine)
             if chaos.takeover:
                 self.nodes[topic].standby = self.nodes[topic].new_standby(0)

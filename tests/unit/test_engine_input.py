@@ -169,7 +169,7 @@ def test_a_timestamp_between_lead_and_hold_waits_for_its_time(algorithm: Algorit
 
 def test_an_exhausted_clock_refuses_instead_of_crashing() -> None:
     node = Engine("A", algorithm=Algorithm.OPTIMIZED)
-    node.clock = MAX_TIMESTAMP
+    node.state.clock = MAX_TIMESTAMP
     step = node.step([client("m", "A", "B"), notify("n", "AB", "B", 5)])
     assert [r.message.messageID for r in step.rejected] == ["m", "n"]
     assert all("exhausted" in r.reason for r in step.rejected)
@@ -179,7 +179,7 @@ def test_an_exhausted_clock_refuses_instead_of_crashing() -> None:
     # at the exact boundary: checked after the Notify's timestamp moves the clock, not
     # before (a clock of MAX_TIMESTAMP - 1 would otherwise propose 2^53 after it)
     node = Engine("A", algorithm=Algorithm.OPTIMIZED)
-    node.clock = MAX_TIMESTAMP - 1
+    node.state.clock = MAX_TIMESTAMP - 1
     step = node.step([at(MAX_TIMESTAMP // 1000, notify("n", "AB", "B", MAX_TIMESTAMP))])
     assert ["exhausted" in r.reason for r in step.rejected] == [True]
     assert types(step.outputs) == [("B", "AbortMessage", "n")]

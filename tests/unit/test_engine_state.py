@@ -12,11 +12,13 @@ nodes in the field must keep loading, and this one must load to the same state.
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+import atomickafka.core.engine as engine_module
 from atomickafka.core.engine import Algorithm, Engine
 from atomickafka.core.engine_state import SNAPSHOT_VERSION, EngineState
 from atomickafka.core.wire import Message, MessageType, client_message
@@ -105,4 +107,51 @@ def test_the_state_is_one_value_and_back() -> None:
     state = EngineState.from_data(data)
     assert state.to_data() == data
     assert Engine.from_state(state).snapshot() == data
-    assert rich_engine().state().to_data() == data
+    assert rich_engine().state.to_data() == data
+
+
+#: What an engine keeps beside its state: what its settings imply, the delivery queue
+#: (an index of ``state.pending``, rebuilt by ``from_state``) and one step's scratch.
+BESIDE_THE_STATE = frozenset(
+    {
+        "algorithm",
+        "_rules",
+        "_protocol",
+        "window",
+        "_delivery_type",
+        "_handlers",
+        "_queue",
+        "_check_due",
+        "_aborts",
+        "_members_changed",
+    }
+)
+
+
+def test_the_engine_is_the_rules_over_its_state() -> None:
+    """Every attribute the engine's code assigns is ``state`` or one of the few kept
+    beside it; the rules read and write the rest through ``self.state``. (Read from the
+    source, so it holds for the compiled form too.)"""
+    source = (Path(engine_module.__file__ or "").parent / "engine.py").read_text()
+    (engine_class,) = [
+        node
+        for node in ast.parse(source).body
+        if isinstance(node, ast.ClassDef) and node.name == "Engine"
+    ]
+    assigned: set[str] = set()
+    for node in ast.walk(engine_class):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AnnAssign | ast.AugAssign):
+            targets = [node.target]
+        for target in targets:
+            for item in target.elts if isinstance(target, ast.Tuple) else [target]:
+                if (
+                    isinstance(item, ast.Attribute)
+                    and isinstance(item.value, ast.Name)
+                    and item.value.id == "self"
+                ):
+                    assigned.add(item.attr)
+    assert assigned - {"state"} <= BESIDE_THE_STATE, sorted(assigned - BESIDE_THE_STATE)
+    assert "state" in assigned

@@ -357,7 +357,7 @@ def test_item3_at_the_exact_boundary(algorithm: Algorithm, ts: int) -> None:
     is told (Abort) not to wait for A. (Checking the clock before applying ``ts`` --
     the off-by-one -- proposes 2^53 here.)"""
     node = Engine("A", algorithm=algorithm)
-    node.clock = MAX_TIMESTAMP - 1
+    node.state.clock = MAX_TIMESTAMP - 1
     value = b'"boom"'
     notify = Message("boom", MessageType.NOTIFY, ("A", "B"), value, "node-B", "B", ts,
                      digest=value_digest(value), protocol=algorithm.value)  # fmt: skip

@@ -69,12 +69,12 @@ class ClockWithoutIncrement(Engine):
     is ``ts`` itself, a tie with what was just decided."""
 
     def _propose(self) -> int:
-        proposal = self.clock
-        self.clock += 1
+        proposal = self.state.clock
+        self.state.clock += 1
         return proposal
 
     def _observe(self, ts: int) -> None:
-        self.clock = max(self.clock, ts)  # no +1 to make up for the post-increment
+        self.state.clock = max(self.state.clock, ts)  # no +1 to make up for the post-increment
 
 
 class DecidesOneAckEarly(Engine):
@@ -99,9 +99,9 @@ class CountsAcks(Engine):
         self._observe(ts)
         if self._already_seen(mid) or self.topic not in record.topic:
             return []
-        entry = self._pending.get(mid)
+        entry = self.state.pending.get(mid)
         if entry is None:
-            entry = self._pending[mid] = _Pending(record.topic, record.digest, record.value)
+            entry = self.state.pending[mid] = _Pending(record.topic, record.digest, record.value)
         # The 2019 list of acks: a repeat or a stranger is one more entry.
         key = sender if sender not in entry.proposals else f"{sender}#{len(entry.proposals)}"
         entry.proposals[key] = ts
