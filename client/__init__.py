@@ -2,8 +2,10 @@
 topics, read a topic's deliveries in their agreed order.
 
 - :class:`AtomicKafkaClient` -- ``send(value, destinations, *, via, key, headers,
-  on_delivery)``, ``flush()``, ``reader(topic, group=...)``, ``deliveries(topic,
-  group=...)``, ``close()``; a context manager.
+  on_delivery)``, ``send_batch(values, destinations, ...)`` (many messages to the same
+  destinations, one send time, the per-message work done once; their messageIDs),
+  ``flush()``, ``reader(topic, group=...)``, ``deliveries(topic, group=...)``,
+  ``close()``; a context manager.
 - :class:`DeliveryReader` -- one topic's deliveries, its consumer closed on exit.
 - :class:`SentMessage` (what ``on_delivery(err, sent)`` gets) and :class:`Delivery`.
 - Errors, all :class:`AtomicKafkaError`: :class:`DeliveryError` (``failures``: pairs of

@@ -3,6 +3,7 @@
 >>> from atomickafka.client import AtomicKafkaClient          # doctest: +SKIP
 >>> with AtomicKafkaClient("127.0.0.1:19092") as ak:
 ...     mid = ak.send({"order": 42}, ["payments", "audit"])
+...     mids = ak.send_batch([{"order": 43}, {"order": 44}], ["payments", "audit"])
 ...     ak.flush()
 ...     with ak.reader("audit") as reader:
 ...         for d in reader.deliveries(timeout_s=5):
@@ -37,7 +38,7 @@ from atomickafka.client.errors import (
 from atomickafka.client.reader import DeliveryReader
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.core.protocols import route, routed_by_id
-from atomickafka.core.raw import RESERVED_HEADER_PREFIX, raw_client_record
+from atomickafka.core.raw import RESERVED_HEADER_PREFIX, ClientRecords, Header
 from atomickafka.core.wire import MAX_VALUE_BYTES, is_valid_topic_name, parse_destinations
 from atomickafka.kafka.connection import Connection, connection_of
 from atomickafka.kafka.guarantees import refuse_unsafe
@@ -80,6 +81,12 @@ FAILOVER_WAIT_S: Final = 30.0
 #: call into librdkafka per message (paced, a third of the time inside ``send``:
 #: docs/performance.md).
 _POLL_EVERY_S: Final = 0.005
+
+
+#: The user's headers, as :meth:`AtomicKafkaClient.send` takes them.
+UserHeaders = Mapping[str, str | bytes] | Sequence[tuple[str, str | bytes]]
+#: A message of a batch, encoded: its id, value, layer, and its record's value and headers.
+_Encoded = tuple[str, Any, int | None, bytes, list[Header]]
 
 
 class _Route(NamedTuple):
@@ -198,6 +205,10 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         self._watched_at = 0.0
         self._routes: dict[tuple[tuple[str, ...], str | None], _Judged] = {}
         self._polled_at = 0.0
+        #: The record builders of this millisecond, by destinations, key and headers
+        #: (:meth:`_records`).
+        self._builders: dict[tuple[object, ...], ClientRecords] = {}
+        self._records_at = 0
 
     # ------------------------------------------------------------------ sending
 
@@ -208,7 +219,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         *,
         via: str | None = None,
         key: str | bytes | None = None,
-        headers: Mapping[str, str | bytes] | Sequence[tuple[str, str | bytes]] | None = None,
+        headers: UserHeaders | None = None,
         on_delivery: OnDelivery | None = None,
     ) -> str:
         """Publish ``value`` to every topic in ``destinations``; return its messageID.
@@ -227,62 +238,162 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         spread round-robin. Raises :class:`~atomickafka.client.MessageError` (a bad
         destination, ``via`` or value) or :class:`~atomickafka.client.DestinationError`
         (:class:`~atomickafka.client.OfflineDestinationError` for a topic without a live
-        node) before anything is written; both are ``ValueError``.
+        node) before anything is written; both are ``ValueError``. Many messages to the
+        same destinations: :meth:`send_batch`.
         """
+        sent = self._publish((value,), destinations, via, key, headers, on_delivery, None)
+        return sent[0][0]
+
+    def send_batch(
+        self,
+        values: Iterable[Any],
+        destinations: Iterable[str],
+        *,
+        via: str | None = None,
+        key: str | bytes | None = None,
+        headers: UserHeaders | None = None,
+        on_delivery: OnDelivery | None = None,
+    ) -> list[str]:
+        """Publish each of ``values`` to every topic in ``destinations``, as :meth:`send`
+        would one by one; return their messageIDs, in order.
+
+        One message per value, each with its own messageID, written in order; ``via``,
+        ``key``, ``headers`` and ``on_delivery`` (called once per message) as for
+        :meth:`send`. What :meth:`send` does per message is done once per batch: the
+        destinations and ``via`` are checked, the route judged and a lagging
+        destination waited for (back-pressure) once, and the headers every message
+        carries are built once. The clock is read once too: **every message of a batch
+        has the same send time** (``sentAt``, the ``atomickafka-sent`` header).
+
+        Every value is checked and encoded before anything is written: a value that
+        cannot be sent (not JSON, over ``max_value_bytes``) raises
+        :class:`~atomickafka.client.MessageError` whose ``index`` (and text,
+        ``values[i]: ...``) names its place in ``values``, and no message of the batch
+        is written. ``values`` is held in memory, encoded, until it is written: send a
+        long stream in batches of some hundreds. A failure while writing
+        (:class:`~atomickafka.client.QueueFullError`) leaves the messages before it
+        written. Each record is byte for byte the one :meth:`send` writes for the same
+        messageID and send time.
+        """
+        sent = self._publish(values, destinations, via, key, headers, on_delivery, 0)
+        return [message[0] for message in sent]
+
+    def _publish(
+        self,
+        values: Iterable[Any],
+        destinations: Iterable[str],
+        via: str | None,
+        key: str | bytes | None,
+        headers: UserHeaders | None,
+        on_delivery: OnDelivery | None,
+        first_index: int | None,
+    ) -> list[_Encoded]:
+        """:meth:`send_batch`, and :meth:`send` with one value: the messages written;
+        ``first_index``: the index of the first value that errors name (``None``: none,
+        as :meth:`send`)."""
         topics = parse_destinations(destinations)
         if via is not None and not is_valid_topic_name(via):
             raise MessageError("via", "not a valid topic name", via)
-        seq = next(self._seq)
-        message_id = f"{self.id_prefix}-{seq}"
         now = time.monotonic()
         route = self._route(topics, via, now)
         if route.lagging:  # a destination's node lags more than max_lag_s behind its input
             self._hold_back([*topics, via] if via is not None else list(topics))
-        layer = _layer(key, seq, route.partitions)
         record_key = key.encode() if isinstance(key, str) else key
-        # the record every destination gets, encoded once (raw form, docs/DESIGN.md §3.8)
-        _, payload, record_headers = raw_client_record(
-            message_id,
-            topics,
-            value,
-            self.client_id,
-            layer,
-            sent_at=int(time.time() * 1000),
-            key=record_key,
-            headers=_user_headers(headers),
-        )
-        size = len(payload)
-        if size > self.max_value_bytes:
-            raise MessageError(
-                "value",
-                f"{size} bytes as JSON; AtomicKafka carries at most {self.max_value_bytes} "
-                "bytes (MAX_VALUE_BYTES)",
-            )
-        where = route.inputs
-        if route.by_id:  # poc, optimized: one destination, the same the nodes would pick
-            where = (routed_by_id(where, message_id),)
+        records = self._records(topics, record_key, _user_headers(headers))
+        encoded = self._encode(values, records, route.partitions, first_index)
+        inputs, by_id = route.inputs, route.by_id
         producer = self._ensure_producer()
-        report: DeliveryCallback
-        if on_delivery is None:  # only a failure matters: nothing to count per message
-            report = functools.partial(self._on_record, message_id)
-        else:
-            sent = SentMessage(message_id, topics, value, via, key, layer, len(where))
-            report = _Pending(sent, self._failed, on_delivery).on_delivery
         signer = self._signer
-        shared = cast(RecordHeaders, record_headers)  # only read: librdkafka copies them
-        for topic in where:
-            written = shared
-            if signer is not None:
-                written = cast(
-                    RecordHeaders, signer.signed_headers(topic, record_key, payload, record_headers)
+        for message_id, value, layer, payload, record_headers in encoded:
+            # poc, optimized: one destination, the same the nodes would pick
+            where = (routed_by_id(inputs, message_id),) if by_id else inputs
+            report: DeliveryCallback
+            if on_delivery is None:  # only a failure matters: nothing to count per message
+                report = functools.partial(self._on_record, message_id)
+            else:
+                sent = SentMessage(message_id, topics, value, via, key, layer, len(where))
+                report = _Pending(sent, self._failed, on_delivery).on_delivery
+            shared = cast(RecordHeaders, record_headers)  # only read: librdkafka copies them
+            for topic in where:
+                written = shared
+                if signer is not None:
+                    written = cast(
+                        RecordHeaders,
+                        signer.signed_headers(topic, record_key, payload, record_headers),
+                    )
+                producer.send(
+                    topic,
+                    payload,
+                    key=record_key,
+                    partition=layer,
+                    headers=written,
+                    on_delivery=report,
                 )
-            producer.send(
-                topic, payload, key=record_key, partition=layer, headers=written, on_delivery=report
-            )
         if now - self._polled_at >= _POLL_EVERY_S:  # delivery reports, now and then
             self._polled_at = now
             producer.poll(0)
-        return message_id
+        return encoded
+
+    def _records(
+        self, topics: tuple[str, ...], key: bytes | None, headers: tuple[Header, ...]
+    ) -> ClientRecords:
+        """What builds the records of messages to ``topics`` with this key and these
+        headers sent now (raw form, docs/DESIGN.md §3.8): the headers they all carry,
+        built once per millisecond (the send time's unit), not per :meth:`send`."""
+        sent_at = int(time.time() * 1000)
+        if sent_at != self._records_at:
+            self._records_at = sent_at
+            self._builders.clear()
+        wanted = (topics, key, headers)
+        records = self._builders.get(wanted)
+        if records is None:
+            records = self._builders[wanted] = ClientRecords(
+                topics, self.client_id, sent_at=sent_at, key=key, headers=headers
+            )
+        return records
+
+    def _encode(
+        self,
+        values: Iterable[Any],
+        records: ClientRecords,
+        partitions: int,
+        first_index: int | None,
+    ) -> list[_Encoded]:
+        """Each value's messageID and record, in order, all before any is written: a
+        :class:`MessageError` (naming the value's index unless ``first_index`` is
+        ``None``) for the first that cannot be sent. The layer is the key's, else
+        round-robin by sequence number; ``None`` when unpartitioned."""
+        out: list[_Encoded] = []
+        limit, prefix, seqs = self.max_value_bytes, self.id_prefix, self._seq
+        layer: int | None = None
+        spread = 0  # round-robin over this many layers
+        if partitions > 1:
+            if records.key is None:
+                spread = partitions
+            else:  # messages with one key keep one layer
+                layer = zlib.crc32(records.key) % partitions
+        for offset, value in enumerate(values):
+            seq = next(seqs)
+            message_id = f"{prefix}-{seq}"
+            if spread:
+                layer = seq % spread
+            try:
+                _, payload, record_headers = records.record(message_id, value, layer)
+            except MessageError as exc:
+                if first_index is None or exc.field != "value":
+                    raise
+                raise MessageError(
+                    exc.field, exc.reason, value, index=first_index + offset
+                ) from None
+            if len(payload) > limit:
+                raise MessageError(
+                    "value",
+                    f"{len(payload)} bytes as JSON; AtomicKafka carries at most {limit} "
+                    "bytes (MAX_VALUE_BYTES)",
+                    index=None if first_index is None else first_index + offset,
+                )
+            out.append((message_id, value, layer, payload, record_headers))
+        return out
 
     def _hold_back(self, topics: list[str]) -> None:
         """Back-pressure: wait while a node of ``topics`` lags more than ``max_lag_s``
@@ -619,9 +730,7 @@ def client_id_is_valid(client_id: str) -> bool:
     return 0 < len(client_id) <= 64 and is_valid_topic_name(client_id)
 
 
-def _user_headers(
-    headers: Mapping[str, str | bytes] | Sequence[tuple[str, str | bytes]] | None,
-) -> tuple[tuple[str, bytes], ...]:
+def _user_headers(headers: UserHeaders | None) -> tuple[Header, ...]:
     """The user's headers as (name, bytes) pairs; names AtomicKafka reserves refused."""
     if not headers:
         return ()
@@ -633,16 +742,6 @@ def _user_headers(
             raise MessageError("headers", reason, name)
         out.append((name, value.encode() if isinstance(value, str) else bytes(value)))
     return tuple(out)
-
-
-def _layer(key: str | bytes | None, seq: int, partitions: int) -> int | None:
-    """The layer of a message: by key, else round-robin; ``None`` when unpartitioned."""
-    if partitions <= 1:
-        return None
-    if key is None:
-        return seq % partitions
-    data = key.encode() if isinstance(key, str) else key
-    return zlib.crc32(data) % partitions
 
 
 class _Late:

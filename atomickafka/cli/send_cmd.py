@@ -1,9 +1,11 @@
 """``atomickafka send``: publish one message (or one per stdin line) to several topics.
 
-Each messageID is printed once the broker has acknowledged the message (in input
-order), never for a message that was not written. A line that cannot be sent (not
-UTF-8, not JSON with ``--json-value``, a value over the size limit) is reported on
-stderr with its line number and skipped; what was queued before it is still sent.
+Stdin's lines go out in batches (``send_batch``): the lines that have arrived, up to
+:data:`CHUNK_LINES`, without waiting for more. Each messageID is printed once the
+broker has acknowledged the message (in input order), never for a message that was not
+written. A line that cannot be sent (not UTF-8, not JSON with ``--json-value``, a value
+over the size limit) is reported on stderr with its line number and skipped; the rest
+of its batch, and what was queued before it, is still sent.
 Exit status: 0 all sent, 1 some lines skipped or failed, 2 bad usage or a destination
 without a live node (nothing sent).
 """
@@ -12,10 +14,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
+import select
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, cast
 
 import orjson
 from confluent_kafka import KafkaError
@@ -34,7 +38,7 @@ from atomickafka.client import (
     AtomicKafkaClient,
     DeliveryError,
     DestinationError,
-    OnDelivery,
+    MessageError,
     SentMessage,
 )
 from atomickafka.client.client import DEFAULT_MAX_BLOCK_S, DEFAULT_MAX_LAG_S
@@ -158,12 +162,17 @@ def _pairs(given: object) -> list[tuple[str, str]]:
     return list(given) if isinstance(given, list) else []
 
 
+#: The most stdin lines sent as one batch (``send_batch``). A batch is what has been
+#: read when no more is waiting, up to this: a slow writer's lines are never held back
+#: for lines it has not written yet.
+CHUNK_LINES: Final = 500
+_READ_BYTES: Final = 1 << 16
+
+
 @dataclass(slots=True)
 class _Line:
     number: int
     message_id: str = ""
-    done: bool = False
-    error: KafkaError | None = None
     #: With ``--json``: the line printed once the message is acknowledged.
     record: bytes | None = None
 
@@ -175,26 +184,28 @@ class _Printer:
         self.lines: list[_Line] = []
         self.printed = 0
         self.failed = 0
+        #: What the broker said of each message not printed yet (``None``: written).
+        self.acknowledged: dict[str, KafkaError | None] = {}
 
-    def on_delivery(self, line: _Line) -> OnDelivery:
-        def callback(error: KafkaError | None, _sent: SentMessage) -> None:
-            line.done, line.error = True, error
-
-        return callback
+    def on_delivery(self, error: KafkaError | None, sent: SentMessage) -> None:
+        """Every message's ``on_delivery``: noted, printed in order by :meth:`drain`."""
+        self.acknowledged[sent.messageID] = error
 
     def drain(self) -> None:
         """Print what was acknowledged since the last call, in input order, with one
         write and one flush (not one per line)."""
         done: list[str] = []
-        while self.printed < len(self.lines) and self.lines[self.printed].done:
-            line = self.lines[self.printed]
+        lines, acknowledged = self.lines, self.acknowledged
+        while self.printed < len(lines) and lines[self.printed].message_id in acknowledged:
+            line = lines[self.printed]
             self.printed += 1
-            if line.error is None:
+            error = acknowledged.pop(line.message_id)
+            if error is None:
                 done.append(line.record.decode() if line.record else line.message_id)
             else:
                 self.failed += 1
                 print(
-                    f"atomickafka send: line {line.number}: not written: {line.error}",
+                    f"atomickafka send: line {line.number}: not written: {error}",
                     file=sys.stderr,
                 )
         if done:
@@ -202,12 +213,50 @@ class _Printer:
             sys.stdout.flush()
 
 
-def _values(args: argparse.Namespace) -> Iterator[tuple[int, bytes | str]]:
+def _chunks(args: argparse.Namespace) -> Iterator[list[tuple[int, bytes | str]]]:
+    """The input, numbered from 1, in batches: VALUE alone, or stdin's lines."""
     if args.value is not None:
-        yield 1, args.value
+        yield [(1, args.value)]
         return
-    for number, raw in enumerate(sys.stdin.buffer, start=1):
-        yield number, raw.rstrip(b"\r\n")
+    yield from _line_chunks(cast(io.BufferedIOBase, sys.stdin.buffer), CHUNK_LINES)
+
+
+def _line_chunks(stream: io.BufferedIOBase, most: int) -> Iterator[list[tuple[int, bytes | str]]]:
+    """``stream``'s lines (without their line ends), numbered from 1, in chunks of at
+    most ``most``: what has arrived, read without waiting while more is there; a read
+    waits only when nothing has arrived."""
+    try:
+        fd: int | None = stream.fileno()
+    except (AttributeError, OSError):  # an in-memory stream holds all there is
+        fd = None
+    number = 0
+    pending: list[bytes] = []  # the start of a line whose end has not arrived
+    lines: list[tuple[int, bytes | str]] = []
+    while True:
+        data = stream.read1(_READ_BYTES)  # what is there; waits only if nothing is
+        if b"\n" in data or not data:
+            *complete, rest = b"".join([*pending, data]).split(b"\n")
+            pending = [rest] if data and rest else []
+            if not data and rest:  # the last line, without a line end
+                complete.append(rest)
+            for raw in complete:
+                number += 1
+                lines.append((number, raw.rstrip(b"\r")))
+        else:
+            pending.append(data)
+        while len(lines) >= most:
+            yield lines[:most]
+            del lines[:most]
+        if lines and (not data or not _waiting(fd)):
+            yield lines
+            lines = []
+        if not data:
+            return
+
+
+def _waiting(fd: int | None) -> bool:
+    """Whether more input can be read from ``fd`` at once."""
+    return fd is None or bool(select.select([fd], [], [], 0)[0])
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -224,39 +273,32 @@ def _run(args: argparse.Namespace) -> int:
         max_block_s=args.max_block,
     )
     printer = _Printer()
-    headers = _pairs(args.header)
     skipped = 0
     try:
-        for number, raw in _values(args):
+        for chunk in _chunks(args):
+            values: list[Any] = []
+            lines: list[_Line] = []
+            for number, raw in chunk:
+                try:
+                    text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+                    values.append(orjson.loads(text) if args.json_value else text)
+                except UnicodeDecodeError as exc:
+                    skipped += 1
+                    where = f"{exc.reason} at byte {exc.start}"
+                    print(
+                        f"atomickafka send: line {number}: not valid UTF-8 ({where}); skipped",
+                        file=sys.stderr,
+                    )
+                    continue
+                except orjson.JSONDecodeError as exc:
+                    skipped += 1
+                    print(f"atomickafka send: line {number}: {exc}; skipped", file=sys.stderr)
+                    continue
+                lines.append(_Line(number))
             try:
-                text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-                value = orjson.loads(text) if args.json_value else text
-                line = _Line(number)
-                line.message_id = client.send(
-                    value,
-                    args.to,
-                    via=args.via,
-                    key=args.key,
-                    headers=headers,
-                    on_delivery=printer.on_delivery(line),
-                )
-                if args.json_out:
-                    line.record = orjson.dumps(sent_record(line.message_id, args.to, value))
+                skipped += _send(client, args, values, lines, printer)
             except DestinationError as exc:  # nothing sent: a usage problem
                 return fail("send", exc)
-            except UnicodeDecodeError as exc:
-                skipped += 1
-                where = f"{exc.reason} at byte {exc.start}"
-                print(
-                    f"atomickafka send: line {number}: not valid UTF-8 ({where}); skipped",
-                    file=sys.stderr,
-                )
-                continue
-            except (ValueError, orjson.JSONDecodeError) as exc:
-                skipped += 1
-                print(f"atomickafka send: line {number}: {exc}; skipped", file=sys.stderr)
-                continue
-            printer.lines.append(line)
             printer.drain()
     finally:
         with contextlib.suppress(DeliveryError):  # each failure is reported with its line
@@ -267,3 +309,47 @@ def _run(args: argparse.Namespace) -> int:
                 f"atomickafka send: line {line.number}: not acknowledged in time", file=sys.stderr
             )
     return 1 if skipped or printer.failed or printer.printed < len(printer.lines) else 0
+
+
+def _send(
+    client: AtomicKafkaClient,
+    args: argparse.Namespace,
+    values: list[Any],
+    lines: list[_Line],
+    printer: _Printer,
+) -> int:
+    """Send one chunk's ``values`` (read from ``lines``) as a batch; a value that cannot
+    be sent is reported with its line and left out, and the rest sent. Return how many
+    lines were skipped."""
+    skipped = 0
+    while values:
+        try:
+            ids = client.send_batch(
+                values,
+                args.to,
+                via=args.via,
+                key=args.key,
+                headers=_pairs(args.header),
+                on_delivery=printer.on_delivery,
+            )
+        except DestinationError:
+            raise
+        except ValueError as exc:  # a MessageError naming its value, or not (--via)
+            index = exc.index if isinstance(exc, MessageError) else None
+            bad = lines if index is None else [lines[index]]
+            # the batch's index is no business of the command's: the line number is
+            reason = str(exc).removeprefix(f"values[{index}]: ")
+            for line in bad:
+                print(f"atomickafka send: line {line.number}: {reason}; skipped", file=sys.stderr)
+            skipped += len(bad)
+            if index is None:
+                return skipped
+            del values[index], lines[index]
+            continue
+        for line, message_id, value in zip(lines, ids, values, strict=True):
+            line.message_id = message_id
+            if args.json_out:
+                line.record = orjson.dumps(sent_record(message_id, args.to, value))
+        printer.lines.extend(lines)
+        break
+    return skipped

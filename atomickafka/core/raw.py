@@ -65,6 +65,7 @@ __all__ = [
     "H_TYPE",
     "RAW_FORMAT",
     "RESERVED_HEADER_PREFIX",
+    "ClientRecords",
     "RawRecord",
     "decode_any",
     "decode_raw",
@@ -161,24 +162,65 @@ def raw_client_record(
     as :func:`~atomickafka.core.wire.parse_destinations` returns them), built without
     the :class:`~atomickafka.core.wire.Message` and its digest, which the raw form does
     not carry (a node computes it from the record): a client's send path.
-    :class:`~atomickafka.core.wire.MessageError` as :func:`client_message` raises it."""
-    data, encoding = client_value(message_id, value, sent_at)
-    out: list[Header] = [
-        *headers,
-        (H_FORMAT, RAW_FORMAT),
-        (H_TYPE, _CLIENT_TYPE),
-        (H_ID, message_id.encode()),
-        (H_TO, ",".join(destinations).encode()),
-    ]
-    if sent_at is not None:
-        out.append((H_SENT, str(sent_at).encode()))
-    if sender_id:
-        out.append((H_SENDER, sender_id.encode()))
-    if partition is not None:
-        out.append((H_LAYER, str(partition).encode()))
-    if encoding == BYTES:
-        out.append((H_ENCODING, _BYTES_VALUE))
-    return key, data, out
+    :class:`~atomickafka.core.wire.MessageError` as :func:`client_message` raises it.
+    One message's :class:`ClientRecords`."""
+    records = ClientRecords(destinations, sender_id, sent_at=sent_at, key=key, headers=headers)
+    return records.record(message_id, value, partition)
+
+
+class ClientRecords:
+    """The raw records of client messages that share their destinations, sender, send
+    time, key and user headers (a client's batch): the headers they all carry are built
+    once, so each record costs its value's encoding and its id header.
+
+    :meth:`record` returns, byte for byte, what :func:`raw_client_record` of the same
+    arguments returns (that function is this class with one message). The headers are
+    ``[*user's, format, type, id, to, sent, sender, layer, encoding]``: all but the id
+    are shared, and the last two depend on the message's layer and encoding, so the
+    tail is built once per (layer, encoding) met.
+    """
+
+    __slots__ = ("_head", "_sent_at", "_shared", "_tails", "key")
+
+    def __init__(
+        self,
+        destinations: tuple[str, ...],
+        sender_id: str = "",
+        *,
+        sent_at: int | None = None,
+        key: bytes | None = None,
+        headers: tuple[Header, ...] = (),
+    ) -> None:
+        self.key = key
+        self._sent_at = sent_at
+        self._head: tuple[Header, ...] = (*headers, (H_FORMAT, RAW_FORMAT), (H_TYPE, _CLIENT_TYPE))
+        shared: list[Header] = [(H_TO, ",".join(destinations).encode())]
+        if sent_at is not None:
+            shared.append((H_SENT, str(sent_at).encode()))
+        if sender_id:
+            shared.append((H_SENDER, sender_id.encode()))
+        self._shared = tuple(shared)
+        self._tails: dict[tuple[int | None, str | None], tuple[Header, ...]] = {}
+
+    def record(self, message_id: str, value: Any, partition: int | None = None) -> RawRecord:
+        """The record of message ``message_id`` carrying ``value`` in layer
+        ``partition``; :class:`~atomickafka.core.wire.MessageError` for an invalid id,
+        send time or JSON value."""
+        data, encoding = client_value(message_id, value, self._sent_at)
+        if partition is None and encoding is None:
+            tail = self._shared  # the common case: unpartitioned JSON
+        else:
+            tail = self._tails.get((partition, encoding)) or self._tail(partition, encoding)
+        return self.key, data, [*self._head, (H_ID, message_id.encode()), *tail]
+
+    def _tail(self, partition: int | None, encoding: str | None) -> tuple[Header, ...]:
+        tail = list(self._shared)
+        if partition is not None:
+            tail.append((H_LAYER, str(partition).encode()))
+        if encoding == BYTES:
+            tail.append((H_ENCODING, _BYTES_VALUE))
+        made = self._tails[partition, encoding] = tuple(tail)
+        return made
 
 
 _CLIENT_TYPE: Final = MessageType.CLIENT.value.encode()

@@ -147,12 +147,17 @@ class MessageError(AtomicKafkaError, ValueError):
 
     ``field`` names the offending field (``None`` when the record is not a JSON object at
     all) and ``reason`` says what was wrong; ``str(error)`` shows both and the offending
-    value, shortened.
+    value, shortened. ``index``: the message's place in a batch
+    (:meth:`~atomickafka.client.AtomicKafkaClient.send_batch`), which ``str(error)``
+    starts with (``values[3]: ...``); ``None`` otherwise.
     """
 
-    def __init__(self, field: str | None, reason: str, value: object = None) -> None:
+    def __init__(
+        self, field: str | None, reason: str, value: object = None, *, index: int | None = None
+    ) -> None:
         self.field = field
         self.reason = reason
+        self.index = index
         shown = repr(value)
         if len(shown) > _SHOWN:
             shown = shown[: _SHOWN - 3] + "..."
@@ -160,6 +165,8 @@ class MessageError(AtomicKafkaError, ValueError):
         text = f"{where}: {reason}"
         if value is not None:
             text += f" (got {shown})"
+        if index is not None:
+            text = f"values[{index}]: {text}"
         super().__init__(text)
 
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,27 +66,36 @@ class Workload:
         return out
 
 
-def send_concurrently(bootstrap: str, workload: Workload, layout: str) -> list[Sent]:
-    """Run ``workload.clients`` clients in parallel threads; return everything sent."""
-    results: list[list[Sent]] = [[] for _ in range(workload.clients)]
+def in_threads(count: int, run: Callable[[int], None], timeout_s: float = 300) -> None:
+    """Run ``run(0)`` ... ``run(count - 1)`` in parallel threads; raise the first error."""
     errors: list[BaseException] = []
 
-    def run(index: int) -> None:
+    def guarded(index: int) -> None:
         try:
-            with AtomicKafkaClient(bootstrap, layout=layout) as client:
-                for dests, via, value, key in workload.plan(index):
-                    mid = client.send(value, dests, via=via, key=key)
-                    results[index].append(Sent(mid, dests, value, via or ""))
+            run(index)
         except BaseException as exc:  # surfaced below
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(workload.clients)]
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=300)
+        thread.join(timeout=timeout_s)
     if errors:
         raise errors[0]
+
+
+def send_concurrently(bootstrap: str, workload: Workload, layout: str) -> list[Sent]:
+    """Run ``workload.clients`` clients in parallel threads; return everything sent."""
+    results: list[list[Sent]] = [[] for _ in range(workload.clients)]
+
+    def run(index: int) -> None:
+        with AtomicKafkaClient(bootstrap, layout=layout) as client:
+            for dests, via, value, key in workload.plan(index):
+                mid = client.send(value, dests, via=via, key=key)
+                results[index].append(Sent(mid, dests, value, via or ""))
+
+    in_threads(workload.clients, run)
     sent = [s for per_client in results for s in per_client]
     workload.sent = sent
     return sent
