@@ -49,6 +49,7 @@ from atomickafka.client import AtomicKafkaClient
 from atomickafka.core import core_form
 from atomickafka.evaluation.load.clients import payload
 from atomickafka.kafka.admin import admin_client, ensure_topics
+from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER
 from atomickafka.kafka.topics import Layout, input_topic
 from atomickafka.localkafka import ensure_broker
 
@@ -168,7 +169,10 @@ def compare_produce(bootstrap: str, records: int, size: int = 300) -> dict[str, 
     for mode in ("produce, 4 headers", "produce, no headers", "produce_batch"):
         # a queue with room for every record: no call waits, none is retried
         config = {"queue.buffering.max.messages": 2 * records + 10, "linger.ms": 1}
-        producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, **config})
+        producer = Producer(
+            {"bootstrap.servers": bootstrap, "enable.idempotence": True, **config},
+            logger=LIBRDKAFKA_LOGGER,
+        )
         producer.produce(topic, b"warm-up")
         producer.flush(30)
         started = time.process_time()
