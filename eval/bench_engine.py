@@ -30,6 +30,7 @@ import argparse
 import cProfile
 import functools
 import gc
+import importlib.util
 import io
 import pickle
 import pstats
@@ -39,7 +40,11 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# The installed form (the compiled wheel in .venv-compiled, the editable checkout in
+# .venv); this checkout's sources only where none is installed. (Inserting the checkout
+# first would run its pure sources under every interpreter.)
+if importlib.util.find_spec("atomickafka") is None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from atomickafka.core import core_form
 from atomickafka.core.compact import CONTROL_FORMATS, control_encoders
