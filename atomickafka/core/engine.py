@@ -477,9 +477,19 @@ class Engine:
         below the last ``seq`` taken from its sender is a repeat. A ``seq`` is taken from
         every record that passed the checks but an Abort (Aborts change nothing when read
         again, and one set aside silences nobody: a stray's high ``seq`` is never
-        taken)."""
+        taken).
+
+        Relayed client copies keep their own sequence per sender (the key ``"<topic>
+        relay"``: no topic name holds a space): with control logs (§7) a peer's relays
+        go to this node's input log and its other control messages to its control log,
+        and the node applies the two in another interleaving than the peer wrote them;
+        each is in its sender's order within its own log."""
         seq, sender = record.seq, record.sentFromTopic
-        return None if seq is None or sender is None else (sender, seq)
+        if seq is None or sender is None:
+            return None
+        if record.messageType is MessageType.CLIENT:
+            return (sender + " relay", seq)
+        return (sender, seq)
 
     def _numbered(self, outputs: Iterable[Output]) -> list[Output]:
         """Give each control output its ``seq`` (§4.12): the offset of the input record

@@ -1,0 +1,292 @@
+"""A node with a control log (docs/DESIGN.md §7, "proposals that never wait behind
+client records"): prototype of the pure layer, not yet driven by the Kafka shell.
+
+A node reads two logs: its input log ``atomickafka-in.T`` (client records, relayed
+copies) and its control log ``atomickafka-ctl.T`` (its peers' bundles, its own ticks,
+members records and *apply markers*). The control log is the node's one input order
+(rule 8): a record of the input log is applied only where the node's own marker
+``apply in.T [a, b)`` (:mod:`atomickafka.core.marker`) stands in the control log, and a
+marker applies only when ``a`` is the next unapplied offset of the input log. So a
+second marker for a range (a zombie's, a restart's) applies nothing, or exactly what
+the first did, and every instance and every replay applies the same records in the same
+place, whatever it read of the input log when.
+
+Numbering (§4.12): a control output's ``seq`` is (offset in the control log of the
+record or marker that caused it, index): all the input-log records a marker applies
+share the marker's offset as their origin and are numbered on from one to the next.
+They are timed with the marker's log time too (the time they are applied at): §4.13's
+argument that a copy which is not late finds its id still remembered counts from the
+time the node applies the copy, not from the time the copy reached the input log.
+
+Positions: :attr:`position` is the next control-log offset to process,
+:attr:`applied` the next unapplied input-log offset; a snapshot records both (the
+control log's offset as the snapshot's offset, the input log's in its state under
+``"ordering"``), and a :class:`~atomickafka.node.batch.Ready` names both
+(``commit``, ``commit_input``). Recovery replays the control log from the snapshot's
+offset and reads the input log from the snapshot's ``applied``.
+
+Markers are not outputs of the input order: when a node writes one depends on when it
+read the input log. Liveness: the node keeps the markers it wrote and has not read
+back; when none is left and records it read are still unapplied (its markers applied
+nothing: a restart's, or one behind another instance's), it writes a new one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from atomickafka.core.marker import (
+    MAX_MARKER_RANGE,
+    Marker,
+    MarkerError,
+    decode_marker,
+    encode_marker,
+)
+from atomickafka.core.reader import KafkaRecord
+from atomickafka.core.reasons import Reason, Refusal, refusal
+from atomickafka.node.batch import NodeBatch, OutKind, OutRecord, Ready
+from atomickafka.node.snapshots import LoadedSnapshot
+
+__all__ = ["OrderedNodeBatch"]
+
+_LOG_APPEND_TIME: Final = 2
+
+
+def _log_time(record: KafkaRecord) -> int | None:
+    kind, stamp = record.timestamp()
+    return stamp if kind == _LOG_APPEND_TIME or stamp > 0 else None
+
+
+class OrderedNodeBatch(NodeBatch):
+    """:class:`NodeBatch` over a control log and an input log. :meth:`step_input` takes
+    input-log records (buffering them and writing a marker), :meth:`step_control`
+    control-log records (applying them, and the input-log records their markers name,
+    in control-log order). :meth:`step` is not used."""
+
+    def __init__(self, *args: Any, applied: int = 0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.spec.control_topic is None:
+            raise ValueError("an OrderedNodeBatch needs spec.control_topic")
+        #: The next unapplied input-log offset.
+        self.applied = applied
+        #: The next input-log offset to read (everything below it was read).
+        self.read_until = applied
+        self._buffer: deque[KafkaRecord] = deque()  # read, at or above ``applied``
+        self._queue: deque[KafkaRecord] = deque()  # control records waiting to be applied
+        self._outstanding: deque[tuple[int, int]] = deque()  # markers written, not read back
+        self.markers_applied = 0
+        self.markers_void = 0  # own markers that applied nothing (a != applied)
+        self.markers_refused = 0
+
+    @classmethod
+    def recover_ordered(
+        cls, spec: Any, snapshot: LoadedSnapshot | None, committed: int
+    ) -> OrderedNodeBatch:
+        """A node restarting from ``snapshot`` with ``committed`` the committed control-log
+        offset: replay the control log from the snapshot's offset (outputs below
+        ``committed`` dropped), reading the input log from the snapshot's ``applied``."""
+        batch = cls.recover(spec, snapshot, committed)
+        assert isinstance(batch, OrderedNodeBatch)
+        applied = 0
+        if snapshot is not None and snapshot.state is not None:
+            applied = int((snapshot.state.get("ordering") or {}).get("applied", 0))
+        batch.applied = batch.read_until = applied
+        return batch
+
+    @property
+    def buffered(self) -> int:
+        """Input-log records read and not yet applied (a shell stops reading the input
+        log past a bound)."""
+        return len(self._buffer)
+
+    @property
+    def waiting(self) -> bool:
+        """The next control record is a marker naming input-log offsets not read yet."""
+        return bool(self._queue)
+
+    # ------------------------------------------------------------------ steps
+
+    def step_input(
+        self, records: Sequence[KafkaRecord], *, wall_s: float, until: int | None = None
+    ) -> Ready:
+        """Records read from the input log, in offset order (``until``: the read position
+        after them, when offsets were skipped -- aborted transactions' records): buffer
+        them, apply what markers wait for, and write a marker for what is unmarked."""
+        for record in records:
+            offset = record.offset() or 0
+            if offset >= self.read_until:
+                self._buffer.append(record)
+                self.read_until = offset + 1
+        if until is not None and until > self.read_until:
+            self.read_until = until
+        ready = self._pump(wall_s)
+        self._mark(ready)
+        return ready
+
+    def step_control(self, records: Sequence[KafkaRecord], *, wall_s: float) -> Ready:
+        """Records read from the control log, in offset order from :attr:`position`."""
+        self._queue.extend(records)
+        ready = self._pump(wall_s)
+        self._mark(ready)
+        return ready
+
+    def idle(self, *, wall_s: float) -> Ready:
+        ready = super().idle(wall_s=wall_s)
+        self._mark(ready)
+        return ready
+
+    # ------------------------------------------------------------------ the order
+
+    def _pump(self, wall_s: float) -> Ready:
+        """Apply the queued control records in order, as far as the input log read
+        allows; outputs of records below :attr:`replay_until` are dropped."""
+        ready = Ready()
+        run: list[KafkaRecord] = []
+        placed: list[tuple[int, int | None]] = []
+        run_replayed = True  # whether ``run``'s outputs are dropped
+        live: list[OutRecord] = []
+        taken = 0
+        queue = self._queue
+        while queue:
+            record = queue[0]
+            offset = record.offset() or 0
+            if offset < self.position:  # read again
+                queue.popleft()
+                continue
+            replay = offset < self.replay_until
+            if run and replay != run_replayed:
+                self._flush(run, placed, run_replayed, live)
+            run_replayed = replay
+            items, problem = self._control_record(record)
+            if items is None:
+                break  # a marker waits for input-log records not read yet
+            queue.popleft()
+            self.position = offset + 1
+            if problem is not None:  # its dead letter comes after what came before
+                self._flush(run, placed, run_replayed, live)
+                dead = self._signed(self._dead_letter(record.value(), problem, record))
+                if not replay:
+                    live.append(dead)
+            for item, place in items:
+                run.append(item)
+                placed.append(place)
+            if replay:
+                ready.replayed += 1
+            else:
+                taken += 1
+        self._flush(run, placed, run_replayed, live)
+        if taken:
+            ready.records = live
+            self._schedule.took(taken)
+            ready.commit = self.position
+            ready.commit_input = self.applied
+            self._maybe_tick(ready, wall_s)
+            self._maybe_snapshot(ready, wall_s)
+        return ready
+
+    def _flush(
+        self,
+        run: list[KafkaRecord],
+        placed: list[tuple[int, int | None]],
+        replayed: bool,
+        live: list[OutRecord],
+    ) -> None:
+        """Apply ``run`` (emptied), keeping its outputs in ``live`` unless ``replayed``."""
+        if not run:
+            return
+        out = self._apply_placed(run, placed)
+        run.clear()
+        placed.clear()
+        if not replayed:
+            live.extend(out)
+
+    def _control_record(
+        self, record: KafkaRecord
+    ) -> tuple[list[tuple[KafkaRecord, tuple[int, int | None]]] | None, Refusal | None]:
+        """What one control record applies: itself (any record but a marker), the
+        input-log records its marker names, or nothing (a marker set aside, with the
+        reason, or one whose range does not start at :attr:`applied`); ``None``: wait
+        for the input log."""
+        offset = record.offset() or 0
+        place = (offset, _log_time(record))
+        try:
+            marker = decode_marker(record.value())
+        except MarkerError as exc:
+            self.markers_refused += 1
+            return [], refusal(Reason.INVALID_RECORD, str(exc))
+        if marker is None:
+            return [(record, place)], None
+        problem = self._marker_problem(record, marker)
+        if problem is not None:
+            self.markers_refused += 1
+            return [], problem
+        if marker.start != self.applied:
+            self.markers_void += 1
+            self._read_back(marker.start, marker.end)
+            return [], None
+        if self.read_until < marker.end:
+            return None, None
+        applied: list[tuple[KafkaRecord, tuple[int, int | None]]] = []
+        buffer = self._buffer
+        while buffer and (buffer[0].offset() or 0) < marker.end:
+            applied.append((buffer.popleft(), place))
+        self.applied = marker.end
+        self.markers_applied += 1
+        self._read_back(marker.start, marker.end)
+        return applied, None
+
+    def _marker_problem(self, record: KafkaRecord, marker: Marker) -> Refusal | None:
+        """Why a marker is not this node's own (only its own markers apply: anyone else's
+        is a stray's or a forgery), or ``None``."""
+        spec = self.spec
+        signature = self._signature_problem(record)
+        if signature is not None:
+            self.unsigned += 1
+            return signature
+        if marker.sender != spec.node_id or marker.topic != spec.topic:
+            return refusal(
+                Reason.STRAY,
+                f"an apply marker from {marker.sender} of {marker.topic}: only the node's "
+                "own markers apply (§7)",
+            )
+        if marker.partition != spec.layer:
+            return refusal(Reason.WRONG_LAYER, f"an apply marker of layer {marker.partition}")
+        return None
+
+    def _read_back(self, start: int, end: int) -> None:
+        """A marker came back: it is no longer outstanding, nor is any ending at or below
+        :attr:`applied` (those can apply nothing any more)."""
+        outstanding = self._outstanding
+        if (start, end) in outstanding:
+            outstanding.remove((start, end))
+        while outstanding and outstanding[0][1] <= self.applied:
+            outstanding.popleft()
+
+    def _mark(self, ready: Ready) -> None:
+        """Write a marker for what was read and is not yet named by a marker this
+        process wrote and has not read back (none while replaying: the control log may
+        hold the last process's markers further on)."""
+        if self.replaying:
+            return
+        start = max(self.applied, self._outstanding[-1][1] if self._outstanding else 0)
+        spec = self.spec
+        assert spec.control_topic is not None
+        while start < self.read_until:
+            end = min(self.read_until, start + MAX_MARKER_RANGE)
+            value = encode_marker(spec.node_id, spec.topic, start, end, spec.layer)
+            ready.records.append(
+                self._signed(
+                    OutRecord(OutKind.TICK, spec.control_topic, value, spec.input_partition)
+                )
+            )
+            self._outstanding.append((start, end))
+            start = end
+
+    # ------------------------------------------------------------------ snapshots
+
+    def _snapshot_content(self) -> tuple[Mapping[int, int], dict[str, Any], int]:
+        offsets, state, mark = super()._snapshot_content()
+        state["ordering"] = {"applied": self.applied}
+        return offsets, state, mark
