@@ -37,6 +37,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from atomickafka.core.engine import Engine
 from atomickafka.core.marker import (
     MAX_MARKER_RANGE,
     Marker,
@@ -46,7 +47,7 @@ from atomickafka.core.marker import (
 )
 from atomickafka.core.reader import KafkaRecord
 from atomickafka.core.reasons import Reason, Refusal, refusal
-from atomickafka.node.batch import NodeBatch, OutKind, OutRecord, Ready
+from atomickafka.node.batch import NodeBatch, NodeSpec, OutKind, OutRecord, Ready
 from atomickafka.node.snapshots import LoadedSnapshot
 
 __all__ = ["OrderedNodeBatch"]
@@ -82,12 +83,17 @@ class OrderedNodeBatch(NodeBatch):
 
     @classmethod
     def recover_ordered(
-        cls, spec: Any, snapshot: LoadedSnapshot | None, committed: int
+        cls,
+        spec: NodeSpec,
+        snapshot: LoadedSnapshot | None,
+        committed: int,
+        *,
+        engine_class: type[Engine] = Engine,
     ) -> OrderedNodeBatch:
         """A node restarting from ``snapshot`` with ``committed`` the committed control-log
         offset: replay the control log from the snapshot's offset (outputs below
         ``committed`` dropped), reading the input log from the snapshot's ``applied``."""
-        batch = cls.recover(spec, snapshot, committed)
+        batch = cls.recover(spec, snapshot, committed, engine_class=engine_class)
         assert isinstance(batch, OrderedNodeBatch)
         applied = 0
         if snapshot is not None and snapshot.state is not None:
@@ -100,6 +106,11 @@ class OrderedNodeBatch(NodeBatch):
         """Input-log records read and not yet applied (a shell stops reading the input
         log past a bound)."""
         return len(self._buffer)
+
+    @property
+    def control_fetch_from(self) -> int:
+        """The next control-log offset to read (past the records queued, not applied)."""
+        return (self._queue[-1].offset() or 0) + 1 if self._queue else self.position
 
     @property
     def waiting(self) -> bool:
