@@ -120,7 +120,7 @@ def test_encode_refuses_empty_range() -> None:
 # ---------------------------------------------------------------- a small cluster
 
 
-def spec(topic: str) -> NodeSpec:
+def spec(topic: str, window_ms: int = 60_000) -> NodeSpec:
     return NodeSpec(
         topic=topic,
         node_id=f"node-{topic}",
@@ -134,6 +134,7 @@ def spec(topic: str) -> NodeSpec:
         input_prefix=IN,
         control_prefix=CTL,
         control_topic=CTL + topic,
+        window_ms=window_ms,
     )
 
 
@@ -147,6 +148,7 @@ class Cluster:
     written at once (log append times one ms apart)."""
 
     topics: tuple[str, ...]
+    window_ms: int = 60_000
     logs: dict[str, list[PlainRecord]] = field(default_factory=dict)
     nodes: dict[str, OrderedNodeBatch] = field(default_factory=dict)
     read: dict[str, int] = field(default_factory=dict)  # per log name: the node's position
@@ -163,7 +165,7 @@ class Cluster:
             self.read[IN + topic] = self.read[CTL + topic] = 0
             self.outputs[topic] = []
             self.snapshots[topic] = []
-            node_spec = spec(topic)
+            node_spec = spec(topic, self.window_ms)
             node = OrderedNodeBatch(node_spec, OrderedNodeBatch.fresh_engine(node_spec))
             self.nodes[topic] = node
             for record in node.members(self.topics).records:  # the shell's, not a step's
@@ -325,6 +327,32 @@ def test_a_marker_waits_for_the_input_log() -> None:
     assert not node.waiting and node.applied == 1 and node.position > position
 
 
+def test_a_copy_is_judged_late_by_the_time_it_is_applied() -> None:
+    """§4.13 with two logs: a node forgets a settled id a window after it settled, by
+    its control log's time; a client copy that waited in the input log is applied at
+    its marker's time, and judged late by that time. Judged by the time it reached the
+    input log, a copy applied after the id was forgotten would be taken up again (and
+    held by its node for good, or delivered twice)."""
+    window = 2_000
+    cluster = Cluster(("A", "B"), window_ms=window)
+    cluster.send("m1", ["A", "B"])
+    assert cluster.step("A", "in", 100)  # B does not read its input log yet
+    for _ in range(4):
+        for topic in cluster.topics:
+            cluster.step(topic, "ctl", 100)
+    assert cluster.delivered("A") == cluster.delivered("B") == ["m1"]
+    cluster.clock += 2 * window  # B's control log moves on: m1 is forgotten there
+    node = cluster.nodes["B"]
+    for record in node.members(cluster.topics, again=True).records:
+        cluster.append(record.topic, record.value)
+    cluster.step("B", "ctl", 100)
+    cluster.settle()  # now B reads its copy of m1, marks it and applies it
+    assert cluster.delivered("B") == ["m1"]
+    assert node.engine.pending_count == 0
+    late = [r.reason for r in cluster.outputs["B"] if r.kind is OutKind.DEAD_LETTER]
+    assert late == [Reason.LATE]
+
+
 # ---------------------------------------------------------------- rule 8
 
 
@@ -435,3 +463,15 @@ def test_recovery_from_a_snapshot_replays_the_control_log() -> None:
     assert tail
     for target, written in tail.items():
         assert written and whole[target][-len(written) :] == written, target
+
+
+def test_a_marker_in_the_input_log_is_set_aside() -> None:
+    """Only the control log holds markers: one in the input log is an invalid record
+    there (set aside, nothing applied, nothing stops)."""
+    cluster = Cluster(("A", "B"))
+    cluster.append(IN + "A", encode_marker("node-A", "A", 0, 5))
+    cluster.send("m1", ["A", "B"])
+    cluster.settle()
+    codes = [r.reason for r in cluster.outputs["A"] if r.kind is OutKind.DEAD_LETTER]
+    assert codes == [Reason.INVALID_RECORD]
+    assert cluster.delivered("A") == cluster.delivered("B") == ["m1"]
