@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -25,6 +25,7 @@ from atomickafka.core.marker import (
 from atomickafka.core.raw import decode_any
 from atomickafka.core.reader import PlainRecord
 from atomickafka.core.reasons import Reason
+from atomickafka.core.signing import Signer
 from atomickafka.core.wire import (
     MessageType,
     client_message,
@@ -475,3 +476,31 @@ def test_a_marker_in_the_input_log_is_set_aside() -> None:
     codes = [r.reason for r in cluster.outputs["A"] if r.kind is OutKind.DEAD_LETTER]
     assert codes == [Reason.INVALID_RECORD]
     assert cluster.delivered("A") == cluster.delivered("B") == ["m1"]
+
+
+def test_with_signing_a_forged_own_marker_is_set_aside() -> None:
+    """Without a secret anyone can write a marker in the node's name, and one naming
+    input offsets nobody wrote yet makes the node wait for them (a known limit of the
+    unsigned prototype, like the forged ``seq`` of §4.9); with signing it is set aside
+    and the marker the node signed applies."""
+    secret = b"0123456789abcdef0123456789abcdef"
+    node_spec = replace(spec("A"), signer=Signer([secret]))
+    node = OrderedNodeBatch(node_spec, OrderedNodeBatch.fresh_engine(node_spec))
+    client = encode_client(client_message("m1", ["A"], {"m": 1}, sent_at=NOW_MS))
+    signer = Signer([secret])
+    headers = signer.signed_headers(IN + "A", None, client)
+    ready = node.step_input(
+        [PlainRecord(client, topic=IN + "A", offset=0, headers=headers, timestamp_ms=NOW_MS)],
+        wall_s=0.0,
+    )
+    (own,) = [r for r in ready.records if _is_marker(r)]
+    forged = encode_marker("node-A", "A", 0, 1000)
+    records = [
+        PlainRecord(forged, topic=CTL + "A", offset=0, timestamp_ms=NOW_MS + 1),
+        PlainRecord(
+            own.value, topic=CTL + "A", offset=1, headers=own.headers, timestamp_ms=NOW_MS + 2
+        ),
+    ]
+    ready = node.step_control(records, wall_s=0.0)
+    assert [r.reason for r in ready.records if r.kind is OutKind.DEAD_LETTER] == [Reason.UNSIGNED]
+    assert node.applied == 1 and not node.waiting and node.markers_applied == 1
