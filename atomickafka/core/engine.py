@@ -139,6 +139,9 @@ _DELIVERY_TYPES: Final = frozenset({MessageType.DELIVERY, MessageType.PARTITION_
 #: The records that carry a proposal to a peer.
 _PROPOSAL_TYPES: Final = frozenset({MessageType.NOTIFY, MessageType.ACK})
 _new_tuple: Final = tuple.__new__
+#: Bits of a ``seq``'s index that number one record's outputs when a record's origin
+#: splits (:attr:`Engine.origin_shift`, §7): a record has fewer outputs than this.
+ORIGIN_INDEX_BITS: Final = 24
 #: Positions of a Message's type and seq fields (tuples built by position, hot path).
 _TYPE: Final = Message._fields.index("messageType")
 _SEQ: Final = Message._fields.index("seq")
@@ -221,6 +224,13 @@ class Engine:
         self._settle_settings()
         # Derived from the state, rebuilt by from_state: the queue indexes pending.
         self._queue = DeliveryQueue()  # of (timeStamp, messageID)
+        #: How a record's origin splits (§7, control logs): ``0``, the origin is the
+        #: input offset and ``seq`` is (origin, index); ``n``, the origin is ``(offset <<
+        #: n) | k`` -- the ``k``-th input-log record a control-log marker at ``offset``
+        #: applies -- and ``seq`` is (offset, ``k << ORIGIN_INDEX_BITS | index``), so
+        #: each record's outputs are numbered apart from the other records' of its
+        #: marker, as on one log. A setting of the node, not state.
+        self.origin_shift = 0
         # Scratch of one step, never part of the state.
         self._check_due = False
         self._aborts: list[Aborted] = []
@@ -499,6 +509,11 @@ class Engine:
         if origin is None:
             return list(outputs)
         index = self.state.next_index
+        shift = self.origin_shift
+        base = 0
+        if shift:
+            base = (origin & ((1 << shift) - 1)) << ORIGIN_INDEX_BITS
+            origin >>= shift
         out: list[Output] = []
         append = out.append
         pending = self.state.pending
@@ -508,7 +523,7 @@ class Engine:
             if kind in _DELIVERY_TYPES:
                 append(output)
                 continue
-            seq = (origin, index)
+            seq = (origin, base + index)
             fields = list(message)  # (not two slices: mypyc copies those generically)
             fields[_SEQ] = seq
             numbered = _new_tuple(Message, fields)

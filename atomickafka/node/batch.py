@@ -457,6 +457,7 @@ class NodeBatch(SnapshotTaker):
             else:
                 messages.extend(decoded)
                 sources.extend([record] * len(decoded))
+        origins = None if placed is None else [m.origin for m in messages]
         step = self.engine.step(messages)
         logged = self.engine.logged_protocol
         if logged is not None:
@@ -466,9 +467,9 @@ class NodeBatch(SnapshotTaker):
                 f"(its own members record says so, before offset {self.position}), and it is "
                 f"configured with {self.engine.algorithm.value}: {HOW_TO_RECONFIGURE}"
             )
-        for position in step.deferred:
-            if placed is None:  # kept by its offset; a placed record's is not its origin
-                self._deferred.keep(sources[position])
+        for position in step.deferred:  # kept by its origin (its offset, unless placed)
+            key = None if origins is None else origins[position]
+            self._deferred.keep(sources[position], key)
         out.extend(self._refused(step, sources))
         for origin in step.released:
             self._deferred.pop(origin)  # taken up (or refused above): no longer needed
@@ -839,8 +840,10 @@ class DeferredRecords:
         self._records: dict[int, KafkaRecord] = {}  # insertion order = oldest first
         self._bytes = 0
 
-    def keep(self, record: KafkaRecord) -> None:
-        offset = record.offset()
+    def keep(self, record: KafkaRecord, key: int | None = None) -> None:
+        """Keep ``record`` under ``key`` (the origin of its messages; by default its
+        offset)."""
+        offset = record.offset() if key is None else key
         if offset is None or offset in self._records:
             return
         self._records[offset] = record

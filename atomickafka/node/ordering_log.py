@@ -50,9 +50,13 @@ from atomickafka.core.reasons import Reason, Refusal, refusal
 from atomickafka.node.batch import NodeBatch, NodeSpec, OutKind, OutRecord, Ready
 from atomickafka.node.snapshots import LoadedSnapshot
 
-__all__ = ["OrderedNodeBatch"]
+__all__ = ["OrderedNodeBatch", "OrderedStandby"]
 
 _LOG_APPEND_TIME: Final = 2
+#: A record's origin is ``(control-log offset << ORIGIN_SHIFT) | k``, ``k`` its place in
+#: its marker's range (``Engine.origin_shift``): a marker names fewer offsets than this.
+ORIGIN_SHIFT: Final = 20
+assert 1 << ORIGIN_SHIFT >= MAX_MARKER_RANGE
 
 
 def _log_time(record: KafkaRecord) -> int | None:
@@ -70,6 +74,7 @@ class OrderedNodeBatch(NodeBatch):
         super().__init__(*args, **kwargs)
         if self.spec.control_topic is None:
             raise ValueError("an OrderedNodeBatch needs spec.control_topic")
+        self.engine.origin_shift = ORIGIN_SHIFT
         #: The next unapplied input-log offset.
         self.applied = applied
         #: The next input-log offset to read (everything below it was read).
@@ -77,6 +82,8 @@ class OrderedNodeBatch(NodeBatch):
         self._buffer: deque[KafkaRecord] = deque()  # read, at or above ``applied``
         self._queue: deque[KafkaRecord] = deque()  # control records waiting to be applied
         self._outstanding: deque[tuple[int, int]] = deque()  # markers written, not read back
+        #: False while a standby follows (§6.4): it writes nothing, not even markers.
+        self.writing = True
         self.markers_applied = 0
         self.markers_void = 0  # own markers that applied nothing (a != applied)
         self.markers_refused = 0
@@ -221,7 +228,7 @@ class OrderedNodeBatch(NodeBatch):
         reason, or one whose range does not start at :attr:`applied`); ``None``: wait
         for the input log."""
         offset = record.offset() or 0
-        place = (offset, _log_time(record))
+        place = (offset << ORIGIN_SHIFT, _log_time(record))
         try:
             marker = decode_marker(record.value())
         except MarkerError as exc:
@@ -241,8 +248,10 @@ class OrderedNodeBatch(NodeBatch):
             return None, None
         applied: list[tuple[KafkaRecord, tuple[int, int | None]]] = []
         buffer = self._buffer
+        origin, log_time = place
         while buffer and (buffer[0].offset() or 0) < marker.end:
-            applied.append((buffer.popleft(), place))
+            record = buffer.popleft()
+            applied.append((record, (origin | ((record.offset() or 0) - marker.start), log_time)))
         self.applied = marker.end
         self.markers_applied += 1
         self._read_back(marker.start, marker.end)
@@ -279,7 +288,7 @@ class OrderedNodeBatch(NodeBatch):
         """Write a marker for what was read and is not yet named by a marker this
         process wrote and has not read back (none while replaying: the control log may
         hold the last process's markers further on)."""
-        if self.replaying:
+        if self.replaying or not self.writing:
             return
         start = max(self.applied, self._outstanding[-1][1] if self._outstanding else 0)
         spec = self.spec
@@ -301,3 +310,133 @@ class OrderedNodeBatch(NodeBatch):
         offsets, state, mark = super()._snapshot_content()
         state["ordering"] = {"applied": self.applied}
         return offsets, state, mark
+
+
+class OrderedStandby:
+    """A hot standby of a node with a control log (§6.4 over two logs): it applies the
+    control log below the active instance's committed offset ``C`` (a replay, nothing
+    written), reading the input log as far as the markers below ``C`` need and a
+    bounded buffer beyond; records of the control log at or past ``C`` wait in a
+    bounded buffer. The API of :class:`~atomickafka.node.standby.NodeStandby`, with
+    the two logs apart: :meth:`take` and :attr:`fetch_from` for the control log,
+    :meth:`take_input` and :attr:`input_fetch_from` for the input log."""
+
+    def __init__(
+        self,
+        spec: NodeSpec,
+        snapshot: LoadedSnapshot | None,
+        *,
+        committed: int = 0,
+        max_pending: int = 10_000,
+        jump_records: int = 10_000,
+        engine_class: type[Engine] = Engine,
+    ) -> None:
+        self.spec = spec
+        self.max_pending = max(1, max_pending)
+        self.jump_records = jump_records
+        self._engine_class = engine_class
+        self.committed = committed
+        self._pending: deque[KafkaRecord] = deque()
+        self.jumps = 0
+        self.batch = self._recover(snapshot)
+
+    def _recover(self, snapshot: LoadedSnapshot | None) -> OrderedNodeBatch:
+        batch = OrderedNodeBatch.recover_ordered(
+            self.spec, snapshot, self.committed, engine_class=self._engine_class
+        )
+        batch.writing = False
+        return batch
+
+    @property
+    def position(self) -> int:
+        """The next control-log offset to apply."""
+        return self.batch.position
+
+    @property
+    def room(self) -> int:
+        """How many more control records the shell may fetch now."""
+        return self.max_pending - len(self._pending)
+
+    @property
+    def input_room(self) -> int:
+        """How many more input-log records the shell may fetch now (always some while a
+        marker waits for them)."""
+        room = self.max_pending - self.batch.buffered
+        return max(room, 1) if self.batch.waiting else room
+
+    @property
+    def fetch_from(self) -> int:
+        """The next control-log offset the shell fetches."""
+        if self._pending:
+            return (self._pending[-1].offset() or 0) + 1
+        return self.batch.control_fetch_from
+
+    @property
+    def input_fetch_from(self) -> int:
+        """The next input-log offset the shell fetches."""
+        return self.batch.read_until
+
+    def commit_seen(self, committed: int) -> int:
+        """The active instance's committed control-log offset; apply what it released."""
+        self.committed = max(self.committed, committed)
+        return self._apply()
+
+    def take(self, records: Sequence[KafkaRecord]) -> int:
+        """Control-log records the shell fetched, in offset order from :attr:`fetch_from`."""
+        start = self.batch.control_fetch_from
+        self._pending.extend(r for r in records if (r.offset() or 0) >= start)
+        return self._apply()
+
+    def take_input(self, records: Sequence[KafkaRecord]) -> int:
+        """Input-log records the shell fetched, in offset order from
+        :attr:`input_fetch_from`; applies what markers waited for."""
+        before = self.batch.position
+        self._step(lambda b: b.step_input(records, wall_s=0.0))
+        return self.batch.position - before
+
+    def _apply(self) -> int:
+        pending, committed = self._pending, self.committed
+        ready: list[KafkaRecord] = []
+        while pending and (pending[0].offset() or 0) < committed:
+            ready.append(pending.popleft())
+        if not ready:
+            return 0
+        before = self.batch.position
+        self._step(lambda b: b.step_control(ready, wall_s=0.0))
+        return self.batch.position - before
+
+    def _step(self, step: Any) -> None:
+        batch = self.batch
+        batch.replay_until = max(batch.replay_until, self.committed)
+        result = step(batch)
+        # every control record applied was below the committed offset: a replay
+        assert not result.records, "a standby wrote something"
+
+    def wants(self, snapshot: LoadedSnapshot) -> bool:
+        """As :meth:`NodeStandby.wants`, in control-log offsets."""
+        if snapshot.state is None:
+            return False
+        offset = snapshot.offsets.get(self.spec.input_partition, 0)
+        return offset <= self.committed and offset - self.position >= self.jump_records
+
+    def jump(self, snapshot: LoadedSnapshot) -> None:
+        """Load ``snapshot``: the shell fetches both logs again from :attr:`fetch_from`
+        and :attr:`input_fetch_from` (the input log from the snapshot's ``applied``)."""
+        self.batch = self._recover(snapshot)
+        self._pending.clear()
+        self.jumps += 1
+
+    def take_over(self, committed: int, newest_seq: int) -> OrderedNodeBatch | None:
+        """Become the active instance's batch layer (as :meth:`NodeStandby.take_over`):
+        replay the control log from :attr:`position` to ``committed``, then live. The
+        shell fetches the control log again from the batch's ``control_fetch_from`` and
+        goes on reading the input log from its ``read_until``."""
+        batch = self.batch
+        if committed < batch.position:
+            return None
+        self.committed = max(self.committed, committed)
+        batch.replay_until = committed
+        batch.snapshot_seq = max(batch.snapshot_seq, newest_seq)
+        batch.writing = True
+        self._pending.clear()
+        return batch

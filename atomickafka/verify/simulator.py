@@ -136,7 +136,7 @@ from atomickafka.node.batch import (
     Ready,
     SettingsChangedError,
 )
-from atomickafka.node.ordering_log import OrderedNodeBatch
+from atomickafka.node.ordering_log import OrderedNodeBatch, OrderedStandby
 from atomickafka.node.snapshots import LoadedSnapshot, newest_snapshots
 from atomickafka.node.standby import NodeStandby
 from atomickafka.verify.checker import CheckReport, SentMessage, check, deliveries_from_wire
@@ -452,7 +452,7 @@ class _Node:
         self.snapshot: tuple[int, list[OutRecord]] | None = None
         self.snapshot_rows: list[tuple[bytes | None, bytes | None]] = []
         #: The hot standby (with ``Chaos.takeover``).
-        self.standby: NodeStandby | None = None
+        self.standby: NodeStandby | OrderedStandby | None = None
         #: When (log time) the shell last wrote the node's members record; ``None``:
         #: not since its process started (it writes one after its first round).
         self.members_at: int | None = None
@@ -465,8 +465,17 @@ class _Node:
         self.zombie: NodeBatch | None = None
         self.zombie_steps = 0
 
-    def new_standby(self, log_length: int) -> NodeStandby:
+    def new_standby(self, log_length: int) -> NodeStandby | OrderedStandby:
         """A standby starting as the shell starts one: from the newest snapshot."""
+        if self.spec.control_topic is not None:
+            return OrderedStandby(
+                self.spec,
+                self.newest_snapshot(log_length),
+                committed=self.committed,
+                max_pending=STANDBY_PENDING,
+                jump_records=STANDBY_JUMP,
+                engine_class=self.engine_class,
+            )
         return NodeStandby(
             self.spec,
             self.newest_snapshot(log_length),
@@ -629,10 +638,8 @@ class Simulator:
         if not control_logs:
             return inputs, {}
         chaos = self.chaos
-        if chaos.takeover or chaos.wrong_restart or self.layer is not None:
-            raise ConfigError(
-                "control logs (a prototype) have no standbys, wrong restarts nor layers yet"
-            )
+        if chaos.wrong_restart or self.layer is not None:
+            raise ConfigError("control logs (a prototype) have no wrong restarts nor layers yet")
         return inputs, {t: Log(CONTROL_PREFIX + t, part, self.clock) for t in self.topics}
 
     @property
@@ -1016,6 +1023,9 @@ class Simulator:
             return
         if self.chooser.chance(0.5):
             standby.commit_seen(node.committed)
+        if isinstance(standby, OrderedStandby):
+            self._follow_ordered(topic, standby, batch)
+            return
         newest = node.newest_snapshot(len(self.inputs[topic]))
         if newest is not None and standby.wants(newest):
             standby.jump(newest)
@@ -1024,6 +1034,23 @@ class Simulator:
         take = min(batch, standby.room)
         if take > 0:
             standby.take(self.inputs[topic].read(standby.fetch_from, take))
+
+    def _follow_ordered(self, topic: str, standby: OrderedStandby, batch: int) -> None:
+        """:meth:`follow` for a node with a control log (§7): the standby fetches either
+        log (drawn)."""
+        newest = self.nodes[topic].newest_snapshot(len(self.controls[topic]))
+        if newest is not None and standby.wants(newest):
+            standby.jump(newest)
+            self.events["standby_jump"] += 1
+            self._note(f"{topic}'s standby jumps to snapshot {newest.seq}")
+        if self.chooser.chance(0.5):
+            take = min(batch, standby.room)
+            if take > 0:
+                standby.take(self.controls[topic].read(standby.fetch_from, take))
+        else:
+            take = min(batch, standby.input_room)
+            if take > 0:
+                standby.take_input(self.inputs[topic].read(standby.input_fetch_from, take))
 
     def takeover(self, topic: str) -> None:
         """``topic``'s node dies; its standby takes over from its own state (a restart
@@ -1046,7 +1073,7 @@ class Simulator:
                 f"{topic} dies at {position}; its standby takes over at {batch.position}, "
                 f"replays to {node.committed}"
             )
-        node.standby = node.new_standby(len(self.inputs[topic]))
+        node.standby = node.new_standby(len(self._order_log(topic)))
 
     def duplicate(self, topic: str, index: int) -> None:
         """Append record ``index`` of ``topic``'s log again (a writer's retry)."""

@@ -5,7 +5,8 @@ interleavings, with crashes recovered from snapshots, producer gaps, duplicates,
 and zombies (the instance a restart replaced going on for a while: its markers and
 bundles written, its transaction fenced). The checker must pass, and rule 8 must hold
 over the control log: a fresh node reading the final logs delivers what the client
-read. Not yet covered: hot standbys (``Chaos.takeover``), wrong restarts, layers."""
+read, also through takeovers by hot standbys that follow both logs. Not yet covered:
+wrong restarts, layers."""
 
 from __future__ import annotations
 
@@ -58,6 +59,11 @@ HOSTILE = Chaos(
     upgrade=0.01,
     zombie=0.5,
 )
+#: Hot standbys following both logs (``OrderedStandby``), taking over from dying nodes
+#: whose zombies go on writing.
+TAKEOVERS = Chaos(
+    commit=0.3, zombie=1.0, takeover=0.05, follow=0.5, crash=0.01, checkpoint=0.1, duplicate=0.05
+)
 
 
 def assert_correct(result: SimulationResult) -> None:
@@ -101,6 +107,14 @@ def test_control_logs_keep_atomic_multicast(
     assert_correct(result)
 
 
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_standbys_over_two_logs_take_over(algorithm: Algorithm, seed: int) -> None:
+    _, result = run(algorithm, seed, TAKEOVERS)
+    assert_correct(result)
+
+
 def test_the_chaos_is_not_idle() -> None:
     """Control records do go to the control logs (and only relays and client records to
     the input logs), markers are written, crashes replay them and zombies step."""
@@ -118,6 +132,12 @@ def test_the_chaos_is_not_idle() -> None:
                 void += batch.markers_void
     assert events["zombie_step"] >= 5 and events["crash"] >= 10, events
     assert markers > 100 and void > 0, (markers, void)
+    for algorithm in ALGORITHMS:
+        for seed in range(3):
+            _, result = run(algorithm, seed, TAKEOVERS)
+            assert_correct(result)
+            events.update(result.events)
+    assert events["takeover"] >= 10 and events["standby_jump"] >= 1, events
 
 
 class _RelaysShareTheSequence(Engine):
