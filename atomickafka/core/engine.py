@@ -323,7 +323,7 @@ class Engine:
 
     def step(self, records: Iterable[Message]) -> Step:
         """Apply a batch of input messages, then release deliveries (rule 4)."""
-        result = self._apply(records)
+        result = self._apply(records, deliver=True)
         result.outputs.extend(self.deliver_ready())
         return result
 
@@ -335,11 +335,12 @@ class Engine:
         """Apply one message without releasing deliveries (:meth:`deliver_ready` does)."""
         return self._apply([record]).outputs
 
-    def _apply(self, records: Iterable[Message]) -> Step:
+    def _apply(self, records: Iterable[Message], *, deliver: bool = False) -> Step:
         state = self.state
         result = Step()
         self._aborts = result.aborted
         seen = 0
+        delivered = 0  # counted by deliver_ready
         take = self._take
         for index, record in enumerate(records):
             seen += 1
@@ -353,8 +354,15 @@ class Engine:
             if self._members_changed:
                 self._members_changed = False
                 self._retake_awaiting(result)
+            if deliver and self._check_due:
+                # rule 8: deliver as each record is applied, whatever the batching (a
+                # record about a decided message finds it delivered and settled at the
+                # log time it was decided, in one batch or record by record)
+                released = self.deliver_ready()
+                delivered += len(released)
+                result.outputs.extend(released)
         state.stats.records_in += seen
-        state.stats.records_out += len(result.outputs)
+        state.stats.records_out += len(result.outputs) - delivered
         return result
 
     def _advance(self, log_time: int, result: Step) -> None:
