@@ -12,11 +12,13 @@ the first did, and every instance and every replay applies the same records in t
 place, whatever it read of the input log when.
 
 Numbering (§4.12): a control output's ``seq`` is (offset in the control log of the
-record or marker that caused it, index): all the input-log records a marker applies
-share the marker's offset as their origin and are numbered on from one to the next.
-They are timed with the marker's log time too (the time they are applied at): §4.13's
-argument that a copy which is not late finds its id still remembered counts from the
-time the node applies the copy, not from the time the copy reached the input log.
+record or marker that caused it, index). The ``k``-th input-log record a marker applies
+has the origin ``(offset << ORIGIN_SHIFT) | k`` and its outputs the index ``k << 24 |
+i`` (``Engine.origin_shift``): each record is numbered apart, so how many outputs one
+has never shifts another's ``seq``. They are timed with the marker's log time too
+(the time they are applied at): §4.13's argument that a copy which is not late finds its
+id still remembered counts from the time the node applies the copy, not from the time
+the copy reached the input log.
 
 Positions: :attr:`position` is the next control-log offset to process,
 :attr:`applied` the next unapplied input-log offset; a snapshot records both (the
