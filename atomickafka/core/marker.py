@@ -24,6 +24,7 @@ import orjson
 
 from atomickafka.core.compact import is_compact
 from atomickafka.core.wire import FORMAT_VERSION, MessageError, is_valid_topic_name
+from atomickafka.errors import ConfigError
 
 __all__ = [
     "MARKER_TYPE",
@@ -64,7 +65,9 @@ def encode_marker(
 ) -> bytes:
     """The marker ``apply in.T [start, end)`` of the node ``sender_id`` of ``topic``."""
     if not 0 <= start < end or end - start > MAX_MARKER_RANGE:
-        raise ValueError(f"a marker names a non-empty range of input offsets, not [{start}, {end})")
+        raise ConfigError(
+            f"a marker names a non-empty range of input offsets, not [{start}, {end})"
+        )
     out: dict[str, Any] = {
         "messageType": MARKER_TYPE,
         "senderID": sender_id,

@@ -49,6 +49,7 @@ from atomickafka.core.marker import (
 )
 from atomickafka.core.reader import KafkaRecord
 from atomickafka.core.reasons import Reason, Refusal, refusal
+from atomickafka.errors import ConfigError
 from atomickafka.node.batch import NodeBatch, NodeSpec, OutKind, OutRecord, Ready
 from atomickafka.node.snapshots import LoadedSnapshot
 
@@ -75,7 +76,7 @@ class OrderedNodeBatch(NodeBatch):
     def __init__(self, *args: Any, applied: int = 0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.spec.control_topic is None:
-            raise ValueError("an OrderedNodeBatch needs spec.control_topic")
+            raise ConfigError("an OrderedNodeBatch needs spec.control_topic")
         self.engine.origin_shift = ORIGIN_SHIFT
         #: The next unapplied input-log offset.
         self.applied = applied
