@@ -489,8 +489,7 @@ class Engine:
             result.rejected.append(Rejection(None, record, refusal.reason, refusal.code))
             result.outputs.extend(self._numbered(refusal.outputs))
 
-    @staticmethod
-    def _link(record: Message) -> tuple[str, tuple[int, int]] | None:
+    def _link(self, record: Message) -> tuple[str, tuple[int, int]] | None:
         """§4.12: the sender and ``seq`` of a control message (or relay copy); one at or
         below the last ``seq`` taken from its sender is a repeat. A ``seq`` is taken from
         every record that passed the checks but an Abort (Aborts change nothing when read
@@ -501,7 +500,8 @@ class Engine:
         relay"``: no topic name holds a space): with control logs (§7) a peer's relays
         go to this node's input log and its other control messages to its control log,
         and the node applies the two in another interleaving than the peer wrote them;
-        each is in its sender's order within its own log."""
+        each is in its sender's order within its own log. (A method, not a static one:
+        the compiled form calls a subclass's, for the mutation tests.)"""
         seq, sender = record.seq, record.sentFromTopic
         if seq is None or sender is None:
             return None

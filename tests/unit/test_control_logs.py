@@ -144,8 +144,7 @@ class _RelaysShareTheSequence(Engine):
     """The engine before the control logs: a peer's relayed copies (in the input log)
     and its other control messages (in the control log) de-duplicated on one sequence."""
 
-    @staticmethod
-    def _link(record: Message) -> tuple[str, tuple[int, int]] | None:
+    def _link(self, record: Message) -> tuple[str, tuple[int, int]] | None:
         seq, sender = record.seq, record.sentFromTopic
         return None if seq is None or sender is None else (sender, seq)
 
