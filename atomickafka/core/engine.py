@@ -44,7 +44,7 @@ Rules (§4.1 to §4.8):
    a map keyed by destination topic (never a count).
 4. The delivery queue holds every undelivered message known here: undecided ones at
    the local proposal, decided ones at the final timestamp, ordered by ``(timeStamp,
-   messageID)``. Only a decided head is delivered; after each batch. A final
+   messageID)``. Only a decided head is delivered; after each record. A final
    timestamp is never below the local proposal, and once ``m`` is decided here the
    clock is at least ``final(m)``, so nothing proposed later sorts before it.
 5. Duplicates change nothing: messages are keyed by ``messageID``, proposals by topic,
@@ -312,8 +312,9 @@ class Engine:
     # ------------------------------------------------------------------ public API
 
     def step(self, records: Iterable[Message]) -> Step:
-        """Apply a batch of input messages, then release deliveries (rule 4)."""
-        result = self._apply(records)
+        """Apply a batch of input messages, releasing deliveries as each is applied
+        (rule 4; so what a record finds does not depend on where a batch ends, rule 8)."""
+        result = self._apply(records, deliver=True)
         result.outputs.extend(self.deliver_ready())
         return result
 
@@ -325,11 +326,12 @@ class Engine:
         """Apply one message without releasing deliveries (:meth:`deliver_ready` does)."""
         return self._apply([record]).outputs
 
-    def _apply(self, records: Iterable[Message]) -> Step:
+    def _apply(self, records: Iterable[Message], *, deliver: bool = False) -> Step:
         state = self.state
         result = Step()
         self._aborts = result.aborted
         seen = 0
+        delivered = 0  # counted by deliver_ready
         take = self._take
         for index, record in enumerate(records):
             seen += 1
@@ -343,8 +345,15 @@ class Engine:
             if self._members_changed:
                 self._members_changed = False
                 self._retake_awaiting(result)
+            if deliver and self._check_due:
+                # rule 8: deliver as each record is applied, whatever the batching (a
+                # record about a decided message finds it delivered and settled at the
+                # log time it was decided, in one batch or record by record)
+                released = self.deliver_ready()
+                delivered += len(released)
+                result.outputs.extend(released)
         state.stats.records_in += seen
-        state.stats.records_out += len(result.outputs)
+        state.stats.records_out += len(result.outputs) - delivered
         return result
 
     def _advance(self, log_time: int, result: Step) -> None:
