@@ -44,7 +44,7 @@ Rules (§4.1 to §4.8):
    a map keyed by destination topic (never a count).
 4. The delivery queue holds every undelivered message known here: undecided ones at
    the local proposal, decided ones at the final timestamp, ordered by ``(timeStamp,
-   messageID)``. Only a decided head is delivered; after each batch. A final
+   messageID)``. Only a decided head is delivered; after each record. A final
    timestamp is never below the local proposal, and once ``m`` is decided here the
    clock is at least ``final(m)``, so nothing proposed later sorts before it.
 5. Duplicates change nothing: messages are keyed by ``messageID``, proposals by topic,
@@ -322,7 +322,8 @@ class Engine:
     # ------------------------------------------------------------------ public API
 
     def step(self, records: Iterable[Message]) -> Step:
-        """Apply a batch of input messages, then release deliveries (rule 4)."""
+        """Apply a batch of input messages, releasing deliveries as each is applied
+        (rule 4; so what a record finds does not depend on where a batch ends, rule 8)."""
         result = self._apply(records, deliver=True)
         result.outputs.extend(self.deliver_ready())
         return result
