@@ -97,6 +97,7 @@ from atomickafka.node.batch import (
 from atomickafka.node.config import NodeConfig
 from atomickafka.node.control_log import LOCAL_QUEUE_KBYTES, TwoLogReader
 from atomickafka.node.follow import NodeFollower, signed_rows
+from atomickafka.node.follow_two_logs import TwoLogFollower, ordered_snapshots
 from atomickafka.node.lease import LEASE_TOPIC
 from atomickafka.node.metrics import HeadWatch, Rates, status_of
 from atomickafka.node.offsets import Ticket
@@ -349,19 +350,14 @@ class NodeRuntime(RoleShell):
         """Follow the input log below the committed offset, as a hot standby, and read
         the statuses now rather than when the lease comes."""
         cfg = self.config
-        if self.ordered:
-            # a hot standby over two logs (OrderedStandby) has no follower in this shell
-            # yet: the standby waits cold and a takeover recovers from the newest snapshot
-            log.info("node %s: a cold standby (control log: no hot follower)", cfg.key)
-            self._membership = Membership(cfg.connection)
-            return
         if self.signer is not None:  # before following from an older state (§6.6)
             verified = read_snapshots(cfg, cfg.key, self.signer)
             if len(self._signed_or_taken_up(verified)) > len(verified) or self._rewrite:
                 return  # a cold start: an unsigned snapshot taken up, or outputs rewritten
         try:
             self._membership = Membership(cfg.connection)
-            self._follower = NodeFollower(cfg, self.spec, self.signer)
+            follower_class = TwoLogFollower if self.ordered else NodeFollower
+            self._follower = follower_class(cfg, self.spec, self.signer)
             self._follower.start()
         except (KafkaException, AtomicKafkaError) as exc:
             self._stop_following(f"cannot follow the input log: {exc}")
@@ -373,7 +369,7 @@ class NodeRuntime(RoleShell):
         (a topic without a live status looks offline to clients)."""
         follower = self._follower
         deadline = time.monotonic() + self.config.session_timeout_ms / 1000
-        while follower is not None and follower.standby is not None and not self.stopping:
+        while follower is not None and follower.following and not self.stopping:
             if follower.caught_up() or time.monotonic() > deadline:
                 break
             try:
@@ -413,7 +409,7 @@ class NodeRuntime(RoleShell):
     def _stop_following(self, why: str) -> None:
         log.warning("node %s: %s; a cold standby now (a takeover recovers)", self.config.key, why)
         if self._follower is not None:
-            self._follower.standby = None
+            self._follower.stop_following()
 
     def _open(self) -> None:
         """Become the active instance: open the writer (fencing older instances), then
@@ -605,7 +601,7 @@ class NodeRuntime(RoleShell):
                 "one (--control-log). A deployment switches control logs on or off only "
                 "with new topics (docs/DESIGN.md §7, Switching): run every node as before"
             )
-        return [s for s in found if s.state is None or ("ordering" in s.state) == self.ordered]
+        return ordered_snapshots(found, self.ordered)
 
     def _signed_or_taken_up(self, verified: list[LoadedSnapshot]) -> list[LoadedSnapshot]:
         """With signing on: ``verified`` (the snapshots signed with this node's secret),
