@@ -121,6 +121,8 @@ class RunSpec:
     seed: int = 0
     #: Signing secrets (§4.14): AtomicKafka's nodes and clients sign, its readers verify.
     secret_file: str | None = None
+    #: AtomicKafka's nodes read proposals from control logs (§7).
+    control_log: bool = False
 
     @property
     def signing(self) -> str | None:
@@ -195,6 +197,7 @@ def _running_system(spec: RunSpec, meter: CpuMeter) -> Iterator[None]:
         overrides=spec.connection.settings,
         log_level="warning",
         secret_file=spec.signing,
+        control_log=spec.control_log,
     )
     with running_cluster(
         ClusterConfig(tuple(spec.topics), node), log_path=spec.run_dir / "nodes.log"
