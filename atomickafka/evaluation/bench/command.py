@@ -455,7 +455,9 @@ class BenchSetup:
         """Every Kafka topic the nodes write, as the cost counts their records (the
         status topic from its end now, the cluster's keys only)."""
         start = end_offset(self.connection, STATUS_TOPIC)
-        return cluster_topics(topics, self.layout, self.partitions, start)
+        return cluster_topics(
+            topics, self.layout, self.partitions, start, control_log=self.control_log
+        )
 
 
 def _send_plan(

@@ -70,6 +70,7 @@ except ImportError:  # this file alone under spark-submit, with --py-files .../s
 #: Topic names of an AtomicKafka topic ``T`` (``atomickafka.kafka.topics``): the input
 #: log is ``atomickafka-in.T`` in the split layout and ``T`` itself in the shared one.
 INPUT_PREFIX: Final = "atomickafka-in."
+CONTROL_PREFIX: Final = "atomickafka-ctl."
 DEAD_LETTER_PREFIX: Final = "atomickafka-dlq."
 #: The wire format as this job reads it (``atomickafka.core.wire``): record types, and
 #: a bundle's JSON header line, which ends at the first newline (its values follow).
@@ -187,6 +188,9 @@ def kafka_topics(topics: Iterable[str], layout: str) -> list[tuple[str, str, str
             out.append((topic, topic, "input", True))
         else:
             out.append((INPUT_PREFIX + topic, topic, "input", False))
+            # a node's control log (--control-log, §7): its peers' bundles, its markers
+            # (matched by the pattern only when the run's nodes have one)
+            out.append((CONTROL_PREFIX + topic, topic, "input", False))
             out.append((topic, topic, "delivery", True))
         out.append((DEAD_LETTER_PREFIX + topic, topic, "dead-letter", False))
     return out

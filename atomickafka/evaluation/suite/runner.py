@@ -169,7 +169,13 @@ class RunSpec:
             return sequencer_topics(self.sequencer_topic, SEQUENCER_ID, self.topics)
         if self.variant.system is System.KAFKA:
             return destination_topics(self.topics)
-        return cluster_topics(self.topics, self.layout, self.partitions, status_start)
+        return cluster_topics(
+            self.topics,
+            self.layout,
+            self.partitions,
+            status_start,
+            control_log=self.control_log,
+        )
 
 
 @contextlib.contextmanager
