@@ -848,6 +848,8 @@ class NodeRuntime(RoleShell):
             replaying=self.batch.replaying,
             bad_signatures=dict(self.batch.bad_signatures),
             newer_formats=dict(self.batch.newer_formats),
+            control_log=self.ordered,
+            input_buffered=self.batch.buffered if isinstance(self.batch, OrderedNodeBatch) else 0,
             **self._lag(),
         )
 

@@ -180,18 +180,20 @@ RECORD_SCHEMA: Final = T.StructType(
 )
 
 
-def kafka_topics(topics: Iterable[str], layout: str) -> list[tuple[str, str, str, bool]]:
-    """``(kafka_topic, node, role, holds_deliveries)`` of every Kafka topic of a run."""
+def kafka_topics(
+    topics: Iterable[str], layout: str, control_log: bool = False
+) -> list[tuple[str, str, str, bool]]:
+    """``(kafka_topic, node, role, holds_deliveries)`` of every Kafka topic of a run
+    (``control_log``: each node's control log counts as its input too)."""
     out = []
     for topic in topics:
         if layout == "shared":
             out.append((topic, topic, "input", True))
         else:
             out.append((INPUT_PREFIX + topic, topic, "input", False))
-            # a node's control log (--control-log, §7): its peers' bundles, its markers
-            # (matched by the pattern only when the run's nodes have one)
-            out.append((CONTROL_PREFIX + topic, topic, "input", False))
             out.append((topic, topic, "delivery", True))
+        if control_log:  # its peers' bundles, its markers (--control-log, §7)
+            out.append((CONTROL_PREFIX + topic, topic, "input", False))
         out.append((DEAD_LETTER_PREFIX + topic, topic, "dead-letter", False))
     return out
 
@@ -231,12 +233,13 @@ def load_kafka(
     topics: Sequence[str],
     *,
     layout: str = "split",
+    control_log: bool = False,
     run: str = "kafka",
     options: dict[str, str] | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """``records`` and ``messages`` of one run, read from its Kafka topics (every record
     from the earliest to the latest offset), in the same columns as the Parquet files."""
-    spec = kafka_topics(topics, layout)
+    spec = kafka_topics(topics, layout, control_log)
     names = spark.createDataFrame(
         spec, "kafka_topic string, node string, role string, holds_deliveries boolean"
     )
@@ -648,6 +651,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--runs", help="folder of run folders (or one run folder): Parquet")
     parser.add_argument("--bootstrap-server", help="Kafka to read (--source kafka)")
     parser.add_argument("--topics", help="the run's AtomicKafka topics, comma-separated")
+    parser.add_argument(
+        "--control-log", action="store_true", help="the run's nodes had control logs (§7)"
+    )
     parser.add_argument("--layout", choices=["split", "shared"], default="split")
     parser.add_argument("--run", default="kafka", help="name of the run read from Kafka")
     parser.add_argument(
@@ -707,6 +713,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.bootstrap_server,
             topics,
             layout=args.layout,
+            control_log=args.control_log,
             run=args.run,
             options=options,
         )
