@@ -27,11 +27,14 @@ from confluent_kafka import Message as KafkaMessage
 
 from atomickafka.node.ordering_log import OrderedNodeBatch
 
-__all__ = ["INPUT_BUFFER_MAX", "LOCAL_QUEUE_KBYTES", "TwoLogReader"]
+__all__ = ["CONTROL_QUEUE_MAX", "INPUT_BUFFER_MAX", "LOCAL_QUEUE_KBYTES", "TwoLogReader"]
 
 #: Input-log records read and not yet applied, at most (a soft bound: what the local
 #: queue already holds is still taken); past it the input log is paused.
 INPUT_BUFFER_MAX: Final = 20_000
+#: Control-log records read and not yet applied, at most (applied a step's budget at a
+#: time, :attr:`OrderedNodeBatch.step_budget`); past it the control log is paused.
+CONTROL_QUEUE_MAX: Final = 20_000
 #: The consumer's local fetch queue per partition (``queued.max.messages.kbytes``).
 LOCAL_QUEUE_KBYTES: Final = 2048
 
@@ -46,6 +49,7 @@ class TwoLogReader:
         self.input = input_log
         self._partition = partition
         self.paused = False
+        self.control_paused = False
         #: How many times the input log was paused (a metric of overload).
         self.pauses = 0
 
@@ -58,7 +62,7 @@ class TwoLogReader:
                 TopicPartition(self.input, self._partition, batch.read_until),
             ]
         )
-        self.paused = False
+        self.paused = self.control_paused = False
 
     def split(
         self, records: Sequence[KafkaMessage]
@@ -73,7 +77,9 @@ class TwoLogReader:
 
     def pace(self, batch: OrderedNodeBatch) -> None:
         """Pause the input log once enough of it waits for markers; resume it below half
-        of that, or when a marker waits for input records not read yet."""
+        of that, or when a marker waits for input records not read yet. Likewise the
+        control log, by the control records queued (the batch applies them a budget per
+        step)."""
         buffered = batch.buffered
         part = [TopicPartition(self.input, self._partition)]
         if not self.paused and buffered >= INPUT_BUFFER_MAX and not batch.waiting:
@@ -84,6 +90,14 @@ class TwoLogReader:
             # librdkafka fetches again from the position: the next unread offset
             self._consumer.resume(part)
             self.paused = False
+        queued = batch.queued
+        control = [TopicPartition(self.control, self._partition)]
+        if not self.control_paused and queued >= CONTROL_QUEUE_MAX:
+            self._consumer.pause(control)
+            self.control_paused = True
+        elif self.control_paused and queued < CONTROL_QUEUE_MAX // 2:
+            self._consumer.resume(control)
+            self.control_paused = False
 
     def lag(self, batch: OrderedNodeBatch) -> int | None:
         """Records of both logs the node has not applied yet: the control log's past its

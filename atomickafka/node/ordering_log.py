@@ -90,6 +90,13 @@ class OrderedNodeBatch(NodeBatch):
         self.markers_applied = 0
         self.markers_void = 0  # own markers that applied nothing (a != applied)
         self.markers_refused = 0
+        #: At most about this many records (control records and the input records their
+        #: markers apply) per step; the rest stay queued for the next step (``None``: no
+        #: bound). Where a step ends never changes what the node decides (rule 8): a
+        #: shell bounds its steps so that a backlog of markers, each applying a whole
+        #: read batch, is not applied in one step that writes nothing for seconds.
+        self.step_budget: int | None = None
+        self._blocked = False  # the queue's head is a marker waiting for the input log
 
     @classmethod
     def recover_ordered(
@@ -125,7 +132,13 @@ class OrderedNodeBatch(NodeBatch):
     @property
     def waiting(self) -> bool:
         """The next control record is a marker naming input-log offsets not read yet."""
-        return bool(self._queue)
+        return self._blocked and bool(self._queue)
+
+    @property
+    def queued(self) -> int:
+        """Control records read and not yet applied (waiting for the input log, or past
+        a step's budget: :meth:`step_control` with no records goes on with them)."""
+        return len(self._queue)
 
     # ------------------------------------------------------------------ steps
 
@@ -154,6 +167,10 @@ class OrderedNodeBatch(NodeBatch):
         return ready
 
     def idle(self, *, wall_s: float) -> Ready:
+        """Nothing was read: go on with the control records a step's budget left
+        queued, if any; else as :meth:`NodeBatch.idle` (a tick when due)."""
+        if self._queue and not self.waiting:
+            return self.step_control((), wall_s=wall_s)
         ready = super().idle(wall_s=wall_s)
         self._mark(ready)
         return ready
@@ -170,7 +187,12 @@ class OrderedNodeBatch(NodeBatch):
         live: list[OutRecord] = []
         taken = 0
         queue = self._queue
+        budget = self.step_budget
+        applied = 0
+        self._blocked = False
         while queue:
+            if budget is not None and applied >= budget:
+                break  # the rest in the next step
             record = queue[0]
             offset = record.offset() or 0
             if offset < self.position:  # read again
@@ -182,6 +204,7 @@ class OrderedNodeBatch(NodeBatch):
             run_replayed = replay
             items, problem = self._control_record(record)
             if items is None:
+                self._blocked = True
                 break  # a marker waits for input-log records not read yet
             queue.popleft()
             self.position = offset + 1
@@ -190,6 +213,7 @@ class OrderedNodeBatch(NodeBatch):
                 dead = self._signed(self._dead_letter(record.value(), problem, record))
                 if not replay:
                     live.append(dead)
+            applied += 1 + len(items)
             for item, place in items:
                 run.append(item)
                 placed.append(place)

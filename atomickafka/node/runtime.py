@@ -462,6 +462,7 @@ class NodeRuntime(RoleShell):
         assert self._writer is not None
         self._writer.start_at(self.batch.replay_until)
         if isinstance(self.batch, OrderedNodeBatch):
+            self.batch.step_budget = cfg.batch_size  # steps that write every so often
             reader = TwoLogReader(consumer, self._input, self._client_input, self._partition)
             reader.assign(self.batch)
             self._two_logs = reader
@@ -663,7 +664,9 @@ class NodeRuntime(RoleShell):
         assert consumer is not None and writer is not None
         assert isinstance(batch, OrderedNodeBatch)
         cfg = self.config
-        records = usable(consume_batch(consumer, cfg.batch_size, cfg.poll_timeout_s))
+        more = batch.queued > 0 and not batch.waiting  # past the last step's budget
+        timeout = 0.0 if more else cfg.poll_timeout_s
+        records = usable(consume_batch(consumer, cfg.batch_size, timeout))
         wall = time.time()
         control, inputs = reader.split(records)
         readies = []
@@ -671,7 +674,7 @@ class NodeRuntime(RoleShell):
             readies.append(batch.step_input(inputs, wall_s=wall))
         if control:
             readies.append(batch.step_control(control, wall_s=wall))
-        if not records:
+        if not readies:  # goes on with what the last step's budget left queued
             readies.append(batch.idle(wall_s=wall))
         replayed = sum(r.replayed for r in readies)
         self.metrics.read(records, replayed)

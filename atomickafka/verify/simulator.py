@@ -727,6 +727,8 @@ class Simulator:
             else:
                 unread += len(self.controls[t]) - ordered.control_fetch_from
                 unread += len(self.inputs[t]) - ordered.read_until
+                if not ordered.waiting:  # left queued by a step's budget: still to apply
+                    unread += ordered.queued
         return unread
 
     def holding(self) -> bool:
@@ -879,6 +881,9 @@ class Simulator:
         ctl_unread = len(control) > batch.control_fetch_from
         in_unread = len(inputs) > batch.read_until
         wall = self.clock.wall_s
+        # a step's budget, as the shell bounds its steps (none, or a few records)
+        budget = self.chooser.integer(0, 4)
+        batch.step_budget = budget or None
         if ctl_unread and (not in_unread or self.chooser.chance(0.5)):
             records = control.read(batch.control_fetch_from, count)
             ready = batch.step_control(records, wall_s=wall)

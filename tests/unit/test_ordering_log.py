@@ -412,11 +412,15 @@ def _replayed(
     ci, ii = node.position, node.applied
     out: list[OutRecord] = []
     wall = 0.0
-    while ci < len(ctl) or ii < len(inp):
+    # a step's budget, as the shell bounds its steps: where a step ends changes nothing
+    node.step_budget = rng.choice([None, 1, 2, 5])
+    while ci < len(ctl) or ii < len(inp) or (node.queued and not node.waiting):
         wall += 0.001
         take_ctl = ci < len(ctl) and (ii >= len(inp) or rng.random() < 0.5)
         n = rng.randint(1, 5)
-        if take_ctl:
+        if ci >= len(ctl) and ii >= len(inp):  # only what past budgets left queued
+            ready = node.step_control([], wall_s=wall)
+        elif take_ctl:
             ready = node.step_control(ctl[ci : ci + n], wall_s=wall)
             ci += n
         else:
