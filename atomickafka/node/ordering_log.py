@@ -125,6 +125,12 @@ class OrderedNodeBatch(NodeBatch):
         return len(self._buffer)
 
     @property
+    def oldest_unapplied_ms(self) -> int | None:
+        """The log time of the oldest input-log record read and not yet applied (how
+        long client records have waited for the node, with :attr:`buffered`)."""
+        return _log_time(self._buffer[0]) if self._buffer else None
+
+    @property
     def control_fetch_from(self) -> int:
         """The next control-log offset to read (past the records queued, not applied)."""
         return (self._queue[-1].offset() or 0) + 1 if self._queue else self.position

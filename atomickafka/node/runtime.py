@@ -865,6 +865,9 @@ class NodeRuntime(RoleShell):
         if lag <= 0:
             return {"input_lag": 0, "input_lag_s": 0.0}
         read_ms = self.batch.engine.now_ms
+        batch = self.batch
+        if isinstance(batch, OrderedNodeBatch):  # the oldest client record not applied
+            read_ms = batch.oldest_unapplied_ms or read_ms
         waited = max(0.0, time.time() - read_ms / 1000) if read_ms else 0.0
         return {"input_lag": lag, "input_lag_s": round(waited, 3)}
 

@@ -190,3 +190,18 @@ def test_the_status_says_whether_a_node_reads_a_control_log() -> None:
     assert data["controlLog"] is True and data["inputBuffered"] == 12
     assert Status.from_dict(data) == full
     assert Status.from_dict(base.to_dict()).control_log is False  # older records
+
+
+def test_the_oldest_unapplied_client_record_times_the_lag() -> None:
+    """With a control log, how long clients have waited is the age of the oldest
+    input-log record read and not applied (the status's inputLagSeconds, which holds
+    clients back): the control log's time says nothing of it."""
+    batch = _batch()
+    batch.writing = False
+    assert batch.oldest_unapplied_ms is None
+    records = [
+        PlainRecord(b"x", topic="atomickafka-in.A", offset=o, timestamp_ms=1000 + o)
+        for o in range(3)
+    ]
+    batch.step_input(records, wall_s=0.0)
+    assert batch.oldest_unapplied_ms == 1000
