@@ -33,6 +33,7 @@ COMPILED = [
     "atomickafka/core/engine.py",
     "atomickafka/core/engine_state.py",
     "atomickafka/core/engine_types.py",
+    "atomickafka/core/marker.py",
     "atomickafka/core/memory.py",
     "atomickafka/core/merger.py",
     "atomickafka/core/protocols.py",

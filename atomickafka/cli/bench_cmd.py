@@ -57,6 +57,11 @@ def register(subparsers: Any) -> None:
         "run the nodes in exactly-once mode, the default (as cluster)",
         "run the nodes in at-least-once mode (as cluster --at-least-once; default: --exactly-once)",
     )
+    parser.add_argument(
+        "--control-log",
+        action="store_true",
+        help="run the nodes with control logs of their own (as node --control-log)",
+    )
     parser.add_argument("--json", dest="json_out", default=None, help="also write results here")
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up pass")
     parser.add_argument(
@@ -193,6 +198,8 @@ def _run(args: argparse.Namespace) -> int:
     fanout = args.fanout
     shape = "every topic" if fanout is None else f"{fanout[0]}-{fanout[1]} topics at random"
     mode = "exactly-once" if args.exactly_once else "at-least-once"
+    if args.control_log:
+        mode += " with control logs"
     print(
         f"{args.topics} topics, {args.record_size}-byte values, multicasts to {shape}, "
         f"{args.messages:,} messages per scenario, nodes {mode}, deliveries "
@@ -223,6 +230,7 @@ def _run(args: argparse.Namespace) -> int:
             args.partitions,
             exactly_once=args.exactly_once,
             delivery_format=formats[0],
+            control_log=args.control_log,
         ),
         messages=args.messages,
         record_size=args.record_size,

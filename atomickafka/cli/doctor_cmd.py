@@ -112,6 +112,11 @@ def register(subparsers: Any) -> None:
         action="store_false",
         help="skip the transactional producer test (it uses transactional id atomickafka-doctor)",
     )
+    parser.add_argument(
+        "--control-log",
+        action="store_true",
+        help="the nodes run with --control-log: check their control logs too, with --topics",
+    )
     parser.add_argument("--json", action="store_true", help="the findings as one JSON object")
     parser.add_argument("--verbose", action="store_true", help="also list what is fine")
     parser.set_defaults(func=guarded("doctor", _run))
@@ -126,7 +131,9 @@ def _run(args: argparse.Namespace) -> int:
     deployment: Deployment | None
     if args.topics:
         topics = tuple(dict.fromkeys(t.strip() for t in args.topics.split(",") if t.strip()))
-        deployment = Deployment(topics, Layout(args.layout), args.partitions)
+        deployment = Deployment(
+            topics, Layout(args.layout), args.partitions, control_log=args.control_log
+        )
     else:
         deployment = discover(connection(args))
     if deployment is not None:

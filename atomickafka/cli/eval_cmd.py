@@ -99,6 +99,11 @@ def register(subparsers: Any) -> None:
         default=120.0,
         help="a run fails when no delivery arrives for this long",
     )
+    parser.add_argument(
+        "--control-log",
+        action="store_true",
+        help="run AtomicKafka's nodes with control logs of their own (as node --control-log)",
+    )
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up run")
     parser.add_argument(
         "--print-job",
@@ -178,6 +183,7 @@ def _settings(
         fanout=args.fanout,
         seed=args.seed,
         secret_file=None if args.secret_file is None else str(args.secret_file),
+        control_log=args.control_log,
     )
 
 

@@ -161,6 +161,14 @@ def _add_node_options(parser: argparse.ArgumentParser) -> None:
         "json until every node is upgraded (docs/operators.md, Upgrade). Both are read",
     )
     parser.add_argument(
+        "--control-log",
+        action="store_true",
+        help="read peers' proposals from a control log of the node's own "
+        "(atomickafka-ctl.T), before the clients' records, so that under a client flood "
+        "proposals never wait behind them (docs/DESIGN.md §7). Every node of a "
+        "deployment runs with it or none does",
+    )
+    parser.add_argument(
         "--reconfigure",
         action="store_true",
         help="take up another --algorithm, --delivery-format or signing than the node's "
@@ -220,6 +228,7 @@ def _node_config(args: argparse.Namespace, topic: str, layer: int | None) -> Nod
         metrics_host=args.metrics_host,
         delivery_format=args.delivery_format,
         control_format=args.control_format,
+        control_log=args.control_log,
         secret_file=None if args.secret_file is None else str(args.secret_file),
         reconfigure=args.reconfigure,
     )

@@ -44,6 +44,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="the nodes' layout",
     )
     parser.add_argument("--partitions", type=int, default=1, help="partition layers per topic")
+    parser.add_argument(
+        "--control-log",
+        action="store_true",
+        help="the nodes run with --control-log: their control logs too (atomickafka-ctl.T)",
+    )
     add_retention_rule(parser)
 
 
@@ -94,7 +99,10 @@ def _deployment(args: argparse.Namespace) -> Deployment:
     from atomickafka.core.wire import parse_destinations  # noqa: PLC0415
 
     parse_destinations(list(topics))  # the same name rules as destinations
-    return with_retention_rule(Deployment(topics, Layout(args.layout), args.partitions), args)
+    deployment = Deployment(
+        topics, Layout(args.layout), args.partitions, control_log=args.control_log
+    )
+    return with_retention_rule(deployment, args)
 
 
 def _create(args: argparse.Namespace) -> int:

@@ -26,6 +26,7 @@ COMPILED_MODULES: Final = (
     "engine",
     "engine_state",
     "engine_types",
+    "marker",
     "memory",
     "merger",
     "protocols",

@@ -139,6 +139,9 @@ _DELIVERY_TYPES: Final = frozenset({MessageType.DELIVERY, MessageType.PARTITION_
 #: The records that carry a proposal to a peer.
 _PROPOSAL_TYPES: Final = frozenset({MessageType.NOTIFY, MessageType.ACK})
 _new_tuple: Final = tuple.__new__
+#: Bits of a ``seq``'s index that number one record's outputs when a record's origin
+#: splits (:attr:`Engine.origin_shift`, §7): a record has fewer outputs than this.
+ORIGIN_INDEX_BITS: Final = 24
 #: Positions of a Message's type and seq fields (tuples built by position, hot path).
 _TYPE: Final = Message._fields.index("messageType")
 _SEQ: Final = Message._fields.index("seq")
@@ -221,6 +224,13 @@ class Engine:
         self._settle_settings()
         # Derived from the state, rebuilt by from_state: the queue indexes pending.
         self._queue = DeliveryQueue()  # of (timeStamp, messageID)
+        #: How a record's origin splits (§7, control logs): ``0``, the origin is the
+        #: input offset and ``seq`` is (origin, index); ``n``, the origin is ``(offset <<
+        #: n) | k`` -- the ``k``-th input-log record a control-log marker at ``offset``
+        #: applies -- and ``seq`` is (offset, ``k << ORIGIN_INDEX_BITS | index``), so
+        #: each record's outputs are numbered apart from the other records' of its
+        #: marker, as on one log. A setting of the node, not state.
+        self.origin_shift = 0
         # Scratch of one step, never part of the state.
         self._check_due = False
         self._aborts: list[Aborted] = []
@@ -480,15 +490,25 @@ class Engine:
             result.rejected.append(Rejection(None, record, refusal.reason, refusal.code))
             result.outputs.extend(self._numbered(refusal.outputs))
 
-    @staticmethod
-    def _link(record: Message) -> tuple[str, tuple[int, int]] | None:
+    def _link(self, record: Message) -> tuple[str, tuple[int, int]] | None:
         """§4.12: the sender and ``seq`` of a control message (or relay copy); one at or
         below the last ``seq`` taken from its sender is a repeat. A ``seq`` is taken from
         every record that passed the checks but an Abort (Aborts change nothing when read
         again, and one set aside silences nobody: a stray's high ``seq`` is never
-        taken)."""
+        taken).
+
+        Relayed client copies keep their own sequence per sender (the key ``"<topic>
+        relay"``: no topic name holds a space): with control logs (§7) a peer's relays
+        go to this node's input log and its other control messages to its control log,
+        and the node applies the two in another interleaving than the peer wrote them;
+        each is in its sender's order within its own log. (A method, not a static one:
+        the compiled form calls a subclass's, for the mutation tests.)"""
         seq, sender = record.seq, record.sentFromTopic
-        return None if seq is None or sender is None else (sender, seq)
+        if seq is None or sender is None:
+            return None
+        if record.messageType is MessageType.CLIENT:
+            return (sender + " relay", seq)
+        return (sender, seq)
 
     def _numbered(self, outputs: Iterable[Output]) -> list[Output]:
         """Give each control output its ``seq`` (§4.12): the offset of the input record
@@ -498,6 +518,11 @@ class Engine:
         if origin is None:
             return list(outputs)
         index = self.state.next_index
+        shift = self.origin_shift
+        base = 0
+        if shift:
+            base = (origin & ((1 << shift) - 1)) << ORIGIN_INDEX_BITS
+            origin >>= shift
         out: list[Output] = []
         append = out.append
         pending = self.state.pending
@@ -507,7 +532,7 @@ class Engine:
             if kind in _DELIVERY_TYPES:
                 append(output)
                 continue
-            seq = (origin, index)
+            seq = (origin, base + index)
             fields = list(message)  # (not two slices: mypyc copies those generically)
             fields[_SEQ] = seq
             numbered = _new_tuple(Message, fields)

@@ -17,9 +17,11 @@ from enum import StrEnum
 from typing import Final
 
 from atomickafka.kafka.admin import MIN_MESSAGE_BYTES, TopicSpec
+from atomickafka.kafka.status import Status
 from atomickafka.kafka.topics import (
     STATUS_TOPIC,
     Layout,
+    control_topic,
     dead_letter_topic,
     delivery_topic,
     input_topic,
@@ -37,6 +39,7 @@ __all__ = [
     "KafkaTopic",
     "TopicKind",
     "aligned_min_insync",
+    "committed_log",
 ]
 
 #: The timestamp type of input logs: the broker stamps each record when it appends it.
@@ -128,6 +131,9 @@ class Deployment:
     partitions: int = 1
     snapshot_interval_s: float = DEFAULT_SNAPSHOT_INTERVAL_S
     max_downtime_s: float = DEFAULT_MAX_DOWNTIME_S
+    #: The nodes read control logs (``--control-log``, §7): ``atomickafka-ctl.T`` is a
+    #: log they replay, checked as an input log.
+    control_log: bool = False
 
     @property
     def min_retention_ms(self) -> int:
@@ -148,6 +154,9 @@ class Deployment:
             )
             name = input_topic(topic, self.layout)
             out[name] = KafkaTopic(name, TopicKind.INPUT, topic, self.partitions)
+            if self.control_log:
+                name = control_topic(topic)
+                out[name] = KafkaTopic(name, TopicKind.INPUT, topic, self.partitions)
             if self.partitions > 1:
                 name = layers_topic(topic)
                 out[name] = KafkaTopic(name, TopicKind.LAYERS, topic, self.partitions)
@@ -159,7 +168,13 @@ class Deployment:
         :data:`CREATE_CONFIGS` on top of those this module knows."""
         specs: dict[str, TopicSpec] = {}
         for topic in self.topics:
-            node = NodeConfig("-", topic, layout=self.layout, partitions=self.partitions)
+            node = NodeConfig(
+                "-",
+                topic,
+                layout=self.layout,
+                partitions=self.partitions,
+                control_log=self.control_log,
+            )
             specs.update(node_topic_specs(node))
         for name, known in self.kafka_topics().items():
             spec = specs.get(name, TopicSpec())
@@ -168,3 +183,13 @@ class Deployment:
                 {**spec.configs, **CREATE_CONFIGS[known.kind]},
             )
         return specs
+
+
+def committed_log(status: Status) -> str:
+    """The log whose offset a node commits: its control log with ``--control-log``
+    (§7), else its input log."""
+    return (
+        control_topic(status.topic)
+        if status.control_log
+        else input_topic(status.topic, status.layout)
+    )

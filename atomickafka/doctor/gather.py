@@ -21,7 +21,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
 
-from atomickafka.doctor.deployment import Deployment, TopicKind
+from atomickafka.doctor.deployment import Deployment, TopicKind, committed_log
 from atomickafka.doctor.facts import (
     ClusterFacts,
     DeploymentFacts,
@@ -38,7 +38,6 @@ from atomickafka.kafka.status import Role, Status, read_statuses
 from atomickafka.kafka.topics import (
     STATUS_TOPIC,
     Layout,
-    input_topic,
     merger_key,
     node_group,
     node_key,
@@ -274,7 +273,7 @@ def _committed(
     for key, status in statuses.items():
         if status.topic not in deployment.topics or status.role is not Role.NODE:
             continue
-        part = TopicPartition(input_topic(status.topic, status.layout), status.layer or 0)
+        part = TopicPartition(committed_log(status), status.layer or 0)
         group = node_group(status.topic, status.layer if status.partitions > 1 else None)
         request = [ConsumerGroupTopicPartitions(group, [part])]
         try:
@@ -349,4 +348,5 @@ def discover(connection: Connection) -> Deployment | None:
     topics = tuple(sorted({s.topic for s in statuses}))
     shapes = [(s.layout, s.partitions) for s in statuses if s.role is Role.NODE]
     layout, partitions = max(set(shapes), key=shapes.count) if shapes else (Layout.SPLIT, 1)
-    return Deployment(topics, Layout(layout), partitions)
+    control_log = any(s.control_log for s in statuses if s.role is Role.NODE)
+    return Deployment(topics, Layout(layout), partitions, control_log=control_log)

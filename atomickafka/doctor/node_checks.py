@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from atomickafka.doctor.deployment import Deployment
+from atomickafka.doctor.deployment import Deployment, committed_log
 from atomickafka.doctor.facts import DeploymentFacts, TopicFacts
 from atomickafka.doctor.findings import Finding, Severity
 from atomickafka.kafka.status import Role, Status, odd_signers
-from atomickafka.kafka.topics import dead_letter_topic, input_topic, merger_key, node_key
+from atomickafka.kafka.topics import dead_letter_topic, merger_key, node_key
 
 __all__ = ["DEFAULT_MAX_LAG", "DEFAULT_STUCK_AFTER_S", "check_nodes", "expected_keys"]
 
@@ -173,7 +173,7 @@ def _lag(
 ) -> list[Finding]:
     if status.role is not Role.NODE or key not in facts.committed:
         return []
-    log = facts.topics.get(input_topic(status.topic, status.layout))
+    log = facts.topics.get(committed_log(status))
     part = status.layer or 0
     high = next(
         (p.high for p in (log.partitions if log else ()) if p.partition == part and p.high),
@@ -264,6 +264,21 @@ def _consistent(deployment: Deployment, statuses: Mapping[str, Status]) -> list[
                 f"nodes run {shown}; this deployment is {wanted[0]} with {wanted[1]} "
                 "layer(s): clients write where the nodes do not read",
                 "run every node with the same --layout and --partitions",
+            )
+        )
+    with_log = sorted(s.key for s in mine if s.control_log)
+    if with_log and len(with_log) < len(mine):
+        without = sorted(s.key for s in mine if not s.control_log)
+        out.append(
+            Finding(
+                "control-log",
+                Severity.FAIL,
+                "nodes",
+                f"nodes {', '.join(with_log)} read control logs (--control-log) and "
+                f"{', '.join(without)} do not: what the first write to the others' control "
+                "logs is never read, and the messages they share wait",
+                "run every node of the deployment with --control-log, or none "
+                "(docs/DESIGN.md §7, Switching)",
             )
         )
     versions = sorted({s.format_version for s in mine})

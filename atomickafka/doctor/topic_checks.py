@@ -9,6 +9,7 @@ Codes (``docs/operators.md`` explains each): ``topic-missing``, ``partitions``,
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Final
 
@@ -16,8 +17,8 @@ from atomickafka.doctor.deployment import LOG_APPEND_TIME, Deployment, KafkaTopi
 from atomickafka.doctor.facts import Snapshots, TopicFacts
 from atomickafka.doctor.findings import Finding, Severity
 from atomickafka.kafka.admin import MIN_MESSAGE_BYTES
-from atomickafka.kafka.topics import merger_key, node_key
-from atomickafka.node.snapshots import choose_snapshot
+from atomickafka.kafka.topics import input_topic, merger_key, node_key
+from atomickafka.node.snapshots import LoadedSnapshot, choose_snapshot
 
 __all__ = ["check_topic", "check_topics", "create_command", "set_config_command"]
 
@@ -326,6 +327,16 @@ def _retention(
     ]
 
 
+def input_log_view(snapshot: LoadedSnapshot) -> LoadedSnapshot:
+    """A snapshot of a node with a control log (§7) as the input log sees it: its
+    offsets are the control log's; the input log's next unapplied offset is in its
+    state (``ordering.applied``)."""
+    if snapshot.state is None:
+        return snapshot
+    applied = int((snapshot.state.get("ordering") or {}).get("applied", 0))
+    return dataclasses.replace(snapshot, offsets=dict.fromkeys(snapshot.offsets, applied))
+
+
 def _cut(
     topic: KafkaTopic, facts: TopicFacts, deployment: Deployment, snapshots: Snapshots
 ) -> list[Finding]:
@@ -347,8 +358,12 @@ def _cut(
         roles = {node_key(owner, p if layered else None): {p: b} for p, b in bounds.items()}
     uncovered: list[int] = []
     covered: list[str] = []
+    applied = deployment.control_log and topic.name == input_topic(owner, deployment.layout)
     for role, logs in roles.items():
-        choice = choose_snapshot(snapshots.get(role, ()), logs)
+        found = snapshots.get(role, ())
+        if applied:  # with control logs a snapshot names its input-log offset in its state
+            found = tuple(input_log_view(s) for s in found)
+        choice = choose_snapshot(found, logs)
         if choice.cut:
             uncovered += sorted(choice.cut)
         elif choice.snapshot is not None and any(low for low, _ in logs.values()):

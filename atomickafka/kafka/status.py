@@ -233,6 +233,11 @@ class Status:
     #: them has waited (by the log's time): what a client holds back for (§5.3).
     input_lag: int = 0
     input_lag_s: float = 0.0
+    #: A node that reads its peers' proposals from a control log of its own
+    #: (``--control-log``, §7); ``input_buffered``: records it has read of its input log
+    #: and not yet applied (they apply where its markers come back).
+    control_log: bool = False
+    input_buffered: int = 0
     #: A node with signing on: records it set aside for their signature, by whom they
     #: claim to come from (a member's topic: that member signs with a secret this node
     #: does not hold, or this node with one the others do not).

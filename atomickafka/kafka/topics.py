@@ -28,6 +28,7 @@ from confluent_kafka import Message as KafkaMessage
 from atomickafka.core.reader import TYPE_HEADER, header_value
 
 __all__ = [
+    "CONTROL_PREFIX",
     "DEAD_LETTER_PREFIX",
     "INPUT_PREFIX",
     "LAYERS_PREFIX",
@@ -35,6 +36,7 @@ __all__ = [
     "STATUS_TOPIC",
     "TYPE_HEADER",
     "Layout",
+    "control_topic",
     "dead_letter_topic",
     "delivery_topic",
     "header_type",
@@ -47,6 +49,8 @@ __all__ = [
 ]
 
 INPUT_PREFIX: Final = "atomickafka-in."
+#: A node's control log (§7, prototype: no shell creates or reads it yet).
+CONTROL_PREFIX: Final = "atomickafka-ctl."
 LAYERS_PREFIX: Final = "atomickafka-layers."
 DEAD_LETTER_PREFIX: Final = "atomickafka-dlq."
 SNAPSHOT_PREFIX: Final = "atomickafka-snap."
@@ -63,6 +67,13 @@ class Layout(StrEnum):
 def input_topic(topic: str, layout: Layout | str) -> str:
     """The Kafka topic holding ``topic``'s input log (client records and bundles)."""
     return topic if Layout(layout) is Layout.SHARED else INPUT_PREFIX + topic
+
+
+def control_topic(topic: str) -> str:
+    """The Kafka topic holding ``topic``'s control log (§7, not yet used by the shell):
+    its peers' bundles, its own ticks, members records and apply markers; one partition
+    per layer, as the input log."""
+    return CONTROL_PREFIX + topic
 
 
 def delivery_topic(topic: str) -> str:

@@ -144,6 +144,7 @@ class ShellMetrics:
             "active", "1 for the active instance of the role, 0 for a standby", "liveall"
         )
         self.replayed: Counter | None = None
+        self.input_buffered: Gauge | None = None
         self.protocol_mismatches: Counter | None = None
         self.bad_signatures: Counter | None = None
         self._bad_seen: dict[str, int] = {}
@@ -153,6 +154,11 @@ class ShellMetrics:
                 "Records set aside for their signature, by whom they claim to come from "
                 "(a member's topic: it signs with a secret this node does not hold)",
                 "sender",
+            )
+            self.input_buffered = gauge(
+                "input_buffered_records",
+                "With a control log (--control-log): input-log records read and not yet "
+                "applied (they apply where the node's markers come back)",
             )
             self.replayed = counter(
                 "records_replayed",
@@ -215,9 +221,18 @@ class ShellMetrics:
         for reason, n in reasons.items():
             self.dead_letters.labels(*labels, reason).inc(n)
 
-    def measure(self, *, pending: int, head_age_s: float | None, input_lag: int | None) -> None:
+    def measure(
+        self,
+        *,
+        pending: int,
+        head_age_s: float | None,
+        input_lag: int | None,
+        input_buffered: int = 0,
+    ) -> None:
         """The state as measured once per status interval (``None``: not known)."""
         labels = self._labels
+        if self.input_buffered is not None:
+            self.input_buffered.labels(*labels).set(input_buffered)
         self.pending.labels(*labels).set(pending)
         self.head_age.labels(*labels).set(head_age_s or 0.0)
         if input_lag is not None:

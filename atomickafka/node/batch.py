@@ -132,6 +132,9 @@ class Ready:
     commit: int | None = None
     snapshot_offset: int | None = None
     replayed: int = 0  # input records replayed (outputs dropped)
+    #: With a control log (§7): the next unapplied input-log offset, committed beside
+    #: ``commit`` (the control log's).
+    commit_input: int | None = None
 
     def outputs(self) -> list[OutRecord]:
         """Everything but the snapshot."""
@@ -158,6 +161,12 @@ class NodeSpec:
     #: Where each peer's input log is: the prefix before its topic ("" in the shared
     #: layout, where the input log is the topic itself).
     input_prefix: str
+    #: With control logs (§7, prototype): the prefix of each peer's control log, where
+    #: this node's bundles go (relayed client copies still go to the peer's input log),
+    #: and this node's own control log, where its ticks, members records and apply
+    #: markers go. ``None``: no control logs, everything goes to the input logs.
+    control_prefix: str | None = None
+    control_topic: str | None = None
     layer: int | None = None
     layers_topic: str | None = None
     shared_layout: bool = False
@@ -406,7 +415,14 @@ class NodeBatch(SnapshotTaker):
         spec = self.spec
         value = encode_members(spec.node_id, self._members_written, self.engine.algorithm.value)
         ready.records.append(
-            self._signed(OutRecord(OutKind.TICK, spec.input_topic, value, spec.input_partition))
+            self._signed(
+                OutRecord(
+                    OutKind.TICK,
+                    spec.control_topic or spec.input_topic,
+                    value,
+                    spec.input_partition,
+                )
+            )
         )
         return ready
 
@@ -419,19 +435,30 @@ class NodeBatch(SnapshotTaker):
     # ------------------------------------------------------------------ the batch
 
     def _apply(self, records: Sequence[KafkaRecord]) -> list[OutRecord]:
+        self.position = (records[-1].offset() or 0) + 1
+        return self._apply_placed(records, None)
+
+    def _apply_placed(
+        self, records: Sequence[KafkaRecord], placed: Sequence[tuple[int, int | None]] | None
+    ) -> list[OutRecord]:
+        """Apply ``records``; ``placed``, when given, is each record's place in the
+        node's input order instead of its own offset and log time: the (origin, log
+        time) its messages are numbered and timed with (a control log's marker applying
+        input-log records, §7)."""
         messages: list[Message] = []
         sources: list[KafkaRecord] = []
         out: list[OutRecord] = []
-        for record in records:
-            decoded = self._decode(record, out)
+        for index, record in enumerate(records):
+            place = None if placed is None else placed[index]
+            decoded = self._decode(record, out, place)
             if len(decoded) == 1:
                 messages.append(decoded[0])
                 sources.append(record)
             else:
                 messages.extend(decoded)
                 sources.extend([record] * len(decoded))
+        origins = None if placed is None else [m.origin for m in messages]
         step = self.engine.step(messages)
-        self.position = (records[-1].offset() or 0) + 1
         logged = self.engine.logged_protocol
         if logged is not None:
             spec = self.spec
@@ -440,8 +467,9 @@ class NodeBatch(SnapshotTaker):
                 f"(its own members record says so, before offset {self.position}), and it is "
                 f"configured with {self.engine.algorithm.value}: {HOW_TO_RECONFIGURE}"
             )
-        for position in step.deferred:
-            self._deferred.keep(sources[position])
+        for position in step.deferred:  # kept by its origin (its offset, unless placed)
+            key = None if origins is None else origins[position]
+            self._deferred.keep(sources[position], key)
         out.extend(self._refused(step, sources))
         for origin in step.released:
             self._deferred.pop(origin)  # taken up (or refused above): no longer needed
@@ -451,7 +479,12 @@ class NodeBatch(SnapshotTaker):
             return out
         return [self._signed(r) for r in out]
 
-    def _decode(self, record: KafkaRecord, out: list[OutRecord]) -> list[Message]:
+    def _decode(
+        self,
+        record: KafkaRecord,
+        out: list[OutRecord],
+        place: tuple[int, int | None] | None = None,
+    ) -> list[Message]:
         """The messages of one input record; a record that cannot be taken becomes a
         dead letter in ``out``."""
         spec = self.spec
@@ -466,12 +499,14 @@ class NodeBatch(SnapshotTaker):
             why = Refusal(problem.code, f"{problem.text} (claims to come from {claimed})")
             out.append(self._dead_letter(raw, why, record))
             return []
-        kind, stamp = record.timestamp()
-        log_time = stamp if kind == _LOG_APPEND_TIME or stamp > 0 else None
+        if place is None:
+            kind, stamp = record.timestamp()
+            log_time = stamp if kind == _LOG_APPEND_TIME or stamp > 0 else None
+            origin = record.offset()
+        else:
+            origin, log_time = place
         try:
-            return decode_any(
-                raw, record.key(), record.headers(), log_time=log_time, origin=record.offset()
-            )
+            return decode_any(raw, record.key(), record.headers(), log_time=log_time, origin=origin)
         except MessageError as exc:
             if exc.field == "formatVersion":
                 claimed = _claimed_sender(record)
@@ -536,14 +571,19 @@ class NodeBatch(SnapshotTaker):
 
     def _outputs(self, step: Step) -> list[OutRecord]:
         spec = self.spec
+        # by the log they go to: a peer's input log, or its control log (§7)
         control: dict[str, list[Message]] = {}
         deliveries: list[Output] = []
+        prefix = spec.input_prefix
+        control_prefix = prefix if spec.control_prefix is None else spec.control_prefix
         for output in step.outputs:
             kind = output.message.messageType
             if kind is MessageType.DELIVERY or kind is MessageType.PARTITION_DELIVERY:
                 deliveries.append(output)
+            elif kind is MessageType.CLIENT:  # a relayed copy: to the input log
+                control.setdefault(prefix + output.topic, []).append(output.message)
             else:
-                control.setdefault(output.topic, []).append(output.message)
+                control.setdefault(control_prefix + output.topic, []).append(output.message)
         out: list[OutRecord] = []
         bundle_headers = self._type_headers(MessageType.BUNDLE)
         for target, messages in control.items():
@@ -558,7 +598,7 @@ class NodeBatch(SnapshotTaker):
                 out.append(
                     OutRecord(
                         OutKind.CONTROL,
-                        spec.input_prefix + target,
+                        target,
                         value,
                         spec.input_partition,
                         headers=bundle_headers,
@@ -683,7 +723,14 @@ class NodeBatch(SnapshotTaker):
         spec = self.spec
         value = self._encode_tick(spec.node_id, 0, spec.layer)
         ready.records.append(
-            self._signed(OutRecord(OutKind.TICK, spec.input_topic, value, spec.input_partition))
+            self._signed(
+                OutRecord(
+                    OutKind.TICK,
+                    spec.control_topic or spec.input_topic,
+                    value,
+                    spec.input_partition,
+                )
+            )
         )
 
     def _snapshot_content(self) -> tuple[Mapping[int, int], dict[str, Any], int]:
@@ -793,8 +840,10 @@ class DeferredRecords:
         self._records: dict[int, KafkaRecord] = {}  # insertion order = oldest first
         self._bytes = 0
 
-    def keep(self, record: KafkaRecord) -> None:
-        offset = record.offset()
+    def keep(self, record: KafkaRecord, key: int | None = None) -> None:
+        """Keep ``record`` under ``key`` (the origin of its messages; by default its
+        offset)."""
+        offset = record.offset() if key is None else key
         if offset is None or offset in self._records:
             return
         self._records[offset] = record

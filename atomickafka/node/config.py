@@ -94,6 +94,12 @@ class NodeConfig:
     #: upgrade from such a release runs the upgraded nodes with ``json`` until every
     #: node is upgraded, docs/operators.md *Upgrade*). Every node reads both.
     control_format: str = BINARY
+    #: Read peers' proposals from a control log of the node's own (§7): its peers'
+    #: bundles, its ticks and members records and its apply markers go to
+    #: ``atomickafka-ctl.T``, read before the client records of ``atomickafka-in.T``,
+    #: which apply where the node's markers place them. A deployment-wide setting:
+    #: every node of a deployment runs with it or none does (§7, *Switching*).
+    control_log: bool = False
     #: Take up another protocol, delivery format or signing than the node's state was
     #: built with, when the node was stopped cleanly with nothing in flight (§6.6).
     reconfigure: bool = False

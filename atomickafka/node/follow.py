@@ -40,7 +40,7 @@ from atomickafka.node.config import NodeConfig
 from atomickafka.node.snapshots import SnapshotFollower, choose_snapshot
 from atomickafka.node.standby import NodeStandby
 
-__all__ = ["COMMITTED_EVERY_S", "NodeFollower", "SnapshotReader", "signed_rows"]
+__all__ = ["COMMITTED_EVERY_S", "NodeFollower", "SnapshotReader", "out_of_range", "signed_rows"]
 
 log = logging.getLogger("atomickafka.node")
 
@@ -143,6 +143,15 @@ class NodeFollower:
         #: Input records applied (replayed) so far, for the metrics.
         self.applied = 0
 
+    @property
+    def following(self) -> bool:
+        """Whether this instance still follows (a hot standby), or waits cold."""
+        return self.standby is not None
+
+    def stop_following(self) -> None:
+        """Wait cold from now on: a takeover recovers as a restart does."""
+        self.standby = None
+
     # ------------------------------------------------------------------ reads
 
     def committed(self, timeout_s: float = _COMMITTED_TIMEOUT_S) -> int:
@@ -212,26 +221,37 @@ class NodeFollower:
         standby = self.standby
         if standby is None:
             return False
-        now = time.monotonic()
-        if now - self._committed_at >= COMMITTED_EVERY_S:
-            self._committed_at = now
+        if self._committed_due():
             try:
                 self.applied += standby.commit_seen(self.committed())
                 self.reader.read()
                 self._maybe_jump(standby)
             except KafkaException as exc:  # transient: the next reading retries
-                if now - self._failed_at >= 10.0:
-                    self._failed_at = now
-                    log.warning("standby: reading the committed offset: %s", exc)
+                self._transient(exc)
         if standby.room <= 0:
             return False
         batch = consume_batch(self._log, standby.room, timeout_s)
-        if any(_out_of_range(r) for r in batch):
+        if any(out_of_range(r) for r in batch):
             log.warning("standby: the input log was cut above its position; starting over")
             self.start()
             return True
         self.applied += standby.take(usable(batch))
         return True
+
+    def _committed_due(self) -> bool:
+        """Whether the committed offset is due to be read again (about once a second)."""
+        now = time.monotonic()
+        if now - self._committed_at < COMMITTED_EVERY_S:
+            return False
+        self._committed_at = now
+        return True
+
+    def _transient(self, exc: KafkaException) -> None:
+        """A reading failed; the next one retries (logged at most every 10 s)."""
+        now = time.monotonic()
+        if now - self._failed_at >= 10.0:
+            self._failed_at = now
+            log.warning("standby: reading the committed offset: %s", exc)
 
     def _maybe_jump(self, standby: NodeStandby) -> None:
         if (
@@ -274,7 +294,8 @@ class NodeFollower:
         self.reader.close()
 
 
-def _out_of_range(record: KafkaMessage) -> bool:
+def out_of_range(record: KafkaMessage) -> bool:
+    """A consume error saying the log no longer holds the position (cut by retention)."""
     err = record.error()
     return err is not None and err.code() in (
         KafkaError._AUTO_OFFSET_RESET,

@@ -71,9 +71,11 @@ from atomickafka.kafka.status import (
     status_topic_spec,
 )
 from atomickafka.kafka.topics import (
+    CONTROL_PREFIX,
     INPUT_PREFIX,
     STATUS_TOPIC,
     Layout,
+    control_topic,
     dead_letter_topic,
     delivery_topic,
     input_topic,
@@ -93,10 +95,13 @@ from atomickafka.node.batch import (
     Ready,
 )
 from atomickafka.node.config import NodeConfig
+from atomickafka.node.control_log import LOCAL_QUEUE_KBYTES, TwoLogReader
 from atomickafka.node.follow import NodeFollower, signed_rows
+from atomickafka.node.follow_two_logs import TwoLogFollower, ordered_snapshots
 from atomickafka.node.lease import LEASE_TOPIC
 from atomickafka.node.metrics import HeadWatch, Rates, status_of
 from atomickafka.node.offsets import Ticket
+from atomickafka.node.ordering_log import OrderedNodeBatch
 from atomickafka.node.role_shell import EXIT_FENCED, RoleShell
 from atomickafka.node.snapshots import LoadedSnapshot, choose_snapshot, newest_snapshots
 from atomickafka.node.writers import (
@@ -169,6 +174,10 @@ def node_topic_specs(config: NodeConfig) -> dict[str, TopicSpec]:
     specs[input_topic(topic, layout)] = TopicSpec(config.partitions, input_configs)
     if config.layered:
         specs[layers_topic(topic)] = TopicSpec(config.partitions, KEEP_FOREVER)
+    if config.control_log:  # one partition per layer, as the input log (§7)
+        specs[control_topic(topic)] = TopicSpec(
+            config.partitions, {**KEEP_FOREVER, **LOG_APPEND_TIME}
+        )
     return specs
 
 
@@ -197,6 +206,8 @@ def node_spec(config: NodeConfig, signer: Signer | None) -> NodeSpec:
         delivery_format=config.delivery_format,
         reconfigure=config.reconfigure,
         control_format=config.control_format,
+        control_prefix=CONTROL_PREFIX if config.control_log else None,
+        control_topic=control_topic(config.topic) if config.control_log else None,
     )
 
 
@@ -271,13 +282,20 @@ class NodeRuntime(RoleShell):
         super().__init__(config, ShellMetrics("node", config.topic, layer))
         self.signer = load_signer(config.secret_file)
         self.spec = node_spec(config, self.signer)
-        self.batch = NodeBatch(self.spec, NodeBatch.fresh_engine(self.spec))
+        #: With a control log (§7): the batch layer is an OrderedNodeBatch, the log
+        #: whose offset the node commits and replays is the control log, and client
+        #: records are read from the input log beside it (:attr:`_client_input`).
+        self.ordered = config.control_log
+        batch_class = OrderedNodeBatch if self.ordered else NodeBatch
+        self.batch: NodeBatch = batch_class(self.spec, NodeBatch.fresh_engine(self.spec))
         self.rates = Rates(3)  # records read, outputs, deliveries per second
         self.records_read = 0  # Kafka records of the input log processed (not replayed)
         self.head = HeadWatch(config.stuck_after_s)
         self.recovery_s: float | None = None
         self._recovery_started = 0.0
-        self._input = self.spec.input_topic
+        self._client_input = self.spec.input_topic
+        self._input = self.spec.control_topic or self._client_input  # the committed log
+        self._two_logs: TwoLogReader | None = None
         self._partition = config.partition
         self._consumer: Consumer | None = None
         self._writer: Writer | None = None
@@ -338,7 +356,8 @@ class NodeRuntime(RoleShell):
                 return  # a cold start: an unsigned snapshot taken up, or outputs rewritten
         try:
             self._membership = Membership(cfg.connection)
-            self._follower = NodeFollower(cfg, self.spec, self.signer)
+            follower_class = TwoLogFollower if self.ordered else NodeFollower
+            self._follower = follower_class(cfg, self.spec, self.signer)
             self._follower.start()
         except (KafkaException, AtomicKafkaError) as exc:
             self._stop_following(f"cannot follow the input log: {exc}")
@@ -350,7 +369,7 @@ class NodeRuntime(RoleShell):
         (a topic without a live status looks offline to clients)."""
         follower = self._follower
         deadline = time.monotonic() + self.config.session_timeout_ms / 1000
-        while follower is not None and follower.standby is not None and not self.stopping:
+        while follower is not None and follower.following and not self.stopping:
             if follower.caught_up() or time.monotonic() > deadline:
                 break
             try:
@@ -390,7 +409,7 @@ class NodeRuntime(RoleShell):
     def _stop_following(self, why: str) -> None:
         log.warning("node %s: %s; a cold standby now (a takeover recovers)", self.config.key, why)
         if self._follower is not None:
-            self._follower.standby = None
+            self._follower.stop_following()
 
     def _open(self) -> None:
         """Become the active instance: open the writer (fencing older instances), then
@@ -398,10 +417,12 @@ class NodeRuntime(RoleShell):
         the committed offset read after fencing."""
         cfg = self.config
         started = time.monotonic()
+        small_queue = {"queued.max.messages.kbytes": LOCAL_QUEUE_KBYTES} if self.ordered else {}
         consumer = make_consumer(
             cfg.connection,
             node_group(cfg.topic, cfg.layer),
             **{"isolation.level": "read_committed"},
+            **small_queue,
         )
         self._consumer = consumer
         if cfg.exactly_once:  # fences older instances before the committed offset is read
@@ -420,7 +441,10 @@ class NodeRuntime(RoleShell):
         batch, source = self._followed_batch(committed, low), "standby state"
         if batch is None:
             snapshot = self._usable_snapshot(low, high)
-            batch = NodeBatch.recover(self.spec, snapshot, committed)
+            if self.ordered:
+                batch = OrderedNodeBatch.recover_ordered(self.spec, snapshot, committed)
+            else:
+                batch = NodeBatch.recover(self.spec, snapshot, committed)
             source = "snapshot " + ("none" if snapshot is None else str(snapshot.seq))
         self.batch = batch
         if self._rewrite and batch.replay_until > batch.position:
@@ -437,7 +461,14 @@ class NodeRuntime(RoleShell):
             )
         assert self._writer is not None
         self._writer.start_at(self.batch.replay_until)
-        consumer.assign([TopicPartition(self._input, self._partition, self.batch.position)])
+        if isinstance(self.batch, OrderedNodeBatch):
+            self.batch.step_budget = cfg.batch_size  # steps that write every so often
+            reader = TwoLogReader(consumer, self._input, self._client_input, self._partition)
+            reader.assign(self.batch)
+            self._two_logs = reader
+            self._check_input_start(consumer, self.batch)
+        else:
+            consumer.assign([TopicPartition(self._input, self._partition, self.batch.position)])
         if self._membership is None:
             self._membership = Membership(cfg.connection)
             self._membership.poll(2.0)
@@ -544,6 +575,7 @@ class NodeRuntime(RoleShell):
         found = read_snapshots(self.config, self.config.key, self.signer)
         if self.signer is not None:
             found = self._signed_or_taken_up(found)
+        found = self._of_this_mode(found)
         choice = choose_snapshot(found, {self._partition: (low, high)})
         for why in choice.skipped:
             log.warning("%s", why)
@@ -556,6 +588,21 @@ class NodeRuntime(RoleShell):
                 "longest downtime (docs/DESIGN.md §6.5)"
             )
         return choice.snapshot
+
+    def _of_this_mode(self, found: list[LoadedSnapshot]) -> list[LoadedSnapshot]:
+        """The snapshots taken with a control log, or without, as this node runs: their
+        offsets are the control log's or the input log's. Refuse to start when the
+        newest readable one was taken in the other mode (§7, *Switching*)."""
+        readable = [s for s in found if s.state is not None]
+        if readable and ("ordering" in (readable[0].state or {})) != self.ordered:
+            was = "with" if not self.ordered else "without"
+            raise NodeStartError(
+                f"node {self.config.key}: its newest snapshot ({readable[0].seq}) was taken "
+                f"{was} a control log, and this node runs {'with' if self.ordered else 'without'} "
+                "one (--control-log). A deployment switches control logs on or off only "
+                "with new topics (docs/DESIGN.md §7, Switching): run every node as before"
+            )
+        return ordered_snapshots(found, self.ordered)
 
     def _signed_or_taken_up(self, verified: list[LoadedSnapshot]) -> list[LoadedSnapshot]:
         """With signing on: ``verified`` (the snapshots signed with this node's secret),
@@ -598,6 +645,9 @@ class NodeRuntime(RoleShell):
         )
 
     def _round(self) -> None:
+        if self._two_logs is not None:
+            self._two_log_round(self._two_logs)
+            return
         consumer, writer = self._consumer, self._writer
         assert consumer is not None and writer is not None
         records, ready = self._next_ready(consumer, self.batch)
@@ -606,6 +656,49 @@ class NodeRuntime(RoleShell):
         self._note_members()
         writer.settle(idle=not records)
         freeze_heap(time.monotonic())
+
+    def _two_log_round(self, reader: TwoLogReader) -> None:
+        """One round with a control log (§7): the input log's records are buffered (and
+        marked), the control log's applied in its order, each marker's range in place."""
+        consumer, writer, batch = self._consumer, self._writer, self.batch
+        assert consumer is not None and writer is not None
+        assert isinstance(batch, OrderedNodeBatch)
+        cfg = self.config
+        more = batch.queued > 0 and not batch.waiting  # past the last step's budget
+        timeout = 0.0 if more else cfg.poll_timeout_s
+        records = usable(consume_batch(consumer, cfg.batch_size, timeout))
+        wall = time.time()
+        control, inputs = reader.split(records)
+        readies = []
+        if inputs:
+            readies.append(batch.step_input(inputs, wall_s=wall))
+        if control:
+            readies.append(batch.step_control(control, wall_s=wall))
+        if not readies:  # goes on with what the last step's budget left queued
+            readies.append(batch.idle(wall_s=wall))
+        replayed = sum(r.replayed for r in readies)
+        self.metrics.read(records, replayed)
+        # records of either log, not replayed control records (the input log's are
+        # buffered even while the control log replays: counted as read)
+        self.records_read += max(0, len(records) - replayed)
+        for ready in readies:
+            self._write(ready, 0)
+        reader.pace(batch)
+        self._note_members()
+        writer.settle(idle=not records)
+        freeze_heap(time.monotonic())
+
+    def _check_input_start(self, consumer: Consumer, batch: OrderedNodeBatch) -> None:
+        """Refuse to go on when the input log no longer holds the first record the node
+        has not applied (retention deleted client records the node never applied)."""
+        low, _ = watermarks(consumer, TopicPartition(self._client_input, self._partition))
+        if low > batch.applied:
+            raise NodeStartError(
+                f"input log {self._client_input}[{self._partition}] starts at offset {low}, "
+                f"but the node has applied its records only up to {batch.applied}: records "
+                "were deleted before the node applied them (retention shorter than the "
+                "longest downtime?; docs/DESIGN.md §6.5)"
+            )
 
     def _final_round(self) -> None:
         """A clean stop ends with a snapshot at the node's position: its restart has
@@ -758,6 +851,8 @@ class NodeRuntime(RoleShell):
             replaying=self.batch.replaying,
             bad_signatures=dict(self.batch.bad_signatures),
             newer_formats=dict(self.batch.newer_formats),
+            control_log=self.ordered,
+            input_buffered=self.batch.buffered if isinstance(self.batch, OrderedNodeBatch) else 0,
             **self._lag(),
         )
 
@@ -770,6 +865,9 @@ class NodeRuntime(RoleShell):
         if lag <= 0:
             return {"input_lag": 0, "input_lag_s": 0.0}
         read_ms = self.batch.engine.now_ms
+        batch = self.batch
+        if isinstance(batch, OrderedNodeBatch):  # the oldest client record not applied
+            read_ms = batch.oldest_unapplied_ms or read_ms
         waited = max(0.0, time.time() - read_ms / 1000) if read_ms else 0.0
         return {"input_lag": lag, "input_lag_s": round(waited, 3)}
 
@@ -806,6 +904,7 @@ class NodeRuntime(RoleShell):
             pending=status.pending,
             head_age_s=status.oldest_pending_age_s,
             input_lag=self._input_lag(),
+            input_buffered=status.input_buffered,
         )
         self.metrics.count_protocol_mismatches(self.batch.engine.stats.protocol_mismatches)
         self.metrics.count_bad_signatures(self.batch.bad_signatures)
@@ -827,6 +926,9 @@ class NodeRuntime(RoleShell):
         consumer = self._consumer
         if consumer is None:
             return None
+        if self._two_logs is not None:
+            assert isinstance(self.batch, OrderedNodeBatch)
+            return self._two_logs.lag(self.batch)
         part = TopicPartition(self._input, self._partition)
         try:
             marks = consumer.get_watermark_offsets(part, cached=True)

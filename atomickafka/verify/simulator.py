@@ -103,7 +103,7 @@ from __future__ import annotations
 import random  # noqa: F401  (the module doctest uses it)
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Final, TypeVar
 
@@ -136,6 +136,7 @@ from atomickafka.node.batch import (
     Ready,
     SettingsChangedError,
 )
+from atomickafka.node.ordering_log import OrderedNodeBatch, OrderedStandby
 from atomickafka.node.snapshots import LoadedSnapshot, newest_snapshots
 from atomickafka.node.standby import NodeStandby
 from atomickafka.verify.checker import CheckReport, SentMessage, check, deliveries_from_wire
@@ -150,6 +151,7 @@ from atomickafka.verify.hostile import (
     stray_timestamp,
 )
 from atomickafka.verify.streams import (
+    CONTROL_PREFIX,
     INPUT_PREFIX,
     Log,
     SimClock,
@@ -182,6 +184,7 @@ __all__ = [
     "integer_ids",
     "random_workload",
     "replayed_deliveries",
+    "replayed_ordered_deliveries",
 ]
 
 #: Records between automatic snapshots of a node (small, so that crashes use them).
@@ -332,6 +335,8 @@ class SimulationResult:
     trace: list[str]
     #: Messages a stray reached in flight: delivered at all their destinations or none.
     all_or_none: frozenset[str] = frozenset()
+    #: With control logs (§7): each node's control log (``records``: its input log).
+    controls: dict[str, list[PlainRecord]] = field(default_factory=dict)
 
     @property
     def logs(self) -> dict[str, list[Message]]:
@@ -410,6 +415,22 @@ def replayed_deliveries(spec: NodeSpec, records: Sequence[PlainRecord]) -> list[
     return out
 
 
+def replayed_ordered_deliveries(
+    spec: NodeSpec, controls: Sequence[PlainRecord], inputs: Sequence[PlainRecord]
+) -> list[Message]:
+    """Rule 8 over a control log (§7): what a fresh node of ``spec`` delivers reading its
+    final input log, then its final control log, each in one batch (the markers it
+    writes meanwhile are not appended: the control log is the input order)."""
+    batch = OrderedNodeBatch(spec, OrderedNodeBatch.fresh_engine(spec))
+    records = batch.step_input(inputs, wall_s=0.0).records
+    records += batch.step_control(controls, wall_s=0.0).records
+    out: list[Message] = []
+    for record in records:
+        if record.kind is OutKind.DELIVERY and record.value is not None:
+            out.extend(decode_any(record.value, record.key, list(record.headers)))
+    return out
+
+
 # ---------------------------------------------------------------------------- nodes
 
 
@@ -419,7 +440,11 @@ class _Node:
     def __init__(self, spec: NodeSpec, engine: Engine) -> None:
         self.spec = spec
         self.engine_class = type(engine)
-        self.batch = NodeBatch(spec, engine)
+        self.batch = (
+            NodeBatch(spec, engine)
+            if spec.control_topic is None
+            else OrderedNodeBatch(spec, engine)
+        )
         self.committed = 0
         #: At-least-once: (step at which it takes effect, offset) of commits in flight.
         self.commits: deque[tuple[int, int]] = deque()
@@ -427,7 +452,7 @@ class _Node:
         self.snapshot: tuple[int, list[OutRecord]] | None = None
         self.snapshot_rows: list[tuple[bytes | None, bytes | None]] = []
         #: The hot standby (with ``Chaos.takeover``).
-        self.standby: NodeStandby | None = None
+        self.standby: NodeStandby | OrderedStandby | None = None
         #: When (log time) the shell last wrote the node's members record; ``None``:
         #: not since its process started (it writes one after its first round).
         self.members_at: int | None = None
@@ -440,8 +465,17 @@ class _Node:
         self.zombie: NodeBatch | None = None
         self.zombie_steps = 0
 
-    def new_standby(self, log_length: int) -> NodeStandby:
+    def new_standby(self, log_length: int) -> NodeStandby | OrderedStandby:
         """A standby starting as the shell starts one: from the newest snapshot."""
+        if self.spec.control_topic is not None:
+            return OrderedStandby(
+                self.spec,
+                self.newest_snapshot(log_length),
+                committed=self.committed,
+                max_pending=STANDBY_PENDING,
+                jump_records=STANDBY_JUMP,
+                engine_class=self.engine_class,
+            )
         return NodeStandby(
             self.spec,
             self.newest_snapshot(log_length),
@@ -455,6 +489,22 @@ class _Node:
         """The highest snapshot number in the store (-1: none)."""
         return max(
             (s.seq for s in newest_snapshots(self.snapshot_rows, self.spec.role)), default=-1
+        )
+
+    @property
+    def ordered(self) -> OrderedNodeBatch | None:
+        """The batch layer over a control log (§7), when the node has one."""
+        batch = self.batch
+        return batch if isinstance(batch, OrderedNodeBatch) else None
+
+    def recover(self, snapshot: LoadedSnapshot | None) -> NodeBatch:
+        """The batch layer of a restart from ``snapshot`` and the committed offset."""
+        if self.spec.control_topic is None:
+            return NodeBatch.recover(
+                self.spec, snapshot, self.committed, engine_class=self.engine_class
+            )
+        return OrderedNodeBatch.recover_ordered(
+            self.spec, snapshot, self.committed, engine_class=self.engine_class
         )
 
     def newest_snapshot(self, log_length: int) -> LoadedSnapshot | None:
@@ -515,6 +565,7 @@ class Simulator:
         delivery_format: str = "json",
         control_format: str = BINARY,
         control_formats: Mapping[str, str] | None = None,
+        control_logs: bool = False,
     ) -> None:
         if len(set(topics)) != len(topics) or not topics:
             raise ConfigError("topics must be distinct and not empty")
@@ -534,9 +585,8 @@ class Simulator:
         self.views = {t: tuple((views or {}).get(t, self.topics)) for t in self.topics}
         factory = engine_factory or (lambda topic, alg: Engine(topic, f"node-{topic}", alg))
         part = layer or 0
-        self.inputs: dict[str, Log] = {
-            t: Log(INPUT_PREFIX + t, part, self.clock) for t in self.topics
-        }
+        #: Each node's input log, and its control log (§7, prototype) when it has one.
+        self.inputs, self.controls = self._logs(control_logs, part)
         self.streams: dict[str, Log] = {
             t: Log(t if layer is None else f"atomickafka-layers.{t}", part, self.clock)
             for t in self.topics
@@ -583,6 +633,20 @@ class Simulator:
         self._stray_hit: set[str] = set()
         self._misaddressed: dict[str, bool] = {}
 
+    def _logs(self, control_logs: bool, part: int) -> tuple[dict[str, Log], dict[str, Log]]:
+        inputs = {t: Log(INPUT_PREFIX + t, part, self.clock) for t in self.topics}
+        if not control_logs:
+            return inputs, {}
+        chaos = self.chaos
+        if chaos.wrong_restart or self.layer is not None:
+            raise ConfigError("control logs (a prototype) have no wrong restarts nor layers yet")
+        return inputs, {t: Log(CONTROL_PREFIX + t, part, self.clock) for t in self.topics}
+
+    @property
+    def control_logs(self) -> bool:
+        """Each node has a control log (§7, prototype) beside its input log."""
+        return bool(self.controls)
+
     def _protocols(self, given: Mapping[str, Algorithm | str] | None) -> dict[str, Algorithm]:
         if given is not None:
             return {t: Algorithm(given.get(t, self.algorithm)) for t in self.topics}
@@ -611,6 +675,8 @@ class Simulator:
             dead_letter_topic=f"atomickafka-dlq.{topic}",
             snapshot_topic=f"atomickafka-snap.{topic}",
             input_prefix=INPUT_PREFIX,
+            control_prefix=CONTROL_PREFIX if self.control_logs else None,
+            control_topic=CONTROL_PREFIX + topic if self.control_logs else None,
             layer=layer,
             layers_topic=None if layer is None else f"atomickafka-layers.{topic}",
             max_value_bytes=engine.max_value_bytes,
@@ -653,7 +719,17 @@ class Simulator:
     def unread(self, topic: str | None = None) -> int:
         """Records not yet read by ``topic``'s node (or by every node)."""
         topics = self.topics if topic is None else (topic,)
-        return sum(len(self.inputs[t]) - self.nodes[t].batch.position for t in topics)
+        unread = 0
+        for t in topics:
+            ordered = self.nodes[t].ordered
+            if ordered is None:
+                unread += len(self.inputs[t]) - self.nodes[t].batch.position
+            else:
+                unread += len(self.controls[t]) - ordered.control_fetch_from
+                unread += len(self.inputs[t]) - ordered.read_until
+                if not ordered.waiting:  # left queued by a step's budget: still to apply
+                    unread += ordered.queued
+        return unread
 
     def holding(self) -> bool:
         """True while some node holds a message for the log's time to catch up, has a
@@ -776,6 +852,8 @@ class Simulator:
         node = self.nodes[topic]
         if node.zombie is not None:
             self._zombie_step(topic, batch)
+        if node.ordered is not None:
+            return self._step_ordered(topic, node.ordered, batch)
         records = self.inputs[topic].read(node.batch.position, batch)
         wall = self.clock.wall_s
         if records:
@@ -795,6 +873,41 @@ class Simulator:
         self.write_members(topic)
         return len(records)
 
+    def _step_ordered(self, topic: str, batch: OrderedNodeBatch, count: int) -> int:
+        """:meth:`step_node` for a node with a control log (§7): it reads one of its two
+        logs (drawn, when both have records)."""
+        node = self.nodes[topic]
+        control, inputs = self.controls[topic], self.inputs[topic]
+        ctl_unread = len(control) > batch.control_fetch_from
+        in_unread = len(inputs) > batch.read_until
+        wall = self.clock.wall_s
+        # a step's budget, as the shell bounds its steps (none, or a few records)
+        budget = self.chooser.integer(0, 4)
+        batch.step_budget = budget or None
+        if ctl_unread and (not in_unread or self.chooser.chance(0.5)):
+            records = control.read(batch.control_fetch_from, count)
+            ready = batch.step_control(records, wall_s=wall)
+            self._note(f"{topic} reads ctl [{records[0].offset()}:{records[-1].offset() + 1}]")
+        elif in_unread:
+            records = inputs.read(batch.read_until, count)
+            ready = batch.step_input(records, wall_s=wall)
+            self._note(f"{topic} reads in [{records[0].offset()}:{records[-1].offset() + 1}]")
+        else:
+            records = []
+            ready = batch.idle(wall_s=wall)
+        if records:
+            self.events["batch"] += 1
+        self.write(topic, ready)
+        txn_open = bool(node.txn) or node.txn_commit is not None
+        if (
+            self.exactly_once
+            and txn_open
+            and (not records or self.chooser.chance(self.chaos.commit))
+        ):
+            self._commit(topic)
+        self.write_members(topic)
+        return len(records)
+
     def _zombie_step(self, topic: str, batch: int) -> None:
         """The fenced instance of ``topic``'s node goes on for a step: it writes what
         needs no transaction (control records) and what it puts into its transaction
@@ -802,8 +915,18 @@ class Simulator:
         node = self.nodes[topic]
         zombie = node.zombie
         assert zombie is not None
-        records = self.inputs[topic].read(zombie.position, batch)
-        ready = zombie.step(records, wall_s=self.clock.wall_s) if records else None
+        wall = self.clock.wall_s
+        ready: Ready | None
+        if isinstance(zombie, OrderedNodeBatch):  # either of its logs (§7)
+            records = self.controls[topic].read(zombie.control_fetch_from, batch)
+            if records and self.chooser.chance(0.5):
+                ready = zombie.step_control(records, wall_s=wall)
+            else:
+                records = self.inputs[topic].read(zombie.read_until, batch)
+                ready = zombie.step_input(records, wall_s=wall) if records else None
+        else:
+            records = self.inputs[topic].read(zombie.position, batch)
+            ready = zombie.step(records, wall_s=wall) if records else None
         if ready is not None:
             for record in ready.records:
                 if record.kind is OutKind.CONTROL or record.kind is OutKind.TICK:
@@ -851,19 +974,29 @@ class Simulator:
             self._settle(node)
         self.events["checkpoint"] += 1
 
-    def crash(self, topic: str) -> None:
+    def crash(self, topic: str, *, zombie: bool = False) -> None:
         """``topic``'s node restarts: from the newest readable snapshot and the committed
         offset (uncommitted work of the at-least-once mode is lost)."""
         node = self.nodes[topic]
-        snapshot = node.newest_snapshot(len(self.inputs[topic]))
-        node.batch = NodeBatch.recover(
-            node.spec, snapshot, node.committed, engine_class=node.engine_class
-        )
+        snapshot = node.newest_snapshot(len(self._order_log(topic)))
+        old = node.batch
+        node.batch = node.recover(snapshot)
         self._lose_uncommitted(node, "crash")
+        if zombie and self.control_logs and self.chooser.chance(self.chaos.zombie):
+            # with control logs (no standbys yet), the instance a restart replaced (not
+            # one whose producer failed) may go on for a while: its markers and bundles
+            # are written, its transaction is fenced
+            node.zombie, node.zombie_steps = old, self.chooser.integer(1, 20)
+            self.events["zombie"] += 1
         self._note(
             f"{topic} crashes, restarts at {node.batch.position} (snapshot "
             f"{None if snapshot is None else snapshot.seq}), replays to {node.committed}"
         )
+
+    def _order_log(self, topic: str) -> Log:
+        """The log whose offsets ``topic``'s node commits: its control log, if it has
+        one (§7), else its input log."""
+        return self.controls[topic] if self.control_logs else self.inputs[topic]
 
     def upgrade(self, topic: str) -> None:
         """``topic``'s node restarts writing the other control format (§3.9): one step
@@ -895,6 +1028,9 @@ class Simulator:
             return
         if self.chooser.chance(0.5):
             standby.commit_seen(node.committed)
+        if isinstance(standby, OrderedStandby):
+            self._follow_ordered(topic, standby, batch)
+            return
         newest = node.newest_snapshot(len(self.inputs[topic]))
         if newest is not None and standby.wants(newest):
             standby.jump(newest)
@@ -903,6 +1039,23 @@ class Simulator:
         take = min(batch, standby.room)
         if take > 0:
             standby.take(self.inputs[topic].read(standby.fetch_from, take))
+
+    def _follow_ordered(self, topic: str, standby: OrderedStandby, batch: int) -> None:
+        """:meth:`follow` for a node with a control log (§7): the standby fetches either
+        log (drawn)."""
+        newest = self.nodes[topic].newest_snapshot(len(self.controls[topic]))
+        if newest is not None and standby.wants(newest):
+            standby.jump(newest)
+            self.events["standby_jump"] += 1
+            self._note(f"{topic}'s standby jumps to snapshot {newest.seq}")
+        if self.chooser.chance(0.5):
+            take = min(batch, standby.room)
+            if take > 0:
+                standby.take(self.controls[topic].read(standby.fetch_from, take))
+        else:
+            take = min(batch, standby.input_room)
+            if take > 0:
+                standby.take_input(self.inputs[topic].read(standby.input_fetch_from, take))
 
     def takeover(self, topic: str) -> None:
         """``topic``'s node dies; its standby takes over from its own state (a restart
@@ -925,7 +1078,7 @@ class Simulator:
                 f"{topic} dies at {position}; its standby takes over at {batch.position}, "
                 f"replays to {node.committed}"
             )
-        node.standby = node.new_standby(len(self.inputs[topic]))
+        node.standby = node.new_standby(len(self._order_log(topic)))
 
     def duplicate(self, topic: str, index: int) -> None:
         """Append record ``index`` of ``topic``'s log again (a writer's retry)."""
@@ -1187,7 +1340,7 @@ class Simulator:
         if chooser.chance(chaos.checkpoint):
             self.checkpoint(pick(chooser, topics))
         if chooser.chance(chaos.crash):
-            self.crash(pick(chooser, topics))
+            self.crash(pick(chooser, topics), zombie=self.exactly_once)
         if chooser.chance(chaos.stray):
             kind = chooser.integer(0, 3)
             bounds = list(StrayBound) if kind < 2 else list(_SHORT_BOUNDS)
@@ -1259,6 +1412,7 @@ class Simulator:
             determinism_errors=errors,
             trace=list(self.trace or ()),
             all_or_none=frozenset(self._stray_hit),
+            controls={t: list(log.records) for t, log in self.controls.items()},
         )
 
     def _uncommitted_errors(self) -> list[str]:
@@ -1394,12 +1548,17 @@ class Simulator:
         """Put one record where the shell writes it."""
         kind = record.kind
         if kind is OutKind.CONTROL or kind is OutKind.TICK:
-            target = record.topic.removeprefix(INPUT_PREFIX)
-            if target not in self.inputs:
+            logs = self.inputs
+            if record.topic.startswith(CONTROL_PREFIX):
+                logs = self.controls
+                target = record.topic.removeprefix(CONTROL_PREFIX)
+            else:
+                target = record.topic.removeprefix(INPUT_PREFIX)
+            if target not in logs:
                 self.unrouted.append(record)  # a topic without a node here
                 return
             assert record.value is not None
-            self.inputs[target].append(record.value, key=record.key, headers=record.headers)
+            logs[target].append(record.value, key=record.key, headers=record.headers)
         elif kind is OutKind.DELIVERY or kind is OutKind.WATERMARK:
             self.streams[source].append(record.value, key=record.key, headers=record.headers)
             if self.chaos.stray and kind is OutKind.DELIVERY and record.value is not None:

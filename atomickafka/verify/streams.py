@@ -37,6 +37,7 @@ from atomickafka.core.wire import (
 
 __all__ = [
     "BASE_LOG_MS",
+    "CONTROL_PREFIX",
     "INPUT_PREFIX",
     "Log",
     "SimClock",
@@ -50,6 +51,8 @@ __all__ = [
 BASE_LOG_MS: Final = 1_795_000_000_000
 #: The prefix of every input log's Kafka topic (the split layout).
 INPUT_PREFIX: Final = "atomickafka-in."
+#: Where a node's control log is (kafka/topics.py's, §7: a prototype).
+CONTROL_PREFIX: Final = "atomickafka-ctl."
 
 
 class SimClock:

@@ -52,6 +52,12 @@ FAST: dict[str, Any] = {
 }
 
 
+#: Each fault runs on one log per node (peers' proposals in the input log) and with
+#: control logs (``--control-log``, docs/DESIGN.md §7: proposals in a log of the node's
+#: own, client records applied where the node's markers place them).
+LOGS = pytest.mark.parametrize("control_log", [False, True], ids=["one-log", "control-log"])
+
+
 def assert_plain_consumers_see_each_delivery_once(
     bootstrap: str, topics: Sequence[str], expected: Counter[str]
 ) -> None:
@@ -102,9 +108,10 @@ def send_in_background(
     return thread, out, errors
 
 
+@LOGS
 @pytest.mark.timeout(BOUND_S)
 def test_nodes_killed_at_random_moments_lose_nothing_and_repeat_nothing(
-    kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
+    kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path, control_log: bool
 ) -> None:
     """20,000 messages, half of them multicast, while nodes are SIGKILLed at random
     moments six times; the supervisor restarts them, they recover from their newest
@@ -112,7 +119,9 @@ def test_nodes_killed_at_random_moments_lose_nothing_and_repeat_nothing(
     topics = [topic_factory() for _ in range(5)]
     rng = random.Random(7)
     kills = 0
-    with running_cluster(kafka_bootstrap, topics, log_dir=tmp_path, name="kills", **FAST):
+    with running_cluster(
+        kafka_bootstrap, topics, log_dir=tmp_path, name="kills", control_log=control_log, **FAST
+    ):
         workload = Workload(topics, 20_000, clients=4, seed=11, single_share=0.5, multicast_min=2)
         thread, out, errors = send_in_background(kafka_bootstrap, workload)
         deadline = time.monotonic() + 240
@@ -140,9 +149,10 @@ def test_nodes_killed_at_random_moments_lose_nothing_and_repeat_nothing(
     assert_order_checked(sent, deliveries)
 
 
+@LOGS
 @pytest.mark.timeout(BOUND_S)
 def test_a_standby_takes_over_from_a_killed_node(
-    kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
+    kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path, control_log: bool
 ) -> None:
     """`cluster --standby`: the active node of a topic is SIGKILLed; its hot standby,
     which followed the input log, takes over from its own state within seconds and
@@ -155,6 +165,7 @@ def test_a_standby_takes_over_from_a_killed_node(
         standby=True,
         name="standby",
         log_level="info",
+        control_log=control_log,
         **FAST,
     ):
         sent = send_concurrently(
@@ -183,15 +194,22 @@ def test_a_standby_takes_over_from_a_killed_node(
     assert_order_checked(sent, deliveries)
 
 
+@LOGS
 @pytest.mark.timeout(BOUND_S)
 def test_a_killed_layer_node_and_merger_recover(
-    kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
+    kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path, control_log: bool
 ) -> None:
     """Partitioned topics: a layer's node and another topic's merger SIGKILLed while
     traffic flows; restarted, they recover and the merged streams stay exact."""
     topics = [topic_factory() for _ in range(3)]
     with running_cluster(
-        kafka_bootstrap, topics, partitions=2, log_dir=tmp_path, name="layers", **FAST
+        kafka_bootstrap,
+        topics,
+        partitions=2,
+        log_dir=tmp_path,
+        name="layers",
+        control_log=control_log,
+        **FAST,
     ):
         workload = Workload(topics, 4000, clients=2, seed=5)
         thread, out, errors = send_in_background(kafka_bootstrap, workload)
@@ -263,9 +281,10 @@ def test_a_second_node_for_a_running_topic_stands_by_and_never_writes(
     assert_order_checked(sent, deliveries)
 
 
+@LOGS
 @pytest.mark.timeout(BOUND_S)
 def test_a_paused_node_is_fenced_when_it_wakes_after_its_standby_took_over(
-    kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path
+    kafka_bootstrap: str, topic_factory: Callable[[], str], tmp_path: Path, control_log: bool
 ) -> None:
     """A zombie: the active node is paused (SIGSTOP) past its lease; the standby takes
     over and initialises its transactional producer, fencing the paused one. It wakes
@@ -276,7 +295,13 @@ def test_a_paused_node_is_fenced_when_it_wakes_after_its_standby_took_over(
     comes first. Plain consumers see every delivery once, and the order holds."""
     topics = [topic_factory() for _ in range(2)]
     with running_cluster(
-        kafka_bootstrap, topics, log_dir=tmp_path, standby=True, name="zombie", **FAST
+        kafka_bootstrap,
+        topics,
+        log_dir=tmp_path,
+        standby=True,
+        name="zombie",
+        control_log=control_log,
+        **FAST,
     ):
         sent = send_concurrently(
             kafka_bootstrap, Workload(topics, 1000, clients=2, seed=8), "split"

@@ -136,6 +136,7 @@ BESIDE_THE_STATE = frozenset(
         "_check_due",
         "_aborts",
         "_members_changed",
+        "origin_shift",  # how the node's batch layer numbers origins (§7, control logs)
     }
 )
 

@@ -35,9 +35,10 @@ def job() -> ModuleType:
     return load_job()
 
 
+@pytest.mark.parametrize("control_log", [False, True])
 @pytest.mark.parametrize("layout", ["split", "shared"])
 def test_the_kafka_source_reads_the_topics_the_recorder_reads(
-    job: ModuleType, layout: str, tmp_path: Path
+    job: ModuleType, layout: str, control_log: bool, tmp_path: Path
 ) -> None:
     """The job's own copy of the topic naming agrees with the runner's (which uses
     ``atomickafka.kafka.topics``): same Kafka topics, owners, roles, delivery logs."""
@@ -51,13 +52,14 @@ def test_the_kafka_source_reads_the_topics_the_recorder_reads(
         1,
         tmp_path,
         Connection("b:1"),
+        control_log=control_log,
     )
     recorded = {
         (t.kafka_topic, t.node, t.role, t.holds_deliveries)
         for t in spec.recorded_topics(0)
         if t.role != "status"
     }
-    assert set(job.kafka_topics(topics, layout)) == recorded
+    assert set(job.kafka_topics(topics, layout, control_log)) == recorded
 
 
 def imported_modules(path: Path) -> set[str]:

@@ -57,6 +57,7 @@ EVERYWHERE = {"errors", "jsonnames", "logs", "spark_raw"}
 PURE_NODE = {
     "atomickafka.node.batch",
     "atomickafka.node.merger_batch",
+    "atomickafka.node.ordering_log",
     "atomickafka.node.snapshots",
     "atomickafka.node.standby",
 }

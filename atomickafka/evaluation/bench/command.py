@@ -428,6 +428,8 @@ class BenchSetup:
     #: How the nodes write deliveries (``json``, the nodes' default, or ``raw``,
     #: docs/DESIGN.md §3.8).
     delivery_format: str = "json"
+    #: The nodes read proposals from control logs of their own (``--control-log``, §7).
+    control_log: bool = False
 
     def node_config(self, topics: list[str]) -> NodeConfig:
         """The configuration the cluster's nodes share (the first topic's)."""
@@ -441,6 +443,7 @@ class BenchSetup:
             log_level="warning",
             exactly_once=self.exactly_once,
             delivery_format=self.delivery_format,
+            control_log=self.control_log,
         )
 
     def cluster(self, topics: list[str]) -> Any:
@@ -452,7 +455,9 @@ class BenchSetup:
         """Every Kafka topic the nodes write, as the cost counts their records (the
         status topic from its end now, the cluster's keys only)."""
         start = end_offset(self.connection, STATUS_TOPIC)
-        return cluster_topics(topics, self.layout, self.partitions, start)
+        return cluster_topics(
+            topics, self.layout, self.partitions, start, control_log=self.control_log
+        )
 
 
 def _send_plan(

@@ -23,6 +23,7 @@ from atomickafka.kafka.consumer import consume_batch, make_consumer, watermarks
 from atomickafka.kafka.topics import (
     STATUS_TOPIC,
     Layout,
+    control_topic,
     dead_letter_topic,
     delivery_topic,
     input_topic,
@@ -72,14 +73,22 @@ class RecordedTopic:
 
 
 def cluster_topics(
-    topics: Sequence[str], layout: Layout, partitions: int, status_start: int
+    topics: Sequence[str],
+    layout: Layout,
+    partitions: int,
+    status_start: int,
+    *,
+    control_log: bool = False,
 ) -> list[RecordedTopic]:
     """Every Kafka topic an AtomicKafka cluster over ``topics`` writes, with its owner
-    and role; its records in the status topic from ``status_start``, its keys only."""
+    and role; its records in the status topic from ``status_start``, its keys only.
+    With ``control_log``, each node's control log counts as its input too (§7)."""
     out: list[RecordedTopic] = []
     for topic in topics:
         inbox = input_topic(topic, layout)
         out.append(RecordedTopic(inbox, topic, Role.INPUT, holds_deliveries=inbox == topic))
+        if control_log:
+            out.append(RecordedTopic(control_topic(topic), topic, Role.INPUT))
         if inbox != topic:
             out.append(RecordedTopic(delivery_topic(topic), topic, Role.DELIVERY, True))
         out.append(RecordedTopic(dead_letter_topic(topic), topic, Role.DEAD_LETTER))

@@ -73,6 +73,8 @@ class SuiteSettings:
     seed: int = 0
     #: Signing secrets (§4.14) for the AtomicKafka runs' nodes, clients and readers.
     secret_file: str | None = None
+    #: The AtomicKafka runs' nodes read proposals from control logs (§7).
+    control_log: bool = False
 
     @property
     def primary(self) -> Variant:
@@ -107,6 +109,7 @@ class SuiteSettings:
                 "signed records (--secret-file)",
                 "no" if self.secret_file is None else f"yes, {self.secret_file}",
             ),
+            ("control logs (--control-log)", "yes" if self.control_log else "no"),
             (
                 "librdkafka overrides (-X)",
                 ", ".join(f"{k}={v}" for k, v in masked(self.connection.settings).items()),
@@ -151,6 +154,7 @@ def _spec(settings: SuiteSettings, tag: str, chosen: Scenario, variant: Variant)
         fanout=settings.fanout,
         seed=settings.seed,
         secret_file=settings.secret_file,
+        control_log=settings.control_log,
     )
 
 
@@ -174,6 +178,7 @@ def _warm_up(settings: SuiteSettings, tag: str) -> None:
         fanout=settings.fanout,
         seed=settings.seed,
         secret_file=settings.secret_file,
+        control_log=settings.control_log,
     )
     info = run_one(warm)
     if not info.ok:  # not measured, but a failed check is a finding all the same

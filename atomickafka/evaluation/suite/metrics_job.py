@@ -70,6 +70,7 @@ except ImportError:  # this file alone under spark-submit, with --py-files .../s
 #: Topic names of an AtomicKafka topic ``T`` (``atomickafka.kafka.topics``): the input
 #: log is ``atomickafka-in.T`` in the split layout and ``T`` itself in the shared one.
 INPUT_PREFIX: Final = "atomickafka-in."
+CONTROL_PREFIX: Final = "atomickafka-ctl."
 DEAD_LETTER_PREFIX: Final = "atomickafka-dlq."
 #: The wire format as this job reads it (``atomickafka.core.wire``): record types, and
 #: a bundle's JSON header line, which ends at the first newline (its values follow).
@@ -179,8 +180,11 @@ RECORD_SCHEMA: Final = T.StructType(
 )
 
 
-def kafka_topics(topics: Iterable[str], layout: str) -> list[tuple[str, str, str, bool]]:
-    """``(kafka_topic, node, role, holds_deliveries)`` of every Kafka topic of a run."""
+def kafka_topics(
+    topics: Iterable[str], layout: str, control_log: bool = False
+) -> list[tuple[str, str, str, bool]]:
+    """``(kafka_topic, node, role, holds_deliveries)`` of every Kafka topic of a run
+    (``control_log``: each node's control log counts as its input too)."""
     out = []
     for topic in topics:
         if layout == "shared":
@@ -188,6 +192,8 @@ def kafka_topics(topics: Iterable[str], layout: str) -> list[tuple[str, str, str
         else:
             out.append((INPUT_PREFIX + topic, topic, "input", False))
             out.append((topic, topic, "delivery", True))
+        if control_log:  # its peers' bundles, its markers (--control-log, §7)
+            out.append((CONTROL_PREFIX + topic, topic, "input", False))
         out.append((DEAD_LETTER_PREFIX + topic, topic, "dead-letter", False))
     return out
 
@@ -227,12 +233,13 @@ def load_kafka(
     topics: Sequence[str],
     *,
     layout: str = "split",
+    control_log: bool = False,
     run: str = "kafka",
     options: dict[str, str] | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """``records`` and ``messages`` of one run, read from its Kafka topics (every record
     from the earliest to the latest offset), in the same columns as the Parquet files."""
-    spec = kafka_topics(topics, layout)
+    spec = kafka_topics(topics, layout, control_log)
     names = spark.createDataFrame(
         spec, "kafka_topic string, node string, role string, holds_deliveries boolean"
     )
@@ -644,6 +651,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--runs", help="folder of run folders (or one run folder): Parquet")
     parser.add_argument("--bootstrap-server", help="Kafka to read (--source kafka)")
     parser.add_argument("--topics", help="the run's AtomicKafka topics, comma-separated")
+    parser.add_argument(
+        "--control-log", action="store_true", help="the run's nodes had control logs (§7)"
+    )
     parser.add_argument("--layout", choices=["split", "shared"], default="split")
     parser.add_argument("--run", default="kafka", help="name of the run read from Kafka")
     parser.add_argument(
@@ -703,6 +713,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.bootstrap_server,
             topics,
             layout=args.layout,
+            control_log=args.control_log,
             run=args.run,
             options=options,
         )

@@ -121,6 +121,8 @@ class RunSpec:
     seed: int = 0
     #: Signing secrets (§4.14): AtomicKafka's nodes and clients sign, its readers verify.
     secret_file: str | None = None
+    #: AtomicKafka's nodes read proposals from control logs (§7).
+    control_log: bool = False
 
     @property
     def signing(self) -> str | None:
@@ -167,7 +169,13 @@ class RunSpec:
             return sequencer_topics(self.sequencer_topic, SEQUENCER_ID, self.topics)
         if self.variant.system is System.KAFKA:
             return destination_topics(self.topics)
-        return cluster_topics(self.topics, self.layout, self.partitions, status_start)
+        return cluster_topics(
+            self.topics,
+            self.layout,
+            self.partitions,
+            status_start,
+            control_log=self.control_log,
+        )
 
 
 @contextlib.contextmanager
@@ -195,6 +203,7 @@ def _running_system(spec: RunSpec, meter: CpuMeter) -> Iterator[None]:
         overrides=spec.connection.settings,
         log_level="warning",
         secret_file=spec.signing,
+        control_log=spec.control_log,
     )
     with running_cluster(
         ClusterConfig(tuple(spec.topics), node), log_path=spec.run_dir / "nodes.log"

@@ -1,0 +1,117 @@
+"""The consumer side of a node with a control log (docs/DESIGN.md §7): one consumer
+reads the node's control log ``atomickafka-ctl.T`` and its input log
+``atomickafka-in.T`` (the same partition: the node's layer), and this module decides
+what of a polled batch goes where and when the input log is read at all.
+
+*Priority.* Peers' proposals are in the control log, and the records a proposal waits
+for never stand in front of it there. The input log is paused once the records read from
+it and not yet applied reach :data:`INPUT_BUFFER_MAX` (they apply only where the node's
+markers come back through the control log), and resumed once they are below half of it,
+or at once when a marker waits for input records not read yet. The consumer's local
+fetch queue is kept small (:data:`LOCAL_QUEUE_KBYTES` per partition), so that control
+records fetched after a burst of client records wait behind at most that much of them.
+
+*Order.* Within a polled batch the input log's records are handed over first (they are
+only buffered, and they let waiting markers apply), then the control log's. Neither
+choice changes what the node decides: its one input order is the control log's, with
+each marker's range applied in its place (:class:`~atomickafka.node.ordering_log.OrderedNodeBatch`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Message as KafkaMessage
+
+from atomickafka.node.ordering_log import OrderedNodeBatch
+
+__all__ = ["CONTROL_QUEUE_MAX", "INPUT_BUFFER_MAX", "LOCAL_QUEUE_KBYTES", "TwoLogReader"]
+
+#: Input-log records read and not yet applied, at most (a soft bound: what the local
+#: queue already holds is still taken); past it the input log is paused.
+INPUT_BUFFER_MAX: Final = 20_000
+#: Control-log records read and not yet applied, at most (applied a step's budget at a
+#: time, :attr:`OrderedNodeBatch.step_budget`); past it the control log is paused.
+CONTROL_QUEUE_MAX: Final = 20_000
+#: The consumer's local fetch queue per partition (``queued.max.messages.kbytes``).
+LOCAL_QUEUE_KBYTES: Final = 2048
+
+
+class TwoLogReader:
+    """Splits what one consumer reads into the control log's and the input log's
+    records, and pauses the input log while the node has enough of it buffered."""
+
+    def __init__(self, consumer: Consumer, control: str, input_log: str, partition: int) -> None:
+        self._consumer = consumer
+        self.control = control
+        self.input = input_log
+        self._partition = partition
+        self.paused = False
+        self.control_paused = False
+        #: How many times the input log was paused (a metric of overload).
+        self.pauses = 0
+
+    def assign(self, batch: OrderedNodeBatch) -> None:
+        """Read both logs from where ``batch`` goes on: the control log past what it
+        applied or queued, the input log past what it read."""
+        self._consumer.assign(
+            [
+                TopicPartition(self.control, self._partition, batch.control_fetch_from),
+                TopicPartition(self.input, self._partition, batch.read_until),
+            ]
+        )
+        self.paused = self.control_paused = False
+
+    def split(
+        self, records: Sequence[KafkaMessage]
+    ) -> tuple[list[KafkaMessage], list[KafkaMessage]]:
+        """(the control log's records, the input log's), each in offset order."""
+        control: list[KafkaMessage] = []
+        inputs: list[KafkaMessage] = []
+        name = self.control
+        for record in records:
+            (control if record.topic() == name else inputs).append(record)
+        return control, inputs
+
+    def pace(self, batch: OrderedNodeBatch) -> None:
+        """Pause the input log once enough of it waits for markers; resume it below half
+        of that, or when a marker waits for input records not read yet. Likewise the
+        control log, by the control records queued (the batch applies them a budget per
+        step)."""
+        buffered = batch.buffered
+        part = [TopicPartition(self.input, self._partition)]
+        if not self.paused and buffered >= INPUT_BUFFER_MAX and not batch.waiting:
+            self._consumer.pause(part)
+            self.paused = True
+            self.pauses += 1
+        elif self.paused and (buffered < INPUT_BUFFER_MAX // 2 or batch.waiting):
+            # librdkafka fetches again from the position: the next unread offset
+            self._consumer.resume(part)
+            self.paused = False
+        queued = batch.queued
+        control = [TopicPartition(self.control, self._partition)]
+        if not self.control_paused and queued >= CONTROL_QUEUE_MAX:
+            self._consumer.pause(control)
+            self.control_paused = True
+        elif self.control_paused and queued < CONTROL_QUEUE_MAX // 2:
+            self._consumer.resume(control)
+            self.control_paused = False
+
+    def lag(self, batch: OrderedNodeBatch) -> int | None:
+        """Records of both logs the node has not applied yet: the control log's past its
+        position and the input log's past what it applied (from the watermarks the
+        consumer last fetched; no request to the broker)."""
+        total = 0
+        for topic, done in ((self.control, batch.position), (self.input, batch.applied)):
+            try:
+                marks = self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, self._partition), cached=True
+                )
+            except (KafkaException, RuntimeError):  # RuntimeError: closed (the last status)
+                return None
+            if marks is None or marks[1] < 0:
+                return None
+            total += max(0, marks[1] - done)
+        return total

@@ -1,0 +1,207 @@
+"""The Kafka shell's parts for nodes with a control log (docs/DESIGN.md §7), without a
+broker: the topics and spec a ``--control-log`` node gets, how one consumer's batch is
+split and the input log paced (node/control_log.py), which snapshots a node of each mode
+takes up, and what ``doctor`` says of such deployments. The shell itself runs against
+the broker in tests/integration/test_faults.py and test_control_log.py."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+from atomickafka.cli import build_parser
+from atomickafka.core.engine import Algorithm
+from atomickafka.core.reader import PlainRecord
+from atomickafka.doctor.deployment import TopicKind, committed_log
+from atomickafka.doctor.findings import Severity
+from atomickafka.doctor.node_checks import check_nodes
+from atomickafka.doctor.topic_checks import input_log_view
+from atomickafka.kafka.status import Role, Status
+from atomickafka.kafka.topics import Layout
+from atomickafka.node.config import NodeConfig
+from atomickafka.node.control_log import INPUT_BUFFER_MAX, TwoLogReader
+from atomickafka.node.follow_two_logs import ordered_snapshots
+from atomickafka.node.ordering_log import OrderedNodeBatch
+from atomickafka.node.runtime import node_spec, node_topic_specs
+from atomickafka.node.snapshots import LoadedSnapshot
+from tests.unit.test_doctor import DEPLOYMENT, B, facts_with, status
+from tests.unit.test_ordering_log import spec
+
+
+def test_a_control_log_node_gets_its_control_topic_and_routes_to_peers_control_logs() -> None:
+    plain = NodeConfig("b:9092", "orders")
+    assert "atomickafka-ctl.orders" not in node_topic_specs(plain)
+    assert node_spec(plain, None).control_topic is None
+    config = NodeConfig("b:9092", "orders", partitions=3, layer=1, control_log=True)
+    specs = node_topic_specs(config)
+    ctl = specs["atomickafka-ctl.orders"]
+    assert ctl.partitions == 3  # one per layer, as the input log
+    assert ctl.configs["message.timestamp.type"] == "LogAppendTime"
+    assert ctl.configs["retention.ms"] == "-1"
+    made = node_spec(config, None)
+    assert made.control_topic == "atomickafka-ctl.orders"
+    assert made.control_prefix == "atomickafka-ctl."
+    assert made.input_topic == "atomickafka-in.orders"
+
+
+def test_the_cli_passes_control_log_to_node_cluster_bench_and_eval() -> None:
+    parser = build_parser()
+    where = ["--bootstrap-server", "b:1"]
+    for argv in (
+        ["node", "--topic", "a", "--control-log"],
+        ["cluster", "--topics", "a,b", "--control-log"],
+        ["bench", "--control-log"],
+        ["eval", "--control-log"],
+        ["doctor", "--control-log"],
+        ["topics", "create", "--topics", "a", "--control-log"],
+    ):
+        args = parser.parse_args([*argv, *where])
+        assert args.control_log is True, argv
+    assert parser.parse_args(["node", "--topic", "a", *where]).control_log is False
+    restored = NodeConfig.from_dict(NodeConfig("b", "a", control_log=True).to_dict())
+    assert restored.control_log  # handed to the cluster's children
+
+
+class FakeConsumer:
+    """What TwoLogReader asks of a confluent-kafka Consumer: assignments, pauses,
+    resumes and cached watermarks (no broker: the shell runs on one in test_faults)."""
+
+    def __init__(self, marks: dict[str, tuple[int, int]] | None = None) -> None:
+        self.assigned: list[TopicPartition] = []
+        self.calls: list[tuple[str, str]] = []
+        self.marks = marks or {}
+
+    def assign(self, parts: list[TopicPartition]) -> None:
+        self.assigned = parts
+
+    def pause(self, parts: list[TopicPartition]) -> None:
+        self.calls += [("pause", p.topic) for p in parts]
+
+    def resume(self, parts: list[TopicPartition]) -> None:
+        self.calls += [("resume", p.topic) for p in parts]
+
+    def get_watermark_offsets(self, part: TopicPartition, cached: bool = False) -> Any:
+        return self.marks.get(part.topic)
+
+
+def _batch() -> OrderedNodeBatch:
+    node = spec("A")
+    return OrderedNodeBatch(node, OrderedNodeBatch.fresh_engine(node))
+
+
+def _records(topic: str, start: int, count: int) -> list[PlainRecord]:
+    return [
+        PlainRecord(b"x", topic=topic, offset=o, timestamp_ms=1)
+        for o in range(start, start + count)
+    ]
+
+
+def test_the_reader_assigns_both_logs_and_splits_a_batch() -> None:
+    consumer = FakeConsumer()
+    reader = TwoLogReader(consumer, "atomickafka-ctl.A", "atomickafka-in.A", 0)  # type: ignore[arg-type]
+    batch = _batch()
+    batch.position, batch.read_until = 7, 40
+    reader.assign(batch)
+    assert [(p.topic, p.offset) for p in consumer.assigned] == [
+        ("atomickafka-ctl.A", 7),
+        ("atomickafka-in.A", 40),
+    ]
+    mixed = [*_records("atomickafka-in.A", 0, 2), *_records("atomickafka-ctl.A", 0, 1)]
+    mixed.append(_records("atomickafka-in.A", 2, 1)[0])
+    control, inputs = reader.split(mixed)  # type: ignore[arg-type]
+    assert [r.offset() for r in control] == [0]
+    assert [r.offset() for r in inputs] == [0, 1, 2]
+
+
+def test_the_input_log_is_paused_past_the_bound_and_resumed_below_half() -> None:
+    consumer = FakeConsumer()
+    reader = TwoLogReader(consumer, "atomickafka-ctl.A", "atomickafka-in.A", 0)  # type: ignore[arg-type]
+    batch = _batch()
+    batch.writing = False  # no markers: the records stay buffered
+    batch.step_input(_records("atomickafka-in.A", 0, INPUT_BUFFER_MAX), wall_s=0.0)
+    assert batch.buffered == INPUT_BUFFER_MAX
+    reader.pace(batch)
+    reader.pace(batch)  # once
+    assert consumer.calls == [("pause", "atomickafka-in.A")] and reader.paused
+    batch._buffer.clear()  # applied (what a marker coming back does)
+    reader.pace(batch)
+    assert consumer.calls[-1] == ("resume", "atomickafka-in.A") and not reader.paused
+    assert reader.pauses == 1
+
+
+def test_lag_counts_both_logs() -> None:
+    consumer = FakeConsumer({"atomickafka-ctl.A": (0, 10), "atomickafka-in.A": (0, 100)})
+    reader = TwoLogReader(consumer, "atomickafka-ctl.A", "atomickafka-in.A", 0)  # type: ignore[arg-type]
+    batch = _batch()
+    batch.position, batch.applied = 4, 60
+    assert reader.lag(batch) == 6 + 40
+    consumer.marks = {}
+    assert reader.lag(batch) is None
+
+
+def _snapshot(seq: int, ordered: bool | None) -> LoadedSnapshot:
+    if ordered is None:
+        return LoadedSnapshot("A", seq, {0: 5}, None, "unreadable")
+    state: dict[str, Any] = {"engine": {}}
+    if ordered:
+        state["ordering"] = {"applied": 123}
+    return LoadedSnapshot("A", seq, {0: 5}, state)
+
+
+def test_each_mode_takes_up_only_its_own_snapshots() -> None:
+    found = [_snapshot(3, True), _snapshot(2, None), _snapshot(1, False)]
+    assert [s.seq for s in ordered_snapshots(found, True)] == [3, 2]
+    assert [s.seq for s in ordered_snapshots(found, False)] == [2, 1]
+    # the doctor reads an ordered snapshot's input-log offset from its state
+    assert input_log_view(found[0]).offsets == {0: 123}
+    assert input_log_view(found[1]) is found[1]
+
+
+def test_doctor_knows_control_logs() -> None:
+    deployment = dataclasses.replace(DEPLOYMENT, control_log=True)
+    topics = deployment.kafka_topics()
+    name = DEPLOYMENT.topics[0]
+    assert topics[f"atomickafka-ctl.{name}"].kind is TopicKind.INPUT
+    assert f"atomickafka-ctl.{name}" not in DEPLOYMENT.kafka_topics()
+    assert f"atomickafka-ctl.{name}" in deployment.specs()
+    one = status("orders")
+    assert committed_log(one) == "atomickafka-in.orders"
+    assert committed_log(dataclasses.replace(one, control_log=True)) == "atomickafka-ctl.orders"
+    mixed = {
+        "orders": status("orders", control_log=True),
+        "audit": status("audit"),
+    }
+    findings = check_nodes(DEPLOYMENT, facts_with(mixed), B)
+    failing = [f for f in findings if f.severity is Severity.FAIL]
+    assert [(f.code, f.subject) for f in failing] == [("control-log", "nodes")]
+    assert "orders" in failing[0].message and "audit" in failing[0].message
+    same = {k: dataclasses.replace(s, control_log=True) for k, s in mixed.items()}
+    assert not [
+        f for f in check_nodes(DEPLOYMENT, facts_with(same), B) if f.severity is Severity.FAIL
+    ]
+
+
+def test_the_status_says_whether_a_node_reads_a_control_log() -> None:
+    base = Status("A", "A", Role.NODE, "n", Algorithm.DIRECT, Layout.SPLIT, 1.0)
+    full = dataclasses.replace(base, control_log=True, input_buffered=12)
+    data = full.to_dict()
+    assert data["controlLog"] is True and data["inputBuffered"] == 12
+    assert Status.from_dict(data) == full
+    assert Status.from_dict(base.to_dict()).control_log is False  # older records
+
+
+def test_the_oldest_unapplied_client_record_times_the_lag() -> None:
+    """With a control log, how long clients have waited is the age of the oldest
+    input-log record read and not applied (the status's inputLagSeconds, which holds
+    clients back): the control log's time says nothing of it."""
+    batch = _batch()
+    batch.writing = False
+    assert batch.oldest_unapplied_ms is None
+    records = [
+        PlainRecord(b"x", topic="atomickafka-in.A", offset=o, timestamp_ms=1000 + o)
+        for o in range(3)
+    ]
+    batch.step_input(records, wall_s=0.0)
+    assert batch.oldest_unapplied_ms == 1000
