@@ -170,15 +170,17 @@ class Traffic:
         assert not self._thread.is_alive(), "the sender did not stop"
 
 
+@pytest.mark.parametrize("control_log", [False, True], ids=["one-log", "control-log"])
 def test_a_coordinator_move_and_a_status_leader_failover_stop_no_node_and_refuse_no_send(
-    three: Three, topic_factory: Callable[..., str], tmp_path: Path
+    three: Three, topic_factory: Callable[..., str], tmp_path: Path, control_log: bool
 ) -> None:
     """Item 3. The broker leading the status partition, which also coordinates the
     first topic's node group, is killed (every leadership and coordinator it had fails
     over, once the controller has seen it gone), comes back, and a preferred leader
     election moves them back to it -- all while a client sends. No node exits, no send
     is refused, the order checker passes, and a plain ``read_committed`` consumer of
-    every delivery topic sees each delivery once, in increasing order."""
+    every delivery topic sees each delivery once, in increasing order. Once with one log
+    per node, once with control logs (``--control-log``, docs/DESIGN.md §7.1)."""
     admin = admin_client(three.bootstrap)
     ensure_topics(admin, {STATUS_TOPIC: status_topic_spec()})
     coordinator(three.bootstrap, "atomickafka-warm-up")  # creates __consumer_offsets if need be
@@ -195,7 +197,7 @@ def test_a_coordinator_move_and_a_status_leader_failover_stop_no_node_and_refuse
     log = tmp_path / "cluster-events.log"
     with running_cluster(
         three.bootstrap, topics, log_dir=tmp_path, name="events", log_level="info",
-        window_ms=120_000,
+        window_ms=120_000, control_log=control_log,
     ):  # fmt: skip
         assert coordinator(three.bootstrap, node_group(first)) == victim  # the premise
         traffic = Traffic(three.bootstrap, topics)
