@@ -365,6 +365,7 @@ class LayeredSimulator:
         members_known: bool = False,
         delivery_format: str = "json",
         engine_factory: EngineFactory | None = None,
+        control_logs: bool = False,
     ) -> None:
         if layers < 1:
             raise ConfigError(f"at least one layer, not {layers}")
@@ -388,6 +389,7 @@ class LayeredSimulator:
                 members_known=members_known,
                 delivery_format=delivery_format,
                 engine_factory=engine_factory,
+                control_logs=control_logs,
             )
 
         first = layer_of_topics(0, protocols)  # a topic's layers all run one protocol

@@ -638,8 +638,8 @@ class Simulator:
         if not control_logs:
             return inputs, {}
         chaos = self.chaos
-        if chaos.wrong_restart or self.layer is not None:
-            raise ConfigError("control logs (a prototype) have no wrong restarts nor layers yet")
+        if chaos.wrong_restart:
+            raise ConfigError("control logs have no wrong restarts in the simulator yet")
         return inputs, {t: Log(CONTROL_PREFIX + t, part, self.clock) for t in self.topics}
 
     @property

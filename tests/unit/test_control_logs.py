@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from atomickafka.core.engine import Algorithm, Engine
 from atomickafka.core.marker import decode_marker
 from atomickafka.core.wire import Message
+from atomickafka.verify.layered import LayeredSimulator, LayerPolicy, MergerChaos, assign_layers
 from atomickafka.verify.simulator import (
     Chaos,
     RandomChooser,
@@ -29,6 +30,7 @@ from atomickafka.verify.simulator import (
     random_workload,
     replayed_ordered_deliveries,
 )
+from tests.unit.test_layered import assert_merged_correct, layer_chaos, merger_chaos
 from tests.unit.test_mutations import (
     CALM as CALM_MUTATION,
 )
@@ -40,6 +42,7 @@ from tests.unit.test_mutations import (
     DecidesOneAckEarly,
     NoDeduplication,
 )
+from tests.unit.test_properties import delivery_modes
 
 ALGORITHMS = list(Algorithm)
 HOSTILE = Chaos(
@@ -210,3 +213,44 @@ def _mutation_run(
         control_logs=True,
     )
     return sim.run(workload)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@settings(max_examples=15, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    layers=st.integers(2, 3),
+    chaos=layer_chaos,
+    mchaos=merger_chaos,
+    mode=delivery_modes,
+)
+def test_layers_with_control_logs_keep_atomic_multicast(
+    algorithm: Algorithm,
+    seed: int,
+    layers: int,
+    chaos: Chaos,
+    mchaos: MergerChaos,
+    mode: tuple[bool, int],
+) -> None:
+    """Partitioned topics whose layers' nodes have control logs: the merger's ticks go
+    to the layers' input logs and apply where the nodes' markers place them; every
+    layer and the merged streams keep atomic multicast, and each layer replays (rule 8
+    over its control log) to what it delivered."""
+    topics = ["T1", "T2", "T3"]
+    rng = random.Random(seed)
+    base = random_workload(rng, topics, clients=2, messages=20, multicast=0.5, relay=0.1)
+    workload = assign_layers(
+        base, layers, policy=LayerPolicy.ROUND_ROBIN, chooser=RandomChooser(rng)
+    )
+    sim = LayeredSimulator(
+        topics,
+        layers,
+        algorithm=algorithm,
+        chooser=RandomChooser(rng),
+        chaos=chaos,
+        merger_chaos=mchaos,
+        exactly_once=mode[0],
+        commit_lag=mode[1],
+        control_logs=True,
+    )
+    assert_merged_correct(sim.run(workload))

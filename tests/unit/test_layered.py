@@ -56,6 +56,7 @@ from atomickafka.verify.simulator import (
     Workload,
     random_workload,
     replayed_deliveries,
+    replayed_ordered_deliveries,
 )
 from tests.unit.test_properties import (
     ALGORITHMS,
@@ -88,7 +89,12 @@ def assert_merged_correct(result: LayeredResult, *, honest: bool = True) -> None
             merged = [(k.messageID, k.timeStamp) for k in result.keys[topic] if k.layer == layer]
             assert merged == own, (topic, layer, where)
             # rule 8, per layer: a fresh node reading the final log delivers the same
-            replayed = replayed_deliveries(run.specs[topic], run.records[topic])
+            if run.controls:  # with control logs (§7.1): in the control log's order
+                replayed = replayed_ordered_deliveries(
+                    run.specs[topic], run.controls[topic], run.records[topic]
+                )
+            else:
+                replayed = replayed_deliveries(run.specs[topic], run.records[topic])
             assert [(m.messageID, m.timeStamp) for m in replayed] == own, (topic, layer)
 
 
@@ -147,6 +153,7 @@ def layer_plans(draw: st.DrawFn, layers: int) -> tuple[LayerPolicy, tuple[int, .
     mchaos=merger_chaos,
     mode=delivery_modes,
     delivery_format=st.sampled_from(["json", "raw"]),
+    control_logs=st.booleans(),
 )
 def test_random_layered_runs_keep_atomic_multicast(
     algorithm: Algorithm,
@@ -164,6 +171,7 @@ def test_random_layered_runs_keep_atomic_multicast(
     mchaos: MergerChaos,
     mode: tuple[bool, int],
     delivery_format: str,
+    control_logs: bool,
 ) -> None:
     topics = topic_names(n_topics)
     rng = random.Random(seed)
@@ -191,6 +199,7 @@ def test_random_layered_runs_keep_atomic_multicast(
         exactly_once=mode[0],
         commit_lag=mode[1],
         delivery_format=delivery_format,  # the mergers': JSON envelopes (the default), raw
+        control_logs=control_logs,  # the layers' nodes with control logs (§7.1)
     )
     result = sim.run(workload)
     assert_merged_correct(result)
