@@ -414,16 +414,7 @@ class NodeBatch(SnapshotTaker):
         self._members_written = known | (self._members_written or set())
         spec = self.spec
         value = encode_members(spec.node_id, self._members_written, self.engine.algorithm.value)
-        ready.records.append(
-            self._signed(
-                OutRecord(
-                    OutKind.TICK,
-                    spec.control_topic or spec.input_topic,
-                    value,
-                    spec.input_partition,
-                )
-            )
-        )
+        ready.records.append(self._own_log_record(value))
         return ready
 
     def snapshot_now(self, *, wall_s: float) -> Ready:
@@ -710,6 +701,13 @@ class NodeBatch(SnapshotTaker):
 
     # ------------------------------------------------------------------ ticks, snapshots
 
+    def _own_log_record(self, value: bytes) -> OutRecord:
+        """A record the node writes to its own log -- a tick, a members record, an apply
+        marker: its control log with one (§7.1), else its input log -- signed."""
+        spec = self.spec
+        topic = spec.control_topic or spec.input_topic
+        return self._signed(OutRecord(OutKind.TICK, topic, value, spec.input_partition))
+
     def _maybe_tick(self, ready: Ready, wall_s: float) -> None:
         """§4.11: while messages are held until the log's time reaches their timestamp,
         the node ticks its own log so that the log's time moves on even when nothing else
@@ -722,16 +720,7 @@ class NodeBatch(SnapshotTaker):
         self._last_tick_s = wall_s
         spec = self.spec
         value = self._encode_tick(spec.node_id, 0, spec.layer)
-        ready.records.append(
-            self._signed(
-                OutRecord(
-                    OutKind.TICK,
-                    spec.control_topic or spec.input_topic,
-                    value,
-                    spec.input_partition,
-                )
-            )
-        )
+        ready.records.append(self._own_log_record(value))
 
     def _snapshot_content(self) -> tuple[Mapping[int, int], dict[str, Any], int]:
         offsets = {self.spec.input_partition: self.position}

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -221,13 +221,7 @@ class NodeFollower:
         standby = self.standby
         if standby is None:
             return False
-        if self._committed_due():
-            try:
-                self.applied += standby.commit_seen(self.committed())
-                self.reader.read()
-                self._maybe_jump(standby)
-            except KafkaException as exc:  # transient: the next reading retries
-                self._transient(exc)
+        self._serve_committed(standby.commit_seen, lambda: self._maybe_jump(standby))
         if standby.room <= 0:
             return False
         batch = consume_batch(self._log, standby.room, timeout_s)
@@ -238,20 +232,24 @@ class NodeFollower:
         self.applied += standby.take(usable(batch))
         return True
 
-    def _committed_due(self) -> bool:
-        """Whether the committed offset is due to be read again (about once a second)."""
+    def _serve_committed(
+        self, commit_seen: Callable[[int], int], maybe_jump: Callable[[], None]
+    ) -> None:
+        """About once a second: read the committed offset and hand it to the standby
+        (``commit_seen``), read new snapshots and jump to one when worth it. A failed
+        reading is retried the next time (logged at most every 10 s)."""
         now = time.monotonic()
         if now - self._committed_at < COMMITTED_EVERY_S:
-            return False
+            return
         self._committed_at = now
-        return True
-
-    def _transient(self, exc: KafkaException) -> None:
-        """A reading failed; the next one retries (logged at most every 10 s)."""
-        now = time.monotonic()
-        if now - self._failed_at >= 10.0:
-            self._failed_at = now
-            log.warning("standby: reading the committed offset: %s", exc)
+        try:
+            self.applied += commit_seen(self.committed())
+            self.reader.read()
+            maybe_jump()
+        except KafkaException as exc:  # transient: the next reading retries
+            if now - self._failed_at >= 10.0:
+                self._failed_at = now
+                log.warning("standby: reading the committed offset: %s", exc)
 
     def _maybe_jump(self, standby: NodeStandby) -> None:
         if (

@@ -124,13 +124,7 @@ class TwoLogFollower(NodeFollower):
         standby = self._ordered
         if standby is None:
             return False
-        if self._committed_due():
-            try:
-                self.applied += standby.commit_seen(self.committed())
-                self.reader.read()
-                self._maybe_jump_ordered(standby)
-            except KafkaException as exc:  # transient: the next reading retries
-                self._transient(exc)
+        self._serve_committed(standby.commit_seen, lambda: self._maybe_jump_ordered(standby))
         self._pace(self._part, standby.room > 0)
         self._pace(self._input_part, standby.input_room > 0)
         if len(self._paused) == 2:

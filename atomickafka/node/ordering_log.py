@@ -50,7 +50,7 @@ from atomickafka.core.marker import (
 from atomickafka.core.reader import KafkaRecord
 from atomickafka.core.reasons import Reason, Refusal, refusal
 from atomickafka.errors import ConfigError
-from atomickafka.node.batch import NodeBatch, NodeSpec, OutKind, OutRecord, Ready
+from atomickafka.node.batch import NodeBatch, NodeSpec, OutRecord, Ready
 from atomickafka.node.snapshots import LoadedSnapshot
 
 __all__ = ["OrderedNodeBatch", "OrderedStandby"]
@@ -329,11 +329,7 @@ class OrderedNodeBatch(NodeBatch):
         while start < self.read_until:
             end = min(self.read_until, start + MAX_MARKER_RANGE)
             value = encode_marker(spec.node_id, spec.topic, start, end, spec.layer)
-            ready.records.append(
-                self._signed(
-                    OutRecord(OutKind.TICK, spec.control_topic, value, spec.input_partition)
-                )
-            )
+            ready.records.append(self._own_log_record(value))
             self._outstanding.append((start, end))
             start = end
 
