@@ -57,9 +57,15 @@ __all__ = ["AtomicKafkaClient", "client_id_is_valid"]
 
 log = logging.getLogger("atomickafka.client")
 
-_REFRESH_S = 1.0  # how often send() looks at the status topic again
-#: A destination whose node has left input unread for longer than this (its status's
-#: ``inputLagSeconds``) makes send() wait (docs/DESIGN.md §5.3): queues stay bounded.
+#: How often send() reads what the nodes published to the status topic since (a
+#: non-blocking read of what the consumer fetched): a lagging node publishes every
+#: quarter second, so holding back starts, and ends, in time to keep the backlog near
+#: ``max_lag_s`` under a flood.
+_REFRESH_S = 0.25
+#: A destination whose node is further behind its input than this (its status's
+#: ``inputLagSeconds`` or ``inputDrainSeconds``: the oldest unread record has waited, or
+#: the unread ones would take, longer) makes send() wait (docs/DESIGN.md §5.3): queues
+#: stay bounded.
 DEFAULT_MAX_LAG_S = 1.0
 #: How long send() waits for a lagging destination before it raises QueueFullError.
 DEFAULT_MAX_BLOCK_S = 30.0
@@ -409,8 +415,9 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
                 topic, lag_s = lagging
                 if time.monotonic() >= deadline:
                     raise QueueFullError(
-                        f"the node of {topic} has left its input unread for {lag_s:.1f} s, "
-                        f"more than {self.max_lag_s:g} s, for the {self.max_block_s:g} s "
+                        f"the node of {topic} is {lag_s:.1f} s behind its input (waited or "
+                        f"left to read), more than {self.max_lag_s:g} s, for the "
+                        f"{self.max_block_s:g} s "
                         "this client waits (max_lag_s, max_block_s): it cannot keep up"
                     )
                 time.sleep(_LAG_POLL_S)
@@ -427,7 +434,8 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         self, topics: list[str], statuses: Mapping[str, Status]
     ) -> tuple[str, float] | None:
         """The first of ``topics`` whose node (any layer's) lags more than allowed, with
-        how long its oldest unread record has waited; ``None`` when none does."""
+        how far behind it is (:attr:`~atomickafka.kafka.status.Status.behind_s`);
+        ``None`` when none does."""
         limit = self.max_lag_s
         assert limit is not None
         wanted = set(topics)
@@ -435,10 +443,10 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
             if (
                 status.topic in wanted
                 and status.role is Role.NODE
-                and status.input_lag_s > limit
+                and status.behind_s > limit
                 and status.live()
             ):
-                return status.topic, status.input_lag_s
+                return status.topic, status.behind_s
         return None
 
     def _on_record(self, message_id: str, error: KafkaError | None, _record: KafkaMessage) -> None:
@@ -454,7 +462,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
 
     def _route(self, topics: tuple[str, ...], via: str | None, now: float) -> _Route:
         """Where a message to ``topics`` (written via ``via``) goes: judged once per
-        route until the statuses are read again (once a second), not per message;
+        route until the statuses are read again (every quarter second), not per message;
         raises :class:`OfflineDestinationError` for a topic no live node serves. A
         destination whose node's status is only late
         (:meth:`~atomickafka.kafka.status.Status.late`: Kafka may be failing over), or a

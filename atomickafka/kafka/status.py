@@ -229,10 +229,12 @@ class Status:
     #: (:meth:`~atomickafka.core.signing.Signer.key_ids`, the signing one first); empty:
     #: it checks no signature. A client refuses to send it what it would set aside.
     signing_keys: tuple[str, ...] = ()
-    #: A node: records of its input log it has not read yet, and how long the oldest of
-    #: them has waited (by the log's time): what a client holds back for (§5.3).
+    #: A node: records of its input log it has not read yet, how long the oldest of them
+    #: has waited (by the log's time), and how long reading them would take at the rate
+    #: it read in its last interval: what a client holds back for (:attr:`behind_s`, §5.3).
     input_lag: int = 0
     input_lag_s: float = 0.0
+    input_drain_s: float = 0.0
     #: A node that reads its peers' proposals from a control log of its own
     #: (``--control-log``, §7); ``input_buffered``: records it has read of its input log
     #: and not yet applied (they apply where its markers come back).
@@ -307,6 +309,13 @@ class Status:
     def age_s(self, now: float | None = None) -> float:
         """Seconds since the status was taken."""
         return (time.time() if now is None else now) - self.time
+
+    @property
+    def behind_s(self) -> float:
+        """How far a node is behind its input, in seconds: the longer of how long its
+        oldest unread record has waited and how long the unread records would take (the
+        second sees a flood at once, the first only once it has waited)."""
+        return max(self.input_lag_s, self.input_drain_s)
 
     def live(self, now: float | None = None) -> bool:
         """Running, and published recently enough to count as running."""

@@ -9,12 +9,19 @@ import signal
 import threading
 import time
 from types import FrameType
+from typing import Final
 
 from atomickafka.kafka.settings import REPEATED_LINES
 
-__all__ = ["Stoppable"]
+__all__ = ["LAGGING_STATUS_INTERVAL_S", "LAGGING_STATUS_S", "Stoppable"]
 
 log = logging.getLogger("atomickafka.node")
+
+#: A shell whose input has waited longer than this publishes its status every
+#: :data:`LAGGING_STATUS_INTERVAL_S` instead of every interval: the clients that hold
+#: back for it (docs/DESIGN.md §5.3) see the lag grow, and end, within a quarter second.
+LAGGING_STATUS_S: Final = 0.25
+LAGGING_STATUS_INTERVAL_S: Final = 0.25
 
 
 class Stoppable:
@@ -24,6 +31,9 @@ class Stoppable:
         self._stop = threading.Event()
         self._status_interval_s = 1.0
         self._next_status = 0.0
+        #: Set by a shell whose last status showed its input waiting (LAGGING_STATUS_S).
+        self._lagging = False
+        self._next_check = 0.0  # when to look again whether the input began to wait
         self._ends_at: float | None = None
 
     def _start_clock(self, status_interval_s: float, max_seconds: float | None) -> None:
@@ -34,16 +44,30 @@ class Stoppable:
         self._ends_at = None if max_seconds is None else now + max_seconds
 
     def _tick(self, now: float) -> bool:
-        """Publish the status when it is due; return True once the run's time is up."""
+        """Publish the status when it is due (every interval, every quarter second while
+        the input waits, and at once when it begins to wait); return True once the
+        run's time is up."""
+        if not self._lagging and now >= self._next_check and now < self._next_status:
+            self._next_check = now + LAGGING_STATUS_INTERVAL_S
+            if self._behind_s() > LAGGING_STATUS_S:
+                self._next_status = now  # a flood began: the clients hear of it now
         if now >= self._next_status:
             self._publish_status(now)
-            self._next_status = now + self._status_interval_s
+            interval = self._status_interval_s
+            if self._lagging:
+                interval = min(interval, LAGGING_STATUS_INTERVAL_S)
+            self._next_status = now + interval
             REPEATED_LINES.flush()  # the count of librdkafka lines that stopped coming
         return self._ends_at is not None and now >= self._ends_at
 
     def _publish_status(self, now: float) -> None:
         """Measure and publish the shell's status (each shell says how)."""
         raise NotImplementedError
+
+    def _behind_s(self) -> float:
+        """How far behind its input the shell is, in seconds, cheaply (no request to
+        the broker); a shell whose clients do not hold back for it says 0."""
+        return 0.0
 
     @property
     def stopping(self) -> bool:

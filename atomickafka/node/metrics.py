@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -18,7 +19,7 @@ from atomickafka.core.signing import Signer
 from atomickafka.kafka.status import Role, Status
 from atomickafka.node.config import NodeConfig
 
-__all__ = ["HeadWatch", "Rates", "status_of"]
+__all__ = ["HeadWatch", "Progress", "Rates", "status_of"]
 
 
 @dataclass(slots=True)
@@ -47,6 +48,40 @@ class Rates:
             )
         self._time, self._counts = now, current
         return self.last
+
+
+@dataclass(slots=True)
+class Progress:
+    """How fast a node works through its input, in offsets per second over the last
+    ``window_s`` or more (the statuses of a lagging node come every quarter second and a
+    step can span one: a single interval could say 0, or twice the rate)."""
+
+    window_s: float = 2.0
+    #: The rate at the last :meth:`take` (0.0 before the second).
+    rate: float = 0.0
+    _samples: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=64))
+
+    def take(self, done: int, now: float) -> float:
+        """Note that the node had applied ``done`` offsets by ``now``; return the rate
+        since the oldest sample kept (the newest at least ``window_s`` old)."""
+        samples = self._samples
+        samples.append((now, done))
+        while len(samples) > 2 and now - samples[1][0] >= self.window_s:
+            samples.popleft()
+        then, before = samples[0]
+        self.rate = (done - before) / (now - then) if now > then else 0.0
+        return self.rate
+
+    def drain_s(self, lag: int, cap_s: float, at_least: int = 0) -> float:
+        """How long ``lag`` offsets would take at :attr:`rate`, at most ``cap_s``; 0.0
+        when nothing moved (a transaction's commit marker can leave an idle node one
+        offset behind for good; a stalled one shows in how long its input waited) and
+        for fewer than ``at_least`` offsets: a node that was idle has a rate that is the
+        trickle it was sent, not what it can do, and the first records of a burst
+        would look like seconds of work."""
+        if lag < max(1, at_least) or self.rate <= 0:
+            return 0.0
+        return min(lag / self.rate, cap_s)
 
 
 @dataclass(slots=True)

@@ -32,6 +32,7 @@ from typing import Any, Final
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
+from confluent_kafka.admin import AdminClient
 
 from atomickafka.core.reader import (
     DEAD_LETTER_ERROR_HEADER,
@@ -99,7 +100,8 @@ from atomickafka.node.control_log import LOCAL_QUEUE_KBYTES, TwoLogReader
 from atomickafka.node.follow import NodeFollower, signed_rows
 from atomickafka.node.follow_two_logs import TwoLogFollower, ordered_snapshots
 from atomickafka.node.lease import LEASE_TOPIC
-from atomickafka.node.metrics import HeadWatch, Rates, status_of
+from atomickafka.node.lifecycle import LAGGING_STATUS_S
+from atomickafka.node.metrics import HeadWatch, Progress, Rates, status_of
 from atomickafka.node.offsets import Ticket
 from atomickafka.node.ordering_log import OrderedNodeBatch
 from atomickafka.node.role_shell import EXIT_FENCED, RoleShell
@@ -127,6 +129,9 @@ LOG_APPEND_TIME: Final = {"message.timestamp.type": "LogAppendTime"}
 #: How often a node writes its members record again, unchanged, while messages wait for
 #: members (§4.9.5): such a record is what refuses a destination that has no node.
 MEMBERS_AGAIN_S: Final = 1.0
+#: The status's ``inputDrainSeconds`` at most (an interval that read a handful of
+#: records behind a long backlog would say hours; anything past this holds clients back).
+_DRAIN_CAP_S: Final = 60.0
 #: How often a node moves every object alive to the collector's permanent generation
 #: (``gc.freeze``): a full collection then scans only what was allocated since, not the
 #: whole state (pending messages, the ids remembered for the memory window), which took
@@ -289,6 +294,7 @@ class NodeRuntime(RoleShell):
         batch_class = OrderedNodeBatch if self.ordered else NodeBatch
         self.batch: NodeBatch = batch_class(self.spec, NodeBatch.fresh_engine(self.spec))
         self.rates = Rates(3)  # records read, outputs, deliveries per second
+        self.progress = Progress()  # input offsets applied per second (inputDrainSeconds)
         self.records_read = 0  # Kafka records of the input log processed (not replayed)
         self.head = HeadWatch(config.stuck_after_s)
         self.recovery_s: float | None = None
@@ -335,6 +341,7 @@ class NodeRuntime(RoleShell):
         specs = node_topic_specs(cfg)
         if cfg.create_topics:
             ensure_topics(admin, specs)
+        self._refuse_other_mode(admin)
         written = [t for t in specs if t not in (STATUS_TOPIC, LEASE_TOPIC)]
         small = too_small(admin, written)
         if small:
@@ -344,6 +351,25 @@ class NodeRuntime(RoleShell):
                 "AtomicKafka writes records and batches of up to 1,000,000 bytes. Raise "
                 "max.message.bytes (kafka-configs --alter --entity-type topics "
                 f"--entity-name TOPIC --add-config max.message.bytes={MIN_MESSAGE_BYTES})"
+            )
+
+    def _refuse_other_mode(self, admin: AdminClient) -> None:
+        """Refuse to start without ``--control-log`` where this topic has a control log:
+        its peers write their proposals there, and a node reading only its input log
+        would never see them (§7.1, switching). The other way round, a node that ran
+        without one refuses its snapshots (:meth:`_of_this_mode`)."""
+        cfg = self.config
+        if cfg.control_log:
+            return
+        name = control_topic(cfg.topic)
+        existing = retry_transient(lambda: admin.list_topics(timeout=10).topics, "topic metadata")
+        if name in existing:
+            raise NodeStartError(
+                f"topic {cfg.topic} has a control log ({name}): its deployment runs with "
+                "control logs, and its peers write their proposals there, which a node "
+                "without --control-log never reads. Start it with --control-log, as every "
+                "node of the deployment (a deployment switches by starting over on new "
+                "topics, docs/DESIGN.md §7.1)"
             )
 
     def _start_standby(self) -> None:
@@ -815,6 +841,7 @@ class NodeRuntime(RoleShell):
         head; the status publisher does this once per status interval."""
         stats = self.batch.engine.stats
         self.rates.take((self.records_read, stats.records_out, stats.deliveries), now)
+        self.progress.take(self._offsets_done(), now)
         head = self.batch.engine.oldest_pending()
         self.head.observe(None if head is None else head.messageID, now)
 
@@ -863,13 +890,26 @@ class NodeRuntime(RoleShell):
         one host, within their NTP skew elsewhere)."""
         lag = self._input_lag() or 0
         if lag <= 0:
-            return {"input_lag": 0, "input_lag_s": 0.0}
+            return {"input_lag": 0, "input_lag_s": 0.0, "input_drain_s": 0.0}
         read_ms = self.batch.engine.now_ms
         batch = self.batch
         if isinstance(batch, OrderedNodeBatch):  # the oldest client record not applied
             read_ms = batch.oldest_unapplied_ms or read_ms
         waited = max(0.0, time.time() - read_ms / 1000) if read_ms else 0.0
-        return {"input_lag": lag, "input_lag_s": round(waited, 3)}
+        drain = self.progress.drain_s(lag, _DRAIN_CAP_S, at_least=2 * self.config.batch_size)
+        return {"input_lag": lag, "input_lag_s": round(waited, 3), "input_drain_s": round(drain, 3)}
+
+    def _behind_s(self) -> float:
+        lag = self._lag()
+        return max(float(lag["input_lag_s"]), float(lag["input_drain_s"]))
+
+    def _offsets_done(self) -> int:
+        """Offsets of its input the node has applied: of its input log, and with a
+        control log of both logs (what :meth:`_input_lag` counts the rest of)."""
+        batch = self.batch
+        if isinstance(batch, OrderedNodeBatch):
+            return batch.position + batch.applied
+        return batch.position
 
     def _publish_status(self, now: float) -> None:
         if not self.active:
@@ -877,6 +917,7 @@ class NodeRuntime(RoleShell):
         assert self._status is not None
         self.measure(now)
         status = self.status(now)
+        self._lagging = status.behind_s > LAGGING_STATUS_S
         self._export_metrics(status)
         self._status_count += 1
         level = logging.INFO if self._status_count % 10 == 1 else logging.DEBUG

@@ -340,3 +340,22 @@ def test_cluster_stops_when_its_nodes_cannot_start(
     last = orjson.loads(out.stderr.strip().splitlines()[-1])["msg"]  # a JSON log's last line
     assert last.startswith("atomickafka cluster: stopped:") and "cannot start" in last
     assert time.monotonic() - started < 60
+
+
+def test_a_node_without_control_log_refuses_a_topic_that_has_one(
+    kafka_bootstrap: str, topic_factory: Callable[[], str]
+) -> None:
+    """Issue 24 (control logs, switching): a node started without ``--control-log`` on
+    a topic whose deployment runs with control logs refuses to start, naming the fix;
+    it would never read the proposals its peers write to the control log."""
+    from atomickafka.kafka.admin import TopicSpec, admin_client, ensure_topics  # noqa: PLC0415
+    from atomickafka.kafka.topics import control_topic  # noqa: PLC0415
+
+    topic = topic_factory()
+    ensure_topics(admin_client(kafka_bootstrap), {control_topic(topic): TopicSpec()})
+    out = run_cli(
+        "node", "--bootstrap-server", kafka_bootstrap, "--topic", topic, "--log-level",
+        "error", timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert "has a control log" in out.stderr and "--control-log" in out.stderr
