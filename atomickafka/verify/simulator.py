@@ -637,9 +637,6 @@ class Simulator:
         inputs = {t: Log(INPUT_PREFIX + t, part, self.clock) for t in self.topics}
         if not control_logs:
             return inputs, {}
-        chaos = self.chaos
-        if chaos.wrong_restart:
-            raise ConfigError("control logs have no wrong restarts in the simulator yet")
         return inputs, {t: Log(CONTROL_PREFIX + t, part, self.clock) for t in self.topics}
 
     @property
@@ -1209,17 +1206,21 @@ class Simulator:
         wrong = replace(
             node.spec, algorithm=pick(self.chooser, [a for a in Algorithm if a is not own])
         )
-        log = self.inputs[topic]
+        log = self._order_log(topic)  # with a control log, its members records are there
         try:
-            batch = NodeBatch.recover(
-                wrong,
-                node.newest_snapshot(len(log)),
-                node.committed,
-                engine_class=node.engine_class,
-            )
-            replay = log.read(batch.position, max(0, node.committed - batch.position))
-            if replay:
-                batch.step(replay, wall_s=self.clock.wall_s)
+            snapshot = node.newest_snapshot(len(log))
+            if self.control_logs:
+                ordered = OrderedNodeBatch.recover_ordered(
+                    wrong, snapshot, node.committed, engine_class=node.engine_class
+                )
+                self._replay_ordered(topic, ordered, node.committed)
+            else:
+                batch = NodeBatch.recover(
+                    wrong, snapshot, node.committed, engine_class=node.engine_class
+                )
+                replay = log.read(batch.position, max(0, node.committed - batch.position))
+                if replay:
+                    batch.step(replay, wall_s=self.clock.wall_s)
         except SettingsChangedError:
             self.events["wrong_restart_refused"] += 1
         else:
@@ -1231,6 +1232,27 @@ class Simulator:
                 )
             self.events["wrong_restart_harmless"] += 1
         self.crash(topic)
+
+    def _replay_ordered(self, topic: str, batch: OrderedNodeBatch, committed: int) -> None:
+        """Replay ``topic``'s two logs into ``batch`` up to the committed control-log
+        offset, as the shell does after a restart: the control log, and the input log
+        as far as the markers read ask for it (bounded: each round applies something or
+        reads what the markers wait for, or it stops)."""
+        control, inputs = self.controls[topic], self.inputs[topic]
+        wall = self.clock.wall_s
+        for _ in range(4 * (len(control) + len(inputs)) + 4):
+            if batch.position >= committed:
+                return
+            moved = batch.position
+            if batch.control_fetch_from < committed:
+                start = batch.control_fetch_from
+                batch.step_control(control.read(start, committed - start), wall_s=wall)
+            elif len(inputs) > batch.read_until:
+                batch.step_input(inputs.read(batch.read_until, 1_000), wall_s=wall)
+            else:
+                batch.idle(wall_s=wall)
+                if batch.position == moved:
+                    return  # a marker waits for input that is not there
 
     def bad_value(self, topic: str) -> None:
         """Append a forged Bundle whose relayed ClientMessage value is not JSON."""

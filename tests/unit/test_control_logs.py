@@ -110,6 +110,44 @@ def test_control_logs_keep_atomic_multicast(
     assert_correct(result)
 
 
+#: Restarts with another protocol (§6.6), over two logs: the node's members records are
+#: in its control log, so that is where its replay must refuse.
+WRONG = Chaos(wrong_restart=0.05, checkpoint=0.1, duplicate=0.05, delay=0.03, commit=0.3)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_a_restart_with_another_protocol_is_refused_over_two_logs(
+    algorithm: Algorithm, seed: int
+) -> None:
+    """A node with a control log restarted with another protocol refuses (from its
+    snapshot, or at its own members record as it replays its control log) unless it had
+    committed nothing protocol-specific; restarted as it should be, nothing is lost."""
+    _, result = run(algorithm, seed, WRONG)
+    assert_correct(result)  # determinism_errors name a restart that was not refused
+
+
+def test_wrong_restarts_over_two_logs_are_refused_from_snapshots_and_replays() -> None:
+    seen: Counter[str] = Counter()
+    for algorithm in ALGORITHMS:
+        for seed in range(4):
+            _, result = run(algorithm, seed, WRONG)
+            assert_correct(result)
+            seen.update(k for k in result.events.elements() if k.startswith("wrong_restart"))
+    assert seen["wrong_restart_refused"] >= 5, seen
+
+
+def test_a_wrong_restart_that_skips_its_replay_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check has teeth: a restart that does not replay its control log (so never
+    meets its own members record) is reported as not refused."""
+    monkeypatch.setattr(Simulator, "_replay_ordered", lambda *_args: None)
+    errors = [
+        e for seed in range(4) for e in run(Algorithm.DIRECT, seed, WRONG)[1].determinism_errors
+    ]
+    assert any("not refused" in e for e in errors), errors
+
+
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1))
