@@ -145,6 +145,7 @@ class ShellMetrics:
         )
         self.replayed: Counter | None = None
         self.input_buffered: Gauge | None = None
+        self.input_behind: Gauge | None = None
         self.protocol_mismatches: Counter | None = None
         self.bad_signatures: Counter | None = None
         self._bad_seen: dict[str, int] = {}
@@ -159,6 +160,12 @@ class ShellMetrics:
                 "input_buffered_records",
                 "With a control log (--control-log): input-log records read and not yet "
                 "applied (they apply where the node's markers come back)",
+            )
+            self.input_behind = gauge(
+                "input_behind_seconds",
+                "How far behind its input the node is: the longer of how long its oldest "
+                "unread record has waited and how long its unread records would take; "
+                "clients hold back past their max_lag_s (1 s)",
             )
             self.replayed = counter(
                 "records_replayed",
@@ -228,11 +235,14 @@ class ShellMetrics:
         head_age_s: float | None,
         input_lag: int | None,
         input_buffered: int = 0,
+        input_behind_s: float = 0.0,
     ) -> None:
         """The state as measured once per status interval (``None``: not known)."""
         labels = self._labels
         if self.input_buffered is not None:
             self.input_buffered.labels(*labels).set(input_buffered)
+        if self.input_behind is not None:
+            self.input_behind.labels(*labels).set(input_behind_s)
         self.pending.labels(*labels).set(pending)
         self.head_age.labels(*labels).set(head_age_s or 0.0)
         if input_lag is not None:

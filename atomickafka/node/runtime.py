@@ -946,6 +946,7 @@ class NodeRuntime(RoleShell):
             head_age_s=status.oldest_pending_age_s,
             input_lag=self._input_lag(),
             input_buffered=status.input_buffered,
+            input_behind_s=status.behind_s,
         )
         self.metrics.count_protocol_mismatches(self.batch.engine.stats.protocol_mismatches)
         self.metrics.count_bad_signatures(self.batch.bad_signatures)

@@ -167,6 +167,7 @@ def test_cluster_metrics_count_what_the_nodes_delivered(
         assert sorted(values(samples, "atomickafka_node_active", topic=topic)) == [0.0, 1.0]
         lag = values(samples, "atomickafka_node_input_lag_records", topic=topic)
         assert lag and max(lag) <= 1  # at most a transaction's commit marker
+        assert values(samples, "atomickafka_node_input_behind_seconds", topic=topic)
         restarts = {"role": "node", "key": topic}
         assert values(samples, "atomickafka_cluster_restarts_total", **restarts) == [0.0]
 

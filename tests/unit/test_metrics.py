@@ -263,6 +263,8 @@ def test_gauges_active_recovery_and_protocol_mismatches() -> None:
     assert value(metrics, "atomickafka_node_pending_messages", **labels) == 4
     assert value(metrics, "atomickafka_node_oldest_pending_age_seconds", **labels) == 0
     assert value(metrics, "atomickafka_node_input_lag_records", **labels) == 0
+    metrics.measure(pending=0, head_age_s=None, input_lag=9_000, input_behind_s=2.25)
+    assert value(metrics, "atomickafka_node_input_behind_seconds", **labels) == 2.25
 
 
 def test_a_merger_has_the_same_metrics_under_its_own_names() -> None:
