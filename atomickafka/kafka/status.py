@@ -231,7 +231,8 @@ class Status:
     signing_keys: tuple[str, ...] = ()
     #: A node: records of its input log it has not read yet, how long the oldest of them
     #: has waited (by the log's time), and how long reading them would take at the rate
-    #: it read in its last interval: what a client holds back for (:attr:`behind_s`, §5.3).
+    #: it worked through its input over the last 2 s or more: what a client holds back
+    #: for (:attr:`behind_s`, §5.3).
     input_lag: int = 0
     input_lag_s: float = 0.0
     input_drain_s: float = 0.0
@@ -287,6 +288,10 @@ class Status:
         ``ValueError`` or ``TypeError`` on a record that is not a status."""
         data = camel_keys(data)
         plain = {name: data[json] for name, json in _PLAIN_FIELDS.items() if json in data}
+        for name, value in plain.items():
+            wanted = _PLAIN_TYPES.get(name)
+            if wanted is not None and not _of_type(value, *wanted):
+                raise TypeError(f"status field {_PLAIN_FIELDS[name]}: {value!r}")
         waiting = data.get("waiting")
         marks = data.get("layerWatermarks")
         layers: tuple[LayerState, ...] = ()
@@ -345,6 +350,32 @@ class Status:
 
 #: The fields stored as they are, with their JSON names.
 _PLAIN_FIELDS: Final = {f.name: json_name(f.name) for f in fields(Status) if f.name not in _ENCODED}
+#: The plain fields' JSON types, from their annotations: (types, whether null is allowed).
+#: A record whose fields have others is no status (a client computing with a string
+#: where a node's lag should be would fail its send: one forged record must not).
+_JSON_TYPES: Final[dict[str, tuple[type, ...]]] = {
+    "str": (str,),
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+}
+_PLAIN_TYPES: Final = {
+    f.name: (_JSON_TYPES[str(f.type).removesuffix(" | None")], str(f.type).endswith("| None"))
+    for f in fields(Status)
+    if f.name in _PLAIN_FIELDS and str(f.type).removesuffix(" | None") in _JSON_TYPES
+}
+
+
+def _of_type(value: object, types: tuple[type, ...], nullable: bool) -> bool:
+    """Whether ``value`` is one of ``types`` (a bool is not a number), or ``None`` where
+    that is allowed."""
+    if value is None:
+        return nullable
+    if isinstance(value, bool) and bool not in types:
+        return False
+    return isinstance(value, types)
+
+
 # Enum members by value, looked up without the enum machinery (a KeyError for others).
 _ROLES: Final = {r.value: r for r in Role}
 _ALGORITHMS: Final = {a.value: a for a in Algorithm}

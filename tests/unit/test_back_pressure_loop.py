@@ -141,3 +141,21 @@ def test_a_node_status_carries_the_drain_estimate(monkeypatch: Any) -> None:
     made = node.status(11.0)
     assert made.input_lag == 6_000 and made.input_drain_s == pytest.approx(2.0)
     assert node._behind_s() >= 2.0
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("inputDrainSeconds", "x"), ("inputLagSeconds", [1]), ("inputDrainSeconds", True),
+     ("inputLag", None), ("pid", 1.5)],
+)  # fmt: skip
+def test_a_status_record_with_a_field_of_the_wrong_type_is_no_status(
+    field: str, value: object
+) -> None:
+    """One forged record on the status topic must not fail every client's send: a
+    client computes with a node's lag, so a record whose numbers are not numbers is
+    ignored as not a status (the client goes on with the node's last good one)."""
+    good = status("A", 1, input_lag=9_000, input_lag_s=0.3, input_drain_s=2.25).to_dict()
+    assert parse_status(orjson.dumps(good)) is not None
+    assert parse_status(orjson.dumps({**good, field: value})) is None
+    assert parse_status(orjson.dumps({**good, "oldestPendingAgeSeconds": None})) is not None
+    assert parse_status(orjson.dumps({**good, "time": 1763913600})) is not None  # an int
