@@ -1235,24 +1235,14 @@ class Simulator:
 
     def _replay_ordered(self, topic: str, batch: OrderedNodeBatch, committed: int) -> None:
         """Replay ``topic``'s two logs into ``batch`` up to the committed control-log
-        offset, as the shell does after a restart: the control log, and the input log
-        as far as the markers read ask for it (bounded: each round applies something or
-        reads what the markers wait for, or it stops)."""
+        offset, as :func:`replayed_ordered_deliveries` does: its input log first (the
+        records wait in the batch until markers apply them), then its control log."""
         control, inputs = self.controls[topic], self.inputs[topic]
         wall = self.clock.wall_s
-        for _ in range(4 * (len(control) + len(inputs)) + 4):
-            if batch.position >= committed:
-                return
-            moved = batch.position
-            if batch.control_fetch_from < committed:
-                start = batch.control_fetch_from
-                batch.step_control(control.read(start, committed - start), wall_s=wall)
-            elif len(inputs) > batch.read_until:
-                batch.step_input(inputs.read(batch.read_until, 1_000), wall_s=wall)
-            else:
-                batch.idle(wall_s=wall)
-                if batch.position == moved:
-                    return  # a marker waits for input that is not there
+        start = batch.read_until
+        batch.step_input(inputs.read(start, max(0, len(inputs) - start)), wall_s=wall)
+        start = batch.control_fetch_from
+        batch.step_control(control.read(start, max(0, committed - start)), wall_s=wall)
 
     def bad_value(self, topic: str) -> None:
         """Append a forged Bundle whose relayed ClientMessage value is not JSON."""
