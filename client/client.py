@@ -35,6 +35,7 @@ from atomickafka.client.errors import (
     QueueFullError,
     SigningError,
 )
+from atomickafka.client.lanes import DEFAULT_DIRECT_RATE, DIRECT_BEHIND_S, DirectLane
 from atomickafka.client.reader import DeliveryReader
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.core.protocols import route, routed_by_id
@@ -51,7 +52,7 @@ from atomickafka.kafka.producer import (
 )
 from atomickafka.kafka.secrets import signer_from
 from atomickafka.kafka.status import STATUS_READ_WINDOW_S, Role, Status, StatusWatch
-from atomickafka.kafka.topics import Layout, input_topic
+from atomickafka.kafka.topics import Layout, control_topic, input_topic
 
 __all__ = ["AtomicKafkaClient", "client_id_is_valid"]
 
@@ -103,6 +104,8 @@ class _Route(NamedTuple):
     inputs: tuple[str, ...]  # the input logs the record is written to
     by_id: bool  # poc/optimized without via: one of ``inputs``, chosen by the id
     lagging: bool  # a destination's node lagged more than max_lag_s when judged
+    #: input log -> the control log a copy may take instead (the direct lane, §7.1)
+    lanes: Mapping[str, str]
 
 
 class _Pending:
@@ -146,6 +149,13 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
     (their other destinations then wait until one starts), with ``algorithm`` (default
     :data:`~atomickafka.core.engine.DEFAULT_ALGORITHM`) when no node says which.
 
+    To a destination whose nodes have control logs (``--control-log``, the default) and
+    are not behind, up to ``direct_rate`` copies a second are written straight to the
+    control log (the *direct lane*, docs/DESIGN.md §7.1: one round trip less than the
+    input log's marker); the rest, and all of a flood, go to the input log, where they
+    do not stand in front of the nodes' proposals. ``direct_rate=0`` never takes the
+    lane. ``direct_copies`` counts the copies that took it.
+
     ``idempotent=False`` writes without Kafka's idempotent producer, whose start-up
     waits up to half a second for a producer id: for one-shot sends (``atomickafka send
     VALUE``). A record the producer retries may then be written twice, which the nodes
@@ -174,6 +184,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         failover_wait_s: float = FAILOVER_WAIT_S,
         max_lag_s: float | None = DEFAULT_MAX_LAG_S,
         max_block_s: float = DEFAULT_MAX_BLOCK_S,
+        direct_rate: float = DEFAULT_DIRECT_RATE,
     ) -> None:
         #: How this client reaches Kafka: the bootstrap servers and ``config``.
         self.connection = connection_of(bootstrap_servers, config)
@@ -185,6 +196,9 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         self.max_lag_s = max_lag_s
         self.max_block_s = max_block_s
         self.held_back_s = 0.0
+        self._lane = DirectLane(direct_rate)
+        #: Copies written to a destination's control log (the direct lane).
+        self.direct_copies = 0
         #: Per topic, the time of the late status it was refused on after a wait: the
         #: same status is refused at once, without waiting again.
         self._given_up: dict[str, float] = {}
@@ -307,7 +321,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         record_key = key.encode() if isinstance(key, str) else key
         records = self._records(topics, record_key, _user_headers(headers))
         encoded = self._encode(values, records, route.partitions, first_index)
-        inputs, by_id = route.inputs, route.by_id
+        inputs, by_id, lanes, lane = route.inputs, route.by_id, route.lanes, self._lane
         producer = self._ensure_producer()
         signer = self._signer
         for message_id, value, layer, payload, record_headers in encoded:
@@ -320,15 +334,21 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
                 sent = SentMessage(message_id, topics, value, via, key, layer, len(where))
                 report = _Pending(sent, self._failed, on_delivery).on_delivery
             shared = cast(RecordHeaders, record_headers)  # only read: librdkafka copies them
-            for topic in where:
+            for input_log in where:
+                log_to = input_log
+                if lanes:
+                    direct = lanes.get(input_log)
+                    if direct is not None and lane.take(input_log, now):
+                        log_to = direct  # this copy takes the direct lane
+                        self.direct_copies += 1
                 written = shared
                 if signer is not None:
                     written = cast(
                         RecordHeaders,
-                        signer.signed_headers(topic, record_key, payload, record_headers),
+                        signer.signed_headers(log_to, record_key, payload, record_headers),
                     )
                 producer.send(
-                    topic,
+                    log_to,
                     payload,
                     key=record_key,
                     partition=layer,
@@ -531,7 +551,22 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         targets, by_id = route(topics, via, algorithm)
         inputs = tuple(input_topic(t, self.layout) for t in targets)
         lagging = self.max_lag_s is not None and self._lagging(destinations, statuses) is not None
-        return _Route(algorithm, partitions, inputs, by_id, lagging)
+        lanes = self._lanes(targets, statuses) if self._lane.open else {}
+        return _Route(algorithm, partitions, inputs, by_id, lagging, lanes)
+
+    def _lanes(self, targets: Iterable[str], statuses: Mapping[str, Status]) -> dict[str, str]:
+        """The input logs of ``targets`` whose copies may take the direct lane: every
+        live node of the topic (each layer's) reads a control log and is at most
+        :data:`~atomickafka.client.lanes.DIRECT_BEHIND_S` behind."""
+        lanes = {}
+        now = time.time()
+        for target in targets:
+            nodes = [s for s in statuses.values() if s.topic == target and s.role is Role.NODE]
+            if nodes and all(
+                s.control_log and s.live(now) and s.behind_s <= DIRECT_BEHIND_S for s in nodes
+            ):
+                lanes[input_topic(target, self.layout)] = control_topic(target)
+        return lanes
 
     def _judge(
         self, topics: list[str], statuses: dict[str, Status], *, waited: bool = False
@@ -618,11 +653,15 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         return self._watch.statuses
 
     def warm_up(self, topics: Iterable[str], timeout_s: float = 10.0) -> None:
-        """Fetch metadata for ``topics``' input logs and read the node statuses now, so
-        the first :meth:`send` does not wait for them (before latency-sensitive traffic)."""
-        names = [input_topic(t, self.layout) for t in parse_destinations(topics)]
+        """Fetch metadata for ``topics``' input logs (and the control logs of the direct
+        lane) and read the node statuses now, so the first :meth:`send` does not wait
+        for them (before latency-sensitive traffic)."""
+        wanted = parse_destinations(topics)
+        names = [input_topic(t, self.layout) for t in wanted]
+        statuses = self._statuses(force=True)
+        if self._lane.open:
+            names += self._lanes(wanted, statuses).values()
         self._ensure_producer().warm_up(names, timeout_s)
-        self._statuses()
 
     def flush(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
         """Wait until every sent message is acknowledged (serving ``on_delivery``

@@ -366,6 +366,7 @@ class LayeredSimulator:
         delivery_format: str = "json",
         engine_factory: EngineFactory | None = None,
         control_logs: bool = False,
+        direct_copies: float = 0.0,
     ) -> None:
         if layers < 1:
             raise ConfigError(f"at least one layer, not {layers}")
@@ -390,6 +391,7 @@ class LayeredSimulator:
                 delivery_format=delivery_format,
                 engine_factory=engine_factory,
                 control_logs=control_logs,
+                direct_copies=direct_copies,
             )
 
         first = layer_of_topics(0, protocols)  # a topic's layers all run one protocol

@@ -566,6 +566,7 @@ class Simulator:
         control_format: str = BINARY,
         control_formats: Mapping[str, str] | None = None,
         control_logs: bool = False,
+        direct_copies: float = 0.0,
     ) -> None:
         if len(set(topics)) != len(topics) or not topics:
             raise ConfigError("topics must be distinct and not empty")
@@ -586,7 +587,13 @@ class Simulator:
         factory = engine_factory or (lambda topic, alg: Engine(topic, f"node-{topic}", alg))
         part = layer or 0
         #: Each node's input log, and its control log (§7, prototype) when it has one.
-        self.inputs, self.controls = self._logs(control_logs, part)
+        #: ``direct_copies``, with control logs: the chance that a client writes a copy
+        #: straight to its destination's control log (the client's direct lane,
+        #: docs/DESIGN.md §7.1) instead of its input log.
+        self.inputs, self.controls, self.direct_copies = (
+            *self._logs(control_logs, part),
+            direct_copies if control_logs else 0.0,
+        )
         self.streams: dict[str, Log] = {
             t: Log(t if layer is None else f"atomickafka-layers.{t}", part, self.clock)
             for t in self.topics
@@ -804,7 +811,11 @@ class Simulator:
                 targets.pop(self.chooser.integer(0, len(targets) - 1))
             self.events["partial_write"] += 1
         for topic in targets:
-            self.append_input(topic, value, signed=True)
+            if self.direct_copies and self.chooser.chance(self.direct_copies):
+                self._append_signed(self.controls[topic], value)
+                self.events["direct_copy"] += 1
+            else:
+                self.append_input(topic, value, signed=True)
         self.events["send"] += 1
         self._note(f"{send.client} sends {send.messageID} to {destinations} via {targets}")
 
@@ -837,8 +848,14 @@ class Simulator:
         if topic not in self.inputs:
             raise KeyError(f"no topic {topic!r} in this simulation")
         log = self.inputs[topic]
-        if signed and self.signer is not None and not headers:
-            headers = self.signer.signed_headers(log.topic, None, value)
+        if signed and not headers:
+            self._append_signed(log, value)
+        else:
+            log.append(value, headers=headers)
+
+    def _append_signed(self, log: Log, value: bytes) -> None:
+        """Append a member's record to ``log``, signed for that log when signing is on."""
+        headers = self.signer.signed_headers(log.topic, None, value) if self.signer else ()
         log.append(value, headers=headers)
 
     # ------------------------------------------------------------------ nodes

@@ -83,8 +83,19 @@ def assert_correct(result: SimulationResult) -> None:
         assert [(m.messageID, m.timeStamp) for m in replayed] == expected, topic
 
 
+#: The chance that a client writes a copy straight to its destination's control log (the
+#: direct lane, §7.1) rather than to its input log; the tests draw from these.
+DIRECT = st.sampled_from([0.0, 0.3, 1.0])
+
+
 def run(
-    algorithm: Algorithm, seed: int, chaos: Chaos, *, exactly_once: bool = True, n: int = 5
+    algorithm: Algorithm,
+    seed: int,
+    chaos: Chaos,
+    *,
+    exactly_once: bool = True,
+    n: int = 5,
+    direct: float = 0.3,
 ) -> tuple[Simulator, SimulationResult]:
     topics = [f"T{i}" for i in range(1, n + 1)]
     rng = random.Random(seed)
@@ -96,17 +107,20 @@ def run(
         chaos=chaos,
         exactly_once=exactly_once,
         control_logs=True,
+        direct_copies=direct,
     )
     return sim, sim.run(workload)
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), exactly_once=st.booleans())
+@given(seed=st.integers(0, 2**32 - 1), exactly_once=st.booleans(), direct=DIRECT)
 def test_control_logs_keep_atomic_multicast(
-    algorithm: Algorithm, seed: int, exactly_once: bool
+    algorithm: Algorithm, seed: int, exactly_once: bool, direct: float
 ) -> None:
-    _, result = run(algorithm, seed, HOSTILE, exactly_once=exactly_once)
+    """Hostile chaos over two logs, with clients writing none, some or all of their
+    copies straight to the control logs (the direct lane)."""
+    _, result = run(algorithm, seed, HOSTILE, exactly_once=exactly_once, direct=direct)
     assert_correct(result)
 
 
@@ -150,9 +164,9 @@ def test_a_wrong_restart_that_skips_its_replay_is_caught(monkeypatch: pytest.Mon
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @settings(max_examples=15, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1))
-def test_standbys_over_two_logs_take_over(algorithm: Algorithm, seed: int) -> None:
-    _, result = run(algorithm, seed, TAKEOVERS)
+@given(seed=st.integers(0, 2**32 - 1), direct=DIRECT)
+def test_standbys_over_two_logs_take_over(algorithm: Algorithm, seed: int, direct: float) -> None:
+    _, result = run(algorithm, seed, TAKEOVERS, direct=direct)
     assert_correct(result)
 
 
@@ -179,6 +193,7 @@ def test_the_chaos_is_not_idle() -> None:
             assert_correct(result)
             events.update(result.events)
     assert events["takeover"] >= 10 and events["standby_jump"] >= 1, events
+    assert events["direct_copy"] >= 100, events
 
 
 class _RelaysShareTheSequence(Engine):
@@ -220,23 +235,25 @@ MUTANTS = [
 
 
 @pytest.mark.parametrize(("mutant", "algorithm", "chaos"), MUTANTS)
+@pytest.mark.parametrize("direct", [0.0, 0.5])
 def test_the_2019_defects_are_caught_with_control_logs(
-    mutant: type[Engine], algorithm: Algorithm, chaos: Chaos
+    mutant: type[Engine], algorithm: Algorithm, chaos: Chaos, direct: float
 ) -> None:
-    """Rule 10 with control logs: each defect's mutant is caught by the checker within
-    the seeds searched, and the real engine passes every one of them."""
+    """Rule 10 with control logs (clients' copies in the input logs, or half of them
+    in the direct lane): each defect's mutant is caught by the checker within the seeds
+    searched, and the real engine passes every one of them."""
     for seed in range(150):
-        if not _mutation_run(mutant, algorithm, seed, chaos).check().ok:
+        if not _mutation_run(mutant, algorithm, seed, chaos, direct).check().ok:
             break
     else:
         pytest.fail(f"{mutant.__name__} not caught with control logs")
     for good_seed in range(seed + 1):
-        good = _mutation_run(Engine, algorithm, good_seed, chaos)
+        good = _mutation_run(Engine, algorithm, good_seed, chaos, direct)
         assert good.quiescent and good.check().ok, good_seed
 
 
 def _mutation_run(
-    engine_class: type[Engine], algorithm: Algorithm, seed: int, chaos: Chaos
+    engine_class: type[Engine], algorithm: Algorithm, seed: int, chaos: Chaos, direct: float
 ) -> SimulationResult:
     rng = random.Random(seed)
     options: dict[str, Any] = {"clients": 3, "messages": 20, "multicast": 0.7, "skew": 30}
@@ -249,6 +266,7 @@ def _mutation_run(
         engine_factory=lambda topic, alg: engine_class(topic, f"node-{topic}", alg),
         members_known=True,
         control_logs=True,
+        direct_copies=direct,
     )
     return sim.run(workload)
 
@@ -261,6 +279,7 @@ def _mutation_run(
     chaos=layer_chaos,
     mchaos=merger_chaos,
     mode=delivery_modes,
+    direct=DIRECT,
 )
 def test_layers_with_control_logs_keep_atomic_multicast(
     algorithm: Algorithm,
@@ -269,6 +288,7 @@ def test_layers_with_control_logs_keep_atomic_multicast(
     chaos: Chaos,
     mchaos: MergerChaos,
     mode: tuple[bool, int],
+    direct: float,
 ) -> None:
     """Partitioned topics whose layers' nodes have control logs: the merger's ticks go
     to the layers' input logs and apply where the nodes' markers place them; every
@@ -290,5 +310,6 @@ def test_layers_with_control_logs_keep_atomic_multicast(
         exactly_once=mode[0],
         commit_lag=mode[1],
         control_logs=True,
+        direct_copies=direct,
     )
     assert_merged_correct(sim.run(workload))
