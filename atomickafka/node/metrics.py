@@ -52,33 +52,49 @@ class Rates:
 
 @dataclass(slots=True)
 class Progress:
-    """How fast a node works through its input, in offsets per second over the last
-    ``window_s`` or more (the statuses of a lagging node come every quarter second and a
-    step can span one: a single interval could say 0, or twice the rate)."""
+    """How fast a node works through its input while it has a backlog (its *pace*), in
+    offsets per second over the last ``window_s`` or more of work.
+
+    Only intervals that begin with a backlog count: an idle node's rate is the trickle
+    it was sent, not what it can do, and a window that spans idle seconds would make the
+    first burst after them look like a minute of work (measured in the bench's capacity
+    run with control logs: clients held back for 3.2 s of a 5 s run). So the pace is
+    taken over a window that restarts whenever the node was found idle, once it spans
+    ``min_span_s`` (the statuses of a lagging node come every quarter second and a step
+    can span one: a single interval could say 0, or twice the rate), and is kept while
+    the node idles: the next burst is judged at the pace the node last showed."""
 
     window_s: float = 2.0
-    #: The rate at the last :meth:`take` (0.0 before the second).
+    min_span_s: float = 0.5
+    #: The pace at the last :meth:`take` (0.0 until the node first had a backlog for
+    #: ``min_span_s``).
     rate: float = 0.0
     _samples: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=64))
+    _backlog: bool = False  # whether the node had a backlog at the last sample
 
-    def take(self, done: int, now: float) -> float:
-        """Note that the node had applied ``done`` offsets by ``now``; return the rate
-        since the oldest sample kept (the newest at least ``window_s`` old)."""
+    def take(self, done: int, now: float, backlog: bool = True) -> float:
+        """Note that the node had applied ``done`` offsets by ``now`` and whether it
+        has a backlog now; return its pace over the window (the newest sample at least
+        ``window_s`` old, or every sample since it was last found idle)."""
         samples = self._samples
+        if not self._backlog:  # the interval from the last sample began idle
+            samples.clear()
         samples.append((now, done))
+        self._backlog = backlog
         while len(samples) > 2 and now - samples[1][0] >= self.window_s:
             samples.popleft()
         then, before = samples[0]
-        self.rate = (done - before) / (now - then) if now > then else 0.0
+        if now - then >= self.min_span_s:
+            self.rate = (done - before) / (now - then)
         return self.rate
 
     def drain_s(self, lag: int, cap_s: float, at_least: int = 0) -> float:
         """How long ``lag`` offsets would take at :attr:`rate`, at most ``cap_s``; 0.0
         when nothing moved (a transaction's commit marker can leave an idle node one
-        offset behind for good; a stalled one shows in how long its input waited) and
-        for fewer than ``at_least`` offsets: a node that was idle has a rate that is the
-        trickle it was sent, not what it can do, and the first records of a burst
-        would look like seconds of work."""
+        offset behind for good; a stalled one shows in how long its input waited), and
+        for fewer than ``at_least`` offsets (``at_least`` is also what :meth:`take`
+        should count as a backlog): a handful of records is no backlog, whatever the
+        pace."""
         if lag < max(1, at_least) or self.rate <= 0:
             return 0.0
         return min(lag / self.rate, cap_s)

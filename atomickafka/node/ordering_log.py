@@ -126,9 +126,19 @@ class OrderedNodeBatch(NodeBatch):
 
     @property
     def oldest_unapplied_ms(self) -> int | None:
-        """The log time of the oldest input-log record read and not yet applied (how
-        long client records have waited for the node, with :attr:`buffered`)."""
-        return _log_time(self._buffer[0]) if self._buffer else None
+        """The log time of the oldest record of either log read and not yet applied:
+        how long client records and peers' proposals have waited for the node (a node
+        that keeps up with its input log can still be seconds behind on its control
+        log, and its peers' queues wait for it there)."""
+        times = [
+            stamp
+            for stamp in (
+                _log_time(self._buffer[0]) if self._buffer else None,
+                _log_time(self._queue[0]) if self._queue else None,
+            )
+            if stamp is not None
+        ]
+        return min(times, default=None)
 
     @property
     def control_fetch_from(self) -> int:

@@ -367,9 +367,9 @@ class NodeRuntime(RoleShell):
             raise NodeStartError(
                 f"topic {cfg.topic} has a control log ({name}): its deployment runs with "
                 "control logs, and its peers write their proposals there, which a node "
-                "without --control-log never reads. Start it with --control-log, as every "
-                "node of the deployment (a deployment switches by starting over on new "
-                "topics, docs/DESIGN.md §7.1)"
+                "run with --no-control-log never reads. Start it without --no-control-log "
+                "(control logs are the default), as every node of the deployment (a "
+                "deployment switches by starting over on new topics, docs/DESIGN.md §7.1)"
             )
 
     def _start_standby(self) -> None:
@@ -625,8 +625,11 @@ class NodeRuntime(RoleShell):
             raise NodeStartError(
                 f"node {self.config.key}: its newest snapshot ({readable[0].seq}) was taken "
                 f"{was} a control log, and this node runs {'with' if self.ordered else 'without'} "
-                "one (--control-log). A deployment switches control logs on or off only "
-                "with new topics (docs/DESIGN.md §7, Switching): run every node as before"
+                "one (control logs are the default; --no-control-log runs without). A "
+                "deployment switches control logs on or off only with new topics "
+                "(docs/DESIGN.md §7.1, Switching): run every node as before ("
+                + ("--no-control-log" if self.ordered else "without --no-control-log")
+                + ")"
             )
         return ordered_snapshots(found, self.ordered)
 
@@ -841,7 +844,8 @@ class NodeRuntime(RoleShell):
         head; the status publisher does this once per status interval."""
         stats = self.batch.engine.stats
         self.rates.take((self.records_read, stats.records_out, stats.deliveries), now)
-        self.progress.take(self._offsets_done(), now)
+        backlog = (self._input_lag() or 0) >= self._backlog_offsets
+        self.progress.take(self._offsets_done(), now, backlog)
         head = self.batch.engine.oldest_pending()
         self.head.observe(None if head is None else head.messageID, now)
 
@@ -896,8 +900,14 @@ class NodeRuntime(RoleShell):
         if isinstance(batch, OrderedNodeBatch):  # the oldest client record not applied
             read_ms = batch.oldest_unapplied_ms or read_ms
         waited = max(0.0, time.time() - read_ms / 1000) if read_ms else 0.0
-        drain = self.progress.drain_s(lag, _DRAIN_CAP_S, at_least=2 * self.config.batch_size)
+        drain = self.progress.drain_s(lag, _DRAIN_CAP_S, at_least=self._backlog_offsets)
         return {"input_lag": lag, "input_lag_s": round(waited, 3), "input_drain_s": round(drain, 3)}
+
+    @property
+    def _backlog_offsets(self) -> int:
+        """Unapplied offsets that make a backlog: two read batches (fewer are the
+        records of one moment's traffic, whatever the pace)."""
+        return 2 * self.config.batch_size
 
     def _behind_s(self) -> float:
         lag = self._lag()

@@ -50,6 +50,36 @@ def test_the_first_records_after_idling_are_no_backlog() -> None:
     assert idle.drain_s(165, cap_s=60.0, at_least=4_000) == 0.0
 
 
+def test_a_burst_after_idling_is_judged_at_the_pace_the_node_last_showed() -> None:
+    """Measured in the bench's capacity run with control logs: the rate over a window
+    that spanned the idle seconds before the burst was a trickle, the first 20,000
+    records looked like a minute of work, and the clients were held back 3.2 s of a
+    5 s run. Only intervals that begin with a backlog count."""
+    progress = Progress()
+    for i in range(4):  # a busy second: 10,000 offsets a second
+        progress.take(2_500 * i, 0.25 * i, backlog=True)
+    progress.take(10_000, 1.0, backlog=False)  # caught up
+    assert progress.rate == pytest.approx(10_000.0)
+    for i in range(1, 6):  # five idle seconds: 6 offsets a second
+        progress.take(10_000 + 6 * i, 1.0 + i, backlog=False)
+    assert progress.rate == pytest.approx(10_000.0)  # the pace, not the trickle
+    assert progress.drain_s(20_000, cap_s=60.0, at_least=4_000) == pytest.approx(2.0)
+    # the burst: the window restarts where the node was last idle
+    progress.take(10_030, 6.25, backlog=True)
+    assert progress.rate == pytest.approx(10_000.0)  # a quarter second: too short to say
+    progress.take(13_030, 6.5, backlog=True)
+    progress.take(16_030, 6.75, backlog=True)
+    assert progress.rate == pytest.approx(12_000.0)  # 6,000 in half a second
+
+
+def test_a_node_that_never_had_a_backlog_has_no_pace() -> None:
+    progress = Progress()
+    for i in range(8):
+        progress.take(6 * i, float(i), backlog=False)
+    assert progress.rate == 0.0
+    assert progress.drain_s(20_000, cap_s=60.0, at_least=4_000) == 0.0  # inputLagSeconds says
+
+
 def test_a_node_that_moved_nothing_says_nothing_about_draining() -> None:
     """A transaction's commit marker can leave an idle node one offset behind for good:
     with no progress, the drain estimate is 0 (a stalled node shows in inputLagSeconds)."""

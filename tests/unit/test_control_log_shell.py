@@ -13,6 +13,7 @@ from confluent_kafka import TopicPartition
 
 from atomickafka.cli import build_parser
 from atomickafka.core.engine import Algorithm
+from atomickafka.core.marker import encode_marker
 from atomickafka.core.reader import PlainRecord
 from atomickafka.doctor.deployment import TopicKind, committed_log
 from atomickafka.doctor.findings import Severity
@@ -31,7 +32,7 @@ from tests.unit.test_ordering_log import spec
 
 
 def test_a_control_log_node_gets_its_control_topic_and_routes_to_peers_control_logs() -> None:
-    plain = NodeConfig("b:9092", "orders")
+    plain = NodeConfig("b:9092", "orders", control_log=False)
     assert "atomickafka-ctl.orders" not in node_topic_specs(plain)
     assert node_spec(plain, None).control_topic is None
     config = NodeConfig("b:9092", "orders", partitions=3, layer=1, control_log=True)
@@ -46,7 +47,7 @@ def test_a_control_log_node_gets_its_control_topic_and_routes_to_peers_control_l
     assert made.input_topic == "atomickafka-in.orders"
 
 
-def test_the_cli_passes_control_log_to_node_cluster_bench_and_eval() -> None:
+def test_control_logs_are_the_default_and_every_command_can_turn_them_off() -> None:
     parser = build_parser()
     where = ["--bootstrap-server", "b:1"]
     for argv in (
@@ -59,7 +60,11 @@ def test_the_cli_passes_control_log_to_node_cluster_bench_and_eval() -> None:
     ):
         args = parser.parse_args([*argv, *where])
         assert args.control_log is True, argv
-    assert parser.parse_args(["node", "--topic", "a", *where]).control_log is False
+        assert parser.parse_args([*argv[:-1], *where]).control_log is True, argv  # the default
+        off = parser.parse_args([*argv[:-1], "--no-control-log", *where])
+        assert off.control_log is False, argv
+    assert NodeConfig("b", "a").control_log  # the default in code too
+    assert not NodeConfig.from_dict(NodeConfig("b", "a", control_log=False).to_dict()).control_log
     restored = NodeConfig.from_dict(NodeConfig("b", "a", control_log=True).to_dict())
     assert restored.control_log  # handed to the cluster's children
 
@@ -164,7 +169,8 @@ def test_doctor_knows_control_logs() -> None:
     topics = deployment.kafka_topics()
     name = DEPLOYMENT.topics[0]
     assert topics[f"atomickafka-ctl.{name}"].kind is TopicKind.INPUT
-    assert f"atomickafka-ctl.{name}" not in DEPLOYMENT.kafka_topics()
+    one_log = dataclasses.replace(DEPLOYMENT, control_log=False)
+    assert f"atomickafka-ctl.{name}" not in one_log.kafka_topics()
     assert f"atomickafka-ctl.{name}" in deployment.specs()
     one = status("orders")
     assert committed_log(one) == "atomickafka-in.orders"
@@ -192,10 +198,11 @@ def test_the_status_says_whether_a_node_reads_a_control_log() -> None:
     assert Status.from_dict(base.to_dict()).control_log is False  # older records
 
 
-def test_the_oldest_unapplied_client_record_times_the_lag() -> None:
-    """With a control log, how long clients have waited is the age of the oldest
-    input-log record read and not applied (the status's inputLagSeconds, which holds
-    clients back): the control log's time says nothing of it."""
+def test_the_oldest_unapplied_record_of_either_log_times_the_lag() -> None:
+    """With a control log, how long the node's input has waited is the age of the
+    oldest record read and not applied, of either log (the status's inputLagSeconds,
+    which holds clients back): client records waiting for markers, and peers'
+    proposals queued in the control log, which their own queues wait for."""
     batch = _batch()
     batch.writing = False
     assert batch.oldest_unapplied_ms is None
@@ -205,3 +212,9 @@ def test_the_oldest_unapplied_client_record_times_the_lag() -> None:
     ]
     batch.step_input(records, wall_s=0.0)
     assert batch.oldest_unapplied_ms == 1000
+    # a marker for offsets not read yet waits at the head of the control log's queue
+    waiting = encode_marker("node-A", "A", 0, 5, None)
+    batch.step_control(
+        [PlainRecord(waiting, topic="atomickafka-ctl.A", offset=0, timestamp_ms=400)], wall_s=0.0
+    )
+    assert batch.waiting and batch.oldest_unapplied_ms == 400
