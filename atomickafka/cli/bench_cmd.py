@@ -59,8 +59,10 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--control-log",
-        action="store_true",
-        help="run the nodes with control logs of their own (as node --control-log)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run the nodes with control logs of their own, the default (as node; "
+        "--no-control-log: one log each)",
     )
     parser.add_argument("--json", dest="json_out", default=None, help="also write results here")
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up pass")

@@ -114,8 +114,10 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--control-log",
-        action="store_true",
-        help="the nodes run with --control-log: check their control logs too, with --topics",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the nodes run with control logs, the default: check their control logs too, "
+        "with --topics (--no-control-log for nodes run with --no-control-log)",
     )
     parser.add_argument("--json", action="store_true", help="the findings as one JSON object")
     parser.add_argument("--verbose", action="store_true", help="also list what is fine")

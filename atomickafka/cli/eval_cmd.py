@@ -101,8 +101,10 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--control-log",
-        action="store_true",
-        help="run AtomicKafka's nodes with control logs of their own (as node --control-log)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run AtomicKafka's nodes with control logs of their own, the default (as node; "
+        "--no-control-log: one log each)",
     )
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up run")
     parser.add_argument(

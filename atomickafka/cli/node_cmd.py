@@ -162,11 +162,13 @@ def _add_node_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--control-log",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="read peers' proposals from a control log of the node's own "
         "(atomickafka-ctl.T), before the clients' records, so that under a client flood "
-        "proposals never wait behind them (docs/DESIGN.md §7). Every node of a "
-        "deployment runs with it or none does",
+        "proposals never wait behind them (docs/DESIGN.md §7.1); the default. "
+        "--no-control-log: one log, as releases before it. Every node of a deployment "
+        "runs with it or none does",
     )
     parser.add_argument(
         "--reconfigure",

@@ -46,8 +46,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partitions", type=int, default=1, help="partition layers per topic")
     parser.add_argument(
         "--control-log",
-        action="store_true",
-        help="the nodes run with --control-log: their control logs too (atomickafka-ctl.T)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the nodes run with control logs, the default: their control logs too "
+        "(atomickafka-ctl.T); --no-control-log for nodes run with --no-control-log",
     )
     add_retention_rule(parser)
 

@@ -133,7 +133,7 @@ class Deployment:
     max_downtime_s: float = DEFAULT_MAX_DOWNTIME_S
     #: The nodes read control logs (``--control-log``, §7): ``atomickafka-ctl.T`` is a
     #: log they replay, checked as an input log.
-    control_log: bool = False
+    control_log: bool = True
 
     @property
     def min_retention_ms(self) -> int:

@@ -99,7 +99,7 @@ class NodeConfig:
     #: ``atomickafka-ctl.T``, read before the client records of ``atomickafka-in.T``,
     #: which apply where the node's markers place them. A deployment-wide setting:
     #: every node of a deployment runs with it or none does (§7, *Switching*).
-    control_log: bool = False
+    control_log: bool = True
     #: Take up another protocol, delivery format or signing than the node's state was
     #: built with, when the node was stopped cleanly with nothing in flight (§6.6).
     reconfigure: bool = False

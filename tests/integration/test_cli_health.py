@@ -345,7 +345,7 @@ def test_cluster_stops_when_its_nodes_cannot_start(
 def test_a_node_without_control_log_refuses_a_topic_that_has_one(
     kafka_bootstrap: str, topic_factory: Callable[[], str]
 ) -> None:
-    """Issue 24 (control logs, switching): a node started without ``--control-log`` on
+    """Issue 24 (control logs, switching): a node started with ``--no-control-log`` on
     a topic whose deployment runs with control logs refuses to start, naming the fix;
     it would never read the proposals its peers write to the control log."""
     from atomickafka.kafka.admin import TopicSpec, admin_client, ensure_topics  # noqa: PLC0415
@@ -354,8 +354,8 @@ def test_a_node_without_control_log_refuses_a_topic_that_has_one(
     topic = topic_factory()
     ensure_topics(admin_client(kafka_bootstrap), {control_topic(topic): TopicSpec()})
     out = run_cli(
-        "node", "--bootstrap-server", kafka_bootstrap, "--topic", topic, "--log-level",
-        "error", timeout=120,
+        "node", "--bootstrap-server", kafka_bootstrap, "--topic", topic, "--no-control-log",
+        "--log-level", "error", timeout=120,
     )  # fmt: skip
     assert out.returncode == 2, out.stderr
-    assert "has a control log" in out.stderr and "--control-log" in out.stderr
+    assert "has a control log" in out.stderr and "without --no-control-log" in out.stderr

@@ -68,7 +68,9 @@ def codes(findings: list[Finding], severity: Severity = Severity.FAIL) -> set[tu
     return {(f.code, f.subject) for f in findings if f.severity is severity}
 
 
-DEPLOYMENT = Deployment(("orders", "audit"))
+#: One log per node (``--no-control-log``): the checks of control logs are in
+#: test_control_log_shell.py.
+DEPLOYMENT = Deployment(("orders", "audit"), control_log=False)
 
 
 def test_a_healthy_deployment_has_no_failure_and_every_topic_is_checked() -> None:
@@ -120,7 +122,7 @@ def test_min_insync_replicas_of_one_on_three_brokers_names_the_fix() -> None:
 
 
 def test_replication_isr_partitions_truncation_and_missing_topics() -> None:
-    layered = Deployment(("orders",), Layout.SPLIT, partitions=2)
+    layered = Deployment(("orders",), Layout.SPLIT, partitions=2, control_log=False)
     facts = healthy(layered)
     facts.pop("atomickafka-dlq.orders")
     log = facts["atomickafka-in.orders"]
@@ -232,7 +234,7 @@ def test_a_log_cut_by_retention_passes_while_a_readable_snapshot_covers_it(
 
 
 def test_a_cut_layer_stream_needs_a_merger_snapshot_covering_every_layer() -> None:
-    layered = Deployment(("orders",), Layout.SPLIT, partitions=2)
+    layered = Deployment(("orders",), Layout.SPLIT, partitions=2, control_log=False)
     stream, log = "atomickafka-layers.orders", "atomickafka-in.orders"
     merger = {"orders/merger": (_snapshot("orders/merger", 2, {0: 70, 1: 0}),)}
     assert not codes(check_topics(layered, _cut_log(layered, stream, 50), 3, B, merger))

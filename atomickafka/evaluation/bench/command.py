@@ -429,7 +429,7 @@ class BenchSetup:
     #: docs/DESIGN.md §3.8).
     delivery_format: str = "json"
     #: The nodes read proposals from control logs of their own (``--control-log``, §7).
-    control_log: bool = False
+    control_log: bool = True
 
     def node_config(self, topics: list[str]) -> NodeConfig:
         """The configuration the cluster's nodes share (the first topic's)."""

@@ -74,7 +74,7 @@ class SuiteSettings:
     #: Signing secrets (§4.14) for the AtomicKafka runs' nodes, clients and readers.
     secret_file: str | None = None
     #: The AtomicKafka runs' nodes read proposals from control logs (§7).
-    control_log: bool = False
+    control_log: bool = True
 
     @property
     def primary(self) -> Variant:

@@ -652,7 +652,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--bootstrap-server", help="Kafka to read (--source kafka)")
     parser.add_argument("--topics", help="the run's AtomicKafka topics, comma-separated")
     parser.add_argument(
-        "--control-log", action="store_true", help="the run's nodes had control logs (§7)"
+        "--control-log",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the run's nodes had control logs (§7), the default",
     )
     parser.add_argument("--layout", choices=["split", "shared"], default="split")
     parser.add_argument("--run", default="kafka", help="name of the run read from Kafka")

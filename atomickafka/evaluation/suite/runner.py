@@ -122,7 +122,7 @@ class RunSpec:
     #: Signing secrets (§4.14): AtomicKafka's nodes and clients sign, its readers verify.
     secret_file: str | None = None
     #: AtomicKafka's nodes read proposals from control logs (§7).
-    control_log: bool = False
+    control_log: bool = True
 
     @property
     def signing(self) -> str | None:
