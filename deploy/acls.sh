@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Kafka ACLs for AtomicKafka (docs/operators.md, "Secure"): with an authorizer on the
-# brokers, clients may only write client records (into the input logs) and read
+# brokers, clients may only write client records (into the input logs, and the control
+# logs for the direct lane, docs/DESIGN.md §7.1) and read
 # deliveries and the nodes' statuses; nodes only what they need; the operator's tools
 # (topics create, doctor) the rest. Split layout (the default): in the shared layout the
 # input log of T is T itself, so clients would need Write on the delivery topics too.
@@ -27,11 +28,13 @@ if [ -n "${ADMIN_CONFIG:-}" ]; then config=(--command-config "$ADMIN_CONFIG"); f
 acl() { "$KAFKA_ACLS" --bootstrap-server "$BOOTSTRAP" "${config[@]}" --add --force "$@"; }
 prefixed=(--resource-pattern-type prefixed)
 
-# --- nodes (and mergers): their input logs, layer streams, dead letters, snapshots,
-# statuses, the lease topic and groups (one active instance per role), transactions
+# --- nodes (and mergers): their input and control logs, layer streams, dead letters,
+# snapshots, statuses, the lease topic and groups (one active instance per role),
+# transactions
 acl --allow-principal "$NODE" --operation Read --operation Write --operation Describe \
     --operation DescribeConfigs --operation AlterConfigs --operation Create \
-    --topic atomickafka-in. --topic atomickafka-layers. --topic atomickafka-dlq. \
+    --topic atomickafka-in. --topic atomickafka-ctl. --topic atomickafka-layers. \
+    --topic atomickafka-dlq. \
     --topic atomickafka-snap. "${prefixed[@]}"
 acl --allow-principal "$NODE" --operation Read --operation Write --operation Describe \
     --operation DescribeConfigs --operation AlterConfigs --operation Create \
@@ -47,9 +50,11 @@ for topic in $TOPICS; do  # the deliveries (a merger also reads the last one bac
       --operation DescribeConfigs --operation Create --topic "$topic"
 done
 
-# --- clients: write client records into the input logs, read deliveries and statuses
+# --- clients: write client records into the input logs (and, a trickle of them, the
+# direct lane, into the control logs: without this, give clients direct_rate=0), read
+# deliveries and statuses
 acl --allow-principal "$CLIENT" --operation Write --operation Describe \
-    --topic atomickafka-in. "${prefixed[@]}"
+    --topic atomickafka-in. --topic atomickafka-ctl. "${prefixed[@]}"
 acl --allow-principal "$CLIENT" --operation Read --operation Describe --topic atomickafka-status
 acl --allow-principal "$CLIENT" --operation Read --operation Describe \
     --group atomickafka-reader- "${prefixed[@]}"

@@ -726,7 +726,9 @@ class NodeRuntime(RoleShell):
                 f"input log {self._client_input}[{self._partition}] starts at offset {low}, "
                 f"but the node has applied its records only up to {batch.applied}: records "
                 "were deleted before the node applied them (retention shorter than the "
-                "longest downtime?; docs/DESIGN.md §6.5)"
+                "longest downtime?), so the node's state cannot be rebuilt. Keep input logs "
+                "longer than two snapshot intervals plus the longest downtime "
+                "(docs/DESIGN.md §6.5)"
             )
 
     def _final_round(self) -> None:

@@ -17,7 +17,7 @@ from atomickafka.core.compact import is_compact
 from atomickafka.core.reader import peek
 from atomickafka.kafka.consumer import read_to_end
 from atomickafka.kafka.status import wait_for_nodes
-from atomickafka.kafka.topics import dead_letter_topic, input_topic
+from atomickafka.kafka.topics import control_topic, dead_letter_topic, input_topic
 from tests.integration.harness import (
     Workload,
     assert_order_checked,
@@ -30,9 +30,10 @@ pytestmark = pytest.mark.integration
 
 
 def control_forms(bootstrap: str, topic: str) -> Counter[str]:
-    """The bundles in ``topic``'s input log, by form and sending topic."""
+    """The bundles in ``topic``'s input and control logs, by form and sending topic."""
     seen: Counter[str] = Counter()
-    for record in read_to_end(bootstrap, input_topic(topic, "split"), [0], timeout_s=20):
+    logs = (input_topic(topic, "split"), control_topic(topic))
+    for record in (r for log in logs for r in read_to_end(bootstrap, log, [0], timeout_s=20)):
         looked = peek(record)
         if looked.is_bundle:
             form = "binary" if is_compact(record.value()) else "json"

@@ -274,7 +274,7 @@ def test_a_second_node_for_a_running_topic_stands_by_and_never_writes(
     # snapshot already, whose settings differ from its own (another delivery format):
     # then it does not follow a state it could not take over (§6.6) -- and waits
     assert "standing by" in stderr, stderr[-2000:]
-    followed = "following atomickafka-in." in stderr
+    followed = "following atomickafka-in." in stderr or "following atomickafka-ctl." in stderr
     refused = "differs from its settings: delivery format raw -> json" in stderr
     assert followed or refused, stderr[-2000:]
     assert " active: " not in stderr  # it never became the active instance

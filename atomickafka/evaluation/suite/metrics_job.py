@@ -181,7 +181,7 @@ RECORD_SCHEMA: Final = T.StructType(
 
 
 def kafka_topics(
-    topics: Iterable[str], layout: str, control_log: bool = False
+    topics: Iterable[str], layout: str, control_log: bool = True
 ) -> list[tuple[str, str, str, bool]]:
     """``(kafka_topic, node, role, holds_deliveries)`` of every Kafka topic of a run
     (``control_log``: each node's control log counts as its input too)."""
@@ -233,7 +233,7 @@ def load_kafka(
     topics: Sequence[str],
     *,
     layout: str = "split",
-    control_log: bool = False,
+    control_log: bool = True,
     run: str = "kafka",
     options: dict[str, str] | None = None,
 ) -> tuple[DataFrame, DataFrame]:
