@@ -27,7 +27,13 @@ from confluent_kafka import Message as KafkaMessage
 
 from atomickafka.node.ordering_log import OrderedNodeBatch
 
-__all__ = ["CONTROL_QUEUE_MAX", "INPUT_BUFFER_MAX", "LOCAL_QUEUE_KBYTES", "TwoLogReader"]
+__all__ = [
+    "CONTROL_QUEUE_MAX",
+    "FETCH_QUEUE_BACKOFF_MS",
+    "INPUT_BUFFER_MAX",
+    "LOCAL_QUEUE_KBYTES",
+    "TwoLogReader",
+]
 
 #: Input-log records read and not yet applied, at most (a soft bound: what the local
 #: queue already holds is still taken); past it the input log is paused.
@@ -37,6 +43,13 @@ INPUT_BUFFER_MAX: Final = 20_000
 CONTROL_QUEUE_MAX: Final = 20_000
 #: The consumer's local fetch queue per partition (``queued.max.messages.kbytes``).
 LOCAL_QUEUE_KBYTES: Final = 2048
+#: How long librdkafka postpones a partition's next fetch while the local queue is past
+#: that bound (``fetch.queue.backoff.ms``, 1,000 by default). A burst of client records
+#: fills the small queue; at the default, the control log's next fetch then waited up
+#: to a second, and with it the node's own markers: measured in a capacity burst, nodes
+#: sat idle with thousands of client records buffered and their markers acknowledged
+#: but not fetched, while back-pressure held the clients.
+FETCH_QUEUE_BACKOFF_MS: Final = 10
 
 
 class TwoLogReader:

@@ -96,7 +96,7 @@ from atomickafka.node.batch import (
     Ready,
 )
 from atomickafka.node.config import NodeConfig
-from atomickafka.node.control_log import LOCAL_QUEUE_KBYTES, TwoLogReader
+from atomickafka.node.control_log import FETCH_QUEUE_BACKOFF_MS, LOCAL_QUEUE_KBYTES, TwoLogReader
 from atomickafka.node.follow import NodeFollower, signed_rows
 from atomickafka.node.follow_two_logs import TwoLogFollower, ordered_snapshots
 from atomickafka.node.lease import LEASE_TOPIC
@@ -443,7 +443,14 @@ class NodeRuntime(RoleShell):
         the committed offset read after fencing."""
         cfg = self.config
         started = time.monotonic()
-        small_queue = {"queued.max.messages.kbytes": LOCAL_QUEUE_KBYTES} if self.ordered else {}
+        small_queue = (
+            {
+                "queued.max.messages.kbytes": LOCAL_QUEUE_KBYTES,
+                "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
+            }
+            if self.ordered
+            else {}
+        )
         consumer = make_consumer(
             cfg.connection,
             node_group(cfg.topic, cfg.layer),
