@@ -67,7 +67,7 @@ _REFRESH_S = 0.25
 #: ``inputLagSeconds`` or ``inputDrainSeconds``: the oldest unread record has waited, or
 #: the unread ones would take, longer) makes send() wait (docs/DESIGN.md §5.3): queues
 #: stay bounded.
-DEFAULT_MAX_LAG_S = 0.5
+DEFAULT_MAX_LAG_S = 0.25
 #: How long send() waits for a lagging destination before it raises QueueFullError.
 DEFAULT_MAX_BLOCK_S = 30.0
 _LAG_POLL_S = 0.25  # how often a held-back send() reads the statuses again
