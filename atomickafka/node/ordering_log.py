@@ -125,6 +125,13 @@ class OrderedNodeBatch(NodeBatch):
         return len(self._buffer)
 
     @property
+    def unmarked(self) -> int:
+        """Input-log records read that no marker this process wrote names (a standby's
+        buffer when it takes over, until its next step, even an idle one, marks it)."""
+        start = max(self.applied, self._outstanding[-1][1] if self._outstanding else 0)
+        return max(0, self.read_until - start)
+
+    @property
     def oldest_unapplied_ms(self) -> int | None:
         """The log time of the oldest record of either log read and not yet applied:
         how long client records and peers' proposals have waited for the node (a node

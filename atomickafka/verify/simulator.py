@@ -731,6 +731,9 @@ class Simulator:
             else:
                 unread += len(self.controls[t]) - ordered.control_fetch_from
                 unread += len(self.inputs[t]) - ordered.read_until
+                # read, but no marker names them yet (a standby took over with them
+                # buffered): its next step, even an idle one, writes that marker
+                unread += ordered.unmarked
                 if not ordered.waiting:  # left queued by a step's budget: still to apply
                     unread += ordered.queued
         return unread

@@ -206,6 +206,40 @@ def test_random_layered_runs_keep_atomic_multicast(
     assert brief_tick_bound(result), result.describe()
 
 
+def test_a_standby_taking_over_with_client_records_buffered_marks_them() -> None:
+    """Found by CI's random runs (optimized, control logs, one layer): T3's standby
+    had read a client record from its input log when it took over, and wrote no marker
+    for it until its next step; the simulator called the run quiescent first (it counted
+    the record as read) and the message as lost. The shell steps an idle node every
+    round, so it marks the record then; the simulator now counts such records as work
+    left (:attr:`OrderedNodeBatch.unmarked`)."""
+    topics = topic_names(6)
+    rng = random.Random(0)
+    base = random_workload(
+        rng, topics, clients=1, messages=3, multicast=0.1, relay=0.0, retry=0.0, skew=0
+    )
+    workload = assign_layers(
+        base, 1, policy=LayerPolicy.ROUND_ROBIN, chooser=RandomChooser(rng), silent=(), phases=1
+    )
+    chaos = Chaos(
+        max_batch=7, duplicate=0.05, unsequenced=0.0, delay=0.1, crash=0.02, takeover=0.02,
+        follow=1.0, partial_write=0.1, checkpoint=0.2, max_delay=32, commit=1.0, zombie=0.0,
+        mixed_formats=False, upgrade=0.0,
+    )  # fmt: skip
+    mchaos = MergerChaos(
+        max_batch=1, max_picks=1, duplicate=0.05, delay=0.05, crash=0.0, checkpoint=0.0,
+        producer_gap=0.0, duplicate_window=3, max_delay=1,
+    )  # fmt: skip
+    sim = LayeredSimulator(
+        topics, 1, algorithm=Algorithm.OPTIMIZED, chooser=RandomChooser(rng), chaos=chaos,
+        merger_chaos=mchaos, exactly_once=True, commit_lag=0, delivery_format="json",
+        control_logs=True,
+    )  # fmt: skip
+    result = sim.run(workload)
+    assert "takeover=" in result.describe()  # the standby did take over
+    assert_merged_correct(result)
+
+
 @st.composite
 def layered_workloads(draw: st.DrawFn, topics: list[str], layers: int) -> Workload:
     """Explicit workloads: destinations, entry topic, retries and layer all drawn."""
