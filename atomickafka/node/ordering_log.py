@@ -137,15 +137,8 @@ class OrderedNodeBatch(NodeBatch):
         how long client records and peers' proposals have waited for the node (a node
         that keeps up with its input log can still be seconds behind on its control
         log, and its peers' queues wait for it there)."""
-        times = [
-            stamp
-            for stamp in (
-                _log_time(self._buffer[0]) if self._buffer else None,
-                _log_time(self._queue[0]) if self._queue else None,
-            )
-            if stamp is not None
-        ]
-        return min(times, default=None)
+        heads = (_log_time(waiting[0]) for waiting in (self._buffer, self._queue) if waiting)
+        return min((stamp for stamp in heads if stamp is not None), default=None)
 
     @property
     def control_fetch_from(self) -> int:

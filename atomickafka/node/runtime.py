@@ -628,15 +628,14 @@ class NodeRuntime(RoleShell):
         newest readable one was taken in the other mode (§7, *Switching*)."""
         readable = [s for s in found if s.state is not None]
         if readable and ("ordering" in (readable[0].state or {})) != self.ordered:
-            was = "with" if not self.ordered else "without"
+            was, runs = ("without", "with") if self.ordered else ("with", "without")
+            as_before = "--no-control-log" if self.ordered else "without --no-control-log"
             raise NodeStartError(
                 f"node {self.config.key}: its newest snapshot ({readable[0].seq}) was taken "
-                f"{was} a control log, and this node runs {'with' if self.ordered else 'without'} "
-                "one (control logs are the default; --no-control-log runs without). A "
-                "deployment switches control logs on or off only with new topics "
-                "(docs/DESIGN.md §7.1, Switching): run every node as before ("
-                + ("--no-control-log" if self.ordered else "without --no-control-log")
-                + ")"
+                f"{was} a control log, and this node runs {runs} one (control logs are the "
+                "default; --no-control-log runs without). A deployment switches control "
+                "logs on or off only with new topics (docs/DESIGN.md §7.1, Switching): run "
+                f"every node as before ({as_before})"
             )
         return ordered_snapshots(found, self.ordered)
 
