@@ -33,6 +33,7 @@ __all__ = [
     "INPUT_BUFFER_MAX",
     "LOCAL_QUEUE_KBYTES",
     "TwoLogReader",
+    "unapplied",
 ]
 
 #: Input-log records read and not yet applied, at most (a soft bound: what the local
@@ -114,17 +115,34 @@ class TwoLogReader:
 
     def lag(self, batch: OrderedNodeBatch) -> int | None:
         """Records of both logs the node has not applied yet: the control log's past its
-        position and the input log's past what it applied (from the watermarks the
-        consumer last fetched; no request to the broker)."""
+        position and the input log's past what it applied, less the offsets the consumer
+        stepped over (from the watermarks the consumer last fetched and its position; no
+        request to the broker)."""
         total = 0
         for topic, done in ((self.control, batch.position), (self.input, batch.applied)):
+            part = TopicPartition(topic, self._partition)
             try:
-                marks = self._consumer.get_watermark_offsets(
-                    TopicPartition(topic, self._partition), cached=True
-                )
+                marks = self._consumer.get_watermark_offsets(part, cached=True)
+                position = self._consumer.position([part])[0].offset
             except (KafkaException, RuntimeError):  # RuntimeError: closed (the last status)
                 return None
             if marks is None or marks[1] < 0:
                 return None
-            total += max(0, marks[1] - done)
+            read_until = batch.read_until if topic == self.input else batch.control_fetch_from
+            total += unapplied(marks[1], done, read_until, position)
         return total
+
+
+def unapplied(high_watermark: int, applied: int, read_until: int, position: int) -> int:
+    """Offsets of a log below ``high_watermark`` still to apply: those from ``applied``,
+    the next unapplied one, less the ones the consumer stepped over -- past the last
+    record read (``read_until``) up to its ``position`` (a negative one: none read yet).
+
+    What the consumer steps over is no record at all: a transaction's commit or abort
+    marker, or an aborted transaction's records under ``read_committed``. The shared
+    layout's input log is the topic ``T`` itself, where the node's own transactions
+    write their deliveries: counted, the commit marker ending the last one left the
+    idle node one offset "behind", which the status turned into seconds of waiting that
+    grew as long as it idled, and clients were held back until ``QueueFullError``."""
+    stepped_over = max(0, position - read_until)
+    return max(0, high_watermark - applied - stepped_over)

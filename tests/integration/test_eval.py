@@ -85,7 +85,25 @@ def run_eval(bootstrap: str, out: Path, *args: str) -> None:
         )
     finally:
         root.handlers[:], root.level = saved
-    assert status == 0, (out / "suite.json").read_text() if (out / "suite.json").exists() else ""
+    assert status == 0, _why_failed(out / "suite.json")
+
+
+def _why_failed(summary: Path) -> str:
+    """The failed runs' verdicts and findings and the metrics job's error, from the
+    suite's ``suite.json``: short enough that a CI log's tail keeps all of it."""
+    if not summary.exists():
+        return "no suite.json was written"
+    data = json.loads(summary.read_text(encoding="utf-8"))
+    lines = [f"metrics job: {data.get('metricsError') or 'ok'}"]
+    for run in data["runs"]:
+        info = RunInfo.from_dict(run)
+        if not info.ok:
+            lines.append(
+                f"{info.run}: {info.verdict}; error {info.error!r}; "
+                f"{info.counted_deliveries}/{info.expected_deliveries} delivered; "
+                f"check: {info.check_summary}; audit: {info.audit_summary}"
+            )
+    return "\n".join(lines)
 
 
 def _metrics(suite: Path, run: str) -> RunMetrics:

@@ -22,7 +22,7 @@ from atomickafka.doctor.topic_checks import input_log_view
 from atomickafka.kafka.status import Role, Status
 from atomickafka.kafka.topics import Layout
 from atomickafka.node.config import NodeConfig
-from atomickafka.node.control_log import INPUT_BUFFER_MAX, TwoLogReader
+from atomickafka.node.control_log import INPUT_BUFFER_MAX, TwoLogReader, unapplied
 from atomickafka.node.follow_two_logs import ordered_snapshots
 from atomickafka.node.ordering_log import OrderedNodeBatch
 from atomickafka.node.runtime import node_spec, node_topic_specs
@@ -77,6 +77,7 @@ class FakeConsumer:
         self.assigned: list[TopicPartition] = []
         self.calls: list[tuple[str, str]] = []
         self.marks = marks or {}
+        self.positions: dict[str, int] = {}  # none: nothing consumed yet (-1001)
 
     def assign(self, parts: list[TopicPartition]) -> None:
         self.assigned = parts
@@ -89,6 +90,10 @@ class FakeConsumer:
 
     def get_watermark_offsets(self, part: TopicPartition, cached: bool = False) -> Any:
         return self.marks.get(part.topic)
+
+    def position(self, parts: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(p.topic, p.partition, self.positions.get(p.topic, -1001))
+                for p in parts]  # fmt: skip
 
 
 def _batch() -> OrderedNodeBatch:
@@ -144,6 +149,26 @@ def test_lag_counts_both_logs() -> None:
     assert reader.lag(batch) == 6 + 40
     consumer.marks = {}
     assert reader.lag(batch) is None
+
+
+def test_lag_leaves_out_what_the_consumer_stepped_over() -> None:
+    """The shared layout's input log is ``T``, where the node's own transactions write:
+    the commit marker ending the last one is no record, and the consumer steps over it.
+    Counted, the idle node said it was one offset behind, its status turned that into
+    waiting that grew while it idled, and clients were held back until QueueFullError
+    (the first send of the eval's shared run, in CI)."""
+    consumer = FakeConsumer({"atomickafka-ctl.A": (0, 10), "A": (0, 8)})
+    reader = TwoLogReader(consumer, "atomickafka-ctl.A", "A", 0)  # type: ignore[arg-type]
+    batch = _batch()
+    batch.position = 10
+    batch.applied = batch.read_until = 7  # read and applied offsets 0..6; 7: the marker
+    assert reader.lag(batch) == 1  # not consumed past it yet
+    consumer.positions = {"atomickafka-ctl.A": 10, "A": 8}
+    assert reader.lag(batch) == 0
+    batch.read_until = 8  # offset 7 was a record read and not yet applied: it counts
+    assert reader.lag(batch) == 1
+    assert [unapplied(8, 7, 7, p) for p in (-1001, 7, 8)] == [1, 1, 0]
+    assert unapplied(20, 5, 12, 15) == 12  # 5..11 read or not, 12..14 stepped over
 
 
 def _snapshot(seq: int, ordered: bool | None) -> LoadedSnapshot:
