@@ -1,5 +1,4 @@
-"""The apply marker of a node's control log (docs/DESIGN.md §7, not yet used by the
-Kafka shell: prototype).
+"""The apply marker of a node's control log (docs/DESIGN.md §7).
 
 A node with a control log ``atomickafka-ctl.T`` reads client records from its input log
 ``atomickafka-in.T`` but applies them only where its own marker ``apply in.T [a, b)``

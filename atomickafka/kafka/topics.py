@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 INPUT_PREFIX: Final = "atomickafka-in."
-#: A node's control log (§7, prototype: no shell creates or reads it yet).
+#: A node's control log (§7; the default, ``--no-control-log`` runs without).
 CONTROL_PREFIX: Final = "atomickafka-ctl."
 LAYERS_PREFIX: Final = "atomickafka-layers."
 DEAD_LETTER_PREFIX: Final = "atomickafka-dlq."
@@ -70,7 +70,7 @@ def input_topic(topic: str, layout: Layout | str) -> str:
 
 
 def control_topic(topic: str) -> str:
-    """The Kafka topic holding ``topic``'s control log (§7, not yet used by the shell):
+    """The Kafka topic holding ``topic``'s control log (§7):
     its peers' bundles, its own ticks, members records and apply markers; one partition
     per layer, as the input log."""
     return CONTROL_PREFIX + topic

@@ -161,7 +161,7 @@ class NodeSpec:
     #: Where each peer's input log is: the prefix before its topic ("" in the shared
     #: layout, where the input log is the topic itself).
     input_prefix: str
-    #: With control logs (§7, prototype): the prefix of each peer's control log, where
+    #: With control logs (§7, the default): the prefix of each peer's control log, where
     #: this node's bundles go (relayed client copies still go to the peer's input log),
     #: and this node's own control log, where its ticks, members records and apply
     #: markers go. ``None``: no control logs, everything goes to the input logs.

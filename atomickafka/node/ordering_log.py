@@ -1,5 +1,6 @@
 """A node with a control log (docs/DESIGN.md §7, "proposals that never wait behind
-client records"): prototype of the pure layer, not yet driven by the Kafka shell.
+client records"): the pure layer the Kafka shell drives when the node has one (the
+default; ``node/control_log.py``).
 
 A node reads two logs: its input log ``atomickafka-in.T`` (client records, relayed
 copies) and its control log ``atomickafka-ctl.T`` (its peers' bundles, its own ticks,

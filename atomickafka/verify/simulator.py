@@ -586,7 +586,7 @@ class Simulator:
         self.views = {t: tuple((views or {}).get(t, self.topics)) for t in self.topics}
         factory = engine_factory or (lambda topic, alg: Engine(topic, f"node-{topic}", alg))
         part = layer or 0
-        #: Each node's input log, and its control log (§7, prototype) when it has one.
+        #: Each node's input log, and its control log (§7) when it has one.
         #: ``direct_copies``, with control logs: the chance that a client writes a copy
         #: straight to its destination's control log (the client's direct lane,
         #: docs/DESIGN.md §7.1) instead of its input log.
@@ -648,7 +648,7 @@ class Simulator:
 
     @property
     def control_logs(self) -> bool:
-        """Each node has a control log (§7, prototype) beside its input log."""
+        """Each node has a control log (§7) beside its input log."""
         return bool(self.controls)
 
     def _protocols(self, given: Mapping[str, Algorithm | str] | None) -> dict[str, Algorithm]:

@@ -51,7 +51,7 @@ __all__ = [
 BASE_LOG_MS: Final = 1_795_000_000_000
 #: The prefix of every input log's Kafka topic (the split layout).
 INPUT_PREFIX: Final = "atomickafka-in."
-#: Where a node's control log is (kafka/topics.py's, §7: a prototype).
+#: Where a node's control log is (kafka/topics.py's, §7).
 CONTROL_PREFIX: Final = "atomickafka-ctl."
 
 

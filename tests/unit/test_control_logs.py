@@ -1,4 +1,4 @@
-"""Property tests of the control-log prototype (docs/DESIGN.md §7) through the simulator:
+"""Property tests of control logs (docs/DESIGN.md §7) through the simulator:
 every node reads a control log (its peers' bundles, its own ticks, members records and
 apply markers) beside its input log (client records, relayed copies), in drawn
 interleavings, with crashes recovered from snapshots, producer gaps, duplicates, strays

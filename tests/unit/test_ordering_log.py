@@ -1,4 +1,4 @@
-"""The control-log prototype (docs/DESIGN.md §7): the apply marker's codec
+"""Control logs (docs/DESIGN.md §7): the apply marker's codec
 (core/marker.py) and the node layer over a control log and an input log
 (node/ordering_log.py), on a small in-memory cluster of such nodes."""
 
@@ -486,8 +486,8 @@ def test_a_marker_in_the_input_log_is_set_aside() -> None:
 
 def test_with_signing_a_forged_own_marker_is_set_aside() -> None:
     """Without a secret anyone can write a marker in the node's name, and one naming
-    input offsets nobody wrote yet makes the node wait for them (a known limit of the
-    unsigned prototype, like the forged ``seq`` of §4.9); with signing it is set aside
+    input offsets nobody wrote yet makes the node wait for them (a known limit of
+    unsigned deployments, like the forged ``seq`` of §4.9); with signing it is set aside
     and the marker the node signed applies."""
     secret = b"0123456789abcdef0123456789abcdef"
     node_spec = replace(spec("A"), signer=Signer([secret]))
