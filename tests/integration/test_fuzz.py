@@ -1,12 +1,15 @@
 """Ten thousand hostile records on a signed cluster (issue 15, docs/DESIGN.md §4.9, §4.14).
 
 Alongside valid 50 % multicast traffic from a client holding the secret, a fuzzer
-writes at least 10,000 hostile records straight into the input logs: bad JSON, missing
+writes at least 10,000 hostile records straight into the input and control logs (about
+half each: a client may write a node's control log, its direct lane): bad JSON, missing
 and wrong-typed fields, huge and boundary timestamps, oversized values, colliding ids,
 unknown destinations, stray ticks and acks, records that are not JSON, unsigned and
 wrongly signed control records, Decideds for ids never heard of, and compact control
 records (docs/DESIGN.md §3.9) that are garbage, cut short, of a newer version, out of
-bounds, of another protocol or unsigned. Most are *validly
+bounds, of another protocol or unsigned, and, in the control logs only, apply markers
+(§7) that are malformed, unsigned, wrongly signed, of another node or of another layer.
+Most are *validly
 signed* -- a buggy member -- so that they reach the decoder and the engine rather than
 stopping at the signature check.
 Then 100 foreign records go into every delivery topic ``T``: not JSON, other record
@@ -46,6 +49,7 @@ from confluent_kafka import Producer
 from atomickafka.client import AtomicKafkaClient, Delivery, DeliveryReader
 from atomickafka.core.compact import BINARY, COMPACT_VERSION, JSON, MAGIC, control_encoders
 from atomickafka.core.engine import MEMBERS_GRACE_MS
+from atomickafka.core.marker import MAX_MARKER_RANGE, encode_marker
 from atomickafka.core.reader import DeadLetter, read_dead_letter
 from atomickafka.core.signing import SIGNATURE_HEADER, Signer
 from atomickafka.core.timebounds import CLOCK_HOLD_US
@@ -59,7 +63,14 @@ from atomickafka.core.wire import Message as Wire
 from atomickafka.core.wire import MessageType as Kind
 from atomickafka.kafka.consumer import read_to_end
 from atomickafka.kafka.status import Status, read_statuses
-from atomickafka.kafka.topics import dead_letter_topic, delivery_topic, input_topic
+from atomickafka.kafka.topics import (
+    CONTROL_PREFIX,
+    INPUT_PREFIX,
+    control_topic,
+    dead_letter_topic,
+    delivery_topic,
+    input_topic,
+)
 from atomickafka.metrics.records import dead_letter_reason
 from tests.integration.harness import Sent, assert_order_checked, running_cluster
 
@@ -184,12 +195,57 @@ KINDS: list[tuple[str, bool, Callable[[random.Random, str, str], bytes]]] = [
     ("compact-decided-unknown-id", True, lambda r, a, b: _compact(Kind.DECIDED, [a, b], b, 5)),
     ("compact-unsigned-ack", False, lambda r, a, b: _compact(Kind.ACK, [a, b], b, 3)),
 ]
+
+#: Apply markers (§7), written into control logs only, each for the node of ``a`` in
+#: layer ``p`` (``None``: unpartitioned) (name, whether validly signed, how to make one
+#: for a, p). None may apply: a validly signed marker in the node's own name is the
+#: node's own (a member holding the secret is trusted, §4.14), so the signed ones here
+#: are of another node, of another layer, or malformed.
+MARKER_KINDS: list[tuple[str, bool, Callable[[random.Random, str, int | None], bytes]]] = [
+    ("marker-malformed", True, lambda r, a, p: _raw_marker(a, 5, r.choice([5, 1, -1, "x"]))),
+    ("marker-range-too-large", True, lambda r, a, p: _raw_marker(a, 0, MAX_MARKER_RANGE + 1)),
+    (
+        "marker-of-another-node",
+        True,
+        lambda r, a, p: encode_marker("node-mallory", a, 0, r.randint(1, 10**6)),
+    ),
+    (
+        "marker-of-another-layer",
+        True,
+        lambda r, a, p: encode_marker(_node_id(a, (p or 0) + 100), a, 0, 10**6, (p or 0) + 100),
+    ),
+    # in the node's own name, naming offsets nobody wrote: signed, it would stall the node
+    ("marker-unsigned", False, lambda r, a, p: encode_marker(_node_id(a, p), a, 0, 10**6, p)),
+    ("marker-wrongly-signed", False, lambda r, a, p: encode_marker(_node_id(a, p), a, 0, 10**6, p)),
+]
 _FORGED_SIGNATURE = (SIGNATURE_HEADER, b"v1:" + b"0" * 64)
+
+
+def _raw_marker(topic: str, start: object, end: object) -> bytes:
+    """An apply marker in the name of ``topic``'s node, its range as given (valid or not)."""
+    return orjson.dumps({"messageType": "ApplyMarker", "senderID": f"node-{topic}",
+                         "sentFromTopic": topic, "from": start, "until": end,
+                         "formatVersion": 1})  # fmt: skip
+
+
+#: The share of the hostile records of :data:`KINDS` written into control logs.
+CONTROL_SHARE = 0.5
+
+
+def _node_id(topic: str, layer: int | None) -> str:
+    """The node id of ``topic``'s node (``layer``: of a partitioned topic's layer)."""
+    return f"node-{topic}" if layer is None else f"node-{topic}/{layer}"
+
+
+def _node_of(log: str) -> str:
+    """``T/p`` for ``atomickafka-in.T/p`` or ``atomickafka-ctl.T/p``: the node reading it."""
+    return log.removeprefix(INPUT_PREFIX).removeprefix(CONTROL_PREFIX)
 
 
 @dataclass
 class Fuzzer:
-    """Hostile records for ``topics``' input logs, noting each one's kind and place."""
+    """Hostile records for ``topics``' input and control logs, noting each one's kind
+    and place."""
 
     topics: list[str]
     partitions: int
@@ -199,7 +255,8 @@ class Fuzzer:
     counts: Counter[str] = field(default_factory=Counter)
 
     def write(self, producer: Producer, count: int) -> None:
-        """Write ``count`` hostile records into random input logs and partitions."""
+        """Write ``count`` hostile records into random input and control logs and
+        partitions; one in ten into a control log is an apply marker."""
 
         def noted(name: str) -> Callable[[Any, Any], None]:
             def on_delivery(err: Any, msg: Any) -> None:
@@ -209,16 +266,22 @@ class Fuzzer:
             return on_delivery
 
         for _ in range(count):
-            name, signed, make = self.rng.choice(KINDS)
             a, b = self.rng.sample(self.topics, 2)
-            value = make(self.rng, a, b)
-            topic = input_topic(a, "split")
+            partition = self.rng.randrange(self.partitions)
+            layer = partition if self.partitions > 1 else None
+            control = self.rng.random() < CONTROL_SHARE
+            if control and self.rng.random() < 0.1:
+                name, signed, make_marker = self.rng.choice(MARKER_KINDS)
+                value = make_marker(self.rng, a, layer)
+            else:
+                name, signed, make = self.rng.choice(KINDS)
+                value = make(self.rng, a, b)
+            topic = control_topic(a) if control else input_topic(a, "split")
             headers: list[tuple[str, str | bytes | None]] = []
-            if name == "wrongly-signed":
+            if name in ("wrongly-signed", "marker-wrongly-signed"):
                 headers = [_FORGED_SIGNATURE]
             elif signed:
                 headers = list(self.signer.signed_headers(topic, None, value))
-            partition = self.rng.randrange(self.partitions)
             producer.produce(
                 topic, value, partition=partition, headers=headers or None, on_delivery=noted(name)
             )
@@ -528,24 +591,26 @@ def _assert_accounted(run: Run, topics: list[str], partitions: int) -> str:
             if letter.source is not None and letter.source_offset is not None:
                 origins[f"{letter.source}@{letter.source_offset}"] = letter
     outcomes: dict[tuple[str, str], Counter[str]] = {}
-    taken: set[str] = set()  # the logs (topic/partition) where a colliding id was taken
+    taken: set[str] = set()  # the nodes (T or T/p) that took a version of the colliding id
     ignored: Counter[str] = Counter()  # per node key
     for name, where in run.fuzzer.written:
         log_name = where.split("@")[0]
+        log_kind = "control logs" if log_name.startswith(CONTROL_PREFIX) else "input logs"
+        node = _node_of(log_name)
         if name == "colliding-id-repeat":  # must be ignored, not set aside
             got = "UNACCOUNTED" if where in origins else _REPEAT_IGNORED
         elif where in origins:
             got = _dead_lettered(origins[where], topics)
-        elif name == "colliding-id" and log_name not in taken:
-            taken.add(log_name)
+        elif name == "colliding-id" and node not in taken:
+            taken.add(node)
             got = "taken: the first version a node hears of is a message"
         elif name == "colliding-id":
-            topic, part = log_name.removeprefix("atomickafka-in.").split("/")
+            topic, part = node.split("/")
             ignored[topic if partitions == 1 else f"{topic}/{part}"] += 1
             got = "ignored: a repeat of a known version; counted in the node's status `duplicates`"
         else:
             got = "UNACCOUNTED"
-        outcomes.setdefault((name, "input logs"), Counter())[got] += 1
+        outcomes.setdefault((name, log_kind), Counter())[got] += 1
     unaccounted = {k[0]: c["UNACCOUNTED"] for k, c in outcomes.items() if c["UNACCOUNTED"]}
     assert not unaccounted, unaccounted
     for key, count in ignored.items():
