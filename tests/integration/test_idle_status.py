@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from atomickafka.client import AtomicKafkaClient
-from atomickafka.kafka.status import Role, read_statuses
+from atomickafka.kafka.status import Role, Status, read_statuses
 from tests.integration.harness import (
     Sent,
     assert_order_checked,
@@ -54,18 +54,32 @@ def test_an_idle_node_says_it_is_not_behind_and_clients_are_not_held(
                     value = f"r{round_}-{i}"
                     sent.append(Sent(client.send(value, dests), dests, value, ""))
                 held_back_s = client.held_back_s
-            expected = Counter(t for s in sent for t in s.destinations)
-            deliveries = collect_deliveries(kafka_bootstrap, topics, dict(expected), layout)
             assert held_back_s < 5.0, held_back_s
-            time.sleep(IDLE_S)
-            nodes = [
-                s
-                for s in read_statuses(kafka_bootstrap).values()
-                if s.topic in topics and s.role is Role.NODE
-            ]
-            assert len(nodes) == len(topics)
-            for status in nodes:
+            settled_at = _settled(kafka_bootstrap, topics, 2 * PER_ROUND * (round_ + 1))
+            time.sleep(max(0.0, settled_at + IDLE_S - time.monotonic()))
+            for status in _nodes(kafka_bootstrap, topics):
                 assert status.control_log
                 assert status.input_lag == 0, (round_, status.topic, status.input_lag)
                 assert status.behind_s < IDLE_S, (round_, status.topic, status.behind_s)
+        expected = Counter(t for s in sent for t in s.destinations)
+        deliveries = collect_deliveries(kafka_bootstrap, topics, dict(expected), layout)
     assert_order_checked(sent, deliveries)
+
+
+def _nodes(bootstrap: str, topics: list[str]) -> list[Status]:
+    """The statuses of the nodes of ``topics``."""
+    statuses = read_statuses(bootstrap).values()
+    return [s for s in statuses if s.topic in topics and s.role is Role.NODE]
+
+
+def _settled(bootstrap: str, topics: list[str], deliveries: int, timeout_s: float = 90) -> float:
+    """When (monotonic) the nodes of ``topics`` had made ``deliveries`` between them and
+    held nothing pending (at most ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        nodes = _nodes(bootstrap, topics)
+        made = sum(s.deliveries for s in nodes)
+        if len(nodes) == len(topics) and made >= deliveries and all(not s.pending for s in nodes):
+            return time.monotonic()
+        time.sleep(0.25)
+    raise AssertionError(f"not settled within {timeout_s:g} s: {_nodes(bootstrap, topics)}")
