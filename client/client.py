@@ -132,6 +132,34 @@ class _Pending:
             self.callback(self.error, self.sent)
 
 
+class _LaneCopy:
+    """A copy sent by the direct lane, kept until its delivery report. Refused for want
+    of Write on the control log (the ACLs of a deployment set up before control logs),
+    it is handed back to the client, which writes it to its input log instead: nothing
+    was written, so nothing is written twice."""
+
+    __slots__ = ("client", "headers", "input_log", "key", "layer", "payload", "report")
+
+    def __init__(
+        self,
+        client: AtomicKafkaClient,
+        input_log: str,
+        payload: bytes,
+        key: bytes | None,
+        layer: int | None,
+        headers: Sequence[tuple[str, bytes]],
+        report: DeliveryCallback,
+    ) -> None:
+        self.client, self.input_log, self.payload = client, input_log, payload
+        self.key, self.layer, self.headers, self.report = key, layer, headers, report
+
+    def on_delivery(self, err: KafkaError | None, record: KafkaMessage) -> None:
+        if err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            self.client._lane_refused(self, record.topic() or "", err)
+        else:
+            self.report(err, record)
+
+
 class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
     """Send atomic-multicast messages and read a topic's ordered deliveries.
 
@@ -199,6 +227,10 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         self._lane = DirectLane(direct_rate)
         #: Copies written to a destination's control log (the direct lane).
         self.direct_copies = 0
+        #: Why the direct lane closed, if it did: a control log refused a copy (no
+        #: Write on ``atomickafka-ctl.*``); from then on every copy goes to an input log.
+        self.lane_refused: str | None = None
+        self._rerouted: list[_LaneCopy] = []  # refused lane copies to write again
         #: Per topic, the time of the late status it was refused on after a wait: the
         #: same status is refused at once, without waiting again.
         self._given_up: dict[str, float] = {}
@@ -323,6 +355,8 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         encoded = self._encode(values, records, route.partitions, first_index)
         inputs, by_id, lanes, lane = route.inputs, route.by_id, route.lanes, self._lane
         producer = self._ensure_producer()
+        if self._rerouted:
+            self._send_rerouted()
         signer = self._signer
         for message_id, value, layer, payload, record_headers in encoded:
             # poc, optimized: one destination, the same the nodes would pick
@@ -336,11 +370,15 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
             shared = cast(RecordHeaders, record_headers)  # only read: librdkafka copies them
             for input_log in where:
                 log_to = input_log
+                copy_report: DeliveryCallback = report
                 if lanes:
                     direct = lanes.get(input_log)
                     if direct is not None and lane.take(input_log, now):
                         log_to = direct  # this copy takes the direct lane
                         self.direct_copies += 1
+                        copy_report = _LaneCopy(
+                            self, input_log, payload, record_key, layer, record_headers, report
+                        ).on_delivery
                 written = shared
                 if signer is not None:
                     written = cast(
@@ -353,7 +391,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
                     key=record_key,
                     partition=layer,
                     headers=written,
-                    on_delivery=report,
+                    on_delivery=copy_report,
                 )
         if now - self._polled_at >= _POLL_EVERY_S:  # delivery reports, now and then
             self._polled_at = now
@@ -482,6 +520,56 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         reports it)."""
         if error is not None and all(known != message_id for known, _ in self._failures):
             self._failed(message_id, error)
+
+    def _lane_refused(self, copy: _LaneCopy, control_log: str, error: KafkaError) -> None:
+        """A control log refused a lane copy: close the lane and write the copy again,
+        to its input log, at the next :meth:`send` or :meth:`flush` (not from inside a
+        delivery report)."""
+        if self.lane_refused is None:
+            self.lane_refused = f"{control_log}: {error.str()}"
+            self._lane.close()
+            self._routes.clear()  # their lanes were judged with the lane open
+            log.warning(
+                "the direct lane is closed: %s refused a copy (%s); every copy now goes to "
+                "the input logs. Grant clients Write on atomickafka-ctl.* or give them "
+                "direct_rate=0 (docs/operators.md, ACLs)",
+                control_log,
+                error.str(),
+            )
+        self.direct_copies -= 1
+        self._rerouted.append(copy)
+
+    def _send_rerouted(self) -> None:
+        """Write the refused lane copies to their input logs."""
+        rerouted, self._rerouted = self._rerouted, []
+        producer, signer = self._ensure_producer(), self._signer
+        for copy in rerouted:
+            headers = cast(RecordHeaders, copy.headers)  # only read: librdkafka copies them
+            if signer is not None:
+                headers = cast(
+                    RecordHeaders,
+                    signer.signed_headers(copy.input_log, copy.key, copy.payload, copy.headers),
+                )
+            producer.send(
+                copy.input_log,
+                copy.payload,
+                key=copy.key,
+                partition=copy.layer,
+                headers=headers,
+                on_delivery=copy.report,
+            )
+
+    def _flush_all(self, timeout_s: float) -> int:
+        """Flush, writing refused lane copies again as their reports come, for up to
+        ``timeout_s``; the records still unacknowledged."""
+        if self._producer is None:
+            return 0
+        deadline = time.monotonic() + timeout_s
+        remaining = self._producer.flush(timeout_s)
+        while self._rerouted:  # written to input logs: they are not refused again
+            self._send_rerouted()
+            remaining = self._producer.flush(max(0.0, deadline - time.monotonic()))
+        return remaining
 
     def _failed(self, message_id: str, error: KafkaError) -> None:
         """A record of ``message_id`` was not written: :meth:`flush` reports it."""
@@ -674,7 +762,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         """Wait until every sent message is acknowledged (serving ``on_delivery``
         callbacks); raise :class:`~atomickafka.client.DeliveryError`, naming each
         message that was not written, if some were not."""
-        remaining = 0 if self._producer is None else self._producer.flush(timeout_s)
+        remaining = self._flush_all(timeout_s)
         failures, self._failures = self._failures, []
         if remaining or failures:
             raise DeliveryError(failures, remaining, timeout_s)
@@ -753,6 +841,12 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
     def _release(self, timeout_s: float) -> DeliveryError | None:
         """Release the Kafka clients, waiting up to ``timeout_s`` for what was sent;
         return the error to report, if any."""
+        started = time.monotonic()
+        try:  # refused lane copies are written again before the producer goes
+            self._flush_all(timeout_s)
+        except KafkaException:
+            log.exception("flushing before release failed")
+        timeout_s = max(0.0, timeout_s - (time.monotonic() - started))
         producer, self._producer = self._producer, None
         watch, self._watch = self._watch, None
         try:

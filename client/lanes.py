@@ -48,6 +48,11 @@ class DirectLane:
         """Whether any copy may take the lane at all (a rate and a burst above 0)."""
         return self.rate > 0 and self.burst > 0
 
+    def close(self) -> None:
+        """Take no copy any more (a control log refused one: no Write on it)."""
+        self.rate, self.burst = 0.0, 0
+        self._buckets.clear()
+
     def take(self, topic: str, now: float) -> bool:
         """Take a token of ``topic``'s bucket at ``now`` (monotonic seconds), if one is
         left."""

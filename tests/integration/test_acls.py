@@ -1,6 +1,7 @@
 """The ACL examples (``deploy/acls.sh``) against a broker that checks ACLs: under them
 the operator creates and checks the topics, nodes run, a client sends and reads its
-deliveries, and the client can neither write a delivery topic nor read an input log."""
+deliveries, and the client can neither write a delivery topic nor read an input log;
+without Write on the control logs (ACLs that predate them) a client loses nothing."""
 
 from __future__ import annotations
 
@@ -15,7 +16,16 @@ from pathlib import Path
 import orjson
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
 
+from atomickafka.client import AtomicKafkaClient
 from atomickafka.localkafka import (
     SASL_USERS,
     BrokerError,
@@ -142,10 +152,53 @@ def test_under_the_example_acls_each_principal_does_its_part_only(
         assert doctor.returncode == 0, [f for f in report["findings"] if f["severity"] == "fail"]
 
         assert_client_cannot_forge_or_peek(acl_kafka, a)
+        assert_a_client_without_the_lane_loses_nothing(acl_kafka, alice, a, b)
     finally:
         cluster.send_signal(signal.SIGTERM)
         cluster.wait(timeout=60)
         log.close()
+
+
+def assert_a_client_without_the_lane_loses_nothing(
+    bootstrap: str, alice: Path, a: str, b: str
+) -> None:
+    """ACLs set up before control logs give clients no Write on ``atomickafka-ctl.*``:
+    a client with the default direct lane has its first lane copies refused, writes
+    them again to the input logs, closes its lane, and every message is delivered."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, **login("admin")})
+    lane = AclBindingFilter(
+        ResourceType.TOPIC, "atomickafka-ctl.", ResourcePatternType.PREFIXED, "User:alice",
+        "*", AclOperation.WRITE, AclPermissionType.ALLOW,
+    )  # fmt: skip
+    for future in admin.delete_acls([lane]).values():
+        assert future.result(), "no such rule: deploy/acls.sh grants clients the lane"
+    deadline = time.monotonic() + 30  # until the broker applies it
+    while not _refused(bootstrap, f"atomickafka-ctl.{a}") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    with AtomicKafkaClient(bootstrap, config=login("alice")) as client:
+        for i in range(20):
+            client.send(f"no-lane-{i}", [a, b])
+        client.flush()
+        assert client.lane_refused is not None and "atomickafka-ctl." in client.lane_refused
+    tail = ak(alice, "tail", "--topic", b, "--from-beginning", "--max-messages", "21",
+              "--timeout-ms", "20000", "--json")  # fmt: skip
+    assert tail.returncode == 0, tail.stderr
+    values = [orjson.loads(line)["value"] for line in tail.stdout.splitlines() if line]
+    assert sorted(values) == sorted(["allowed", *(f"no-lane-{i}" for i in range(20))]), values
+
+
+def _refused(bootstrap: str, topic: str) -> bool:
+    """Whether alice's plain write to ``topic`` is refused for want of ACLs (while it is
+    not, the probe is a record the node sets aside)."""
+    errors: list[KafkaError | None] = []
+    producer = Producer({"bootstrap.servers": bootstrap, **login("alice")})
+    producer.produce(topic, b"probe", on_delivery=lambda err, _m: errors.append(err))
+    producer.flush(10)
+    return (
+        bool(errors)
+        and errors[0] is not None
+        and (errors[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    )
 
 
 def assert_client_cannot_forge_or_peek(bootstrap: str, topic: str) -> None:

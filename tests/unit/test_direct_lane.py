@@ -8,23 +8,42 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError
 
+from atomickafka.client.delivery import SentMessage
+from atomickafka.client.errors import DeliveryError
 from atomickafka.client.lanes import DEFAULT_DIRECT_BURST, DIRECT_BEHIND_S, DirectLane
 from atomickafka.core.signing import Signer, parse_secrets
 from tests.unit.test_client_statuses import SECRET, Watch, client, status
 
 
 class Recorder:
-    """A producer that keeps ``(topic, value, key, headers)`` of every record."""
+    """A producer that keeps ``(topic, value, key, headers)`` of every record, and its
+    delivery report callback (``reports``), to be called as the broker would."""
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, bytes, Any, Any]] = []
+        self.reports: list[Any] = []
 
     def send(self, topic: str, payload: bytes, **kwargs: Any) -> None:
         self.sent.append((topic, payload, kwargs.get("key"), kwargs.get("headers")))
+        self.reports.append(kwargs.get("on_delivery"))
 
     def poll(self, _timeout: float) -> int:
         return 0
+
+    def flush(self, _timeout: float) -> int:
+        return 0
+
+
+class Written:
+    """The record a delivery report names (its topic is all the lane looks at)."""
+
+    def __init__(self, topic: str) -> None:
+        self._topic = topic
+
+    def topic(self) -> str:
+        return self._topic
 
 
 def sending(watch: Watch, **options: Any) -> tuple[Any, Recorder]:
@@ -88,3 +107,36 @@ def test_a_direct_copy_is_signed_for_the_log_it_is_written_to() -> None:
     signer = Signer(parse_secrets(SECRET))
     assert signer.problem(topic, key, value, headers) is None  # as the node checks it
     assert signer.problem("atomickafka-in.A", key, value, headers) is not None
+
+
+def test_a_copy_the_control_log_refuses_goes_to_the_input_log_and_the_lane_closes() -> None:
+    """A deployment whose ACLs predate control logs gives clients no Write on
+    ``atomickafka-ctl.*``: the refused copy (nothing was written) is written again to
+    its input log, signed for it, and the message is reported delivered once."""
+    signing = status("A", 1, control_log=True, signing_keys=Signer(parse_secrets(SECRET)).key_ids())
+    judge, recorder = sending(Watch([signing]), secret=SECRET)
+    reported: list[tuple[KafkaError | None, SentMessage]] = []
+    judge.send("v", ["A"], on_delivery=lambda err, sent: reported.append((err, sent)))
+    refused = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    recorder.reports[0](refused, Written("atomickafka-ctl.A"))
+    assert reported == [] and judge.lane_refused is not None
+    assert "atomickafka-ctl.A" in judge.lane_refused and judge.direct_copies == 0
+    judge.flush()  # writes the refused copy again, to the input log
+    assert topics_written(recorder) == ["atomickafka-ctl.A", "atomickafka-in.A"]
+    (_, value, key, headers) = recorder.sent[1]
+    assert Signer(parse_secrets(SECRET)).problem("atomickafka-in.A", key, value, headers) is None
+    recorder.reports[1](None, Written("atomickafka-in.A"))
+    assert [err for err, _ in reported] == [None]
+    judge.send_batch(range(5), ["A"])  # the lane is closed for good
+    assert topics_written(recorder)[2:] == ["atomickafka-in.A"] * 5
+
+
+def test_a_lane_copy_that_fails_otherwise_is_a_failed_message() -> None:
+    judge, recorder = sending(Watch([status("A", 1, control_log=True)]))
+    reported: list[KafkaError | None] = []
+    judge.send("v", ["A"], on_delivery=lambda err, _sent: reported.append(err))
+    timed_out = KafkaError(KafkaError._MSG_TIMED_OUT)
+    recorder.reports[0](timed_out, Written("atomickafka-ctl.A"))
+    assert reported == [timed_out] and judge.lane_refused is None
+    with pytest.raises(DeliveryError):
+        judge.flush()
