@@ -107,6 +107,28 @@ def watermarks(
     )
 
 
+#: Where to assign a partition to read it from its start, for a reader that starts
+#: just before what it measures: offset 0, which ``auto.offset.reset=earliest`` (the
+#: defaults) moves up to the log's start if retention has removed it, as
+#: ``OFFSET_BEGINNING`` would. librdkafka resolves ``OFFSET_BEGINNING`` by an offset
+#: lookup that delayed a fresh consumer's first fetch by about 500 ms (515 ms against
+#: 10-20 ms at offset 0, on the embedded broker, 2026-11-27): the bench's measuring
+#: consumer and relays missed the first half second of a run, which became the p99
+#: of every paced run, the bare pipes' included.
+FROM_START: Final = 0
+
+
+def fetched(consumer: Consumer, parts: Iterable[TopicPartition]) -> bool:
+    """Whether ``consumer`` has fetched each of ``parts`` at least once (its cached
+    watermarks are known)."""
+    for part in parts:
+        marks = consumer.get_watermark_offsets(TopicPartition(part.topic, part.partition),
+                                               cached=True)  # fmt: skip
+        if marks is None or marks[1] < 0:
+            return False
+    return True
+
+
 def make_consumer(
     where: Where,
     group: str | None = None,

@@ -240,6 +240,7 @@ def _measure(
     read = _plain_arrival if plain else delivery_arrival
     counter = DeliveryCounter(connection, topics, read=read, fetch_wait_ms=5)
     with contextlib.closing(counter):
+        counter.wait_until_fetching()  # what is sent before its first fetch would wait
         ready.set()
         deadline = time.time() + timeout_s
         while len(counter.completed) < expected and time.time() < deadline:

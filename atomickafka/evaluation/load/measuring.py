@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import TopicPartition
 
 from atomickafka.core.reader import KafkaRecord, read_delivery
 from atomickafka.core.signing import Signer
 from atomickafka.errors import TimedOutError
 from atomickafka.kafka.connection import Where
-from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
+from atomickafka.kafka.consumer import FROM_START, consume_batch, fetched, make_consumer, usable
 from atomickafka.kafka.secrets import load_signer
 
 __all__ = [
@@ -220,7 +220,19 @@ class DeliveryCounter(DeliveryTally):
             "isolation.level": "read_uncommitted",
         }
         self._consumer = make_consumer(where, None, **settings)
-        self._consumer.assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in self.topics])
+        self._parts = [TopicPartition(t, 0, FROM_START) for t in self.topics]
+        self._consumer.assign(self._parts)
+
+    def wait_until_fetching(self, timeout_s: float = 10.0) -> bool:
+        """Read (and count) until the consumer has fetched every topic once, for at
+        most ``timeout_s``; True when it has. Call it before the measured sends: what
+        is written before the first fetch waits for it."""
+        deadline = time.monotonic() + timeout_s
+        while not fetched(self._consumer, self._parts):
+            if time.monotonic() >= deadline:
+                return False
+            self.poll(0.01)
+        return True
 
     def poll(self, timeout_s: float) -> int:
         """Read what has arrived (waiting up to ``timeout_s``); return how many new
