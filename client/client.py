@@ -40,6 +40,7 @@ from atomickafka.client.reader import DeliveryReader
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.core.protocols import route, routed_by_id
 from atomickafka.core.raw import RESERVED_HEADER_PREFIX, ClientRecords, Header
+from atomickafka.core.signing import Signer
 from atomickafka.core.wire import MAX_VALUE_BYTES, is_valid_topic_name, parse_destinations
 from atomickafka.kafka.connection import Connection, connection_of
 from atomickafka.kafka.guarantees import refuse_unsafe
@@ -367,7 +368,6 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
             else:
                 sent = SentMessage(message_id, topics, value, via, key, layer, len(where))
                 report = _Pending(sent, self._failed, on_delivery).on_delivery
-            shared = cast(RecordHeaders, record_headers)  # only read: librdkafka copies them
             for input_log in where:
                 log_to = input_log
                 copy_report: DeliveryCallback = report
@@ -379,20 +379,10 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
                         copy_report = _LaneCopy(
                             self, input_log, payload, record_key, layer, record_headers, report
                         ).on_delivery
-                written = shared
-                if signer is not None:
-                    written = cast(
-                        RecordHeaders,
-                        signer.signed_headers(log_to, record_key, payload, record_headers),
-                    )
-                producer.send(
-                    log_to,
-                    payload,
-                    key=record_key,
-                    partition=layer,
-                    headers=written,
-                    on_delivery=copy_report,
-                )
+                _send_copy(
+                    producer, signer, log_to, payload, record_key, layer, record_headers,
+                    copy_report,
+                )  # fmt: skip
         if now - self._polled_at >= _POLL_EVERY_S:  # delivery reports, now and then
             self._polled_at = now
             producer.poll(0)
@@ -544,20 +534,10 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         rerouted, self._rerouted = self._rerouted, []
         producer, signer = self._ensure_producer(), self._signer
         for copy in rerouted:
-            headers = cast(RecordHeaders, copy.headers)  # only read: librdkafka copies them
-            if signer is not None:
-                headers = cast(
-                    RecordHeaders,
-                    signer.signed_headers(copy.input_log, copy.key, copy.payload, copy.headers),
-                )
-            producer.send(
-                copy.input_log,
-                copy.payload,
-                key=copy.key,
-                partition=copy.layer,
-                headers=headers,
-                on_delivery=copy.report,
-            )
+            _send_copy(
+                producer, signer, copy.input_log, copy.payload, copy.key, copy.layer,
+                copy.headers, copy.report,
+            )  # fmt: skip
 
     def _flush_all(self, timeout_s: float) -> int:
         """Flush, writing refused lane copies again as their reports come, for up to
@@ -871,6 +851,23 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
             return
         if error is not None:
             log.error("leaving after %s: %s", type(exc).__name__, error)
+
+
+def _send_copy(
+    producer: RecordProducer,
+    signer: Signer | None,
+    log: str,
+    payload: bytes,
+    key: bytes | None,
+    layer: int | None,
+    headers: Sequence[tuple[str, bytes]],
+    report: DeliveryCallback,
+) -> None:
+    """Write one copy of a message to ``log``, signed for it when the client signs."""
+    written = cast(RecordHeaders, headers)  # only read: librdkafka copies them
+    if signer is not None:
+        written = cast(RecordHeaders, signer.signed_headers(log, key, payload, headers))
+    producer.send(log, payload, key=key, partition=layer, headers=written, on_delivery=report)
 
 
 def client_id_is_valid(client_id: str) -> bool:

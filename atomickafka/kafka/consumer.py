@@ -122,8 +122,7 @@ def fetched(consumer: Consumer, parts: Iterable[TopicPartition]) -> bool:
     """Whether ``consumer`` has fetched each of ``parts`` at least once (its cached
     watermarks are known)."""
     for part in parts:
-        marks = consumer.get_watermark_offsets(TopicPartition(part.topic, part.partition),
-                                               cached=True)  # fmt: skip
+        marks = consumer.get_watermark_offsets(part, cached=True)
         if marks is None or marks[1] < 0:
             return False
     return True
