@@ -24,7 +24,7 @@ from atomickafka.client.errors import ClosedError, MessageError
 from atomickafka.core.reader import Unaccepted, delivery_of, delivery_order_key, delivery_writers
 from atomickafka.core.wire import Message, is_valid_topic_name
 from atomickafka.kafka.connection import Connection, connection_of
-from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
+from atomickafka.kafka.consumer import assign_from, consume_batch, make_consumer, usable
 from atomickafka.kafka.guarantees import refuse_unsafe
 from atomickafka.kafka.secrets import signer_from
 from atomickafka.kafka.topics import delivery_topic
@@ -139,7 +139,7 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
         start = OFFSET_BEGINNING if from_beginning else OFFSET_END
         if group is not None:
             start = self._resume_point(start)
-        self._consumer.assign([TopicPartition(self._part.topic, 0, start)])
+        assign_from(self._consumer, [TopicPartition(self._part.topic, 0, start)])
 
     def deliveries(
         self, *, timeout_s: float | None = None, max_messages: int | None = None

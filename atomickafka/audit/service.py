@@ -39,7 +39,13 @@ from atomickafka.audit.rules import BUCKET_MS, AuditRules
 from atomickafka.audit.sink import ViolationSink
 from atomickafka.core.reader import Unaccepted
 from atomickafka.kafka.connection import Where, connection_of
-from atomickafka.kafka.consumer import consume_batch, make_consumer, retry_transient, watermarks
+from atomickafka.kafka.consumer import (
+    assign_from,
+    consume_batch,
+    make_consumer,
+    retry_transient,
+    watermarks,
+)
 from atomickafka.kafka.secrets import load_signer
 
 __all__ = ["AuditReport", "LiveAudit", "audit_once", "run_audit"]
@@ -168,7 +174,7 @@ class LiveAudit:
         starts = self._resume(consumer, partitions)
         self._at_end = dict.fromkeys(partitions, False)
         self.clock = EventClock(partitions)
-        consumer.assign(starts)
+        assign_from(consumer, starts)
         self.metrics.prepare(config.topics)
         if config.metrics_port is not None:
             self.metrics.serve(config.metrics_port, config.metrics_host)

@@ -8,7 +8,14 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Final, TypeVar
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka import Message as KafkaMessage
 
 from atomickafka.errors import TimedOutError
@@ -18,6 +25,7 @@ from atomickafka.logs import Throttle
 
 __all__ = [
     "SCAN_WINDOW",
+    "assign_from",
     "consume_batch",
     "last_matching",
     "last_record",
@@ -107,15 +115,50 @@ def watermarks(
     )
 
 
-#: Where to assign a partition to read it from its start, for a reader that starts
-#: just before what it measures: offset 0, which ``auto.offset.reset=earliest`` (the
-#: defaults) moves up to the log's start if retention has removed it, as
-#: ``OFFSET_BEGINNING`` would. librdkafka resolves ``OFFSET_BEGINNING`` by an offset
-#: lookup that delayed a fresh consumer's first fetch by about 500 ms (515 ms against
-#: 10-20 ms at offset 0, on the embedded broker, 2026-11-27): the bench's measuring
-#: consumer and relays missed the first half second of a run, which became the p99
-#: of every paced run, the bare pipes' included.
-FROM_START: Final = 0
+def assign_from(
+    consumer: Consumer, parts: Iterable[TopicPartition], timeout_s: float = 10.0
+) -> None:
+    """Assign ``parts`` to ``consumer`` so that it starts reading at once, where asked
+    (an offset, ``OFFSET_BEGINNING`` or ``OFFSET_END``).
+
+    librdkafka looks up a logical offset only once it knows the partition's leader,
+    and a consumer that does not know it yet retries the lookup 500 ms later: a reader
+    assigned at ``OFFSET_BEGINNING`` first fetched 515 ms after it was made (10-20 ms
+    at offset 0, on the embedded broker, 2026-11-27), and one assigned at
+    ``OFFSET_END`` took its end half a second late, so a record written meanwhile was
+    never read. Here the topics' metadata is read first (the lookup then goes out at
+    once), and ``OFFSET_END`` is resolved now, to the partition's high watermark (for
+    ``read_committed``, its last stable offset): every record written after this call
+    is read. A topic that does not exist yet ends at offset 0. Should the metadata not
+    come within ``timeout_s`` (no broker answers), the offsets are assigned as given.
+    """
+    wanted = list(parts)
+    logical = {p.topic for p in wanted if p.offset in (OFFSET_BEGINNING, OFFSET_END)}
+    try:
+        exists = {t: _topic_exists(consumer, t, timeout_s) for t in sorted(logical)}
+        resolved = [
+            TopicPartition(p.topic, p.partition, _end(consumer, p, exists[p.topic], timeout_s))
+            if p.offset == OFFSET_END
+            else p
+            for p in wanted
+        ]
+    except KafkaException as exc:
+        log.debug("no metadata for %s (%s): assigning the offsets as given", logical, exc)
+        resolved = wanted
+    consumer.assign(resolved)
+
+
+def _topic_exists(consumer: Consumer, topic: str, timeout_s: float) -> bool:
+    meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    if meta is None or meta.error is None:
+        return meta is not None
+    if meta.error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+        return False
+    raise KafkaException(meta.error)
+
+
+def _end(consumer: Consumer, part: TopicPartition, exists: bool, timeout_s: float) -> int:
+    return watermarks(consumer, part, timeout_s)[1] if exists else 0
 
 
 def fetched(consumer: Consumer, parts: Iterable[TopicPartition]) -> bool:
@@ -190,7 +233,7 @@ def read_partitions(
     parts = list(partitions)
     ends = {p: watermarks(consumer, TopicPartition(topic, p))[1] for p in parts}
     todo = {p for p, end in ends.items() if end > 0}
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+    assign_from(consumer, [TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
     out: list[KafkaMessage] = []
     deadline = time.monotonic() + timeout_s
     try:
@@ -238,7 +281,7 @@ def read_to_end(
     deadline = time.monotonic() + timeout_s
     try:
         ends = {p: watermarks(consumer, TopicPartition(topic, p))[1] for p in parts}
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        assign_from(consumer, [TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
         what = f"{topic} to its end in {timeout_s:.0f} s"
         out.extend(until_partition_ends(consumer, set(parts), deadline, what, ends))
     finally:

@@ -43,6 +43,7 @@ from atomickafka.jsonnames import camel_keys, json_name
 from atomickafka.kafka.admin import TopicSpec
 from atomickafka.kafka.connection import Where
 from atomickafka.kafka.consumer import (
+    assign_from,
     consume_batch,
     make_consumer,
     retry_transient,
@@ -460,7 +461,7 @@ class StatusWatch:
                 for p in parts
             }
             starts = self._starts(parts, ends)
-            consumer.assign([TopicPartition(STATUS_TOPIC, p, starts[p]) for p in parts])
+            assign_from(consumer, [TopicPartition(STATUS_TOPIC, p, starts[p]) for p in parts])
             self._assigned = True
             self._catch_up(starts, ends)
         else:

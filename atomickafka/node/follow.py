@@ -32,7 +32,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka import Message as KafkaMessage
 
 from atomickafka.core.signing import Signer
-from atomickafka.kafka.consumer import consume_batch, make_consumer, usable, watermarks
+from atomickafka.kafka.consumer import assign_from, consume_batch, make_consumer, usable, watermarks
 from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER
 from atomickafka.kafka.topics import node_group, snapshot_topic
 from atomickafka.node.batch import NodeBatch, NodeSpec
@@ -91,7 +91,7 @@ class SnapshotReader:
         self._consumer = make_consumer(
             config.connection, None, **{"isolation.level": "read_committed"}
         )
-        self._consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
+        assign_from(self._consumer, [TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
 
     def read(self, timeout_s: float = 0.0) -> None:
         """Read what has arrived (waiting up to ``timeout_s`` for the first record)."""

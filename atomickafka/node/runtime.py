@@ -55,6 +55,7 @@ from atomickafka.kafka.admin import (
 )
 from atomickafka.kafka.connection import Connection
 from atomickafka.kafka.consumer import (
+    assign_from,
     consume_batch,
     last_matching,
     make_consumer,
@@ -246,8 +247,8 @@ class Membership:
                 self._ends[p] = watermarks(self._consumer, TopicPartition(STATUS_TOPIC, p))[1]
             except (KafkaException, AtomicKafkaError):
                 self._ends[p] = 0  # unknown: taken as read (the records come anyway)
-        self._consumer.assign(
-            [TopicPartition(STATUS_TOPIC, p, OFFSET_BEGINNING) for p in partitions]
+        assign_from(
+            self._consumer, [TopicPartition(STATUS_TOPIC, p, OFFSET_BEGINNING) for p in partitions]
         )
         self.caught_up = not any(self._ends.values())
         log.info("reading node statuses from %s partitions %s", STATUS_TOPIC, partitions)

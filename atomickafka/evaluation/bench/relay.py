@@ -24,7 +24,7 @@ from typing import Any
 
 from atomickafka.errors import TimedOutError
 from atomickafka.kafka.connection import Where
-from atomickafka.kafka.consumer import FROM_START, consume_batch, make_consumer, usable
+from atomickafka.kafka.consumer import assign_from, consume_batch, make_consumer, usable
 from atomickafka.kafka.producer import RecordProducer
 from atomickafka.node.config import DEFAULT_BATCH_SIZE, DEFAULT_POLL_TIMEOUT_S
 
@@ -41,11 +41,11 @@ def relay_process(
 ) -> None:
     """Child process: copy every record of ``source`` (partition 0, from its start) to
     ``target`` until ``stop`` is set (or ``max_seconds`` pass)."""
-    from confluent_kafka import TopicPartition  # noqa: PLC0415
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition  # noqa: PLC0415
 
     consumer = make_consumer(where, None, **{"isolation.level": "read_committed"})
     producer = RecordProducer(where, **{"client.id": f"relay-{source}"})
-    consumer.assign([TopicPartition(source, 0, FROM_START)])  # no 500 ms offset lookup
+    assign_from(consumer, [TopicPartition(source, 0, OFFSET_BEGINNING)])
     producer.warm_up([target])
     ready.set()
     deadline = time.monotonic() + max_seconds

@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 import orjson
-from confluent_kafka import TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from atomickafka.core.reader import KafkaRecord, read_delivery
 from atomickafka.core.signing import Signer
 from atomickafka.errors import TimedOutError
 from atomickafka.kafka.connection import Where
-from atomickafka.kafka.consumer import FROM_START, consume_batch, fetched, make_consumer, usable
+from atomickafka.kafka.consumer import assign_from, consume_batch, fetched, make_consumer, usable
 from atomickafka.kafka.secrets import load_signer
 
 __all__ = [
@@ -220,8 +220,8 @@ class DeliveryCounter(DeliveryTally):
             "isolation.level": "read_uncommitted",
         }
         self._consumer = make_consumer(where, None, **settings)
-        self._parts = [TopicPartition(t, 0, FROM_START) for t in self.topics]
-        self._consumer.assign(self._parts)
+        self._parts = [TopicPartition(t, 0, OFFSET_BEGINNING) for t in self.topics]
+        assign_from(self._consumer, self._parts)
 
     def wait_until_fetching(self, timeout_s: float = 10.0) -> bool:
         """Read (and count) until the consumer has fetched every topic once, for at

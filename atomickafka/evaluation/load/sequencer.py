@@ -29,7 +29,7 @@ from atomickafka.core.wire import (
 from atomickafka.errors import TimedOutError
 from atomickafka.evaluation.load.senders import ProducingSender, write_deliveries
 from atomickafka.kafka.connection import Where
-from atomickafka.kafka.consumer import FROM_START, consume_batch, make_consumer, usable
+from atomickafka.kafka.consumer import assign_from, consume_batch, make_consumer, usable
 from atomickafka.kafka.producer import RecordProducer, type_headers
 
 __all__ = ["SEQUENCER_ID", "SequencerSender", "fan_out_process", "running_sequencer"]
@@ -89,11 +89,11 @@ def fan_out_process(
 ) -> None:
     """Child process: read the sequencer topic from the start, in order, and write
     every message to each of its destinations until ``stop`` is set (or ``max_seconds``)."""
-    from confluent_kafka import TopicPartition  # noqa: PLC0415
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition  # noqa: PLC0415
 
     consumer = make_consumer(where)
     producer = RecordProducer(where, **{"client.id": SEQUENCER_ID})
-    consumer.assign([TopicPartition(topic, 0, FROM_START)])  # no 500 ms offset lookup
+    assign_from(consumer, [TopicPartition(topic, 0, OFFSET_BEGINNING)])
     ready.set()
     deadline = time.monotonic() + max_seconds
     written = 0

@@ -51,7 +51,7 @@ from atomickafka.evaluation.soak.load import (
     sent_destinations,
 )
 from atomickafka.kafka.connection import Connection
-from atomickafka.kafka.consumer import consume_batch, make_consumer, usable
+from atomickafka.kafka.consumer import assign_from, consume_batch, make_consumer, usable
 from atomickafka.kafka.status import StatusWatch
 from atomickafka.kafka.topics import Layout, delivery_topic, input_topic
 
@@ -101,7 +101,7 @@ class DeliveryWatch:
     def __init__(self, connection: Connection, topic: str) -> None:
         self.topic = topic
         self._consumer = make_consumer(connection, None, **{"fetch.wait.max.ms": 10})
-        self._consumer.assign([TopicPartition(delivery_topic(topic), 0, OFFSET_END)])
+        assign_from(self._consumer, [TopicPartition(delivery_topic(topic), 0, OFFSET_END)])
 
     def first_after(self, since_s: float, timeout_s: float) -> float | None:
         """Read (up to ``timeout_s``); the wall time this read a delivery whose Kafka
