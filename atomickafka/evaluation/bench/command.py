@@ -59,7 +59,7 @@ from atomickafka.client import AtomicKafkaClient
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.core.reader import KafkaRecord
 from atomickafka.evaluation.bench.merge_delay import kafka_merge_delays
-from atomickafka.evaluation.bench.relay import running_relays
+from atomickafka.evaluation.bench.relay import running_relays, write_warm_up
 from atomickafka.evaluation.cost.accounting import RunCost
 from atomickafka.evaluation.cost.processes import CpuMeter, ProcessRole, track_broker, track_cluster
 from atomickafka.evaluation.cost.topic_scan import (
@@ -378,6 +378,7 @@ def _bare_kafka(
     def send() -> None:
         producer = RecordProducer(connection)
         producer.warm_up([topic])  # metadata first: not part of a latency
+        write_warm_up(producer, topic)  # and its producer id
         start = time.monotonic()
         for i in range(messages):
             if rate:
