@@ -24,6 +24,7 @@ from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER
 from atomickafka.logs import Throttle
 
 __all__ = [
+    "METADATA_HINT_S",
     "SCAN_WINDOW",
     "assign_from",
     "consume_batch",
@@ -115,6 +116,12 @@ def watermarks(
     )
 
 
+#: How long :func:`assign_from` waits for a topic's metadata when it only makes a
+#: lookup go out sooner (``OFFSET_BEGINNING``): without it the lookup is merely half a
+#: second late, so a reader never waits long for it when no broker answers.
+METADATA_HINT_S: Final = 1.0
+
+
 def assign_from(
     consumer: Consumer, parts: Iterable[TopicPartition], timeout_s: float = 10.0
 ) -> None:
@@ -126,39 +133,57 @@ def assign_from(
     assigned at ``OFFSET_BEGINNING`` first fetched 515 ms after it was made (10-20 ms
     at offset 0, on the embedded broker, 2026-11-27), and one assigned at
     ``OFFSET_END`` took its end half a second late, so a record written meanwhile was
-    never read. Here the topics' metadata is read first (the lookup then goes out at
-    once), and ``OFFSET_END`` is resolved now, to the partition's high watermark (for
-    ``read_committed``, its last stable offset): every record written after this call
-    is read. A topic that does not exist yet ends at offset 0. Should the metadata not
-    come within ``timeout_s`` (no broker answers), the offsets are assigned as given.
+    never read. Here the topics' metadata is read first (for at most
+    :data:`METADATA_HINT_S` where it only saves time), and ``OFFSET_END`` is resolved
+    now, to the partition's high watermark (for ``read_committed``, its last stable
+    offset): every record written after this call is read. A topic that does not
+    exist yet ends at offset 0. Should no broker answer within ``timeout_s``, the end
+    is left to librdkafka (``OFFSET_END``).
     """
     wanted = list(parts)
-    logical = {p.topic for p in wanted if p.offset in (OFFSET_BEGINNING, OFFSET_END)}
-    try:
-        exists = {t: _topic_exists(consumer, t, timeout_s) for t in sorted(logical)}
-        resolved = [
+    at_end = {p.topic for p in wanted if p.offset == OFFSET_END}
+    for topic in sorted({p.topic for p in wanted if p.offset == OFFSET_BEGINNING} - at_end):
+        try:
+            consumer.list_topics(topic, timeout=min(timeout_s, METADATA_HINT_S))
+        except KafkaException as exc:
+            log.debug("no metadata for %s yet (%s): its first fetch may wait", topic, exc)
+    exists: dict[str, bool | None] = {t: _topic_exists(consumer, t, timeout_s) for t in at_end}
+    consumer.assign(
+        [
             TopicPartition(p.topic, p.partition, _end(consumer, p, exists[p.topic], timeout_s))
             if p.offset == OFFSET_END
             else p
             for p in wanted
         ]
+    )
+
+
+def _topic_exists(consumer: Consumer, topic: str, timeout_s: float) -> bool | None:
+    """Whether ``topic`` exists; ``None`` when no broker said within ``timeout_s``."""
+    try:
+        meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
     except KafkaException as exc:
-        log.debug("no metadata for %s (%s): assigning the offsets as given", logical, exc)
-        resolved = wanted
-    consumer.assign(resolved)
-
-
-def _topic_exists(consumer: Consumer, topic: str, timeout_s: float) -> bool:
-    meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        log.debug("no metadata for %s (%s): its end is left to librdkafka", topic, exc)
+        return None
     if meta is None or meta.error is None:
         return meta is not None
     if meta.error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
         return False
-    raise KafkaException(meta.error)
+    return None
 
 
-def _end(consumer: Consumer, part: TopicPartition, exists: bool, timeout_s: float) -> int:
-    return watermarks(consumer, part, timeout_s)[1] if exists else 0
+def _end(consumer: Consumer, part: TopicPartition, exists: bool | None, timeout_s: float) -> int:
+    """Where ``part`` ends now: 0 for a topic not created yet, ``OFFSET_END`` when
+    it cannot be known."""
+    if exists is None:
+        return OFFSET_END
+    if not exists:
+        return 0
+    try:
+        return watermarks(consumer, part, timeout_s)[1]
+    except KafkaException as exc:
+        log.debug("no watermarks for %s (%s): its end is left to librdkafka", part.topic, exc)
+        return OFFSET_END
 
 
 def fetched(consumer: Consumer, parts: Iterable[TopicPartition]) -> bool:
