@@ -49,7 +49,8 @@ Rules (§4.1 to §4.8):
    clock is at least ``final(m)``, so nothing proposed later sorts before it.
 5. Duplicates change nothing: messages are keyed by ``messageID``, proposals by topic,
    control messages by their sender's sequence (§4.12), and settled ids are remembered
-   for a window of log time (§4.13).
+   for a window of log time (§4.13; with a control log, until both logs' times have
+   passed it, and a client copy is judged late by when it reached its log, §7.1).
 6. A single-destination message for this topic takes the fast path: proposal = final.
 7. Relay: a ClientMessage written to a topic that is not among its destinations is
    forwarded (to one destination, or to all with ``direct``); the relay takes no
@@ -351,6 +352,10 @@ class Engine:
             log_time = record.logTime
             if log_time is not None and log_time > state.now_ms:
                 self._advance(log_time, result)
+            arrived = record.arrived
+            if arrived is not None and state.input_ms is not None and arrived > state.input_ms:
+                state.input_ms = arrived  # the input log's time moves on (§7.1)
+                state.stats.forgotten += state.memory.expire(min(state.now_ms, arrived))
             take(index, record, result)
             if self._members_changed:
                 self._members_changed = False
@@ -369,16 +374,18 @@ class Engine:
     def _advance(self, log_time: int, result: Step) -> None:
         """The log's time moves on to ``log_time`` (a record's, past the log's time):
         what was held until then is applied, and what settled a window ago is
-        forgotten (§4.11, §4.13)."""
+        forgotten (§4.11, §4.13) -- with a control log, a window ago by the time of both
+        logs (§7.1)."""
         state = self.state
         state.now_ms = log_time
-        state.stats.forgotten += state.memory.expire(log_time)
+        horizon = log_time if state.input_ms is None else min(log_time, state.input_ms)
+        state.stats.forgotten += state.memory.expire(horizon)
         orphans = state.orphans
         if orphans and orphans[0][0] <= log_time:
             result.outputs.extend(self._numbered(self._abandon_orphans(log_time)))
         if state.held:
             for held in state.held.due(log_time * 1000):
-                self._take(None, held, result, released=True)
+                self._take(None, held, result, released=True, timed=True)
 
     def _retake_awaiting(self, result: Step) -> None:
         """Take the messages that waited for members again, after a members record (or
@@ -408,8 +415,17 @@ class Engine:
         return out
 
     def _take(
-        self, position: int | None, record: Message, result: Step, *, released: bool = False
+        self,
+        position: int | None,
+        record: Message,
+        result: Step,
+        *,
+        released: bool = False,
+        timed: bool = False,
     ) -> None:
+        """Apply one record (``released``: one kept earlier, taken again; ``timed``: it
+        was held until the log's time reached its timestamp, §4.11 -- not a record that
+        waited for members, §4.9.5, which is never refused for its wait)."""
         state = self.state
         handler = self._handlers.get(record.messageType)
         if handler is None:  # deliveries (the shared layout), watermarks
@@ -422,7 +438,7 @@ class Engine:
             return
         if released and record.origin is not None:
             result.released.append(record.origin)  # until it is kept again, below
-        if released and self._held_too_long(record):
+        if timed and self._held_too_long(record):
             state.stats.late += 1
             state.stats.rejected += 1
             result.rejected.append(
@@ -470,10 +486,12 @@ class Engine:
             result.released.pop()  # kept again: not released after all
 
     def _held_too_long(self, record: Message) -> bool:
-        """A record held for longer than a record may be late is a stray's: an honest
-        proposal is at most the apply bound ahead of the log, so it is never held for
-        long, and the memory window may have forgotten what this one was about (§4.13).
-        Decided by log times alone, so a replay in other batches decides the same."""
+        """A record held (§4.11) for longer than a record may be late is a stray's: an
+        honest proposal is at most the apply bound ahead of the log, so it is never held
+        for long, and the memory window may have forgotten what this one was about
+        (§4.13). Decided by log times alone, so a replay in other batches decides the
+        same. (Only for time holds: a wait for a members record, §4.9.5, is as long as a
+        fresh node takes to start, and an honest proposal waits it out.)"""
         if record.messageType is MessageType.TICK or record.logTime is None:
             return False
         return self.state.now_ms - record.logTime > self.window.max_age_ms
@@ -986,8 +1004,11 @@ class Engine:
 
     def _check_late(self, record: Message) -> None:
         """§4.13: a client copy of a message unknown here that reached the log too late
-        (or dated ahead) is set aside -- without an Abort."""
-        why = self.window.lateness(record.sentAt, record.logTime)
+        (or dated ahead) is set aside -- without an Abort. A copy is judged by when it
+        reached its log, also one a control log's marker applies later (§7.1)."""
+        arrived = record.arrived
+        reached = record.logTime if arrived is None else arrived
+        why = self.window.lateness(record.sentAt, reached)
         if why is not None:
             self.state.stats.late += 1
             raise _Refused(why)
@@ -1192,8 +1213,13 @@ class Engine:
             return self._answer_settled(record)
         entry = state.pending.get(mid)
         if entry is None:
+            # poc: an Ack may overtake the Notify that starts us. Before the members
+            # record that lets this node take the message up it waits, as that Notify
+            # does (§4.9.5): an entry made now would be abandoned as a stray's, should
+            # the wait outlast the memory window, before the Notify could join it.
+            self._check_members(record)
             state.orphans.append((state.now_ms + self.window.window_ms, mid))
-        entry = self._entry(record, entry)  # poc: an Ack may overtake the Notify that starts us
+        entry = self._entry(record, entry)
         if record.seq is not None:
             entry.heard[sender] = record.seq
         if sender in entry.proposals:
@@ -1450,6 +1476,7 @@ class Engine:
                 headers,
                 encoding,
                 answers,
+                None,  # arrived: an output has none
             ),
         )
 
