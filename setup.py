@@ -36,6 +36,7 @@ COMPILED = [
     "atomickafka/core/marker.py",
     "atomickafka/core/memory.py",
     "atomickafka/core/merger.py",
+    "atomickafka/core/placement.py",
     "atomickafka/core/protocols.py",
     "atomickafka/core/raw.py",
     "atomickafka/core/reader.py",

@@ -29,6 +29,7 @@ COMPILED_MODULES: Final = (
     "marker",
     "memory",
     "merger",
+    "placement",
     "protocols",
     "raw",
     "reader",

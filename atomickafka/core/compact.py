@@ -293,9 +293,9 @@ _TOPIC_BLOBS: dict[tuple[tuple[str, ...], ...], bytes] = {}
 
 def _put_entry(out: bytearray, message: Message, version: int, previous: _Previous) -> None:
     """One bundle entry."""
-    (_, kind, _, value, _, _, timestamp, _, _, _, _, seq, _, _, key, headers, encoding, answers) = (
-        message
-    )
+    # (by position, not unpacked: a Message has fields a bundle never carries)
+    kind, value, timestamp, seq = message[1], message[3], message[6], message[11]
+    key, headers, encoding, answers = message[14], message[15], message[16], message[17]
     code = _CODE_OF.get(kind)
     if code is None:
         raise MessageError("messageType", "a bundle cannot hold it", kind)
@@ -711,6 +711,7 @@ def _entry(
             headers,
             encoding,
             answers,
+            None,  # arrived: set by the batch layer (§7.1)
         ),
     )
     return message

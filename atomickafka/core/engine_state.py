@@ -56,7 +56,7 @@ def _headers_from(data: list[list[str]]) -> tuple[tuple[str, bytes], ...]:
 
 
 def _message_data(m: Message) -> list[Any]:
-    return [
+    data = [
         m.messageID,
         m.messageType.value,
         list(m.topic),
@@ -76,12 +76,16 @@ def _message_data(m: Message) -> list[Any]:
         m.encoding,
         None if m.answers is None else list(m.answers),
     ]
+    if m.arrived is not None:  # (optional: a reader before it reads the first 18)
+        data.append(m.arrived)
+    return data
 
 
 def _message_from(data: list[Any]) -> Message:
     (mid, kind, topic, value, sender, sent_from, ts, layer, digest, protocol) = data[:10]
     sent_at, seq, log_time, origin, key, headers, encoding = data[10:17]
     answers = data[17] if len(data) > 17 else None  # absent before the answers field
+    arrived = data[18] if len(data) > 18 else None  # absent before the arrival time (§7.1)
     return Message(
         messageID=mid,
         messageType=MessageType(kind),
@@ -101,6 +105,7 @@ def _message_from(data: list[Any]) -> Message:
         headers=_headers_from(headers),
         encoding=encoding,
         answers=None if answers is None else (int(answers[0]), int(answers[1])),
+        arrived=None if arrived is None else int(arrived),
     )
 
 
@@ -126,6 +131,11 @@ class EngineState:
     # the clock and progress
     clock: int
     now_ms: int
+    #: With a control log (§7.1): the log time of the latest input-log record applied
+    #: (when it reached the input log), 0 before the first; ``None``: one log. Settled
+    #: ids are forgotten only once both logs' times have passed their window (§4.13), so
+    #: a client copy that waited in the input log finds its id still remembered.
+    input_ms: int | None
     #: Offset of the record being handled, and the index of its next output.
     origin: int | None
     next_index: int
@@ -180,6 +190,7 @@ class EngineState:
             merger_id=merger_id,
             clock=0,
             now_ms=0,
+            input_ms=None,
             origin=None,
             next_index=0,
             pending={},
@@ -200,7 +211,7 @@ class EngineState:
 
     def to_data(self) -> dict[str, Any]:
         """The state as plain JSON-serialisable data: the snapshot's format."""
-        return {
+        data: dict[str, Any] = {
             "version": SNAPSHOT_VERSION,
             "topic": self.topic,
             "node_id": self.node_id,
@@ -223,6 +234,9 @@ class EngineState:
             "awaiting": [[t, _message_data(m)] for t, m in self.awaiting],
             "stats": {name: getattr(self.stats, name) for name in EngineStats.__dataclass_fields__},
         }
+        if self.input_ms is not None:  # a node with a control log (§7.1); optional
+            data["input_ms"] = self.input_ms
+        return data
 
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> EngineState:
@@ -284,6 +298,7 @@ def _state_from(data: dict[str, Any]) -> EngineState:
     members = data.get("members")
     members_log_ms = data.get("members_log_ms")  # absent in older snapshots: wait for the next
     logged = data.get("logged_protocol")  # absent in older snapshots
+    input_ms = data.get("input_ms")  # absent in older snapshots: one log, or 0 (§7.1)
     held = HeldMessages()
     for item in data["held"]:
         message = _message_from(item)
@@ -300,6 +315,7 @@ def _state_from(data: dict[str, Any]) -> EngineState:
         merger_id=str(data["merger_id"]),
         clock=int(data["clock"]),
         now_ms=int(data["now_ms"]),
+        input_ms=None if input_ms is None else int(input_ms),
         origin=data["origin"][0],
         next_index=int(data["origin"][1]),
         pending={mid: _pending_from(e) for mid, e in data["pending"].items()},

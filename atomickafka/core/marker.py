@@ -26,6 +26,7 @@ from atomickafka.core.wire import FORMAT_VERSION, MessageError, is_valid_topic_n
 from atomickafka.errors import ConfigError
 
 __all__ = [
+    "MARKER_LEAD_MS",
     "MARKER_TYPE",
     "MAX_MARKER_RANGE",
     "Marker",
@@ -40,6 +41,12 @@ _MARKER_TAG: Final = b'"ApplyMarker"'
 #: the input log held, and a larger one is a stray's (it would make the node wait for
 #: offsets nobody wrote).
 MAX_MARKER_RANGE: Final = 1 << 20
+#: How much later than its marker an input-log record the marker names may have been
+#: appended (log times of two partitions, whose leaders' clocks may differ): a node
+#: marks what it has read, so a record appended later than this is not one its marker
+#: stands for, and the marker is a stray's or a forgery (docs/DESIGN.md §7.1). A
+#: forged marker stops the control log for about this long.
+MARKER_LEAD_MS: Final = 10_000
 #: The largest offset a marker may name (Kafka's offsets are signed 64-bit).
 _MAX_OFFSET: Final = (1 << 63) - 1
 

@@ -212,6 +212,11 @@ class Message(NamedTuple):
     #: such an answer to its own proposal makes a destination drop a version it has
     #: proposed for (§4.9.4).
     answers: tuple[int, int] | None = None
+    #: Local annotation, never written: for an input-log record a control log's marker
+    #: applies (§7.1), the log append time at which it reached the input log (its
+    #: ``logTime`` is the marker's, when it is applied). ``None``: it is applied where it
+    #: stands in the log it reached.
+    arrived: int | None = None
 
 
 _new_tuple = tuple.__new__
@@ -722,6 +727,7 @@ def _fast_entry(
             _NO_HEADERS,
             None,
             answers,
+            None,  # arrived: set by the batch layer (§7.1)
         ),
     )
     return message, position + (size or 0)

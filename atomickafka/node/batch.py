@@ -36,6 +36,7 @@ import orjson
 
 from atomickafka.core.compact import BINARY, compact_writer, control_encoders
 from atomickafka.core.engine import Algorithm, Engine, Output, Step
+from atomickafka.core.placement import misplaced
 from atomickafka.core.raw import decode_any, encode_raw_delivery
 from atomickafka.core.reader import (
     DEAD_LETTER_CODE_HEADER,
@@ -69,6 +70,7 @@ __all__ = [
     "NodeStartError",
     "OutKind",
     "OutRecord",
+    "Place",
     "Ready",
     "SettingsChangedError",
     "signed",
@@ -89,6 +91,11 @@ HOW_TO_RECONFIGURE: Final = (
     "settings and --reconfigure"
 )
 _LOG_APPEND_TIME: Final = 2  # confluent-kafka's TIMESTAMP_LOG_APPEND_TIME
+#: A record's place in the input order of a node with a control log (§7.1): the origin
+#: its messages are numbered with (§4.12), the log time they are applied at, and, for
+#: an input-log record a marker applies, when it reached the input log (``None``: a
+#: control-log record, applied where it stands).
+Place = tuple[int, int | None, int | None]
 #: The delivery formats (§3.8).
 RAW: Final = "raw"
 JSON: Final = "json"
@@ -280,6 +287,9 @@ class NodeBatch(SnapshotTaker):
         self.snapshot_seq = snapshot_seq
         self.dead_letters = 0
         self.unsigned = 0
+        #: Records set aside for being in a log their writer never writes them to (a
+        #: node with a control log, §7.1).
+        self.misplaced = 0
         #: Records set aside for their signature, by whom they claim to come from (a
         #: member's topic, or ``client <id>``): a member signing with a secret this node
         #: does not hold is named by ``status``, ``doctor``, the metrics and the log.
@@ -430,12 +440,11 @@ class NodeBatch(SnapshotTaker):
         return self._apply_placed(records, None)
 
     def _apply_placed(
-        self, records: Sequence[KafkaRecord], placed: Sequence[tuple[int, int | None]] | None
+        self, records: Sequence[KafkaRecord], placed: Sequence[Place] | None
     ) -> list[OutRecord]:
         """Apply ``records``; ``placed``, when given, is each record's place in the
-        node's input order instead of its own offset and log time: the (origin, log
-        time) its messages are numbered and timed with (a control log's marker applying
-        input-log records, §7)."""
+        node's input order instead of its own offset and log time (a control log's
+        marker applying input-log records, §7.1): see :data:`Place`."""
         messages: list[Message] = []
         sources: list[KafkaRecord] = []
         out: list[OutRecord] = []
@@ -474,10 +483,10 @@ class NodeBatch(SnapshotTaker):
         self,
         record: KafkaRecord,
         out: list[OutRecord],
-        place: tuple[int, int | None] | None = None,
+        place: Place | None = None,
     ) -> list[Message]:
         """The messages of one input record; a record that cannot be taken becomes a
-        dead letter in ``out``."""
+        dead letter in ``out`` (with a control log, also one in the wrong log, §7.1)."""
         spec = self.spec
         if spec.shared_layout and header_value(record, TYPE_HEADER) == _DELIVERY_TYPE:
             return []  # our own output, in the shared layout
@@ -490,20 +499,33 @@ class NodeBatch(SnapshotTaker):
             why = Refusal(problem.code, f"{problem.text} (claims to come from {claimed})")
             out.append(self._dead_letter(raw, why, record))
             return []
+        arrived = None
         if place is None:
             kind, stamp = record.timestamp()
             log_time = stamp if kind == _LOG_APPEND_TIME or stamp > 0 else None
             origin = record.offset()
         else:
-            origin, log_time = place
+            origin, log_time, arrived = place
         try:
-            return decode_any(raw, record.key(), record.headers(), log_time=log_time, origin=origin)
+            messages = decode_any(
+                raw, record.key(), record.headers(), log_time=log_time, origin=origin
+            )
         except MessageError as exc:
             if exc.field == "formatVersion":
                 claimed = _claimed_sender(record)
                 self.newer_formats[claimed] = self.newer_formats.get(claimed, 0) + 1
             out.append(self._dead_letter(raw, refusal(Reason.INVALID_RECORD, str(exc)), record))
             return []
+        if place is None:
+            return messages
+        problem = misplaced(messages, from_input=arrived is not None)
+        if problem is not None:
+            self.misplaced += 1
+            out.append(self._dead_letter(raw, problem, record))
+            return []
+        if arrived is None:
+            return messages
+        return [m._replace(arrived=arrived) for m in messages]
 
     def _signature_problem(self, record: KafkaRecord) -> Refusal | None:
         signer = self.spec.signer

@@ -16,10 +16,22 @@ Numbering (§4.12): a control output's ``seq`` is (offset in the control log of 
 record or marker that caused it, index). The ``k``-th input-log record a marker applies
 has the origin ``(offset << ORIGIN_SHIFT) | k`` and its outputs the index ``k << 24 |
 i`` (``Engine.origin_shift``): each record is numbered apart, so how many outputs one
-has never shifts another's ``seq``. They are timed with the marker's log time too
-(the time they are applied at): §4.13's argument that a copy which is not late finds its
-id still remembered counts from the time the node applies the copy, not from the time
-the copy reached the input log.
+has never shifts another's ``seq``. They are applied at the marker's log time, and carry
+the time they reached the input log (``Message.arrived``): a copy is judged late by
+that (§4.13), and the engine forgets settled ids by the earlier of the two logs' times,
+so a copy that waited in the input log still finds its id remembered (§7.1, "A copy is
+timed by its arrival").
+
+What may come from which log (§7.1, "Records in the wrong log"): a relay only from the
+input log, a peer's control message or the node's members record only from the control
+log (:func:`~atomickafka.core.placement.misplaced`); anything else is set aside.
+
+A marker names what was written before it (§7.1): one whose range holds an input-log
+record appended more than ``MARKER_LEAD_MS`` after it is not the node's, and is set
+aside. While the control log waits at a marker for offsets not read, the node ticks its
+input log once the marker is that old (a forged marker's range then holds the tick),
+and while its input log is idle it ticks it every few seconds (so that the input log's
+time, and with it the memory's, moves on).
 
 Positions: :attr:`position` is the next control-log offset to process,
 :attr:`applied` the next unapplied input-log offset; a snapshot records both (the
@@ -42,6 +54,7 @@ from typing import Any, Final
 
 from atomickafka.core.engine import Engine
 from atomickafka.core.marker import (
+    MARKER_LEAD_MS,
     MAX_MARKER_RANGE,
     Marker,
     MarkerError,
@@ -51,7 +64,7 @@ from atomickafka.core.marker import (
 from atomickafka.core.reader import KafkaRecord
 from atomickafka.core.reasons import Reason, Refusal, refusal
 from atomickafka.errors import ConfigError
-from atomickafka.node.batch import NodeBatch, NodeSpec, OutRecord, Ready
+from atomickafka.node.batch import NodeBatch, NodeSpec, OutKind, OutRecord, Place, Ready
 from atomickafka.node.snapshots import LoadedSnapshot
 
 __all__ = ["OrderedNodeBatch", "OrderedStandby"]
@@ -61,6 +74,13 @@ _LOG_APPEND_TIME: Final = 2
 #: its marker's range (``Engine.origin_shift``): a marker names fewer offsets than this.
 ORIGIN_SHIFT: Final = 20
 assert 1 << ORIGIN_SHIFT >= MAX_MARKER_RANGE
+#: While its input log's time lags its control log's by more than this, a node whose
+#: input log is idle ticks it (§7.1, "A copy is timed by its arrival"): settled ids are
+#: forgotten by the earlier of the two times, and the tick moves the input log's on.
+INPUT_TICK_MS: Final = 5_000
+#: While the control log waits at a marker for input offsets not read, ticks of the
+#: input log (once the marker is older than ``MARKER_LEAD_MS``) are this far apart.
+WAITING_TICK_MS: Final = 1_000
 
 
 def _log_time(record: KafkaRecord) -> int | None:
@@ -97,7 +117,13 @@ class OrderedNodeBatch(NodeBatch):
         #: shell bounds its steps so that a backlog of markers, each applying a whole
         #: read batch, is not applied in one step that writes nothing for seconds.
         self.step_budget: int | None = None
-        self._blocked = False  # the queue's head is a marker waiting for the input log
+        #: The queue's head when it is a marker waiting for the input log.
+        self._blocked: KafkaRecord | None = None
+        #: When (wall time) the node last ticked its input log, or began to write.
+        self._input_tick_ms: int | None = None
+        self.input_ticks = 0
+        if self.engine.state.input_ms is None:  # a fresh engine, or an older snapshot's
+            self.engine.state.input_ms = 0
 
     @classmethod
     def recover_ordered(
@@ -149,7 +175,7 @@ class OrderedNodeBatch(NodeBatch):
     @property
     def waiting(self) -> bool:
         """The next control record is a marker naming input-log offsets not read yet."""
-        return self._blocked and bool(self._queue)
+        return self._blocked is not None and bool(self._queue)
 
     @property
     def queued(self) -> int:
@@ -173,14 +199,14 @@ class OrderedNodeBatch(NodeBatch):
         if until is not None and until > self.read_until:
             self.read_until = until
         ready = self._pump(wall_s)
-        self._mark(ready)
+        self._mark(ready, wall_s)
         return ready
 
     def step_control(self, records: Sequence[KafkaRecord], *, wall_s: float) -> Ready:
         """Records read from the control log, in offset order from :attr:`position`."""
         self._queue.extend(records)
         ready = self._pump(wall_s)
-        self._mark(ready)
+        self._mark(ready, wall_s)
         return ready
 
     def idle(self, *, wall_s: float) -> Ready:
@@ -189,7 +215,7 @@ class OrderedNodeBatch(NodeBatch):
         if self._queue and not self.waiting:
             return self.step_control((), wall_s=wall_s)
         ready = super().idle(wall_s=wall_s)
-        self._mark(ready)
+        self._mark(ready, wall_s)
         return ready
 
     # ------------------------------------------------------------------ the order
@@ -199,14 +225,14 @@ class OrderedNodeBatch(NodeBatch):
         allows; outputs of records below :attr:`replay_until` are dropped."""
         ready = Ready()
         run: list[KafkaRecord] = []
-        placed: list[tuple[int, int | None]] = []
+        placed: list[Place] = []
         run_replayed = True  # whether ``run``'s outputs are dropped
         live: list[OutRecord] = []
         taken = 0
         queue = self._queue
         budget = self.step_budget
         applied = 0
-        self._blocked = False
+        self._blocked = None
         while queue:
             if budget is not None and applied >= budget:
                 break  # the rest in the next step
@@ -221,7 +247,7 @@ class OrderedNodeBatch(NodeBatch):
             run_replayed = replay
             items, problem = self._control_record(record)
             if items is None:
-                self._blocked = True
+                self._blocked = record
                 break  # a marker waits for input-log records not read yet
             queue.popleft()
             self.position = offset + 1
@@ -251,7 +277,7 @@ class OrderedNodeBatch(NodeBatch):
     def _flush(
         self,
         run: list[KafkaRecord],
-        placed: list[tuple[int, int | None]],
+        placed: list[Place],
         replayed: bool,
         live: list[OutRecord],
     ) -> None:
@@ -266,20 +292,20 @@ class OrderedNodeBatch(NodeBatch):
 
     def _control_record(
         self, record: KafkaRecord
-    ) -> tuple[list[tuple[KafkaRecord, tuple[int, int | None]]] | None, Refusal | None]:
+    ) -> tuple[list[tuple[KafkaRecord, Place]] | None, Refusal | None]:
         """What one control record applies: itself (any record but a marker), the
         input-log records its marker names, or nothing (a marker set aside, with the
         reason, or one whose range does not start at :attr:`applied`); ``None``: wait
         for the input log."""
         offset = record.offset() or 0
-        place = (offset << ORIGIN_SHIFT, _log_time(record))
+        origin, log_time = offset << ORIGIN_SHIFT, _log_time(record)
         try:
             marker = decode_marker(record.value())
         except MarkerError as exc:
             self.markers_refused += 1
             return [], refusal(Reason.INVALID_RECORD, str(exc))
         if marker is None:
-            return [(record, place)], None
+            return [(record, (origin, log_time, None))], None
         problem = self._marker_problem(record, marker)
         if problem is not None:
             self.markers_refused += 1
@@ -288,18 +314,57 @@ class OrderedNodeBatch(NodeBatch):
             self.markers_void += 1
             self._read_back(marker.start, marker.end)
             return [], None
+        problem = self._written_after(marker, log_time)
+        if problem is not None:
+            self.markers_refused += 1
+            self._read_back(marker.start, marker.end)  # its own? then it marks them again
+            return [], problem
         if self.read_until < marker.end:
             return None, None
-        applied: list[tuple[KafkaRecord, tuple[int, int | None]]] = []
+        applied: list[tuple[KafkaRecord, Place]] = []
         buffer = self._buffer
-        origin, log_time = place
         while buffer and (buffer[0].offset() or 0) < marker.end:
             record = buffer.popleft()
-            applied.append((record, (origin | ((record.offset() or 0) - marker.start), log_time)))
+            place = origin | ((record.offset() or 0) - marker.start)
+            arrived = _log_time(record)
+            applied.append((record, (place, log_time, log_time if arrived is None else arrived)))
         self.applied = marker.end
         self.markers_applied += 1
         self._read_back(marker.start, marker.end)
         return applied, None
+
+    def _written_after(self, marker: Marker, marked_at: int | None) -> Refusal | None:
+        """Why ``marker`` (appended at ``marked_at``) cannot be the node's: an input-log
+        record in its range reached the log more than ``MARKER_LEAD_MS`` after it (§7.1,
+        "A marker names what was written before it": the node marks what it has read,
+        so every record its marker names was appended before the marker). Decided by the
+        records in the range alone, whatever was read of them when: while the range is
+        not all read, by the newest record read (a later one only adds to the range),
+        and once it is, by all of them."""
+        if marked_at is None:
+            return None
+        bound = marked_at + MARKER_LEAD_MS
+        buffer = self._buffer
+        if self.read_until < marker.end:
+            newest = _log_time(buffer[-1]) if buffer else None
+            late = newest is not None and newest > bound
+        else:
+            late = False
+            for record in buffer:
+                if (record.offset() or 0) >= marker.end:
+                    break
+                stamp = _log_time(record)
+                if stamp is not None and stamp > bound:
+                    late = True
+                    break
+        if not late:
+            return None
+        return refusal(
+            Reason.STRAY,
+            f"an apply marker naming input-log offsets [{marker.start}, {marker.end}), some "
+            f"written more than {MARKER_LEAD_MS // 1000} s after the marker: a node marks "
+            "only what it has read, so this one is a stray's or a forgery (§7.1)",
+        )
 
     def _marker_problem(self, record: KafkaRecord, marker: Marker) -> Refusal | None:
         """Why a marker is not this node's own (only its own markers apply: anyone else's
@@ -328,12 +393,17 @@ class OrderedNodeBatch(NodeBatch):
         while outstanding and outstanding[0][1] <= self.applied:
             outstanding.popleft()
 
-    def _mark(self, ready: Ready) -> None:
+    def _mark(self, ready: Ready, wall_s: float) -> None:
         """Write a marker for what was read and is not yet named by a marker this
         process wrote and has not read back (none while replaying: the control log may
-        hold the last process's markers further on)."""
+        hold the last process's markers further on); tick the input log when due."""
         if self.replaying or not self.writing:
             return
+        if self._input_tick_ms is None:  # counted from when the node starts writing
+            self._input_tick_ms = int(wall_s * 1000)
+        due = self.next_input_tick_ms
+        if due is not None and wall_s * 1000 >= due:
+            self._tick_input(ready, wall_s)
         start = max(self.applied, self._outstanding[-1][1] if self._outstanding else 0)
         spec = self.spec
         assert spec.control_topic is not None
@@ -343,6 +413,38 @@ class OrderedNodeBatch(NodeBatch):
             ready.records.append(self._own_log_record(value))
             self._outstanding.append((start, end))
             start = end
+
+    @property
+    def next_input_tick_ms(self) -> int | None:
+        """When (wall time, ms) the node next ticks its input log if nothing else comes
+        (§7.1), or ``None``: while its control log waits at a marker for input offsets
+        not read yet, once the marker is ``MARKER_LEAD_MS`` old and then every
+        ``WAITING_TICK_MS`` (a marker in the node's name that no record of the node's
+        stands behind is refuted by the tick, which comes after it in its range); and
+        while its input log is idle and its time lags the control log's by more than
+        ``INPUT_TICK_MS``, every ``INPUT_TICK_MS``."""
+        last = self._input_tick_ms
+        marked_at = None if self._blocked is None else _log_time(self._blocked)
+        if self.waiting and marked_at is not None:
+            due = marked_at + MARKER_LEAD_MS
+            return due if last is None else max(due, last + WAITING_TICK_MS)
+        input_ms = self.engine.state.input_ms
+        idle = self.read_until == self.applied and not self._outstanding
+        if last is None or not idle or input_ms is None:
+            return None
+        if self.engine.now_ms - input_ms <= INPUT_TICK_MS:
+            return None
+        return last + INPUT_TICK_MS
+
+    def _tick_input(self, ready: Ready, wall_s: float) -> None:
+        """Write the node's own tick (timestamp 0: it moves nothing but the log's time)
+        to its input log."""
+        spec = self.spec
+        value = self._encode_tick(spec.node_id, 0, spec.layer)
+        tick = OutRecord(OutKind.TICK, spec.input_topic, value, spec.input_partition)
+        ready.records.append(self._signed(tick))
+        self._input_tick_ms = int(wall_s * 1000)
+        self.input_ticks += 1
 
     # ------------------------------------------------------------------ snapshots
 
