@@ -77,7 +77,14 @@ It can misbehave the way Kafka, crashes and careless writers do (:class:`Chaos`)
   everywhere; nodes read it before or after their first members record);
 - WRONG RESTART: a node is restarted with another protocol; it must refuse (§6.6),
   from its snapshot or from its own members record in the replay, unless nothing
-  protocol-specific was committed yet; then it is restarted as it should be.
+  protocol-specific was committed yet; then it is restarted as it should be;
+- DOWNTIME, LATE MEMBERS: the log's time jumps on by more than half the memory window
+  (the nodes were down), at any step or before a node's first members record after it
+  starts (what it read waits for it that long, §4.9.5); copies that reached their logs
+  in time must still be delivered, and nothing twice (§4.13, §7.1);
+- MISPLACED: a copy of a recent relay or bundle in the other log of its node (§7.1);
+- FORGED MARKER: an unsigned apply marker in a node's name naming input offsets
+  nobody wrote yet (§7.1): the topic stops for a bounded time at most.
 
 Messages that must not be delivered (a forged one; one whose destinations run
 different protocols, which every destination aborts) are kept out of what the checker
@@ -110,6 +117,7 @@ from typing import Any, Final, TypeVar
 from atomickafka.core.compact import BINARY, CONTROL_FORMATS
 from atomickafka.core.compact import JSON as JSON_CONTROL
 from atomickafka.core.engine import Algorithm, Engine
+from atomickafka.core.marker import MAX_MARKER_RANGE, decode_marker, encode_marker
 from atomickafka.core.protocols import route
 from atomickafka.core.raw import decode_any
 from atomickafka.core.reader import (
@@ -257,6 +265,22 @@ class Chaos:
     commit: float = 1.0
     #: The chance that a node that lost its role to its standby goes on as a zombie.
     zombie: float = 0.0
+    #: Issue 35's hazards (docs/DESIGN.md §4.9.5, §4.13, §7.1). ``late_members``: the
+    #: chance that a node's first members record after it starts comes only once more
+    #: than half the memory window of log time has passed (a fresh node down before it
+    #: wrote it, its peers' proposals read and waiting for it).
+    late_members: float = 0.0
+    #: The chance per step that the log's time jumps on by more than half the memory
+    #: window: the nodes were down (what was written before is read after).
+    downtime: float = 0.0
+    #: The chance per step that a copy of a recent record lands in the other log of its
+    #: node (a relay in the control log, a peer's bundle in the input log); with one log,
+    #: in that log again.
+    misplaced: float = 0.0
+    #: The chance per step that an unsigned apply marker in a node's name, naming input
+    #: offsets from its next unapplied one on (most of them not written yet), reaches
+    #: its control log (its input log, with one log).
+    forged_marker: float = 0.0
 
 
 _S = TypeVar("_S", bound=Send)
@@ -634,7 +658,9 @@ class Simulator:
         self._settled_at: dict[tuple[str, str], int] = {}
         #: Offsets of the stray Acks and Notifies about a delivered message, per topic.
         self._about_ids: dict[str, set[int]] = {t: set() for t in self.topics}
-        self._forged = 0
+        #: (log, offset) of every stray record (MISPLACED copies honest records only),
+        #: and how many forged bundles were written.
+        self._hostile, self._forged = set[tuple[str, int]](), 0
         #: Recent multicasts (as their client wrote them), what STRAY IN FLIGHT picks from.
         self._in_flight: deque[Message] = deque(maxlen=20)
         self._stray_hit: set[str] = set()
@@ -740,9 +766,14 @@ class Simulator:
 
     def holding(self) -> bool:
         """True while some node holds a message for the log's time to catch up, has a
-        transaction open, or goes on as a zombie."""
+        transaction open, goes on as a zombie, or waits at a marker for input offsets
+        nobody wrote yet (§7.1: it ticks its input log when the marker is old enough)."""
         return any(
-            n.batch.engine.held_count or n.txn or n.txn_commit is not None or n.zombie
+            n.batch.engine.held_count
+            or n.txn
+            or n.txn_commit is not None
+            or n.zombie
+            or (n.ordered is not None and n.ordered.waiting)
             for n in self.nodes.values()
         )
 
@@ -759,10 +790,14 @@ class Simulator:
 
     def next_due_ms(self, topic: str) -> int | None:
         """When ``topic``'s node next has something to do without new input: a held
-        message comes due (§4.11), or its shell writes its members record (after its
-        first round, and every second while messages wait for members, §4.9.5)."""
+        message comes due (§4.11), its shell writes its members record (after its
+        first round, and every second while messages wait for members, §4.9.5), or it
+        ticks its input log (§7.1)."""
         node = self.nodes[topic]
         dues = [node.batch.engine.next_due_ms]
+        ordered = node.ordered
+        if ordered is not None and not ordered.replaying:
+            dues.append(ordered.next_input_tick_ms)  # (wall time: the simulated clock's)
         if not node.batch.replaying:
             awaited = bool(node.batch.engine.awaiting_members)
             if node.members_at is None:
@@ -966,6 +1001,9 @@ class Simulator:
         node = self.nodes[topic]
         if node.batch.replaying:
             return
+        if node.members_at is None and self.chooser.chance(self.chaos.late_members):
+            self.downtime()  # (LATE MEMBERS: what the node read waits that long)
+            self.events["late_members"] += 1
         now = self.clock.now_ms
         awaited = bool(node.batch.engine.awaiting_members)
         if node.members_at is None:
@@ -1145,12 +1183,15 @@ class Simulator:
         Ack or Notify stray later, when its id may be forgotten.)"""
         ts = stray_timestamp(self.clock.now_ms, bound)
         about = self._delivered_multicast(topic) if kind >= 2 else None
+        log = self._hostile_log(topic)
+        self._hostile.add((log.topic, len(log)))
         if about is None:
             sender = f"merger-{topic}" if kind != 1 else INTRUDER
             value = stray_tick(sender, ts, self.layer, self.control_formats[topic])
         else:
             message, sender = about
-            self._about_ids[topic].add(len(self.inputs[topic]))
+            if log is self.inputs[topic]:  # (never copied later: see above)
+                self._about_ids[topic].add(len(log))
             value = stray_control(
                 MessageType.ACK if kind == 2 else MessageType.NOTIFY,
                 message,
@@ -1160,9 +1201,17 @@ class Simulator:
                 layer=self.layer,
                 control_format=self.control_formats[sender],
             )
-        self.append_input(topic, value, signed=False)
+        log.append(value)
         self.events[f"stray_{bound.value}"] += 1
         self._note(f"stray record ({kind}, {bound.value}) into {topic}")
+
+    def _hostile_log(self, topic: str) -> Log:
+        """Where a stray control record for ``topic``'s node lands: its input log, or,
+        with a control log, that log or (drawn) the control log, where its peers' control
+        records are read (in the input log it is set aside as misplaced, §7.1)."""
+        if self.control_logs and self.chooser.chance(0.5):
+            return self.controls[topic]
+        return self.inputs[topic]
 
     def _delivered_multicast(self, topic: str) -> tuple[Message, str] | None:
         reader = self.readers[topic]
@@ -1211,7 +1260,9 @@ class Simulator:
             answers=answers,
             control_format=self.control_formats[sender],
         )
-        self.append_input(target, value, signed=False)
+        log = self._hostile_log(target)
+        self._hostile.add((log.topic, len(log)))
+        log.append(value)
         self._stray_hit.add(about.messageID)
         self.events["stray_in_flight"] += 1
         self._note(f"stray {kind.value} ({protocol}) about {about.messageID} into {target}")
@@ -1280,6 +1331,7 @@ class Simulator:
             control_format=self.control_formats[sender],
         )
         self.doomed.add(mid)
+        self._hostile.add((self.inputs[topic].topic, len(self.inputs[topic])))
         self.append_input(topic, value, signed=True)
         self.events["bad_value"] += 1
         self._note(f"forged bundle {mid} with a value that is not JSON into {topic}")
@@ -1381,9 +1433,67 @@ class Simulator:
             self.bad_value(pick(chooser, topics))
         if chooser.chance(chaos.stray_in_flight):
             self.stray_in_flight()
+        self._hazards()
         self._restarts()
         if chaos.takeover:
             self._standbys()
+
+    def _hazards(self) -> None:
+        """Issue 35's hazards, each by chance: downtime, a misplaced copy, a forged
+        marker (a late members record is drawn where the shell writes it)."""
+        chooser, chaos = self.chooser, self.chaos
+        if chooser.chance(chaos.downtime):
+            self.downtime()
+        if chooser.chance(chaos.misplaced):
+            self.misplaced_copy(pick(chooser, self.topics))
+        if chooser.chance(chaos.forged_marker):
+            self.forge_marker(pick(chooser, self.topics))
+
+    def downtime(self) -> None:
+        """The log's time jumps on by more than half the memory window (DOWNTIME)."""
+        window = min(n.spec.window_ms for n in self.nodes.values())
+        self.clock.jump_to(self.clock.now_ms + window // 2 + self.chooser.integer(1, window // 4))
+        self.events["downtime"] += 1
+        self._note(f"downtime: time jumps to {self.clock.now_ms} ms")
+
+    def misplaced_copy(self, topic: str) -> None:
+        """A copy of one of the recent relays or peers' bundles of ``topic``'s logs in
+        its other log (MISPLACED): honest records, where their writers never put them
+        (§7.1); with one log, again in that log."""
+        sources = [self.inputs[topic], *([self.controls[topic]] if self.control_logs else [])]
+        candidates: list[tuple[Log, PlainRecord]] = []
+        for log in sources:
+            for record in log.records[-self.chaos.duplicate_window :]:
+                if (log.topic, record.offset()) in self._hostile:
+                    continue
+                messages = read_messages(record) or []
+                if any(m.seq is not None for m in messages):  # a relay or a bundle
+                    candidates.append((log, record))
+        if not candidates:
+            return
+        source, record = pick(self.chooser, candidates)
+        target = source
+        if self.control_logs:
+            target = self.inputs[topic] if source is self.controls[topic] else self.controls[topic]
+        headers = [(k, v) for k, v in record.headers() or () if isinstance(v, bytes)]
+        target.append(record.value(), key=record.key(), headers=headers)
+        self.events["misplaced"] += 1
+        self._note(f"copy of {source.topic}[{record.offset()}] into {target.topic}")
+
+    def forge_marker(self, topic: str) -> None:
+        """An unsigned apply marker in the name of ``topic``'s node (FORGED MARKER),
+        naming input offsets from its next unapplied one (a few, or as many as a marker
+        may name): with a control log it waits for offsets nobody wrote until a record
+        in its range refutes it (§7.1); with one log it is no record a node reads."""
+        node = self.nodes[topic]
+        ordered = node.ordered
+        start = ordered.applied if ordered is not None else len(self.inputs[topic])
+        size = pick(self.chooser, [1, 3, MAX_MARKER_RANGE])
+        value = encode_marker(node.spec.node_id, topic, start, start + size, self.layer)
+        log = self.controls[topic] if self.control_logs else self.inputs[topic]
+        log.append(value)
+        self.events["forged_marker"] += 1
+        self._note(f"forged marker [{start}, {start + size}) into {log.topic}")
 
     def _restarts(self) -> None:
         """A node restarted with a protocol it was not running (by chance), and one
@@ -1591,6 +1701,8 @@ class Simulator:
                 return
             assert record.value is not None
             logs[target].append(record.value, key=record.key, headers=record.headers)
+            if self.chaos.downtime or self.chaos.late_members:
+                self._note_late_relays(target, record.value)
         elif kind is OutKind.DELIVERY or kind is OutKind.WATERMARK:
             self.streams[source].append(record.value, key=record.key, headers=record.headers)
             if self.chaos.stray and kind is OutKind.DELIVERY and record.value is not None:
@@ -1604,6 +1716,20 @@ class Simulator:
             self._note(f"{source} SETS ASIDE: {_dead_letter(record).reason}")
         else:
             self.nodes[source].snapshot_rows.append((record.key, record.value))
+
+    def _note_late_relays(self, target: str, value: bytes) -> None:
+        """A relay's copies that reach ``target``'s log more than half the memory
+        window after their clients sent them (their relay was down, DOWNTIME) are late
+        there (§4.13): such a message may be delivered nowhere, but only everywhere or
+        nowhere."""
+        window = self.nodes[target].spec.window_ms
+        if decode_marker(value) is not None:
+            return
+        for message in decode_any(value):
+            sent_at = message.sentAt
+            client = message.messageType is MessageType.CLIENT
+            if client and sent_at is not None and self.clock.now_ms - sent_at > window // 2:
+                self._stray_hit.add(message.messageID)
 
     def _note(self, text: str) -> None:
         if self.trace is not None:

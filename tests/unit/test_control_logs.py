@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from atomickafka.core.engine import Algorithm, Engine
 from atomickafka.core.marker import decode_marker
 from atomickafka.core.wire import Message
-from atomickafka.verify.layered import LayeredSimulator, LayerPolicy, MergerChaos, assign_layers
+from atomickafka.verify.layered import MergerChaos
 from atomickafka.verify.simulator import (
     Chaos,
     RandomChooser,
@@ -30,7 +30,12 @@ from atomickafka.verify.simulator import (
     random_workload,
     replayed_ordered_deliveries,
 )
-from tests.unit.test_layered import assert_merged_correct, layer_chaos, merger_chaos
+from tests.unit.test_layered import (
+    assert_merged_correct,
+    layer_chaos,
+    merger_chaos,
+    three_topic_run,
+)
 from tests.unit.test_mutations import (
     CALM as CALM_MUTATION,
 )
@@ -61,6 +66,10 @@ HOSTILE = Chaos(
     mixed_formats=True,
     upgrade=0.01,
     zombie=0.5,
+    late_members=0.1,  # issue 35's hazards (tests/unit/test_default_path_hazards.py)
+    downtime=0.002,
+    misplaced=0.02,
+    forged_marker=0.01,
 )
 #: Hot standbys following both logs (``OrderedStandby``), taking over from dying nodes
 #: whose zombies go on writing.
@@ -294,22 +303,8 @@ def test_layers_with_control_logs_keep_atomic_multicast(
     to the layers' input logs and apply where the nodes' markers place them; every
     layer and the merged streams keep atomic multicast, and each layer replays (rule 8
     over its control log) to what it delivered."""
-    topics = ["T1", "T2", "T3"]
-    rng = random.Random(seed)
-    base = random_workload(rng, topics, clients=2, messages=20, multicast=0.5, relay=0.1)
-    workload = assign_layers(
-        base, layers, policy=LayerPolicy.ROUND_ROBIN, chooser=RandomChooser(rng)
-    )
-    sim = LayeredSimulator(
-        topics,
-        layers,
-        algorithm=algorithm,
-        chooser=RandomChooser(rng),
-        chaos=chaos,
-        merger_chaos=mchaos,
-        exactly_once=mode[0],
-        commit_lag=mode[1],
-        control_logs=True,
-        direct_copies=direct,
-    )
-    assert_merged_correct(sim.run(workload))
+    result = three_topic_run(
+        algorithm, seed, layers, chaos, mchaos,
+        control_logs=True, direct=direct, exactly_once=mode[0], commit_lag=mode[1],
+    )  # fmt: skip
+    assert_merged_correct(result)

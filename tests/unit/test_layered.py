@@ -69,6 +69,41 @@ from tests.unit.test_properties import (
 # ---------------------------------------------------------------------------- the judge
 
 
+def three_topic_run(
+    algorithm: Algorithm,
+    seed: int,
+    layers: int,
+    chaos: Chaos,
+    merger_chaos: MergerChaos = MERGER_CALM,
+    *,
+    control_logs: bool,
+    direct: float = 0.0,
+    exactly_once: bool = True,
+    commit_lag: int = 2,
+) -> LayeredResult:
+    """20 messages from two clients to three partitioned topics (half multicast, some
+    relayed), spread round-robin over ``layers``, every choice drawn from ``seed``."""
+    topics = ["T1", "T2", "T3"]
+    rng = random.Random(seed)
+    base = random_workload(rng, topics, clients=2, messages=20, multicast=0.5, relay=0.1)
+    workload = assign_layers(
+        base, layers, policy=LayerPolicy.ROUND_ROBIN, chooser=RandomChooser(rng)
+    )
+    sim = LayeredSimulator(
+        topics,
+        layers,
+        algorithm=algorithm,
+        chooser=RandomChooser(rng),
+        chaos=chaos,
+        merger_chaos=merger_chaos,
+        exactly_once=exactly_once,
+        commit_lag=commit_lag,
+        control_logs=control_logs,
+        direct_copies=direct if control_logs else 0.0,
+    )
+    return sim.run(workload)
+
+
 def assert_merged_correct(result: LayeredResult, *, honest: bool = True) -> None:
     """Everything a layered run must satisfy, on the merged streams and below them."""
     where = result.describe()
