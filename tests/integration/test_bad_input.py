@@ -20,7 +20,7 @@ from atomickafka.client import AtomicKafkaClient
 from atomickafka.core.engine import DEFAULT_ALGORITHM
 from atomickafka.kafka.consumer import make_consumer, read_partitions
 from atomickafka.kafka.status import read_statuses
-from atomickafka.kafka.topics import dead_letter_topic, input_topic
+from atomickafka.kafka.topics import control_topic, dead_letter_topic, input_topic
 from tests.integration.harness import (
     Sent,
     assert_order_checked,
@@ -190,7 +190,7 @@ def test_a_reused_id_and_a_wild_timestamp_stall_nothing(
                  "sentFromTopic": b, "protocol": protocol, "digest": "0" * 16}  # fmt: skip
         produce_raw(
             kafka_bootstrap,
-            input_topic(a, "split"),
+            control_topic(a),  # where a's peers' Acks are read (DESIGN §7.1)
             [
                 orjson.dumps({**stray, "timeStamp": 2**64 - 2}),
                 orjson.dumps({**stray, "timeStamp": 2**53 - 1}),

@@ -25,8 +25,11 @@ pytestmark = pytest.mark.integration
 
 UNREACHABLE = "127.0.0.1:1"  # nothing listens on port 1
 UNRESOLVABLE = "nosuchhost.invalid:9092"
-#: Each error must come within this (the probe waits at most 10 s, start-up ~2 s).
-BOUND_S = 25.0
+#: Each error must come within this, not hang: the probe waits at most 10 s, and a
+#: command's start-up takes ~2 s -- but the cases run side by side, on a machine that
+#: may be busy (CI's: 26.5 s once, with the load at 17 on two cores), so the bound is
+#: a hang's, not a speed target.
+BOUND_S = 60.0
 
 
 Case = tuple[list[str], int, tuple[str, ...]]

@@ -1,5 +1,6 @@
 """Issue 15 on the real broker: one record (or one failed write) from anyone who can
-write to the input logs or the delivery topics must not stop a topic or break its order
+write to the input or control logs or the delivery topics must not stop a topic or break
+its order
 (docs/DESIGN.md §4.9, §4.11, §6). One test per way the model checker found:
 
 1. a stray clock (a Tick or an Ack far ahead) at one node;
@@ -12,7 +13,9 @@ write to the input logs or the delivery topics must not stop a topic or break it
 7. (nodes of different protocols: tests/integration/test_bad_input.py).
 
 Each test only uses what any client or plain producer can do, and each ends with the
-topics still delivering, in order, checked by the order checker.
+topics still delivering, in order, checked by the order checker. A stray control record
+is written where a node reads its peers' control records: its control log (the
+default); in its input log it is set aside as misplaced at once (DESIGN §7.1).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from atomickafka.core.wire import Message as WireMessage
 from atomickafka.core.wire import MessageType as Kind
 from atomickafka.kafka.consumer import read_to_end
 from atomickafka.kafka.status import read_statuses
-from atomickafka.kafka.topics import delivery_topic, input_topic
+from atomickafka.kafka.topics import control_topic, delivery_topic, input_topic
 from atomickafka.localkafka import broker_status
 from atomickafka.verify.checker import deliveries_from_wire
 from tests.conftest import KafkaService
@@ -95,14 +98,12 @@ def test_1_a_stray_clock_at_one_node_stalls_no_multicast(
     time, the same at every node, not the receiver's own clock)."""
     a, b = topic_factory(), topic_factory()
     with running_cluster(kafka_bootstrap, [a, b], log_dir=tmp_path):
-        produce_raw(
-            kafka_bootstrap, input_topic(a, "split"), [stray_ack("x", [a, b], b, 2**48 - 2)]
-        )
+        produce_raw(kafka_bootstrap, control_topic(a), [stray_ack("x", [a, b], b, 2**48 - 2)])
         tick = orjson.dumps(
             {"messageType": "TickMessage", "senderID": "someone", "timeStamp": 2**48 - 1,
              "formatVersion": 2}
         )  # fmt: skip
-        produce_raw(kafka_bootstrap, input_topic(a, "split"), [tick])
+        produce_raw(kafka_bootstrap, control_topic(a), [tick])
         multicast_arrives(kafka_bootstrap, [a, b])
         status = read_statuses(kafka_bootstrap)
     assert status[a].clock >= 2**48 - 2  # the stray was taken: it was within the bound
@@ -118,7 +119,7 @@ def test_2_the_mergers_tick_after_a_stray_clock_is_taken(
     with running_cluster(kafka_bootstrap, [t, u], partitions=2, log_dir=tmp_path, **FAST):
         stray = orjson.loads(stray_ack("x", [t, u], u, 2**48))
         stray["partitionID"] = 0
-        produce_raw(kafka_bootstrap, input_topic(t, "split"), [orjson.dumps(stray)], partition=0)
+        produce_raw(kafka_bootstrap, control_topic(t), [orjson.dumps(stray)], partition=0)
         with AtomicKafkaClient(kafka_bootstrap) as client:
             first = client.send("on layer 0", [t], key="layer0")  # crc32 % 2 == 0
             sent = [Sent(first, (t,), "on layer 0", "")]
@@ -141,7 +142,7 @@ def test_3_a_notify_at_the_largest_timestamp_exhausts_nothing(
             digest=value_digest(value), protocol="direct",
         )  # fmt: skip
         bundle = encode_bundle([notify], sender_id=f"node-{b}", sent_from=b, protocol="direct")
-        produce_raw(kafka_bootstrap, input_topic(a, "split"), [bundle])
+        produce_raw(kafka_bootstrap, control_topic(a), [bundle])
         multicast_arrives(kafka_bootstrap, [a, b])
         for topic in (a, b):
             records = read_to_end(kafka_bootstrap, delivery_topic(topic), [0])

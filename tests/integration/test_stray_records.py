@@ -2,7 +2,7 @@
 a delivery or holds a topic (docs/DESIGN.md §4.9, §6.6). Each test ends with the
 independent order checker.
 
-- Strays written by a plain producer into the input logs of a running, unsigned
+- Strays written by a plain producer into the control logs of a running, unsigned
   cluster, about messages in flight: a Notify naming another protocol, a format-1
   Notify (no protocol) and an Abort, placed before and after the message's copies.
 - A message naming a topic that has no node, in an input log before the nodes start:
@@ -30,7 +30,7 @@ from atomickafka.core.reader import DEAD_LETTER_ERROR_HEADER, header_value
 from atomickafka.core.wire import Message, MessageType, client_message, encode_client
 from atomickafka.kafka.admin import admin_client, ensure_topics
 from atomickafka.kafka.status import read_statuses, wait_for_nodes
-from atomickafka.kafka.topics import dead_letter_topic, input_topic
+from atomickafka.kafka.topics import control_topic, dead_letter_topic, input_topic
 from atomickafka.node.config import NodeConfig
 from atomickafka.node.runtime import node_topic_specs
 from atomickafka.verify.checker import SentMessage, check, deliveries_from_client
@@ -126,12 +126,14 @@ def test_strays_from_a_plain_producer_split_no_delivery_and_hold_no_topic(
                 (third, stray(MessageType.NOTIFY, about, first, None)),
             ]
             before = i % 2 == 0  # a stray before the copy in one log, after it in the others
+            # the strays where a node reads its peers' control records: its control log
+            # (in its input log they would be set aside as misplaced at once, §7.1)
             if before:
-                producer.produce(input_topic(first, "split"), strays[0][1])
+                producer.produce(control_topic(first), strays[0][1])
             for topic in destinations:
                 producer.produce(input_topic(topic, "split"), value)
             for topic, record in strays[0 if not before else 1 :]:
-                producer.produce(input_topic(topic, "split"), record)
+                producer.produce(control_topic(topic), record)
             planted.append(SentMessage(mid, frozenset(destinations), {"i": i}))
 
         sent: list[Sent] = []
