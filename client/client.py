@@ -35,10 +35,18 @@ from atomickafka.client.errors import (
     QueueFullError,
     SigningError,
 )
-from atomickafka.client.lanes import DEFAULT_DIRECT_RATE, DIRECT_BEHIND_S, DirectLane
+from atomickafka.client.plan import (
+    DEFAULT_DIRECT_RATE,
+    DEFAULT_MAX_LAG_S,
+    DirectLane,
+    NodeView,
+    copies,
+    lagging,
+    lane_targets,
+)
 from atomickafka.client.reader import DeliveryReader
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
-from atomickafka.core.protocols import route, routed_by_id
+from atomickafka.core.protocols import route
 from atomickafka.core.raw import RESERVED_HEADER_PREFIX, ClientRecords, Header
 from atomickafka.core.signing import Signer
 from atomickafka.core.wire import MAX_VALUE_BYTES, is_valid_topic_name, parse_destinations
@@ -64,11 +72,6 @@ log = logging.getLogger("atomickafka.client")
 #: quarter second, so holding back starts, and ends, in time to keep the backlog near
 #: ``max_lag_s`` under a flood.
 _REFRESH_S = 0.25
-#: A destination whose node is further behind its input than this (its status's
-#: ``inputLagSeconds`` or ``inputDrainSeconds``: the oldest unread record has waited, or
-#: the unread ones would take, longer) makes send() wait (docs/DESIGN.md §5.3): queues
-#: stay bounded.
-DEFAULT_MAX_LAG_S = 0.25
 #: How long send() waits for a lagging destination before it raises QueueFullError.
 DEFAULT_MAX_BLOCK_S = 30.0
 _LAG_POLL_S = 0.25  # how often a held-back send() reads the statuses again
@@ -102,11 +105,11 @@ class _Route(NamedTuple):
 
     algorithm: Algorithm  # the protocol the destinations' nodes run
     partitions: int  # the layers the destinations share (1: unpartitioned)
-    inputs: tuple[str, ...]  # the input logs the record is written to
-    by_id: bool  # poc/optimized without via: one of ``inputs``, chosen by the id
+    targets: tuple[str, ...]  # the topics whose logs the record is written to
+    by_id: bool  # poc/optimized without via: one of ``targets``, chosen by the id
     lagging: bool  # a destination's node lagged more than max_lag_s when judged
-    #: input log -> the control log a copy may take instead (the direct lane, §7.1)
-    lanes: Mapping[str, str]
+    #: the targets whose copies may take the direct lane (their control logs, §7.1)
+    lanes: frozenset[str]
 
 
 class _Pending:
@@ -354,31 +357,30 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         record_key = key.encode() if isinstance(key, str) else key
         records = self._records(topics, record_key, _user_headers(headers))
         encoded = self._encode(values, records, route.partitions, first_index)
-        inputs, by_id, lanes, lane = route.inputs, route.by_id, route.lanes, self._lane
         producer = self._ensure_producer()
         if self._rerouted:
             self._send_rerouted()
         signer = self._signer
         for message_id, value, layer, payload, record_headers in encoded:
-            # poc, optimized: one destination, the same the nodes would pick
-            where = (routed_by_id(inputs, message_id),) if by_id else inputs
+            # where each copy goes (poc, optimized: one destination, the one the nodes
+            # would pick), and which take the direct lane
+            planned = copies(message_id, route.targets, route.by_id, route.lanes, self._lane, now)
             report: DeliveryCallback
             if on_delivery is None:  # only a failure matters: nothing to count per message
                 report = functools.partial(self._on_record, message_id)
             else:
-                sent = SentMessage(message_id, topics, value, via, key, layer, len(where))
+                sent = SentMessage(message_id, topics, value, via, key, layer, len(planned))
                 report = _Pending(sent, self._failed, on_delivery).on_delivery
-            for input_log in where:
+            for copy in planned:
+                input_log = input_topic(copy.topic, self.layout)
                 log_to = input_log
                 copy_report: DeliveryCallback = report
-                if lanes:
-                    direct = lanes.get(input_log)
-                    if direct is not None and lane.take(input_log, now):
-                        log_to = direct  # this copy takes the direct lane
-                        self.direct_copies += 1
-                        copy_report = _LaneCopy(
-                            self, input_log, payload, record_key, layer, record_headers, report
-                        ).on_delivery
+                if copy.direct:  # this copy takes the direct lane
+                    log_to = control_topic(copy.topic)
+                    self.direct_copies += 1
+                    copy_report = _LaneCopy(
+                        self, input_log, payload, record_key, layer, record_headers, report
+                    ).on_delivery
                 _send_copy(
                     producer, signer, log_to, payload, record_key, layer, record_headers,
                     copy_report,
@@ -494,15 +496,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         grows), so this lets a client write at most a status interval early."""
         limit = self.max_lag_s
         assert limit is not None
-        wanted = set(topics)
-        now = time.time()
-        for status in statuses.values():
-            if status.topic not in wanted or status.role is not Role.NODE:
-                continue
-            behind = status.behind_s - max(0.0, now - status.time)
-            if behind > limit and status.live(now):
-                return status.topic, behind
-        return None
+        return lagging(topics, _views(statuses, time.time()), limit)
 
     def _on_record(self, message_id: str, error: KafkaError | None, _record: KafkaMessage) -> None:
         """The delivery report of a record of ``message_id``, sent without
@@ -624,24 +618,14 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
             return judged
         algorithm, partitions = judged
         targets, by_id = route(topics, via, algorithm)
-        inputs = tuple(input_topic(t, self.layout) for t in targets)
-        lagging = self.max_lag_s is not None and self._lagging(destinations, statuses) is not None
-        lanes = self._lanes(targets, statuses) if self._lane.open else {}
-        return _Route(algorithm, partitions, inputs, by_id, lagging, lanes)
+        behind = self.max_lag_s is not None and self._lagging(destinations, statuses) is not None
+        lanes = self._lanes(targets, statuses) if self._lane.open else frozenset()
+        return _Route(algorithm, partitions, targets, by_id, behind, lanes)
 
-    def _lanes(self, targets: Iterable[str], statuses: Mapping[str, Status]) -> dict[str, str]:
-        """The input logs of ``targets`` whose copies may take the direct lane: every
-        live node of the topic (each layer's) reads a control log and is at most
-        :data:`~atomickafka.client.lanes.DIRECT_BEHIND_S` behind."""
-        lanes = {}
-        now = time.time()
-        for target in targets:
-            nodes = [s for s in statuses.values() if s.topic == target and s.role is Role.NODE]
-            if nodes and all(
-                s.control_log and s.live(now) and s.behind_s <= DIRECT_BEHIND_S for s in nodes
-            ):
-                lanes[input_topic(target, self.layout)] = control_topic(target)
-        return lanes
+    def _lanes(self, targets: Iterable[str], statuses: Mapping[str, Status]) -> frozenset[str]:
+        """The targets whose copies may take the direct lane
+        (:func:`~atomickafka.client.plan.lane_targets`)."""
+        return frozenset(lane_targets(targets, _views(statuses, time.time())))
 
     def _judge(
         self, topics: list[str], statuses: dict[str, Status], *, waited: bool = False
@@ -735,7 +719,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         names = [input_topic(t, self.layout) for t in wanted]
         statuses = self._statuses(force=True)
         if self._lane.open:
-            names += self._lanes(wanted, statuses).values()
+            names += [control_topic(t) for t in self._lanes(wanted, statuses)]
         self._ensure_producer().warm_up(names, timeout_s)
 
     def flush(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
@@ -899,6 +883,20 @@ class _Late:
 #: What a route was judged: its protocol and layers, the error refusing it, or late.
 _Verdict = tuple[Algorithm, int] | DestinationError | _Late
 _Judged = _Route | DestinationError | _Late
+
+
+def _views(statuses: Mapping[str, Status], now: float) -> dict[str, list[NodeView]]:
+    """What the statuses say of each topic's nodes, as the client's plan takes it
+    (:mod:`atomickafka.client.plan`): how far behind each said it was, and how long ago."""
+    views: dict[str, list[NodeView]] = {}
+    for status in statuses.values():
+        if status.role is Role.NODE:
+            since = now - status.time
+            view = NodeView(
+                status.topic, status.live(now), status.control_log, status.behind_s, since
+            )
+            views.setdefault(status.topic, []).append(view)
+    return views
 
 
 def _newest(statuses: list[Status]) -> float:

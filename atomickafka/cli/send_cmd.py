@@ -41,7 +41,8 @@ from atomickafka.client import (
     MessageError,
     SentMessage,
 )
-from atomickafka.client.client import DEFAULT_MAX_BLOCK_S, DEFAULT_MAX_LAG_S
+from atomickafka.client.client import DEFAULT_MAX_BLOCK_S
+from atomickafka.client.plan import DEFAULT_MAX_LAG_S
 from atomickafka.core.raw import RESERVED_HEADER_PREFIX
 from atomickafka.core.wire import MAX_VALUE_BYTES
 from atomickafka.kafka.topics import Layout

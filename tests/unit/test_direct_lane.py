@@ -12,7 +12,7 @@ from confluent_kafka import KafkaError
 
 from atomickafka.client.delivery import SentMessage
 from atomickafka.client.errors import DeliveryError
-from atomickafka.client.lanes import DEFAULT_DIRECT_BURST, DIRECT_BEHIND_S, DirectLane
+from atomickafka.client.plan import DEFAULT_DIRECT_BURST, DIRECT_BEHIND_S, DirectLane
 from atomickafka.core.signing import Signer, parse_secrets
 from tests.unit.test_client_statuses import SECRET, Watch, client, status
 
