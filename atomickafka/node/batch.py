@@ -1,41 +1,82 @@
-"""The node's batch layer: records in, what to write and commit out (docs/DESIGN.md §6).
+"""The node's batch layer: records in, what to write and commit out (docs/DESIGN.md §6,
+§7.1).
 
-Like etcd-io/raft's ``RawNode``, this layer owns every decision between the input log
-and the broker and performs none of the I/O: the shell (:mod:`atomickafka.node.runtime`)
-consumes a batch of input records, hands them to :meth:`NodeBatch.step`, and gets back
-a :class:`Ready` -- the records to write, in order (control bundles per destination,
-deliveries, the layer's watermark, dead letters with their reasons, a snapshot when one
-is due), and the input offset that becomes committed with them. In exactly-once mode
-the shell writes all of it and the offset in one Kafka transaction; in at-least-once
+Like etcd-io/raft's ``RawNode``, this layer owns every decision between the node's
+logs and the broker and performs none of the I/O: the shell (:mod:`atomickafka.node.runtime`)
+consumes records, hands them to :class:`NodeBatch`, and gets back a :class:`Ready` --
+the records to write, in order (control bundles per destination, deliveries, the
+layer's watermark, dead letters with their reasons, apply markers and ticks, a snapshot
+when one is due), and the offsets that become committed with them. In exactly-once
+mode the shell writes all of it and the offsets in Kafka transactions; in at-least-once
 mode it writes it with a gapless idempotent producer and commits once the broker has
-acknowledged it (:mod:`atomickafka.node.offsets`). The simulators drive this same
-layer and crash a node the way production recovers: :meth:`NodeBatch.recover` from
-the newest snapshot, then a replay.
+acknowledged it (:mod:`atomickafka.node.offsets`). The simulators drive this same layer
+and crash a node the way production recovers: :meth:`NodeBatch.recover` from the
+newest snapshot, then a replay.
+
+The input order (§7.1). A node applies one log in order, its *committed log*, whose
+offsets it commits: with a control log (the default) that is ``atomickafka-ctl.T``,
+where its peers' proposals, its own ticks, members records and *apply markers* go, and
+client records stay in the input log ``atomickafka-in.T`` until the node's marker
+"apply in.T [a, b)" comes back through the control log; without one (``--no-control-log``)
+the committed log is the input log itself, and no marker is ever written. It is one
+path: :meth:`NodeBatch.step` takes records of the committed log (applying each where it
+stands, each marker's range in its place), :meth:`NodeBatch.step_input` records of a
+separate input log (buffering them and marking what it read). What differs between the
+two is what :class:`~atomickafka.node.batch_types.NodeSpec` says about the logs, read
+once, in :class:`Ordering`.
+
+A marker applies only when ``a`` is the next unapplied input offset, so a zombie's, a
+restart's or a second one for the same range applies nothing, or exactly what the first
+did, and every instance and every replay applies the same records in the same place,
+whatever it read of the input log when. A marker names what was written before it: one
+whose range holds a record appended more than ``MARKER_LEAD_MS`` after it is not the
+node's (a stray's, a forgery) and is set aside; a node whose committed log waits at such
+a marker ticks its input log, so a forgery stops it for about that long. Input-log
+records carry their arrival time (``Message.arrived``): a copy is judged late by it,
+and the engine forgets by the earlier of the two logs' times; an idle input log is
+ticked now and then so that its time moves on. A relay only comes from the input log
+and a peer's control message only from the control log
+(:func:`~atomickafka.core.placement.misplaced`).
+
+Numbering (§4.12): a control output's ``seq`` is (offset in the committed log of the
+record or marker that caused it, index). With a control log the ``k``-th input-log
+record a marker applies has the origin ``(offset << ORIGIN_SHIFT) | k`` and its outputs
+the index ``k << 24 | i`` (``Engine.origin_shift``); with one log the origin is the
+record's offset.
 
 Recovery (§6). A node starts from the newest readable snapshot (or the empty state)
-covering input offset ``S``, and from the committed offset ``C >= S``. Records from ``S``
-to ``C`` are replayed: they rebuild the state, and their outputs -- written before the
-restart -- are dropped. From ``C`` on, outputs are written.
+covering committed-log offset ``S`` (and, with a control log, the next unapplied input
+offset in its state, ``ordering.applied``), and from the committed offset ``C >= S``.
+Records from ``S`` to ``C`` are replayed: they rebuild the state, and their outputs --
+written before the restart -- are dropped. From ``C`` on, outputs are written.
 
 Signed records (§4.14). With a :class:`~atomickafka.core.signing.Signer`, an input
 record without a valid signature is set aside with the reason, and every record
 written is signed.
 
-No I/O and no clock: the caller passes the wall time that paces snapshots and the
-node's own clock ticks (§4.11); what is written is a pure function of the input log.
+No I/O and no clock: the caller passes the wall time that paces snapshots, markers and
+the node's own ticks (§4.11); what is decided is a pure function of the committed log.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, Final, Protocol
+from dataclasses import dataclass
+from typing import Any, Final
 
 import orjson
 
-from atomickafka.core.compact import BINARY, compact_writer, control_encoders
-from atomickafka.core.engine import Algorithm, Engine, Output, Step
+from atomickafka.core.compact import control_encoders
+from atomickafka.core.engine import Engine, Output, Step
+from atomickafka.core.marker import (
+    MARKER_LEAD_MS,
+    MAX_MARKER_RANGE,
+    Marker,
+    MarkerError,
+    decode_marker,
+    encode_marker,
+)
 from atomickafka.core.placement import misplaced
 from atomickafka.core.raw import decode_any, encode_raw_delivery
 from atomickafka.core.reader import (
@@ -50,9 +91,7 @@ from atomickafka.core.reader import (
     header_value,
 )
 from atomickafka.core.reasons import Reason, Refusal, refusal
-from atomickafka.core.signing import SIGNATURE_HEADER, Signer
 from atomickafka.core.wire import (
-    MAX_RECORD_BYTES,
     Message,
     MessageError,
     MessageType,
@@ -61,13 +100,37 @@ from atomickafka.core.wire import (
     encode_watermark,
     pack_bundles,
 )
-from atomickafka.errors import AtomicKafkaError
-from atomickafka.node.snapshots import LoadedSnapshot, SnapshotSchedule, encode_snapshot
+from atomickafka.node.batch_support import (
+    DeferredRecords,
+    claimed_sender,
+    log_time,
+    original_headers,
+    settings_of,
+    take_settings,
+)
+from atomickafka.node.batch_types import (
+    HOW_TO_RECONFIGURE,
+    JSON,
+    RAW,
+    NodeSpec,
+    NodeStartError,
+    OutKind,
+    OutRecord,
+    Place,
+    Ready,
+    SettingsChangedError,
+    SnapshotTaker,
+    signed,
+)
+from atomickafka.node.snapshots import LoadedSnapshot, SnapshotSchedule
 
 __all__ = [
+    "JSON",
+    "RAW",
     "NodeBatch",
     "NodeSpec",
     "NodeStartError",
+    "Ordering",
     "OutKind",
     "OutRecord",
     "Place",
@@ -83,189 +146,52 @@ DEAD_LETTER_KEEP: Final = 990_000
 #: oldest dropped first) so that a later refusal sets the record aside verbatim.
 DEFERRED_KEEP_BYTES: Final = 64 * 1024 * 1024
 _DELIVERY_TYPE: Final = b"DeliveryMessage"
-#: What a refusal to go on with changed settings tells the operator to do (§6.6).
-HOW_TO_RECONFIGURE: Final = (
-    "a node cannot change these while messages may be in flight. To change them "
-    "safely: stop the clients, wait until `atomickafka status` shows nothing pending, "
-    "stop every node (a clean stop takes a snapshot), then start each with the new "
-    "settings and --reconfigure"
-)
-_LOG_APPEND_TIME: Final = 2  # confluent-kafka's TIMESTAMP_LOG_APPEND_TIME
-#: A record's place in the input order of a node with a control log (§7.1): the origin
-#: its messages are numbered with (§4.12), the log time they are applied at, and, for
-#: an input-log record a marker applies, when it reached the input log (``None``: a
-#: control-log record, applied where it stands).
-Place = tuple[int, int | None, int | None]
-#: The delivery formats (§3.8).
-RAW: Final = "raw"
-JSON: Final = "json"
-
-
-class OutKind(StrEnum):
-    """What a record written by a node is."""
-
-    CONTROL = "control"
-    DELIVERY = "delivery"
-    WATERMARK = "watermark"
-    DEAD_LETTER = "dead-letter"
-    TICK = "tick"
-    SNAPSHOT = "snapshot"
+#: With a control log, a record's origin is ``(committed-log offset << ORIGIN_SHIFT) |
+#: k``, ``k`` its place in its marker's range (``Engine.origin_shift``): a marker names
+#: fewer offsets than this.
+ORIGIN_SHIFT: Final = 20
+assert 1 << ORIGIN_SHIFT >= MAX_MARKER_RANGE
+#: While its input log's time lags its control log's by more than this, a node whose
+#: input log is idle ticks it (§7.1, "A copy is timed by its arrival"): settled ids are
+#: forgotten by the earlier of the two times, and the tick moves the input log's on.
+INPUT_TICK_MS: Final = 5_000
+#: While the control log waits at a marker for input offsets not read, ticks of the
+#: input log (once the marker is older than ``MARKER_LEAD_MS``) are this far apart.
+WAITING_TICK_MS: Final = 1_000
 
 
 @dataclass(frozen=True, slots=True)
-class OutRecord:
-    """A record to write (``reason``: why, for a dead letter)."""
+class Ordering:
+    """Where a node's input order comes from (§7.1), read from its spec in one place:
+    the *committed log* it applies in order and commits the offsets of, and the input
+    log clients write to. With a control log they are two logs, client records apply
+    where the node's markers place them, and what the node reads from either log is
+    checked against where its writer puts it; with one log the committed log is the
+    input log, no marker is written and each record applies where it stands."""
 
-    kind: OutKind
-    topic: str
-    value: bytes | None
-    partition: int | None = None
-    key: bytes | None = None
-    headers: tuple[tuple[str, bytes], ...] = ()
-    #: A delivery's send time (ms since the epoch), as its message said: the metrics'
-    #: latency, without reading it back from the bytes (``None``: read them).
-    sent_at: int | None = None
-    reason: Reason | None = None
-
-
-@dataclass(slots=True)
-class Ready:
-    """What one step decided: write ``records`` (in order), then commit ``commit`` (the
-    next input offset). ``snapshot_offset`` is the offset a snapshot among ``records``
-    covers; in at-least-once mode its records are written only once ``commit`` has
-    passed it (:meth:`snapshot_records`)."""
-
-    records: list[OutRecord] = field(default_factory=list)
-    commit: int | None = None
-    snapshot_offset: int | None = None
-    replayed: int = 0  # input records replayed (outputs dropped)
-    #: With a control log (§7): the next unapplied input-log offset, committed beside
-    #: ``commit`` (the control log's).
-    commit_input: int | None = None
-
-    def outputs(self) -> list[OutRecord]:
-        """Everything but the snapshot."""
-        return [r for r in self.records if r.kind is not OutKind.SNAPSHOT]
-
-    def snapshot_records(self) -> list[OutRecord]:
-        """The snapshot's records, if one is due."""
-        return [r for r in self.records if r.kind is OutKind.SNAPSHOT]
-
-
-@dataclass(frozen=True, slots=True)
-class NodeSpec:
-    """What the batch layer needs to know about its node (names resolved by the shell)."""
-
-    topic: str
-    node_id: str
-    role: str  # the node's key: T, or T/layer
-    algorithm: Algorithm
+    committed_topic: str
     input_topic: str
-    input_partition: int
-    delivery_topic: str
-    dead_letter_topic: str
-    snapshot_topic: str
-    #: Where each peer's input log is: the prefix before its topic ("" in the shared
-    #: layout, where the input log is the topic itself).
-    input_prefix: str
-    #: With control logs (§7, the default): the prefix of each peer's control log, where
-    #: this node's bundles go (relayed client copies still go to the peer's input log),
-    #: and this node's own control log, where its ticks, members records and apply
-    #: markers go. ``None``: no control logs, everything goes to the input logs.
-    control_prefix: str | None = None
-    control_topic: str | None = None
-    layer: int | None = None
-    layers_topic: str | None = None
-    shared_layout: bool = False
-    max_value_bytes: int = 900_000
-    max_record_bytes: int = MAX_RECORD_BYTES
-    window_ms: int = 60_000
-    snapshot_every_records: int = 50_000
-    snapshot_every_s: float = 30.0
-    tick_every_s: float = 0.1
-    signer: Signer | None = None
-    #: How deliveries are written to the topic: ``raw`` (the value as sent, metadata in
-    #: headers) or ``json`` (the JSON envelope, the node's default), §3.8.
-    delivery_format: str = JSON
-    #: Take up settings (protocol, delivery format, signing) other than those the node's
-    #: state was built with, when it is drained (§6.6); otherwise such a start is refused.
-    reconfigure: bool = False
-    #: How control records (bundles, ticks) are written (§3.9): ``binary`` (the compact
-    #: form) or ``json`` (what releases before it read). Both are read either way.
-    control_format: str = BINARY
 
+    @classmethod
+    def of(cls, spec: NodeSpec) -> Ordering:
+        """The node's logs, as its spec names them (``control_topic``: the one value)."""
+        return cls(spec.control_topic or spec.input_topic, spec.input_topic)
 
-class NodeStartError(AtomicKafkaError):
-    """The node cannot start safely; the message says why and what to do."""
-
-
-class SettingsChangedError(NodeStartError):
-    """The node is configured with another protocol, delivery format or signing than
-    its state was built with (§6.6): going on would run two protocols under one state.
-    The message says what differs and how to change it safely."""
-
-
-def signed(record: OutRecord, signer: Signer | None) -> OutRecord:
-    """``record`` with its signature headers (§4.14), or as it is without a secret."""
-    if signer is None:
-        return record
-    headers = signer.signed_headers(record.topic, record.key, record.value, record.headers)
-    return OutRecord(
-        record.kind,
-        record.topic,
-        record.value,
-        record.partition,
-        record.key,
-        tuple(headers),
-        record.sent_at,
-        record.reason,
-    )
-
-
-class _SnapshotSpec(Protocol):
     @property
-    def role(self) -> str: ...
+    def marked(self) -> bool:
+        """Client records apply where the node's markers place them (a control log)."""
+        return self.committed_topic != self.input_topic
+
     @property
-    def snapshot_topic(self) -> str: ...
-    @property
-    def signer(self) -> Signer | None: ...
-
-
-class SnapshotTaker:
-    """What the node's and the merger's batch layers share of taking snapshots (§6):
-    when one is due, its sequence number, its signed records and the mark on
-    :class:`Ready`; each layer says what its state and offsets are."""
-
-    spec: _SnapshotSpec
-    snapshot_seq: int
-    _schedule: SnapshotSchedule
-
-    def _snapshot_content(self) -> tuple[Mapping[int, int], dict[str, Any], int]:
-        """The input offsets the snapshot covers, its state, and the mark for
-        :attr:`Ready.snapshot_offset`."""
-        raise NotImplementedError
-
-    def _maybe_snapshot(self, ready: Ready, wall_s: float) -> None:
-        if self._schedule.due(wall_s):
-            self._snapshot(ready, wall_s)
-
-    def _snapshot(self, ready: Ready, wall_s: float) -> None:
-        spec = self.spec
-        self.snapshot_seq += 1
-        self._schedule.taken(wall_s)
-        offsets, state, mark = self._snapshot_content()
-        records = encode_snapshot(
-            spec.role, self.snapshot_seq, offsets, state, created_ms=int(wall_s * 1000)
-        )
-        ready.records.extend(
-            signed(OutRecord(OutKind.SNAPSHOT, spec.snapshot_topic, r.value, 0, r.key), spec.signer)
-            for r in records
-        )
-        ready.snapshot_offset = mark
+    def origin_shift(self) -> int:
+        """Bits of an origin that number the records one marker applies (§4.12)."""
+        return ORIGIN_SHIFT if self.marked else 0
 
 
 class NodeBatch(SnapshotTaker):
-    """One node's engine with the bookkeeping between its input log and the broker."""
+    """One node's engine with the bookkeeping between its logs and the broker (see the
+    module): :meth:`step` takes records of the committed log, :meth:`step_input`
+    records of a separate input log, :meth:`idle` a round with nothing read."""
 
     spec: NodeSpec
 
@@ -277,11 +203,39 @@ class NodeBatch(SnapshotTaker):
         position: int = 0,
         replay_until: int = 0,
         snapshot_seq: int = 0,
+        applied: int = 0,
     ) -> None:
         self.spec = spec
         self.engine = engine
-        #: The next input offset to process.
+        self.ordering = Ordering.of(spec)
+        engine.origin_shift = self.ordering.origin_shift
+        if self.ordering.marked and engine.state.input_ms is None:
+            engine.state.input_ms = 0  # a fresh engine, or an older snapshot's (§7.1)
+        #: The next committed-log offset to process.
         self.position = position
+        #: With a control log: the next unapplied input-log offset, and the next one to
+        #: read (everything below it was read).
+        self.applied = applied
+        self.read_until = applied
+        self._buffer: deque[KafkaRecord] = deque()  # input records read, not applied
+        self._queue: deque[KafkaRecord] = deque()  # committed-log records to apply
+        self._outstanding: deque[tuple[int, int]] = deque()  # markers written, not read back
+        #: False while a standby follows (§6.4): it writes nothing, not even markers.
+        self.writing = True
+        self.markers_applied = 0
+        self.markers_void = 0  # own markers that applied nothing (a != applied)
+        self.markers_refused = 0
+        self.input_ticks = 0
+        #: At most about this many records (committed-log records and the input records
+        #: their markers apply) per step; the rest stay queued for the next step (``None``:
+        #: no bound). Where a step ends never changes what the node decides (rule 8): a
+        #: shell bounds its steps so that a backlog of markers, each applying a whole
+        #: read batch, is not applied in one step that writes nothing for seconds.
+        self.step_budget: int | None = None
+        #: The queue's head when it is a marker waiting for the input log.
+        self._blocked: KafkaRecord | None = None
+        #: When (wall time) the node last ticked its input log, or began to write.
+        self._input_tick_ms: int | None = None
         #: Outputs of records below this offset were written before a restart.
         self.replay_until = replay_until
         self.snapshot_seq = snapshot_seq
@@ -340,10 +294,12 @@ class NodeBatch(SnapshotTaker):
         engine_class: type[Engine] = Engine,
     ) -> NodeBatch:
         """A node restarting from ``snapshot`` (or from nothing) with ``committed`` the
-        committed input offset: it replays from the snapshot's offset, dropping outputs
-        below ``committed``. ``engine_class`` is what the engine is rebuilt as (the
-        simulators' mutation tests keep their mutant across a crash)."""
+        committed offset of its committed log: it replays from the snapshot's offset,
+        dropping outputs below ``committed`` (with a control log, reading the input log
+        from the snapshot's ``ordering.applied``). ``engine_class`` is what the engine is
+        rebuilt as (the simulators' mutation tests keep their mutant across a crash)."""
         reconfigured = False
+        applied = 0
         if snapshot is None or snapshot.state is None:
             start = 0
             engine = cls.fresh_engine(spec, engine_class)
@@ -352,9 +308,15 @@ class NodeBatch(SnapshotTaker):
             start = snapshot.offsets.get(spec.input_partition, 0)
             engine = engine_class.restore(snapshot.state["engine"])
             seq = snapshot.seq
-            reconfigured = _take_settings(spec, snapshot, engine, committed)
+            reconfigured = take_settings(spec, snapshot, engine, committed)
+            applied = int((snapshot.state.get("ordering") or {}).get("applied", 0))
         batch = cls(
-            spec, engine, position=start, replay_until=max(committed, start), snapshot_seq=seq
+            spec,
+            engine,
+            position=start,
+            replay_until=max(committed, start),
+            snapshot_seq=seq,
+            applied=applied,
         )
         batch._snapshot_due = reconfigured  # the new settings' first state, at once
         return batch
@@ -364,28 +326,94 @@ class NodeBatch(SnapshotTaker):
         """Still re-reading records whose outputs were written before a restart."""
         return self.position < self.replay_until
 
+    @property
+    def buffered(self) -> int:
+        """Input-log records read and not yet applied (a shell stops reading the input
+        log past a bound)."""
+        return len(self._buffer)
+
+    @property
+    def unmarked(self) -> int:
+        """Input-log records read that no marker this process wrote names (a standby's
+        buffer when it takes over, until its next step, even an idle one, marks it)."""
+        start = max(self.applied, self._outstanding[-1][1] if self._outstanding else 0)
+        return max(0, self.read_until - start)
+
+    @property
+    def oldest_unapplied_ms(self) -> int | None:
+        """The log time of the oldest record of either log read and not yet applied:
+        how long client records and peers' proposals have waited for the node (a node
+        that keeps up with its input log can still be seconds behind on its control
+        log, and its peers' queues wait for it there)."""
+        heads = (log_time(waiting[0]) for waiting in (self._buffer, self._queue) if waiting)
+        return min((stamp for stamp in heads if stamp is not None), default=None)
+
+    @property
+    def control_fetch_from(self) -> int:
+        """The next committed-log offset to read (past the records queued, not applied)."""
+        return (self._queue[-1].offset() or 0) + 1 if self._queue else self.position
+
+    def fetches(self) -> list[tuple[str, int]]:
+        """The logs the node reads and from where: its committed log past what it applied
+        or queued, and a separate input log past what it read (a control log's node)."""
+        plan = [(self.ordering.committed_topic, self.control_fetch_from)]
+        if self.ordering.marked:
+            plan.append((self.ordering.input_topic, self.read_until))
+        return plan
+
+    @property
+    def waiting(self) -> bool:
+        """The next control record is a marker naming input-log offsets not read yet."""
+        return self._blocked is not None and bool(self._queue)
+
+    @property
+    def queued(self) -> int:
+        """Control records read and not yet applied (waiting for the input log, or past
+        a step's budget: :meth:`step` with no records goes on with them)."""
+        return len(self._queue)
+
     # ------------------------------------------------------------------ steps
 
+    def step_input(
+        self, records: Sequence[KafkaRecord], *, wall_s: float, until: int | None = None
+    ) -> Ready:
+        """Records read from a separate input log (a control log's node), in offset order
+        (``until``: the read position after them, when offsets were skipped -- aborted
+        transactions' records): buffer them, apply what markers wait for, and write a
+        marker for what is unmarked."""
+        for record in records:
+            offset = record.offset() or 0
+            if offset >= self.read_until:
+                self._buffer.append(record)
+                self.read_until = offset + 1
+        if until is not None and until > self.read_until:
+            self.read_until = until
+        ready = self._pump(wall_s)
+        self._mark(ready, wall_s)
+        return ready
+
     def step(self, records: Sequence[KafkaRecord], *, wall_s: float) -> Ready:
-        """Take a batch of input records (in offset order, from :attr:`position`)."""
-        if not records:
+        """Records of the committed log (with one log, the input log), in offset order
+        from :attr:`control_fetch_from`: applied in order, each marker's range of the
+        input log in its place, as far as what was read of the input log allows."""
+        if not records and not self._queue:
             return self.idle(wall_s=wall_s)
-        until = self.replay_until
-        if (records[0].offset() or 0) >= until:  # the common case: nothing to replay
-            cut = 0
-        else:
-            offsets = [r.offset() or 0 for r in records]
-            cut = next((i for i, o in enumerate(offsets) if o >= until), len(records))
+        self._queue.extend(records)
+        ready = self._pump(wall_s)
+        self._mark(ready, wall_s)
+        return ready
+
+    def idle(self, *, wall_s: float) -> Ready:
+        """Nothing was read: go on with the records a step's budget left queued, if
+        any; else tick the node's log while messages are held (§4.11), take a snapshot
+        if one is due, and mark or tick the input log when due."""
+        if self._queue and not self.waiting:
+            return self.step((), wall_s=wall_s)
         ready = Ready()
-        if cut:
-            self._apply(records[:cut])
-            ready.replayed = cut
-        if cut < len(records):
-            ready.records = self._apply(records[cut:])
-            self._schedule.took(len(records) - cut)
-            ready.commit = self.position
+        if not self.replaying:
             self._maybe_tick(ready, wall_s)
             self._maybe_snapshot(ready, wall_s)
+        self._mark(ready, wall_s)
         return ready
 
     def _maybe_snapshot(self, ready: Ready, wall_s: float) -> None:
@@ -394,16 +422,6 @@ class NodeBatch(SnapshotTaker):
             self._snapshot(ready, wall_s)
             return
         super()._maybe_snapshot(ready, wall_s)
-
-    def idle(self, *, wall_s: float) -> Ready:
-        """Nothing new in the log: tick it while messages are held (§4.11), and take a
-        snapshot if one is due."""
-        ready = Ready()
-        if self.replaying:
-            return ready
-        self._maybe_tick(ready, wall_s)
-        self._maybe_snapshot(ready, wall_s)
-        return ready
 
     def knows_members(self, topics: Iterable[str]) -> bool:
         """True when this node's last members record named every one of ``topics``
@@ -435,29 +453,248 @@ class NodeBatch(SnapshotTaker):
 
     # ------------------------------------------------------------------ the batch
 
-    def _apply(self, records: Sequence[KafkaRecord]) -> list[OutRecord]:
-        self.position = (records[-1].offset() or 0) + 1
-        return self._apply_placed(records, None)
+    def _pump(self, wall_s: float) -> Ready:
+        """Apply the queued control records in order, as far as the input log read
+        allows; outputs of records below :attr:`replay_until` are dropped."""
+        ready = Ready()
+        run: list[KafkaRecord] = []
+        placed: list[Place] = []
+        run_replayed = True  # whether ``run``'s outputs are dropped
+        live: list[OutRecord] = []
+        taken = 0
+        queue = self._queue
+        budget = self.step_budget
+        applied = 0
+        self._blocked = None
+        while queue:
+            if budget is not None and applied >= budget:
+                break  # the rest in the next step
+            record = queue[0]
+            offset = record.offset() or 0
+            if offset < self.position:  # read again
+                queue.popleft()
+                continue
+            replay = offset < self.replay_until
+            if run and replay != run_replayed:
+                self._flush(run, placed, run_replayed, live)
+            run_replayed = replay
+            items, problem = self._control_record(record)
+            if items is None:
+                self._blocked = record
+                break  # a marker waits for input-log records not read yet
+            queue.popleft()
+            self.position = offset + 1
+            if problem is not None:  # its dead letter comes after what came before
+                self._flush(run, placed, run_replayed, live)
+                dead = self._signed(self._dead_letter(record.value(), problem, record))
+                if not replay:
+                    live.append(dead)
+            applied += 1 + len(items)
+            for item, place in items:
+                run.append(item)
+                placed.append(place)
+            if replay:
+                ready.replayed += 1
+            else:
+                taken += 1
+        self._flush(run, placed, run_replayed, live)
+        if taken:
+            ready.records = live
+            self._schedule.took(taken)
+            ready.commit = self.position
+            if self.ordering.marked:
+                ready.commit_input = self.applied
+            self._maybe_tick(ready, wall_s)
+            self._maybe_snapshot(ready, wall_s)
+        return ready
+
+    def _flush(
+        self,
+        run: list[KafkaRecord],
+        placed: list[Place],
+        replayed: bool,
+        live: list[OutRecord],
+    ) -> None:
+        """Apply ``run`` (emptied), keeping its outputs in ``live`` unless ``replayed``."""
+        if not run:
+            return
+        out = self._apply_placed(run, placed)
+        run.clear()
+        placed.clear()
+        if not replayed:
+            live.extend(out)
+
+    def _control_record(
+        self, record: KafkaRecord
+    ) -> tuple[list[tuple[KafkaRecord, Place]] | None, Refusal | None]:
+        """What one committed-log record applies: itself (any record but a marker), the
+        input-log records its marker names, or nothing (a marker set aside, with the
+        reason, or one whose range does not start at :attr:`applied`); ``None``: wait
+        for the input log. (With one log no record is a marker.)"""
+        origin = (record.offset() or 0) << self.ordering.origin_shift
+        at = log_time(record)
+        try:
+            marker = decode_marker(record.value()) if self.ordering.marked else None
+        except MarkerError as exc:
+            self.markers_refused += 1
+            return [], refusal(Reason.INVALID_RECORD, str(exc))
+        if marker is None:
+            return [(record, (origin, at, None))], None
+        problem = self._marker_problem(record, marker)
+        if problem is not None:
+            self.markers_refused += 1
+            return [], problem
+        if marker.start != self.applied:
+            self.markers_void += 1
+            self._read_back(marker.start, marker.end)
+            return [], None
+        problem = self._written_after(marker, at)
+        if problem is not None:
+            self.markers_refused += 1
+            self._read_back(marker.start, marker.end)  # its own? then it marks them again
+            return [], problem
+        if self.read_until < marker.end:
+            return None, None
+        applied: list[tuple[KafkaRecord, Place]] = []
+        buffer = self._buffer
+        while buffer and (buffer[0].offset() or 0) < marker.end:
+            record = buffer.popleft()
+            arrived = log_time(record)
+            place = origin | ((record.offset() or 0) - marker.start)
+            applied.append((record, (place, at, at if arrived is None else arrived)))
+        self.applied = marker.end
+        self.markers_applied += 1
+        self._read_back(marker.start, marker.end)
+        return applied, None
+
+    def _written_after(self, marker: Marker, marked_at: int | None) -> Refusal | None:
+        """Why ``marker`` (appended at ``marked_at``) cannot be the node's: an input-log
+        record in its range reached the log more than ``MARKER_LEAD_MS`` after it (§7.1,
+        "A marker names what was written before it": the node marks what it has read,
+        so every record its marker names was appended before the marker). Decided by the
+        records in the range alone, whatever was read of them when: while the range is
+        not all read, by the newest record read (a later one only adds to the range),
+        and once it is, by all of them."""
+        if marked_at is None:
+            return None
+        bound = marked_at + MARKER_LEAD_MS
+        buffer = self._buffer
+        if self.read_until < marker.end:
+            newest = log_time(buffer[-1]) if buffer else None
+            late = newest is not None and newest > bound
+        else:
+            late = False
+            for record in buffer:
+                if (record.offset() or 0) >= marker.end:
+                    break
+                stamp = log_time(record)
+                if stamp is not None and stamp > bound:
+                    late = True
+                    break
+        if not late:
+            return None
+        return refusal(
+            Reason.STRAY,
+            f"an apply marker naming input-log offsets [{marker.start}, {marker.end}), some "
+            f"written more than {MARKER_LEAD_MS // 1000} s after the marker: a node marks "
+            "only what it has read, so this one is a stray's or a forgery (§7.1)",
+        )
+
+    def _marker_problem(self, record: KafkaRecord, marker: Marker) -> Refusal | None:
+        """Why a marker is not this node's own (only its own markers apply: anyone else's
+        is a stray's or a forgery), or ``None``."""
+        spec = self.spec
+        signature = self._signature_problem(record)
+        if signature is not None:
+            self.unsigned += 1
+            return signature
+        if marker.sender != spec.node_id or marker.topic != spec.topic:
+            return refusal(
+                Reason.STRAY,
+                f"an apply marker from {marker.sender} of {marker.topic}: only the node's "
+                "own markers apply (§7)",
+            )
+        if marker.partition != spec.layer:
+            return refusal(Reason.WRONG_LAYER, f"an apply marker of layer {marker.partition}")
+        return None
+
+    def _read_back(self, start: int, end: int) -> None:
+        """A marker came back: it is no longer outstanding, nor is any ending at or below
+        :attr:`applied` (those can apply nothing any more)."""
+        outstanding = self._outstanding
+        if (start, end) in outstanding:
+            outstanding.remove((start, end))
+        while outstanding and outstanding[0][1] <= self.applied:
+            outstanding.popleft()
+
+    def _mark(self, ready: Ready, wall_s: float) -> None:
+        """Write a marker for what was read and is not yet named by a marker this
+        process wrote and has not read back (none while replaying: the control log may
+        hold the last process's markers further on); tick the input log when due."""
+        if self.replaying or not self.writing:
+            return
+        if self._input_tick_ms is None:  # counted from when the node starts writing
+            self._input_tick_ms = int(wall_s * 1000)
+        due = self.next_input_tick_ms
+        if due is not None and wall_s * 1000 >= due:
+            self._tick_input(ready, wall_s)
+        start = max(self.applied, self._outstanding[-1][1] if self._outstanding else 0)
+        spec = self.spec
+        while start < self.read_until:  # (with one log nothing is read unmarked)
+            end = min(self.read_until, start + MAX_MARKER_RANGE)
+            value = encode_marker(spec.node_id, spec.topic, start, end, spec.layer)
+            ready.records.append(self._own_log_record(value))
+            self._outstanding.append((start, end))
+            start = end
+
+    @property
+    def next_input_tick_ms(self) -> int | None:
+        """When (wall time, ms) the node next ticks its input log if nothing else comes
+        (§7.1), or ``None``: while its control log waits at a marker for input offsets
+        not read yet, once the marker is ``MARKER_LEAD_MS`` old and then every
+        ``WAITING_TICK_MS`` (a marker in the node's name that no record of the node's
+        stands behind is refuted by the tick, which comes after it in its range); and
+        while its input log is idle and its time lags the control log's by more than
+        ``INPUT_TICK_MS``, every ``INPUT_TICK_MS``."""
+        last = self._input_tick_ms
+        marked_at = None if self._blocked is None else log_time(self._blocked)
+        if self.waiting and marked_at is not None:
+            due = marked_at + MARKER_LEAD_MS
+            return due if last is None else max(due, last + WAITING_TICK_MS)
+        input_ms = self.engine.state.input_ms
+        idle = self.read_until == self.applied and not self._outstanding
+        if last is None or not idle or input_ms is None:
+            return None
+        if self.engine.now_ms - input_ms <= INPUT_TICK_MS:
+            return None
+        return last + INPUT_TICK_MS
+
+    def _tick_input(self, ready: Ready, wall_s: float) -> None:
+        """Write the node's own tick (timestamp 0: it moves nothing but the log's time)
+        to its input log."""
+        spec = self.spec
+        value = self._encode_tick(spec.node_id, 0, spec.layer)
+        tick = OutRecord(OutKind.TICK, spec.input_topic, value, spec.input_partition)
+        ready.records.append(self._signed(tick))
+        self._input_tick_ms = int(wall_s * 1000)
+        self.input_ticks += 1
 
     def _apply_placed(
-        self, records: Sequence[KafkaRecord], placed: Sequence[Place] | None
+        self, records: Sequence[KafkaRecord], placed: Sequence[Place]
     ) -> list[OutRecord]:
-        """Apply ``records``; ``placed``, when given, is each record's place in the
-        node's input order instead of its own offset and log time (a control log's
-        marker applying input-log records, §7.1): see :data:`Place`."""
+        """Apply ``records``, each at its place in the node's input order (:data:`Place`)."""
         messages: list[Message] = []
         sources: list[KafkaRecord] = []
         out: list[OutRecord] = []
         for index, record in enumerate(records):
-            place = None if placed is None else placed[index]
-            decoded = self._decode(record, out, place)
+            decoded = self._decode(record, out, placed[index])
             if len(decoded) == 1:
                 messages.append(decoded[0])
                 sources.append(record)
             else:
                 messages.extend(decoded)
                 sources.extend([record] * len(decoded))
-        origins = None if placed is None else [m.origin for m in messages]
+        origins = [m.origin for m in messages]
         step = self.engine.step(messages)
         logged = self.engine.logged_protocol
         if logged is not None:
@@ -467,9 +704,8 @@ class NodeBatch(SnapshotTaker):
                 f"(its own members record says so, before offset {self.position}), and it is "
                 f"configured with {self.engine.algorithm.value}: {HOW_TO_RECONFIGURE}"
             )
-        for position in step.deferred:  # kept by its origin (its offset, unless placed)
-            key = None if origins is None else origins[position]
-            self._deferred.keep(sources[position], key)
+        for position in step.deferred:  # kept by its origin
+            self._deferred.keep(sources[position], origins[position])
         out.extend(self._refused(step, sources))
         for origin in step.released:
             self._deferred.pop(origin)  # taken up (or refused above): no longer needed
@@ -479,14 +715,9 @@ class NodeBatch(SnapshotTaker):
             return out
         return [self._signed(r) for r in out]
 
-    def _decode(
-        self,
-        record: KafkaRecord,
-        out: list[OutRecord],
-        place: Place | None = None,
-    ) -> list[Message]:
-        """The messages of one input record; a record that cannot be taken becomes a
-        dead letter in ``out`` (with a control log, also one in the wrong log, §7.1)."""
+    def _decode(self, record: KafkaRecord, out: list[OutRecord], place: Place) -> list[Message]:
+        """The messages of one record at its place; a record that cannot be taken becomes
+        a dead letter in ``out`` (with a control log, also one in the wrong log, §7.1)."""
         spec = self.spec
         if spec.shared_layout and header_value(record, TYPE_HEADER) == _DELIVERY_TYPE:
             return []  # our own output, in the shared layout
@@ -494,29 +725,23 @@ class NodeBatch(SnapshotTaker):
         problem = self._signature_problem(record)
         if problem is not None:
             self.unsigned += 1
-            claimed = _claimed_sender(record)
+            claimed = claimed_sender(record)
             self.bad_signatures[claimed] = self.bad_signatures.get(claimed, 0) + 1
             why = Refusal(problem.code, f"{problem.text} (claims to come from {claimed})")
             out.append(self._dead_letter(raw, why, record))
             return []
-        arrived = None
-        if place is None:
-            kind, stamp = record.timestamp()
-            log_time = stamp if kind == _LOG_APPEND_TIME or stamp > 0 else None
-            origin = record.offset()
-        else:
-            origin, log_time, arrived = place
+        origin, applied_at, arrived = place
         try:
             messages = decode_any(
-                raw, record.key(), record.headers(), log_time=log_time, origin=origin
+                raw, record.key(), record.headers(), log_time=applied_at, origin=origin
             )
         except MessageError as exc:
             if exc.field == "formatVersion":
-                claimed = _claimed_sender(record)
+                claimed = claimed_sender(record)
                 self.newer_formats[claimed] = self.newer_formats.get(claimed, 0) + 1
             out.append(self._dead_letter(raw, refusal(Reason.INVALID_RECORD, str(exc)), record))
             return []
-        if place is None:
+        if not self.ordering.marked:
             return messages
         problem = misplaced(messages, from_input=arrived is not None)
         if problem is not None:
@@ -702,7 +927,7 @@ class NodeBatch(SnapshotTaker):
                 (DEAD_LETTER_SOURCE_HEADER, f"{source.topic()}/{source.partition()}".encode())
             )
             headers.append((DEAD_LETTER_OFFSET_HEADER, str(source.offset()).encode()))
-            headers += _original_headers(source)
+            headers += original_headers(source)
             raw_key = source.key()
             key = raw_key.encode() if isinstance(raw_key, str) else raw_key
         if value is not None and len(value) > DEAD_LETTER_KEEP:
@@ -746,125 +971,7 @@ class NodeBatch(SnapshotTaker):
 
     def _snapshot_content(self) -> tuple[Mapping[int, int], dict[str, Any], int]:
         offsets = {self.spec.input_partition: self.position}
-        state = {"engine": self.engine.snapshot(), "node": _settings(self.spec)}
+        state: dict[str, Any] = {"engine": self.engine.snapshot(), "node": settings_of(self.spec)}
+        if self.ordering.marked:  # and the next unapplied input offset (§7.1)
+            state["ordering"] = {"applied": self.applied}
         return offsets, state, self.position
-
-
-def _claimed_sender(record: KafkaRecord) -> str:
-    """Whom a record claims to come from (it may lie: its signature failed): the topic
-    of the node that wrote a control record, else the writer's id as a client."""
-    try:
-        messages = decode_any(record.value(), record.key(), record.headers())
-    except MessageError:
-        return _named_in_header(record.value())
-    if not messages:
-        return "an empty record"
-    first = messages[0]
-    if first.sentFromTopic is not None:
-        return first.sentFromTopic
-    return f"client {first.senderID}" if first.senderID else "a client"
-
-
-def _named_in_header(raw: bytes | None) -> str:
-    """Who a record this node cannot decode says it comes from (a newer format's, say):
-    the writer a compact record's prefix names, or the ``sentFromTopic`` or ``senderID``
-    of its first line, if that is a JSON object."""
-    writer = compact_writer(raw)
-    if writer is not None:
-        return writer
-    try:
-        head = orjson.loads((raw or b"").split(b"\n", 1)[0])
-    except orjson.JSONDecodeError:
-        return "an unreadable record"
-    if isinstance(head, dict):
-        for field_name in ("sentFromTopic", "senderID"):
-            value = head.get(field_name)
-            if isinstance(value, str) and value:
-                return value
-    return "an unreadable record"
-
-
-def _settings(spec: NodeSpec) -> dict[str, Any]:
-    """What a snapshot records of the settings its state was built with (§6.6)."""
-    return {"deliveryFormat": spec.delivery_format, "signed": spec.signer is not None}
-
-
-def _take_settings(
-    spec: NodeSpec, snapshot: LoadedSnapshot, engine: Engine, committed: int
-) -> bool:
-    """Compare the settings ``snapshot``'s state was built with to ``spec``'s (§6.6): the
-    same, False; different and ``spec.reconfigure`` with the snapshot drained at the
-    committed offset, take them up (True); otherwise :class:`SettingsChangedError`."""
-    assert snapshot.state is not None
-    recorded = snapshot.state.get("node") or {}  # absent in older snapshots: not compared
-    now = _settings(spec)
-    changes = []
-    if engine.algorithm is not spec.algorithm:
-        changes.append(f"protocol {engine.algorithm.value} -> {spec.algorithm.value}")
-    for name, label in (("deliveryFormat", "delivery format"), ("signed", "signing")):
-        if name in recorded and recorded[name] != now[name]:
-            old, new = recorded[name], now[name]
-            if name == "signed":
-                old, new = ("on" if old else "off"), ("on" if new else "off")
-            changes.append(f"{label} {old} -> {new}")
-    if not changes:
-        return False
-    what = f"node {spec.role}: its state (snapshot {snapshot.seq}) differs from its settings: "
-    what += ", ".join(changes)
-    if not spec.reconfigure:
-        raise SettingsChangedError(f"{what}; {HOW_TO_RECONFIGURE}")
-    start = snapshot.offsets.get(spec.input_partition, 0)
-    if start != committed or engine.held_count or engine.pending_count:
-        raise SettingsChangedError(
-            f"{what}; --reconfigure needs the node's newest snapshot at its committed "
-            f"offset with nothing in flight (snapshot at {start}, committed {committed}, "
-            f"{engine.pending_count} pending, {engine.held_count} held): stop the node "
-            "cleanly once `atomickafka status` shows nothing pending, then start it again"
-        )
-    engine.reconfigure(spec.algorithm)
-    return True
-
-
-def _original_headers(source: KafkaRecord) -> list[tuple[str, bytes]]:
-    """The set-aside record's own headers, after the dead letter's (so that a reader
-    taking a header's first value gets the dead letter's reason, never a forged one):
-    a raw record's ``atomickafka-id``, ``-to``, ``-sender`` and the user's headers say
-    which message was refused. Its signature is left out (it covered the input log,
-    and the dead letter carries its own)."""
-    headers = source.headers()
-    if not headers:
-        return []
-    pairs = headers.items() if isinstance(headers, Mapping) else headers
-    return [
-        (name, value.encode() if isinstance(value, str) else value or b"")
-        for name, value in pairs
-        if name != SIGNATURE_HEADER
-    ]
-
-
-class DeferredRecords:
-    """Input records of messages the engine kept for later, by offset, within a byte
-    budget (oldest dropped first): only for verbatim dead letters, never for state."""
-
-    def __init__(self, budget_bytes: int) -> None:
-        self._budget = budget_bytes
-        self._records: dict[int, KafkaRecord] = {}  # insertion order = oldest first
-        self._bytes = 0
-
-    def keep(self, record: KafkaRecord, key: int | None = None) -> None:
-        """Keep ``record`` under ``key`` (the origin of its messages; by default its
-        offset)."""
-        offset = record.offset() if key is None else key
-        if offset is None or offset in self._records:
-            return
-        self._records[offset] = record
-        self._bytes += len(record.value() or b"")
-        while self._bytes > self._budget and self._records:
-            oldest = next(iter(self._records))
-            self._bytes -= len(self._records.pop(oldest).value() or b"")
-
-    def pop(self, offset: int | None) -> KafkaRecord | None:
-        record = self._records.pop(offset, None) if offset is not None else None
-        if record is not None:
-            self._bytes -= len(record.value() or b"")
-        return record

@@ -7,7 +7,8 @@ While standing by, a node instance
   topic (signatures checked when signing is on), so that it knows the newest one;
 - starts a :class:`NodeStandby` from the newest usable snapshot (the same choice a
   restart makes, :func:`~atomickafka.node.snapshots.choose_snapshot`);
-- follows the input log (``read_committed``, assigned, never joining a group) and,
+- follows the node's committed log (with a control log, that log and the input log;
+  ``read_committed``, assigned, never joining a group) and,
   about once a second, reads the active instance's committed offset from the node's
   consumer group (``Consumer.committed``: an offset fetch, no membership, nothing
   committed) -- the standby applies the records below it. That fetch does not ask for
@@ -32,12 +33,13 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka import Message as KafkaMessage
 
 from atomickafka.core.signing import Signer
+from atomickafka.errors import AtomicKafkaError
 from atomickafka.kafka.consumer import assign_from, consume_batch, make_consumer, usable, watermarks
 from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER
 from atomickafka.kafka.topics import node_group, snapshot_topic
-from atomickafka.node.batch import NodeBatch, NodeSpec
+from atomickafka.node.batch import NodeBatch, NodeSpec, Ordering
 from atomickafka.node.config import NodeConfig
-from atomickafka.node.snapshots import SnapshotFollower, choose_snapshot
+from atomickafka.node.snapshots import SnapshotFollower, choose_snapshot, snapshots_of_mode
 from atomickafka.node.standby import NodeStandby
 
 __all__ = ["COMMITTED_EVERY_S", "NodeFollower", "SnapshotReader", "out_of_range", "signed_rows"]
@@ -119,7 +121,11 @@ class SnapshotReader:
 
 
 class NodeFollower:
-    """A standing-by node instance's consumers and its :class:`NodeStandby`."""
+    """A standing-by node instance's consumers and its :class:`NodeStandby`: one
+    consumer (``read_committed``, assigned, never in a group) follows the node's
+    committed log from the standby's position and, with a control log, its input log
+    from what the standby has read of it; each log is paused while the standby holds
+    as many of its records as it may (:meth:`NodeStandby.fetches`)."""
 
     def __init__(self, config: NodeConfig, spec: NodeSpec, signer: Signer | None) -> None:
         self.config = config
@@ -127,7 +133,10 @@ class NodeFollower:
         self.standby: NodeStandby | None = None
         self.reader = SnapshotReader(config, spec.role, signer)
         self.snapshots = self.reader.follower
-        self._part = TopicPartition(spec.input_topic, spec.input_partition)
+        self.ordering = Ordering.of(spec)
+        # the committed offset, the position and the snapshots' offsets: the committed log's
+        self._part = TopicPartition(self.ordering.committed_topic, spec.input_partition)
+        self._input_part = TopicPartition(spec.input_topic, spec.input_partition)
         settings = config.connection.consumer_config(
             node_group(config.topic, config.layer), **{"isolation.level": "read_committed"}
         )
@@ -140,7 +149,8 @@ class NodeFollower:
         self._offsets = Consumer(settings, logger=LIBRDKAFKA_LOGGER)
         self._committed_at = 0.0
         self._failed_at = 0.0
-        #: Input records applied (replayed) so far, for the metrics.
+        self._paused: set[str] = set()
+        #: Committed-log records applied (replayed) so far, for the metrics.
         self.applied = 0
 
     @property
@@ -155,8 +165,8 @@ class NodeFollower:
     # ------------------------------------------------------------------ reads
 
     def committed(self, timeout_s: float = _COMMITTED_TIMEOUT_S) -> int:
-        """The role's last committed input offset (0 when none); an open transaction's
-        offset is not one yet."""
+        """The role's last committed offset of its committed log (0 when none); an open
+        transaction's offset is not one yet."""
         (part,) = self._offsets.committed([self._part], timeout=timeout_s)
         return max(0, part.offset)
 
@@ -166,9 +176,10 @@ class NodeFollower:
     # ------------------------------------------------------------------ following
 
     def start(self) -> bool:
-        """Start following from the newest usable snapshot; False (logged) when the
-        log cannot be followed (it was cut below every snapshot, or its committed
-        offset is past its end): the instance then stays a cold standby."""
+        """Start following from the newest usable snapshot taken in the node's mode;
+        False (logged) when the logs cannot be followed (cut below every snapshot, or
+        the committed offset is past the log's end): the instance then stays a cold
+        standby."""
         self.standby = None
         self.reader.to_end(_SNAPSHOTS_TIMEOUT_S)
         low, high = self._bounds()
@@ -176,61 +187,93 @@ class NodeFollower:
         if committed > high:
             log.warning("standby: committed offset %d past the log's end %d", committed, high)
             return False
-        choice = choose_snapshot(self.snapshots.snapshots(), {self._part.partition: (low, high)})
+        found = snapshots_of_mode(self.snapshots.snapshots(), marked=self.ordering.marked)
+        choice = choose_snapshot(found, {self._part.partition: (low, high)})
         for why in choice.skipped:
             log.warning("standby: %s", why)
         if choice.cut:
-            log.warning("standby: the input log starts at %d, above every snapshot", low)
+            log.warning("standby: %s starts at %d, above every snapshot", self._part.topic, low)
             return False
-        self.standby = NodeStandby(
+        standby = NodeStandby(
             self.spec,
             choice.snapshot,
             committed=committed,
             max_pending=2 * self.config.batch_size,
         )
+        if self.ordering.marked:
+            input_low, _ = watermarks(self._log, self._input_part, _READ_TIMEOUT_S * 4)
+            if input_low > standby.input_fetch_from:
+                log.warning("standby: the input log starts at %d, above the snapshot's", input_low)
+                return False
+        self.standby = standby
         self._committed_at = time.monotonic()
-        self._fetch(self.standby.position)
+        self._assign(standby)
         log.info(
-            "following %s[%d] from offset %d (snapshot %s) below the committed offset (%d now)",
-            self._part.topic,
-            self._part.partition,
-            self.standby.position,
+            "following %s from %s (snapshot %s) below the committed offset (%d now)",
+            self.spec.role,
+            ", ".join(
+                f"{topic}[{self._part.partition}]@{at}" for topic, at, _ in standby.fetches()
+            ),
             "none" if choice.snapshot is None else choice.snapshot.seq,
             committed,
         )
         return True
 
+    def _assign(self, standby: NodeStandby) -> None:
+        """Read the logs from where the standby goes on."""
+        partition = self._part.partition
+        self._log.assign([TopicPartition(t, partition, at) for t, at, _ in standby.fetches()])
+        self._paused.clear()
+
     def caught_up(self) -> bool:
         """Whether everything below the committed offset last read has been applied
         (the consumer may be past the last record, on a transaction marker)."""
         standby = self.standby
-        if standby is None:
+        if standby is None or standby.position >= standby.committed:
             return True
-        if standby.position >= standby.committed:
-            return True
+        if standby.pending or standby.batch.queued:
+            return False
         (fetched,) = self._log.position([self._part])
         return fetched.offset >= standby.committed  # what it fetched below it is applied
 
-    def _fetch(self, offset: int) -> None:
-        self._log.assign([TopicPartition(self._part.topic, self._part.partition, offset)])
-
     def round(self, timeout_s: float) -> bool:
         """One bounded round: the committed offset when due (and a jump to a newer
-        snapshot when that is worth it), then a batch of the log. False when there
-        was no room for records (the caller waits instead)."""
+        snapshot when that is worth it), then a batch of the logs (each paused while
+        the standby has no room for it). False when there was no room for any record
+        (the caller waits instead)."""
         standby = self.standby
         if standby is None:
             return False
         self._serve_committed(standby.commit_seen, lambda: self._maybe_jump(standby))
-        if standby.room <= 0:
+        fetches = standby.fetches()
+        for topic, _, room in fetches:
+            self._pace(TopicPartition(topic, self._part.partition), room > 0)
+        if len(self._paused) == len(fetches):
             return False
-        batch = consume_batch(self._log, standby.room, timeout_s)
+        batch = consume_batch(self._log, max(1, *(room for _, _, room in fetches)), timeout_s)
         if any(out_of_range(r) for r in batch):
-            log.warning("standby: the input log was cut above its position; starting over")
+            log.warning("standby: a log was cut above its position; starting over")
             self.start()
             return True
-        self.applied += standby.take(usable(batch))
+        committed_log: list[KafkaMessage] = []
+        inputs: list[KafkaMessage] = []
+        name = self._part.topic
+        for record in usable(batch):
+            (committed_log if record.topic() == name else inputs).append(record)
+        if inputs:
+            self.applied += standby.take_input(inputs)
+        if committed_log:
+            self.applied += standby.take(committed_log)
         return True
+
+    def _pace(self, part: TopicPartition, room: bool) -> None:
+        name = part.topic
+        if not room and name not in self._paused:
+            self._log.pause([part])
+            self._paused.add(name)
+        elif room and name in self._paused:
+            self._log.resume([part])
+            self._paused.discard(name)
 
     def _serve_committed(
         self, commit_seen: Callable[[int], int], maybe_jump: Callable[[], None]
@@ -252,30 +295,32 @@ class NodeFollower:
                 log.warning("standby: reading the committed offset: %s", exc)
 
     def _maybe_jump(self, standby: NodeStandby) -> None:
-        if (
-            not self.snapshots.changed
-            or standby.committed - standby.position < standby.jump_records
-        ):
+        behind = standby.committed - standby.position
+        if not self.snapshots.changed or behind < standby.jump_records:
             return  # nothing new, or not far enough behind for any snapshot to be worth it
-        newest = next((s for s in self.snapshots.snapshots() if s.state is not None), None)
+        found = snapshots_of_mode(self.snapshots.snapshots(), marked=self.ordering.marked)
+        newest = next((s for s in found if s.state is not None), None)
         if newest is not None and standby.wants(newest):
             before = standby.position
-            self._fetch(standby.jump(newest))
+            standby.jump(newest)
+            self._assign(standby)
             log.info("standby: jumped from offset %d to snapshot %d", before, newest.seq)
 
     def take_over(self, committed: int, low: int) -> NodeBatch | None:
         """The standby's batch layer for the new active instance (after fencing),
-        ``committed`` and ``low`` the committed offset and the log's first offset read
-        now; ``None`` when there is none to continue (the caller recovers as a restart
-        does)."""
-        standby = self.standby
-        self.standby = None
+        ``committed`` and ``low`` the committed offset and the committed log's first
+        offset read now; ``None`` when there is none to continue (the caller recovers
+        as a restart does)."""
+        standby, self.standby = self.standby, None
         if standby is None:
             return None
         if standby.position < low:
-            log.warning("takeover: the log now starts at %d, above the standby's state", low)
+            log.warning("takeover: %s now starts at %d, above the state", self._part.topic, low)
             return None
-        self.reader.to_end(_READ_TIMEOUT_S)
+        try:
+            self.reader.to_end(_READ_TIMEOUT_S)
+        except (KafkaException, AtomicKafkaError) as exc:
+            log.warning("takeover: the snapshot topic: %s", exc)
         batch = standby.take_over(committed, self.snapshots.newest_seq)
         if batch is None:
             log.warning(

@@ -51,7 +51,7 @@ from atomickafka.core.wire import (
     decode_record,
     encode_delivery,
 )
-from atomickafka.node.batch import OutKind, OutRecord, Ready, SnapshotTaker, signed
+from atomickafka.node.batch_types import OutKind, OutRecord, Ready, SnapshotTaker, signed
 from atomickafka.node.snapshots import LoadedSnapshot, SnapshotSchedule
 
 __all__ = ["MergerBatch", "MergerSpec", "merger_id", "own_delivery_key"]

@@ -88,7 +88,6 @@ from atomickafka.kafka.topics import (
 from atomickafka.logs import log_context
 from atomickafka.metrics.shell import ShellMetrics
 from atomickafka.node.batch import (
-    HOW_TO_RECONFIGURE,
     NodeBatch,
     NodeSpec,
     NodeStartError,
@@ -96,17 +95,21 @@ from atomickafka.node.batch import (
     OutRecord,
     Ready,
 )
+from atomickafka.node.batch_types import HOW_TO_RECONFIGURE
 from atomickafka.node.config import NodeConfig
-from atomickafka.node.control_log import FETCH_QUEUE_BACKOFF_MS, LOCAL_QUEUE_KBYTES, TwoLogReader
 from atomickafka.node.follow import NodeFollower, signed_rows
-from atomickafka.node.follow_two_logs import TwoLogFollower, ordered_snapshots
 from atomickafka.node.lease import LEASE_TOPIC
 from atomickafka.node.lifecycle import LAGGING_STATUS_S
+from atomickafka.node.log_reader import FETCH_QUEUE_BACKOFF_MS, LOCAL_QUEUE_KBYTES, LogReader
 from atomickafka.node.metrics import HeadWatch, Progress, Rates, status_of
 from atomickafka.node.offsets import Ticket
-from atomickafka.node.ordering_log import OrderedNodeBatch
 from atomickafka.node.role_shell import EXIT_FENCED, RoleShell
-from atomickafka.node.snapshots import LoadedSnapshot, choose_snapshot, newest_snapshots
+from atomickafka.node.snapshots import (
+    LoadedSnapshot,
+    choose_snapshot,
+    newest_snapshots,
+    snapshots_of_mode,
+)
 from atomickafka.node.writers import (
     AckedWriter,
     SplitWriter,
@@ -288,21 +291,18 @@ class NodeRuntime(RoleShell):
         super().__init__(config, ShellMetrics("node", config.topic, layer))
         self.signer = load_signer(config.secret_file)
         self.spec = node_spec(config, self.signer)
-        #: With a control log (§7): the batch layer is an OrderedNodeBatch, the log
-        #: whose offset the node commits and replays is the control log, and client
-        #: records are read from the input log beside it (:attr:`_client_input`).
-        self.ordered = config.control_log
-        batch_class = OrderedNodeBatch if self.ordered else NodeBatch
-        self.batch: NodeBatch = batch_class(self.spec, NodeBatch.fresh_engine(self.spec))
+        self.batch = NodeBatch(self.spec, NodeBatch.fresh_engine(self.spec))
+        #: Which logs the node reads (§7.1): the committed log, whose offset it commits
+        #: and replays, and with a control log the input log beside it.
+        self.ordering = self.batch.ordering
         self.rates = Rates(3)  # records read, outputs, deliveries per second
         self.progress = Progress()  # input offsets applied per second (inputDrainSeconds)
         self.records_read = 0  # Kafka records of the input log processed (not replayed)
         self.head = HeadWatch(config.stuck_after_s)
         self.recovery_s: float | None = None
         self._recovery_started = 0.0
-        self._client_input = self.spec.input_topic
-        self._input = self.spec.control_topic or self._client_input  # the committed log
-        self._two_logs: TwoLogReader | None = None
+        self._input = self.ordering.committed_topic
+        self._reader: LogReader | None = None
         self._partition = config.partition
         self._consumer: Consumer | None = None
         self._writer: Writer | None = None
@@ -360,7 +360,7 @@ class NodeRuntime(RoleShell):
         would never see them (§7.1, switching). The other way round, a node that ran
         without one refuses its snapshots (:meth:`_of_this_mode`)."""
         cfg = self.config
-        if cfg.control_log:
+        if self.ordering.marked:
             return
         name = control_topic(cfg.topic)
         existing = retry_transient(lambda: admin.list_topics(timeout=10).topics, "topic metadata")
@@ -383,8 +383,7 @@ class NodeRuntime(RoleShell):
                 return  # a cold start: an unsigned snapshot taken up, or outputs rewritten
         try:
             self._membership = Membership(cfg.connection)
-            follower_class = TwoLogFollower if self.ordered else NodeFollower
-            self._follower = follower_class(cfg, self.spec, self.signer)
+            self._follower = NodeFollower(cfg, self.spec, self.signer)
             self._follower.start()
         except (KafkaException, AtomicKafkaError) as exc:
             self._stop_following(f"cannot follow the input log: {exc}")
@@ -449,7 +448,7 @@ class NodeRuntime(RoleShell):
                 "queued.max.messages.kbytes": LOCAL_QUEUE_KBYTES,
                 "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
             }
-            if self.ordered
+            if self.ordering.marked  # the input log paused, the control log never behind it
             else {}
         )
         consumer = make_consumer(
@@ -475,10 +474,7 @@ class NodeRuntime(RoleShell):
         batch, source = self._followed_batch(committed, low), "standby state"
         if batch is None:
             snapshot = self._usable_snapshot(low, high)
-            if self.ordered:
-                batch = OrderedNodeBatch.recover_ordered(self.spec, snapshot, committed)
-            else:
-                batch = NodeBatch.recover(self.spec, snapshot, committed)
+            batch = NodeBatch.recover(self.spec, snapshot, committed)
             source = "snapshot " + ("none" if snapshot is None else str(snapshot.seq))
         self.batch = batch
         if self._rewrite and batch.replay_until > batch.position:
@@ -495,14 +491,11 @@ class NodeRuntime(RoleShell):
             )
         assert self._writer is not None
         self._writer.start_at(self.batch.replay_until)
-        if isinstance(self.batch, OrderedNodeBatch):
-            self.batch.step_budget = cfg.batch_size  # steps that write every so often
-            reader = TwoLogReader(consumer, self._input, self._client_input, self._partition)
-            reader.assign(self.batch)
-            self._two_logs = reader
-            self._check_input_start(consumer, self.batch)
-        else:
-            consumer.assign([TopicPartition(self._input, self._partition, self.batch.position)])
+        self.batch.step_budget = cfg.batch_size  # steps that write every so often
+        reader = LogReader(consumer, self.ordering, self._partition)
+        reader.assign(self.batch)
+        self._reader = reader
+        reader.check_start(self.batch)
         if self._membership is None:
             self._membership = Membership(cfg.connection)
             self._membership.poll(2.0)
@@ -628,9 +621,10 @@ class NodeRuntime(RoleShell):
         offsets are the control log's or the input log's. Refuse to start when the
         newest readable one was taken in the other mode (§7, *Switching*)."""
         readable = [s for s in found if s.state is not None]
-        if readable and ("ordering" in (readable[0].state or {})) != self.ordered:
-            was, runs = ("without", "with") if self.ordered else ("with", "without")
-            as_before = "--no-control-log" if self.ordered else "without --no-control-log"
+        marked = self.ordering.marked
+        if readable and ("ordering" in (readable[0].state or {})) != marked:
+            was, runs = ("without", "with") if marked else ("with", "without")
+            as_before = "--no-control-log" if marked else "without --no-control-log"
             raise NodeStartError(
                 f"node {self.config.key}: its newest snapshot ({readable[0].seq}) was taken "
                 f"{was} a control log, and this node runs {runs} one (control logs are the "
@@ -638,7 +632,7 @@ class NodeRuntime(RoleShell):
                 "logs on or off only with new topics (docs/DESIGN.md §7.1, Switching): run "
                 f"every node as before ({as_before})"
             )
-        return ordered_snapshots(found, self.ordered)
+        return snapshots_of_mode(found, marked=marked)
 
     def _signed_or_taken_up(self, verified: list[LoadedSnapshot]) -> list[LoadedSnapshot]:
         """With signing on: ``verified`` (the snapshots signed with this node's secret),
@@ -681,41 +675,25 @@ class NodeRuntime(RoleShell):
         )
 
     def _round(self) -> None:
-        if self._two_logs is not None:
-            self._two_log_round(self._two_logs)
-            return
-        consumer, writer = self._consumer, self._writer
-        assert consumer is not None and writer is not None
-        records, ready = self._next_ready(consumer, self.batch)
-        self.metrics.read(records, ready.replayed)
-        self._write(ready, len(records))
-        self._note_members()
-        writer.settle(idle=not records)
-        freeze_heap(time.monotonic())
-
-    def _two_log_round(self, reader: TwoLogReader) -> None:
-        """One round with a control log (§7): the input log's records are buffered (and
-        marked), the control log's applied in its order, each marker's range in place."""
-        consumer, writer, batch = self._consumer, self._writer, self.batch
-        assert consumer is not None and writer is not None
-        assert isinstance(batch, OrderedNodeBatch)
+        """One round (§7.1): a separate input log's records are buffered (and marked),
+        the committed log's applied in its order, each marker's range in place."""
+        consumer, writer, reader, batch = self._consumer, self._writer, self._reader, self.batch
+        assert consumer is not None and writer is not None and reader is not None
         cfg = self.config
         more = batch.queued > 0 and not batch.waiting  # past the last step's budget
         timeout = 0.0 if more else cfg.poll_timeout_s
         records = usable(consume_batch(consumer, cfg.batch_size, timeout))
         wall = time.time()
-        control, inputs = reader.split(records)
+        committed_log, inputs = reader.split(records)
         readies = []
         if inputs:
             readies.append(batch.step_input(inputs, wall_s=wall))
-        if control:
-            readies.append(batch.step_control(control, wall_s=wall))
-        if not readies:  # goes on with what the last step's budget left queued
-            readies.append(batch.idle(wall_s=wall))
+        if committed_log or not readies:  # (none: goes on with what a budget left queued)
+            readies.append(batch.step(committed_log, wall_s=wall))
         replayed = sum(r.replayed for r in readies)
         self.metrics.read(records, replayed)
-        # records of either log, not replayed control records (the input log's are
-        # buffered even while the control log replays: counted as read)
+        # records of either log, not replayed committed-log records (the input log's are
+        # buffered even while the committed log replays: counted as read)
         self.records_read += max(0, len(records) - replayed)
         for ready in readies:
             self._write(ready, 0)
@@ -723,20 +701,6 @@ class NodeRuntime(RoleShell):
         self._note_members()
         writer.settle(idle=not records)
         freeze_heap(time.monotonic())
-
-    def _check_input_start(self, consumer: Consumer, batch: OrderedNodeBatch) -> None:
-        """Refuse to go on when the input log no longer holds the first record the node
-        has not applied (retention deleted client records the node never applied)."""
-        low, _ = watermarks(consumer, TopicPartition(self._client_input, self._partition))
-        if low > batch.applied:
-            raise NodeStartError(
-                f"input log {self._client_input}[{self._partition}] starts at offset {low}, "
-                f"but the node has applied its records only up to {batch.applied}: records "
-                "were deleted before the node applied them (retention shorter than the "
-                "longest downtime?), so the node's state cannot be rebuilt. Keep input logs "
-                "longer than two snapshot intervals plus the longest downtime "
-                "(docs/DESIGN.md §6.5)"
-            )
 
     def _final_round(self) -> None:
         """A clean stop ends with a snapshot at the node's position: its restart has
@@ -891,8 +855,8 @@ class NodeRuntime(RoleShell):
             replaying=self.batch.replaying,
             bad_signatures=dict(self.batch.bad_signatures),
             newer_formats=dict(self.batch.newer_formats),
-            control_log=self.ordered,
-            input_buffered=self.batch.buffered if isinstance(self.batch, OrderedNodeBatch) else 0,
+            control_log=self.ordering.marked,
+            input_buffered=self.batch.buffered,
             **self._lag(),
         )
 
@@ -904,10 +868,8 @@ class NodeRuntime(RoleShell):
         lag = self._input_lag() or 0
         if lag <= 0:
             return {"input_lag": 0, "input_lag_s": 0.0, "input_drain_s": 0.0}
-        read_ms = self.batch.engine.now_ms
-        batch = self.batch
-        if isinstance(batch, OrderedNodeBatch):  # the oldest client record not applied
-            read_ms = batch.oldest_unapplied_ms or read_ms
+        # the oldest record not applied (read and queued), or the last one read
+        read_ms = self.batch.oldest_unapplied_ms or self.batch.engine.now_ms
         waited = max(0.0, time.time() - read_ms / 1000) if read_ms else 0.0
         drain = self.progress.drain_s(lag, _DRAIN_CAP_S, at_least=self._backlog_offsets)
         return {"input_lag": lag, "input_lag_s": round(waited, 3), "input_drain_s": round(drain, 3)}
@@ -923,12 +885,10 @@ class NodeRuntime(RoleShell):
         return max(float(lag["input_lag_s"]), float(lag["input_drain_s"]))
 
     def _offsets_done(self) -> int:
-        """Offsets of its input the node has applied: of its input log, and with a
-        control log of both logs (what :meth:`_input_lag` counts the rest of)."""
-        batch = self.batch
-        if isinstance(batch, OrderedNodeBatch):
-            return batch.position + batch.applied
-        return batch.position
+        """Offsets of its input the node has applied: of its committed log, and with a
+        control log of the input log too (what :meth:`_input_lag` counts the rest of;
+        with one log nothing is applied through markers)."""
+        return self.batch.position + self.batch.applied
 
     def _publish_status(self, now: float) -> None:
         if not self.active:
@@ -987,15 +947,5 @@ class NodeRuntime(RoleShell):
         consumer = self._consumer
         if consumer is None:
             return None
-        if self._two_logs is not None:
-            assert isinstance(self.batch, OrderedNodeBatch)
-            return self._two_logs.lag(self.batch)
-        part = TopicPartition(self._input, self._partition)
-        try:
-            marks = consumer.get_watermark_offsets(part, cached=True)
-            position = consumer.position([part])[0].offset
-        except (KafkaException, RuntimeError):  # RuntimeError: closed (the last status)
-            return None
-        if marks is None or marks[1] < 0:
-            return None
-        return marks[1] - max(self.batch.position, position)
+        reader = self._reader
+        return None if reader is None else reader.lag(self.batch)

@@ -33,6 +33,7 @@ __all__ = [
     "choose_snapshot",
     "encode_snapshot",
     "newest_snapshots",
+    "snapshots_of_mode",
 ]
 
 #: The record format of a snapshot (the state inside has its own version).
@@ -266,3 +267,9 @@ def _chunk_payload(raw: bytes, seq: int, index: int) -> bytes | None:
     if not isinstance(head, dict) or head.get("seq") != seq or head.get("i") != index:
         return None  # a chunk of another snapshot in the same slot
     return raw[end + 1 :]
+
+
+def snapshots_of_mode(found: list[LoadedSnapshot], *, marked: bool) -> list[LoadedSnapshot]:
+    """The snapshots taken in a mode (``marked``: with a control log, whose states have
+    ``ordering``, §7.1), and the unreadable ones (for the choice's reasons)."""
+    return [s for s in found if s.state is None or ("ordering" in s.state) == marked]

@@ -64,6 +64,11 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, Final
 
+from atomickafka.client.plan import (
+    DEFAULT_DIRECT_BURST,
+    DEFAULT_DIRECT_RATE,
+    DEFAULT_MAX_LAG_S,
+)
 from atomickafka.core.engine import Algorithm
 from atomickafka.core.merger import (
     LayerDelivery,
@@ -365,8 +370,9 @@ class LayeredSimulator:
         members_known: bool = False,
         delivery_format: str = "json",
         engine_factory: EngineFactory | None = None,
-        control_logs: bool = False,
-        direct_copies: float = 0.0,
+        control_logs: bool = True,
+        direct_lane: tuple[float, int] = (DEFAULT_DIRECT_RATE, DEFAULT_DIRECT_BURST),
+        max_lag_s: float | None = DEFAULT_MAX_LAG_S,
     ) -> None:
         if layers < 1:
             raise ConfigError(f"at least one layer, not {layers}")
@@ -391,7 +397,8 @@ class LayeredSimulator:
                 delivery_format=delivery_format,
                 engine_factory=engine_factory,
                 control_logs=control_logs,
-                direct_copies=direct_copies,
+                direct_lane=direct_lane,
+                max_lag_s=max_lag_s,
             )
 
         first = layer_of_topics(0, protocols)  # a topic's layers all run one protocol
@@ -463,10 +470,11 @@ class LayeredSimulator:
         self.layer_of.setdefault(send.messageID, send.layer)
         self.sims[send.layer].send(send, partial=partial, only=only)
 
-    def step_node(self, layer: int, topic: str, batch: int) -> int:
+    def step_node(self, layer: int, topic: str, batch: int, *, budgeted: bool = False) -> int:
         """Layer ``layer``'s node for ``topic`` reads up to ``batch`` records (or ticks
-        its log while it holds a message); returns records read."""
-        count = self.sims[layer].step_node(topic, batch)
+        its log while it holds a message); returns records read (``budgeted``: as
+        :meth:`Simulator.step_node`)."""
+        count = self.sims[layer].step_node(topic, batch, budgeted=budgeted)
         self._note_written(layer, topic)
         return count
 
@@ -576,11 +584,17 @@ class LayeredSimulator:
         chooser = self.chooser
         chaos = self.chaos
         while self.clock.step < max_steps:
-            senders = [c for c, q in self._queues.items() if q]
-            if not senders and self._chaos_until is None:
+            waiting = [c for c, q in self._queues.items() if q]
+            if not waiting and self._chaos_until is None:
                 self._chaos_until = self.clock.step + chaos.tail_steps
-            if not senders and self._quiet() and not self._retry_blocked():
+            if not waiting and self._quiet() and not self._retry_blocked():
                 return True
+            # back-pressure: a client waits while a node of its next message's layer lags
+            senders = [
+                c
+                for c in waiting
+                if not self.sims[self._queues[c][0].layer].held_back(self._queues[c][0])
+            ]
             step = self.clock.advance()
             for sim in self.sims:
                 sim.settle()
@@ -608,7 +622,7 @@ class LayeredSimulator:
                 self.send(self.sims[send.layer].misaddressed(send), partial=partial)
             elif pick < len(senders) + len(nodes):
                 layer, topic = nodes[pick - len(senders)]
-                self.step_node(layer, topic, chooser.integer(1, chaos.max_batch))
+                self.step_node(layer, topic, chooser.integer(1, chaos.max_batch), budgeted=True)
             else:
                 self.step_merger(mergers[pick - len(senders) - len(nodes)])
         return not any(self._queues.values()) and self._quiet()

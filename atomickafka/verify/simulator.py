@@ -109,15 +109,25 @@ from __future__ import annotations
 
 import random  # noqa: F401  (the module doctest uses it)
 from collections import Counter, deque
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Final, TypeVar
 
+from atomickafka.client.plan import (
+    DEFAULT_DIRECT_BURST,
+    DEFAULT_DIRECT_RATE,
+    DEFAULT_MAX_LAG_S,
+    DirectLane,
+    NodeView,
+    lagging,
+    lane_targets,
+)
 from atomickafka.core.compact import BINARY, CONTROL_FORMATS
 from atomickafka.core.compact import JSON as JSON_CONTROL
 from atomickafka.core.engine import Algorithm, Engine
 from atomickafka.core.marker import MAX_MARKER_RANGE, decode_marker, encode_marker
+from atomickafka.core.placement import misplaced
 from atomickafka.core.protocols import route
 from atomickafka.core.raw import decode_any
 from atomickafka.core.reader import (
@@ -131,6 +141,7 @@ from atomickafka.core.reasons import Reason
 from atomickafka.core.signing import Signer
 from atomickafka.core.wire import (
     Message,
+    MessageError,
     MessageType,
     encode_bundle,
     encode_client,
@@ -144,7 +155,6 @@ from atomickafka.node.batch import (
     Ready,
     SettingsChangedError,
 )
-from atomickafka.node.ordering_log import OrderedNodeBatch, OrderedStandby
 from atomickafka.node.snapshots import LoadedSnapshot, newest_snapshots
 from atomickafka.node.standby import NodeStandby
 from atomickafka.verify.checker import CheckReport, SentMessage, check, deliveries_from_wire
@@ -192,7 +202,6 @@ __all__ = [
     "integer_ids",
     "random_workload",
     "replayed_deliveries",
-    "replayed_ordered_deliveries",
 ]
 
 #: Records between automatic snapshots of a node (small, so that crashes use them).
@@ -362,6 +371,13 @@ class SimulationResult:
     #: With control logs (§7): each node's control log (``records``: its input log).
     controls: dict[str, list[PlainRecord]] = field(default_factory=dict)
 
+    def replayed(self, topic: str) -> list[Message]:
+        """Rule 8 for ``topic``: what a fresh node delivers reading its final logs
+        (:func:`replayed_deliveries`, with its control log where it has one)."""
+        if topic in self.controls:
+            return replayed_deliveries(self.specs[topic], self.controls[topic], self.records[topic])
+        return replayed_deliveries(self.specs[topic], self.records[topic])
+
     @property
     def logs(self) -> dict[str, list[Message]]:
         """Per topic, the messages of its input log as its node decodes them (with
@@ -427,27 +443,18 @@ def _dead_letter(letter: OutRecord) -> DeadLetter:
     return read_dead_letter(PlainRecord(letter.value, headers=list(letter.headers)))
 
 
-def replayed_deliveries(spec: NodeSpec, records: Sequence[PlainRecord]) -> list[Message]:
-    """Rule 8 through the batch layer: what a fresh node of ``spec`` delivers (or writes
-    to its merger) reading ``records`` -- a node's final input log -- in one batch."""
-    batch = NodeBatch(spec, NodeBatch.fresh_engine(spec))
-    ready = batch.step(records, wall_s=0.0)
-    out: list[Message] = []
-    for record in ready.records:
-        if record.kind is OutKind.DELIVERY and record.value is not None:
-            out.extend(decode_any(record.value, record.key, list(record.headers)))
-    return out
-
-
-def replayed_ordered_deliveries(
-    spec: NodeSpec, controls: Sequence[PlainRecord], inputs: Sequence[PlainRecord]
+def replayed_deliveries(
+    spec: NodeSpec,
+    committed: Sequence[PlainRecord],
+    inputs: Sequence[PlainRecord] = (),
 ) -> list[Message]:
-    """Rule 8 over a control log (§7): what a fresh node of ``spec`` delivers reading its
-    final input log, then its final control log, each in one batch (the markers it
-    writes meanwhile are not appended: the control log is the input order)."""
-    batch = OrderedNodeBatch(spec, OrderedNodeBatch.fresh_engine(spec))
-    records = batch.step_input(inputs, wall_s=0.0).records
-    records += batch.step_control(controls, wall_s=0.0).records
+    """Rule 8 through the batch layer: what a fresh node of ``spec`` delivers (or writes
+    to its merger) reading its final logs, each in one batch -- with a control log its
+    input log first (buffered), then its committed log (the markers it writes
+    meanwhile are not appended: the committed log is the input order)."""
+    batch = NodeBatch(spec, NodeBatch.fresh_engine(spec))
+    records = batch.step_input(inputs, wall_s=0.0).records if inputs else []
+    records += batch.step(committed, wall_s=0.0).records
     out: list[Message] = []
     for record in records:
         if record.kind is OutKind.DELIVERY and record.value is not None:
@@ -464,11 +471,7 @@ class _Node:
     def __init__(self, spec: NodeSpec, engine: Engine) -> None:
         self.spec = spec
         self.engine_class = type(engine)
-        self.batch = (
-            NodeBatch(spec, engine)
-            if spec.control_topic is None
-            else OrderedNodeBatch(spec, engine)
-        )
+        self.batch = NodeBatch(spec, engine)
         self.committed = 0
         #: At-least-once: (step at which it takes effect, offset) of commits in flight.
         self.commits: deque[tuple[int, int]] = deque()
@@ -476,7 +479,7 @@ class _Node:
         self.snapshot: tuple[int, list[OutRecord]] | None = None
         self.snapshot_rows: list[tuple[bytes | None, bytes | None]] = []
         #: The hot standby (with ``Chaos.takeover``).
-        self.standby: NodeStandby | OrderedStandby | None = None
+        self.standby: NodeStandby | None = None
         #: When (log time) the shell last wrote the node's members record; ``None``:
         #: not since its process started (it writes one after its first round).
         self.members_at: int | None = None
@@ -489,17 +492,8 @@ class _Node:
         self.zombie: NodeBatch | None = None
         self.zombie_steps = 0
 
-    def new_standby(self, log_length: int) -> NodeStandby | OrderedStandby:
+    def new_standby(self, log_length: int) -> NodeStandby:
         """A standby starting as the shell starts one: from the newest snapshot."""
-        if self.spec.control_topic is not None:
-            return OrderedStandby(
-                self.spec,
-                self.newest_snapshot(log_length),
-                committed=self.committed,
-                max_pending=STANDBY_PENDING,
-                jump_records=STANDBY_JUMP,
-                engine_class=self.engine_class,
-            )
         return NodeStandby(
             self.spec,
             self.newest_snapshot(log_length),
@@ -515,19 +509,9 @@ class _Node:
             (s.seq for s in newest_snapshots(self.snapshot_rows, self.spec.role)), default=-1
         )
 
-    @property
-    def ordered(self) -> OrderedNodeBatch | None:
-        """The batch layer over a control log (§7), when the node has one."""
-        batch = self.batch
-        return batch if isinstance(batch, OrderedNodeBatch) else None
-
     def recover(self, snapshot: LoadedSnapshot | None) -> NodeBatch:
         """The batch layer of a restart from ``snapshot`` and the committed offset."""
-        if self.spec.control_topic is None:
-            return NodeBatch.recover(
-                self.spec, snapshot, self.committed, engine_class=self.engine_class
-            )
-        return OrderedNodeBatch.recover_ordered(
+        return NodeBatch.recover(
             self.spec, snapshot, self.committed, engine_class=self.engine_class
         )
 
@@ -589,8 +573,9 @@ class Simulator:
         delivery_format: str = "json",
         control_format: str = BINARY,
         control_formats: Mapping[str, str] | None = None,
-        control_logs: bool = False,
-        direct_copies: float = 0.0,
+        control_logs: bool = True,
+        direct_lane: tuple[float, int] = (DEFAULT_DIRECT_RATE, DEFAULT_DIRECT_BURST),
+        max_lag_s: float | None = DEFAULT_MAX_LAG_S,
     ) -> None:
         if len(set(topics)) != len(topics) or not topics:
             raise ConfigError("topics must be distinct and not empty")
@@ -611,26 +596,13 @@ class Simulator:
         factory = engine_factory or (lambda topic, alg: Engine(topic, f"node-{topic}", alg))
         part = layer or 0
         #: Each node's input log, and its control log (§7) when it has one.
-        #: ``direct_copies``, with control logs: the chance that a client writes a copy
-        #: straight to its destination's control log (the client's direct lane,
-        #: docs/DESIGN.md §7.1) instead of its input log.
-        self.inputs, self.controls, self.direct_copies = (
-            *self._logs(control_logs, part),
-            direct_copies if control_logs else 0.0,
-        )
-        self.streams: dict[str, Log] = {
-            t: Log(t if layer is None else f"atomickafka-layers.{t}", part, self.clock)
-            for t in self.topics
-        }
-        self.readers = {t: StreamReader(t, self.streams[t], signer) for t in self.topics}
-        #: Exactly-once: every transactional delivery (or layer) record in write order,
-        #: aborted ones included, and a reader of it with the client's repeat filter.
-        self.uncommitted: dict[str, Log] = {
-            t: Log(self.streams[t].topic, part, self.clock) for t in self.topics
-        }
-        self.uncommitted_readers = {
-            t: StreamReader(t, self.uncommitted[t], signer) for t in self.topics
-        }
+        self.inputs, self.controls = self._logs(control_logs, part)
+        #: The clients decide as the client library does (:mod:`atomickafka.client.plan`):
+        #: each copy takes its destination's direct lane (rate, burst per client and
+        #: destination, in the log's time) while its node is not behind, and a client
+        #: holds back while a destination's node is more than ``max_lag_s`` behind.
+        self.direct_lane, self.max_lag_s = direct_lane, max_lag_s
+        self._set_up_streams(part)
         self.nodes: dict[str, _Node] = {}
         for topic in self.topics:
             engine = factory(topic, self.protocols[topic])
@@ -665,6 +637,24 @@ class Simulator:
         self._in_flight: deque[Message] = deque(maxlen=20)
         self._stray_hit: set[str] = set()
         self._misaddressed: dict[str, bool] = {}
+        self._lanes: dict[str, DirectLane] = {}  # each client's token buckets
+
+    def _set_up_streams(self, part: int) -> None:
+        """Each topic's delivery (or layer) stream and its reader; exactly-once, beside
+        it every transactional record in write order, aborted ones included, and a
+        reader of that with the client's repeat filter."""
+        layer, signer = self.layer, self.signer
+        self.streams: dict[str, Log] = {
+            t: Log(t if layer is None else f"atomickafka-layers.{t}", part, self.clock)
+            for t in self.topics
+        }
+        self.readers = {t: StreamReader(t, self.streams[t], signer) for t in self.topics}
+        self.uncommitted: dict[str, Log] = {
+            t: Log(self.streams[t].topic, part, self.clock) for t in self.topics
+        }
+        self.uncommitted_readers = {
+            t: StreamReader(t, self.uncommitted[t], signer) for t in self.topics
+        }
 
     def _logs(self, control_logs: bool, part: int) -> tuple[dict[str, Log], dict[str, Log]]:
         inputs = {t: Log(INPUT_PREFIX + t, part, self.clock) for t in self.topics}
@@ -751,18 +741,29 @@ class Simulator:
         topics = self.topics if topic is None else (topic,)
         unread = 0
         for t in topics:
-            ordered = self.nodes[t].ordered
-            if ordered is None:
-                unread += len(self.inputs[t]) - self.nodes[t].batch.position
-            else:
-                unread += len(self.controls[t]) - ordered.control_fetch_from
-                unread += len(self.inputs[t]) - ordered.read_until
-                # read, but no marker names them yet (a standby took over with them
-                # buffered): its next step, even an idle one, writes that marker
-                unread += ordered.unmarked
-                if not ordered.waiting:  # left queued by a step's budget: still to apply
-                    unread += ordered.queued
+            batch = self.nodes[t].batch
+            for log, at in self._fetches(t, batch):
+                unread += len(log) - at
+            # read, but no marker names them yet (a standby took over with them
+            # buffered): its next step, even an idle one, writes that marker
+            unread += batch.unmarked
+            if not batch.waiting:  # left queued by a step's budget: still to apply
+                unread += batch.queued
         return unread
+
+    def _fetches(self, topic: str, batch: NodeBatch) -> list[tuple[Log, int]]:
+        """The logs ``batch`` of ``topic``'s node reads, and from where (its committed
+        log, and with a control log its input log)."""
+        logs = self._logs_of(topic)
+        return [(logs[name], at) for name, at in batch.fetches()]
+
+    def _logs_of(self, topic: str) -> dict[str, Log]:
+        """``topic``'s node's logs by name: its input log, and its control log if any."""
+        logs = {self.inputs[topic].topic: self.inputs[topic]}
+        control = self.controls.get(topic)
+        if control is not None:
+            logs[control.topic] = control
+        return logs
 
     def holding(self) -> bool:
         """True while some node holds a message for the log's time to catch up, has a
@@ -773,7 +774,7 @@ class Simulator:
             or n.txn
             or n.txn_commit is not None
             or n.zombie
-            or (n.ordered is not None and n.ordered.waiting)
+            or n.batch.waiting
             for n in self.nodes.values()
         )
 
@@ -795,9 +796,8 @@ class Simulator:
         ticks its input log (§7.1)."""
         node = self.nodes[topic]
         dues = [node.batch.engine.next_due_ms]
-        ordered = node.ordered
-        if ordered is not None and not ordered.replaying:
-            dues.append(ordered.next_input_tick_ms)  # (wall time: the simulated clock's)
+        if not node.batch.replaying:
+            dues.append(node.batch.next_input_tick_ms)  # (wall time: the simulated clock's)
         if not node.batch.replaying:
             awaited = bool(node.batch.engine.awaiting_members)
             if node.members_at is None:
@@ -810,11 +810,19 @@ class Simulator:
     # ------------------------------------------------------------------ clients
 
     def send(
-        self, send: Send, *, partial: bool = False, only: Collection[str] | None = None
+        self,
+        send: Send,
+        *,
+        partial: bool = False,
+        only: Collection[str] | None = None,
+        lane: Collection[str] | None = None,
     ) -> None:
         """A client appends a ClientMessage to ``send.via``'s log (``direct``: to every
         destination's, or with ``partial`` to a non-empty subset chosen by the chooser,
-        or with ``only`` to those destinations a script names).
+        or with ``only`` to those destinations a script names). With control logs a copy
+        takes the direct lane (its destination's control log) as the client's plan says
+        (:func:`~atomickafka.client.plan.lane_targets`, its token bucket), or, when a
+        script names them, for the topics in ``lane``.
 
         A client believes every node runs its entry topic's protocol. A message whose
         destinations run different protocols must be aborted everywhere: it is not
@@ -848,14 +856,60 @@ class Simulator:
             for _ in range(len(targets) - keep):
                 targets.pop(self.chooser.integer(0, len(targets) - 1))
             self.events["partial_write"] += 1
+        direct = self._lane_copies(send.client, targets, lane)
         for topic in targets:
-            if self.direct_copies and self.chooser.chance(self.direct_copies):
+            if topic in direct:
                 self._append_signed(self.controls[topic], value)
                 self.events["direct_copy"] += 1
             else:
                 self.append_input(topic, value, signed=True)
         self.events["send"] += 1
         self._note(f"{send.client} sends {send.messageID} to {destinations} via {targets}")
+
+    def _lane_copies(
+        self, client: str, targets: Sequence[str], lane: Collection[str] | None
+    ) -> set[str]:
+        """The targets whose copies take the direct lane: those a script names, or as
+        the client's plan decides (each node's view and the client's token bucket)."""
+        if not self.controls:
+            return set()
+        if lane is not None:
+            return {t for t in targets if t in lane}
+        allowed = lane_targets(targets, self.node_views(targets))
+        bucket = self._lanes.get(client)
+        if bucket is None:
+            bucket = self._lanes[client] = DirectLane(*self.direct_lane)
+        now = self.clock.now_ms / 1000
+        return {t for t in targets if t in allowed and bucket.take(t, now)}
+
+    def node_views(self, topics: Iterable[str]) -> dict[str, list[NodeView]]:
+        """What the clients know of ``topics``' nodes, as their statuses would say: live,
+        with a control log or not, and how far behind (the log time the oldest record
+        they have not applied has waited, read or not)."""
+        control = bool(self.controls)
+        return {
+            t: [NodeView(t, True, control, self.behind_s(t))] for t in topics if t in self.nodes
+        }
+
+    def behind_s(self, topic: str) -> float:
+        """How long (s, in the log's time) the oldest record ``topic``'s node has not
+        applied has waited: one queued or buffered, or the first unread of a log."""
+        batch = self.nodes[topic].batch
+        stamps = [batch.oldest_unapplied_ms]
+        for log, at in self._fetches(topic, batch):
+            if len(log) > at:
+                stamps.append(log.records[at].timestamp()[1])
+        oldest = min((s for s in stamps if s is not None), default=None)
+        return 0.0 if oldest is None else max(0.0, (self.clock.now_ms - oldest) / 1000)
+
+    def held_back(self, send: Send) -> bool:
+        """Back-pressure: the client of ``send`` waits while a node of its destinations
+        (or its relay) is more than ``max_lag_s`` behind (the client's plan,
+        :func:`~atomickafka.client.plan.lagging`)."""
+        if self.max_lag_s is None:
+            return False
+        topics = [*send.destinations, send.via]
+        return lagging(topics, self.node_views(topics), self.max_lag_s) is not None
 
     def misaddressed(self, send: _S) -> _S:
         """ABSENT: by chance, ``send`` also names a topic that has no node."""
@@ -882,14 +936,28 @@ class Simulator:
         signed: bool,
         headers: Sequence[tuple[str, bytes]] = (),
     ) -> None:
-        """Append a record to ``topic``'s input log, signed by a member when ``signed``."""
+        """Append a record to the log of ``topic``'s node its writer would write it to
+        (with control logs, a control message or members record to the control log, a
+        client's copy or a relay to the input log, §7.1; what does not decode to the
+        input log), signed by a member when ``signed``. Records in the wrong log are the
+        ``misplaced`` chaos kind's, not this."""
         if topic not in self.inputs:
             raise KeyError(f"no topic {topic!r} in this simulation")
-        log = self.inputs[topic]
+        log = self._writers_log(topic, value, headers)
         if signed and not headers:
             self._append_signed(log, value)
         else:
             log.append(value, headers=headers)
+
+    def _writers_log(self, topic: str, value: bytes, headers: Sequence[tuple[str, bytes]]) -> Log:
+        control = self.controls.get(topic)
+        if control is None:
+            return self.inputs[topic]
+        try:
+            messages = decode_any(value, None, list(headers))
+        except MessageError:
+            return self.inputs[topic]
+        return control if misplaced(messages, from_input=True) else self.inputs[topic]
 
     def _append_signed(self, log: Log, value: bytes) -> None:
         """Append a member's record to ``log``, signed for that log when signing is on."""
@@ -898,56 +966,23 @@ class Simulator:
 
     # ------------------------------------------------------------------ nodes
 
-    def step_node(self, topic: str, batch: int) -> int:
-        """``topic``'s node consumes up to ``batch`` records (or, with none, ticks its
-        log if it holds a message); returns how many it read."""
+    def step_node(self, topic: str, batch: int, *, budgeted: bool = False) -> int:
+        """``topic``'s node consumes up to ``batch`` records of one of its logs (drawn,
+        when its committed log and a separate input log both have some), or, with none,
+        steps idle (a tick, a marker or an input tick when due); returns how many it
+        read. ``budgeted`` (the scheduler's steps): the step applies at most a drawn
+        budget of them, as the shell bounds its steps, the rest the next step; scripted
+        steps apply all."""
         node = self.nodes[topic]
         if node.zombie is not None:
             self._zombie_step(topic, batch)
-        if node.ordered is not None:
-            return self._step_ordered(topic, node.ordered, batch)
-        records = self.inputs[topic].read(node.batch.position, batch)
-        wall = self.clock.wall_s
-        if records:
-            self.events["batch"] += 1
-            ready = node.batch.step(records, wall_s=wall)
-            self._note(f"{topic} reads [{records[0].offset()}:{records[-1].offset() + 1}]")
-        else:
-            ready = node.batch.idle(wall_s=wall)
-        self.write(topic, ready)
-        txn_open = bool(node.txn) or node.txn_commit is not None
-        if (
-            self.exactly_once
-            and txn_open
-            and (not records or self.chooser.chance(self.chaos.commit))
-        ):
-            self._commit(topic)
-        self.write_members(topic)
-        return len(records)
-
-    def _step_ordered(self, topic: str, batch: OrderedNodeBatch, count: int) -> int:
-        """:meth:`step_node` for a node with a control log (§7): it reads one of its two
-        logs (drawn, when both have records)."""
-        node = self.nodes[topic]
-        control, inputs = self.controls[topic], self.inputs[topic]
-        ctl_unread = len(control) > batch.control_fetch_from
-        in_unread = len(inputs) > batch.read_until
-        wall = self.clock.wall_s
+        layer = node.batch
         # a step's budget, as the shell bounds its steps (none, or a few records)
-        budget = self.chooser.integer(0, 4)
-        batch.step_budget = budget or None
-        if ctl_unread and (not in_unread or self.chooser.chance(0.5)):
-            records = control.read(batch.control_fetch_from, count)
-            ready = batch.step_control(records, wall_s=wall)
-            self._note(f"{topic} reads ctl [{records[0].offset()}:{records[-1].offset() + 1}]")
-        elif in_unread:
-            records = inputs.read(batch.read_until, count)
-            ready = batch.step_input(records, wall_s=wall)
-            self._note(f"{topic} reads in [{records[0].offset()}:{records[-1].offset() + 1}]")
+        layer.step_budget = (self.chooser.integer(0, 4) or None) if budgeted else None
+        ready, records = self._read_some(topic, layer, batch)
+        if ready is None:
+            ready = layer.idle(wall_s=self.clock.wall_s)
         else:
-            records = []
-            ready = batch.idle(wall_s=wall)
-        if records:
             self.events["batch"] += 1
         self.write(topic, ready)
         txn_open = bool(node.txn) or node.txn_commit is not None
@@ -958,7 +993,24 @@ class Simulator:
         ):
             self._commit(topic)
         self.write_members(topic)
-        return len(records)
+        return records
+
+    def _read_some(self, topic: str, layer: NodeBatch, count: int) -> tuple[Ready | None, int]:
+        """``layer`` reads up to ``count`` records of one of the logs it reads that has
+        unread records (drawn when both have): what it decided and how many it read
+        (``None``, 0: none had any)."""
+        unread = [(log, at) for log, at in self._fetches(topic, layer) if len(log) > at]
+        if not unread:
+            return None, 0
+        log, at = unread[0] if len(unread) == 1 or self.chooser.chance(0.5) else unread[1]
+        records = log.read(at, count)
+        wall = self.clock.wall_s
+        if log.topic == layer.ordering.committed_topic:
+            ready = layer.step(records, wall_s=wall)
+        else:
+            ready = layer.step_input(records, wall_s=wall)
+        self._note(f"{topic} reads {log.topic} [{at}:{at + len(records)}]")
+        return ready, len(records)
 
     def _zombie_step(self, topic: str, batch: int) -> None:
         """The fenced instance of ``topic``'s node goes on for a step: it writes what
@@ -967,18 +1019,7 @@ class Simulator:
         node = self.nodes[topic]
         zombie = node.zombie
         assert zombie is not None
-        wall = self.clock.wall_s
-        ready: Ready | None
-        if isinstance(zombie, OrderedNodeBatch):  # either of its logs (§7)
-            records = self.controls[topic].read(zombie.control_fetch_from, batch)
-            if records and self.chooser.chance(0.5):
-                ready = zombie.step_control(records, wall_s=wall)
-            else:
-                records = self.inputs[topic].read(zombie.read_until, batch)
-                ready = zombie.step_input(records, wall_s=wall) if records else None
-        else:
-            records = self.inputs[topic].read(zombie.position, batch)
-            ready = zombie.step(records, wall_s=wall) if records else None
+        ready, records = self._read_some(topic, zombie, batch)
         if ready is not None:
             for record in ready.records:
                 if record.kind is OutKind.CONTROL or record.kind is OutKind.TICK:
@@ -988,7 +1029,7 @@ class Simulator:
                         record.value, key=record.key, headers=record.headers
                     )
             self.events["zombie_step"] += 1
-            self._note(f"{topic}'s zombie reads {len(records)} records")
+            self._note(f"{topic}'s zombie reads {records} records")
         node.zombie_steps -= 1
         if node.zombie_steps <= 0 or ready is None:
             node.zombie = None  # its next commit is refused: it stops
@@ -1033,14 +1074,13 @@ class Simulator:
         """``topic``'s node restarts: from the newest readable snapshot and the committed
         offset (uncommitted work of the at-least-once mode is lost)."""
         node = self.nodes[topic]
-        snapshot = node.newest_snapshot(len(self._order_log(topic)))
+        snapshot = node.newest_snapshot(len(self.committed_log(topic)))
         old = node.batch
         node.batch = node.recover(snapshot)
         self._lose_uncommitted(node, "crash")
-        if zombie and self.control_logs and self.chooser.chance(self.chaos.zombie):
-            # with control logs (no standbys yet), the instance a restart replaced (not
-            # one whose producer failed) may go on for a while: its markers and bundles
-            # are written, its transaction is fenced
+        if zombie and self.chooser.chance(self.chaos.zombie):
+            # the instance a restart replaced (not one whose producer failed) may go on
+            # for a while: its markers and bundles are written, its transaction is fenced
             node.zombie, node.zombie_steps = old, self.chooser.integer(1, 20)
             self.events["zombie"] += 1
         self._note(
@@ -1048,10 +1088,11 @@ class Simulator:
             f"{None if snapshot is None else snapshot.seq}), replays to {node.committed}"
         )
 
-    def _order_log(self, topic: str) -> Log:
-        """The log whose offsets ``topic``'s node commits: its control log, if it has
-        one (§7), else its input log."""
-        return self.controls[topic] if self.control_logs else self.inputs[topic]
+    def committed_log(self, topic: str) -> Log:
+        """The log whose offsets ``topic``'s node commits, its committed log: its control
+        log, if it has one (§7.1), else its input log."""
+        control = self.controls.get(topic)
+        return self.inputs[topic] if control is None else control
 
     def upgrade(self, topic: str) -> None:
         """``topic``'s node restarts writing the other control format (§3.9): one step
@@ -1083,34 +1124,21 @@ class Simulator:
             return
         if self.chooser.chance(0.5):
             standby.commit_seen(node.committed)
-        if isinstance(standby, OrderedStandby):
-            self._follow_ordered(topic, standby, batch)
+        newest = node.newest_snapshot(len(self.committed_log(topic)))
+        if newest is not None and standby.wants(newest):
+            standby.jump(newest)
+            self.events["standby_jump"] += 1
+            self._note(f"{topic}'s standby jumps to snapshot {newest.seq}")
+        fetches = standby.fetches()  # its committed log, and with a control log its input log
+        name, at, room = fetches[0] if len(fetches) == 1 or self.chooser.chance(0.5) else fetches[1]
+        take = min(batch, room)
+        if take <= 0:
             return
-        newest = node.newest_snapshot(len(self.inputs[topic]))
-        if newest is not None and standby.wants(newest):
-            standby.jump(newest)
-            self.events["standby_jump"] += 1
-            self._note(f"{topic}'s standby jumps to snapshot {newest.seq}")
-        take = min(batch, standby.room)
-        if take > 0:
-            standby.take(self.inputs[topic].read(standby.fetch_from, take))
-
-    def _follow_ordered(self, topic: str, standby: OrderedStandby, batch: int) -> None:
-        """:meth:`follow` for a node with a control log (§7): the standby fetches either
-        log (drawn)."""
-        newest = self.nodes[topic].newest_snapshot(len(self.controls[topic]))
-        if newest is not None and standby.wants(newest):
-            standby.jump(newest)
-            self.events["standby_jump"] += 1
-            self._note(f"{topic}'s standby jumps to snapshot {newest.seq}")
-        if self.chooser.chance(0.5):
-            take = min(batch, standby.room)
-            if take > 0:
-                standby.take(self.controls[topic].read(standby.fetch_from, take))
+        records = self._logs_of(topic)[name].read(at, take)
+        if name == standby.batch.ordering.committed_topic:
+            standby.take(records)
         else:
-            take = min(batch, standby.input_room)
-            if take > 0:
-                standby.take_input(self.inputs[topic].read(standby.input_fetch_from, take))
+            standby.take_input(records)
 
     def takeover(self, topic: str) -> None:
         """``topic``'s node dies; its standby takes over from its own state (a restart
@@ -1133,22 +1161,26 @@ class Simulator:
                 f"{topic} dies at {position}; its standby takes over at {batch.position}, "
                 f"replays to {node.committed}"
             )
-        node.standby = node.new_standby(len(self._order_log(topic)))
+        node.standby = node.new_standby(len(self.committed_log(topic)))
 
-    def duplicate(self, topic: str, index: int) -> None:
-        """Append record ``index`` of ``topic``'s log again (a writer's retry)."""
-        self.inputs[topic].copy_of(index)
+    def duplicate(self, topic: str, index: int, log: Log | None = None) -> None:
+        """Append record ``index`` of ``topic``'s input log (or of ``log``, one of its
+        logs) again: a writer's retry."""
+        log = self.inputs[topic] if log is None else log
+        log.copy_of(index)
         self.events["duplicate"] += 1
-        self._note(f"duplicate {topic}[{index}]")
+        where = topic if log is self.inputs[topic] else log.topic
+        self._note(f"duplicate {where}[{index}]")
 
     def copy_stream_record(self, topic: str, index: int) -> None:
         """Append record ``index`` of ``topic``'s delivery (or layer) stream again."""
         self.readers[topic].copies.add(self.streams[topic].copy_of(index).offset())
 
-    def unsequenced_copy(self, topic: str, index: int) -> None:
-        """Append record ``index`` of ``topic``'s log again without the ``seq`` of its
-        messages, as a node of a release before §4.12 writes them (signed: a member)."""
-        record = self.inputs[topic].records[index]
+    def unsequenced_copy(self, topic: str, index: int, log: Log | None = None) -> None:
+        """Append record ``index`` of ``topic``'s input log (or of ``log``) again without
+        the ``seq`` of its messages, as a node of a release before §4.12 writes them
+        (signed: a member; to the log its writer writes it to)."""
+        record = (self.inputs[topic] if log is None else log).records[index]
         messages = read_messages(record)
         if not messages or not peek(record).is_bundle:
             return
@@ -1160,7 +1192,7 @@ class Simulator:
             protocol=stated_protocol(first.protocol),
             partition=first.partitionID,
         )
-        self.append_input(topic, value, signed=True)
+        self._append_signed(self.inputs[topic], value)  # where a one-log node reads it
         self.events["unsequenced"] += 1
         self._note(f"copy of {topic}[{index}] without seq")
 
@@ -1209,8 +1241,9 @@ class Simulator:
         """Where a stray control record for ``topic``'s node lands: its input log, or,
         with a control log, that log or (drawn) the control log, where its peers' control
         records are read (in the input log it is set aside as misplaced, §7.1)."""
-        if self.control_logs and self.chooser.chance(0.5):
-            return self.controls[topic]
+        committed = self.committed_log(topic)
+        if committed is not self.inputs[topic] and self.chooser.chance(0.5):
+            return committed
         return self.inputs[topic]
 
     def _delivered_multicast(self, topic: str) -> tuple[Message, str] | None:
@@ -1277,21 +1310,13 @@ class Simulator:
         wrong = replace(
             node.spec, algorithm=pick(self.chooser, [a for a in Algorithm if a is not own])
         )
-        log = self._order_log(topic)  # with a control log, its members records are there
+        log = self.committed_log(topic)  # with a control log, its members records are there
         try:
             snapshot = node.newest_snapshot(len(log))
-            if self.control_logs:
-                ordered = OrderedNodeBatch.recover_ordered(
-                    wrong, snapshot, node.committed, engine_class=node.engine_class
-                )
-                self._replay_ordered(topic, ordered, node.committed)
-            else:
-                batch = NodeBatch.recover(
-                    wrong, snapshot, node.committed, engine_class=node.engine_class
-                )
-                replay = log.read(batch.position, max(0, node.committed - batch.position))
-                if replay:
-                    batch.step(replay, wall_s=self.clock.wall_s)
+            batch = NodeBatch.recover(
+                wrong, snapshot, node.committed, engine_class=node.engine_class
+            )
+            self.replay(topic, batch, node.committed)
         except SettingsChangedError:
             self.events["wrong_restart_refused"] += 1
         else:
@@ -1304,16 +1329,15 @@ class Simulator:
             self.events["wrong_restart_harmless"] += 1
         self.crash(topic)
 
-    def _replay_ordered(self, topic: str, batch: OrderedNodeBatch, committed: int) -> None:
-        """Replay ``topic``'s two logs into ``batch`` up to the committed control-log
-        offset, as :func:`replayed_ordered_deliveries` does: its input log first (the
-        records wait in the batch until markers apply them), then its control log."""
-        control, inputs = self.controls[topic], self.inputs[topic]
+    def replay(self, topic: str, batch: NodeBatch, committed: int) -> None:
+        """Replay ``topic``'s logs into ``batch`` up to the committed offset, as
+        :func:`replayed_deliveries` does: a separate input log first (the records wait
+        in the batch until markers apply them), then the committed log."""
         wall = self.clock.wall_s
-        start = batch.read_until
-        batch.step_input(inputs.read(start, max(0, len(inputs) - start)), wall_s=wall)
-        start = batch.control_fetch_from
-        batch.step_control(control.read(start, max(0, committed - start)), wall_s=wall)
+        (committed_log, start), *inputs = self._fetches(topic, batch)
+        for log, at in inputs:
+            batch.step_input(log.read(at, max(0, len(log) - at)), wall_s=wall)
+        batch.step(committed_log.read(start, max(0, committed - start)), wall_s=wall)
 
     def bad_value(self, topic: str) -> None:
         """Append a forged Bundle whose relayed ClientMessage value is not JSON."""
@@ -1331,8 +1355,9 @@ class Simulator:
             control_format=self.control_formats[sender],
         )
         self.doomed.add(mid)
-        self._hostile.add((self.inputs[topic].topic, len(self.inputs[topic])))
-        self.append_input(topic, value, signed=True)
+        log = self._writers_log(topic, value, ())  # a bundle: where its sender writes one
+        self._hostile.add((log.topic, len(log)))
+        self._append_signed(log, value)
         self.events["bad_value"] += 1
         self._note(f"forged bundle {mid} with a value that is not JSON into {topic}")
 
@@ -1347,11 +1372,13 @@ class Simulator:
         chaos = self.chaos
         chaos_until: int | None = None
         while self.clock.step < max_steps:
-            senders = [c for c, q in queues.items() if q]
-            if not senders and chaos_until is None:
+            waiting = [c for c, q in queues.items() if q]
+            if not waiting and chaos_until is None:
                 chaos_until = self.clock.step + chaos.tail_steps
-            if not senders and self.quiet():
+            if not waiting and self.quiet():
                 break
+            senders = [c for c in waiting if not self.held_back(queues[c][0])]
+            self.events["held_back"] += len(waiting) - len(senders)
             step = self.clock.advance()
             self.settle()
             if chaos_until is None or step <= chaos_until:
@@ -1367,7 +1394,7 @@ class Simulator:
                 self.send(self.misaddressed(queues[senders[pick]].popleft()), partial=partial)
             else:
                 topic = runnable[pick - len(senders)]
-                self.step_node(topic, chooser.integer(1, chaos.max_batch))
+                self.step_node(topic, chooser.integer(1, chaos.max_batch), budgeted=True)
         return self.result()
 
     def drain(self, *, max_steps: int = 100_000) -> SimulationResult:
@@ -1460,7 +1487,8 @@ class Simulator:
         """A copy of one of the recent relays or peers' bundles of ``topic``'s logs in
         its other log (MISPLACED): honest records, where their writers never put them
         (§7.1); with one log, again in that log."""
-        sources = [self.inputs[topic], *([self.controls[topic]] if self.control_logs else [])]
+        committed = self.committed_log(topic)
+        sources = list({id(log): log for log in (self.inputs[topic], committed)}.values())
         candidates: list[tuple[Log, PlainRecord]] = []
         for log in sources:
             for record in log.records[-self.chaos.duplicate_window :]:
@@ -1472,9 +1500,8 @@ class Simulator:
         if not candidates:
             return
         source, record = pick(self.chooser, candidates)
-        target = source
-        if self.control_logs:
-            target = self.inputs[topic] if source is self.controls[topic] else self.controls[topic]
+        # the other log (with one log, the same)
+        target = self.inputs[topic] if source is committed else committed
         headers = [(k, v) for k, v in record.headers() or () if isinstance(v, bytes)]
         target.append(record.value(), key=record.key(), headers=headers)
         self.events["misplaced"] += 1
@@ -1486,11 +1513,10 @@ class Simulator:
         may name): with a control log it waits for offsets nobody wrote until a record
         in its range refutes it (§7.1); with one log it is no record a node reads."""
         node = self.nodes[topic]
-        ordered = node.ordered
-        start = ordered.applied if ordered is not None else len(self.inputs[topic])
+        start = node.batch.applied
         size = pick(self.chooser, [1, 3, MAX_MARKER_RANGE])
         value = encode_marker(node.spec.node_id, topic, start, start + size, self.layer)
-        log = self.controls[topic] if self.control_logs else self.inputs[topic]
+        log = self.committed_log(topic)
         log.append(value)
         self.events["forged_marker"] += 1
         self._note(f"forged marker [{start}, {start + size}) into {log.topic}")
@@ -1514,7 +1540,10 @@ class Simulator:
             self.takeover(pick(chooser, self.topics))
 
     def _recent_record(self) -> tuple[str, int] | None:
-        """A drawn topic and one of the last ``duplicate_window`` offsets of its log."""
+        """A drawn topic and one of the last ``duplicate_window`` offsets of its input
+        log. (Copies in a control log are not drawn: a client's direct copy repeated
+        there, or a bundle without ``seq``, which no release that writes control logs
+        writes, are not yet covered; see the closing notes of issue 37.)"""
         nonempty = [t for t in self.topics if len(self.inputs[t])]
         if not nonempty:
             return None

@@ -30,7 +30,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 
 from atomickafka.client import AtomicKafkaClient
-from atomickafka.client.lanes import DEFAULT_DIRECT_RATE
+from atomickafka.client.plan import DEFAULT_DIRECT_RATE
 from atomickafka.core.marker import MARKER_LEAD_MS, MAX_MARKER_RANGE, encode_marker
 from atomickafka.core.placement import is_relay
 from atomickafka.core.reader import read_dead_letter, read_messages

@@ -1,6 +1,6 @@
 """The Kafka shell's parts for nodes with a control log (docs/DESIGN.md §7), without a
 broker: the topics and spec a ``--control-log`` node gets, how one consumer's batch is
-split and the input log paced (node/control_log.py), which snapshots a node of each mode
+split and the input log paced (node/log_reader.py), which snapshots a node of each mode
 takes up, and what ``doctor`` says of such deployments. The shell itself runs against
 the broker in tests/integration/test_faults.py and test_control_log.py."""
 
@@ -21,12 +21,11 @@ from atomickafka.doctor.node_checks import check_nodes
 from atomickafka.doctor.topic_checks import input_log_view
 from atomickafka.kafka.status import Role, Status
 from atomickafka.kafka.topics import Layout
+from atomickafka.node.batch import NodeBatch, Ordering
 from atomickafka.node.config import NodeConfig
-from atomickafka.node.control_log import INPUT_BUFFER_MAX, TwoLogReader, unapplied
-from atomickafka.node.follow_two_logs import ordered_snapshots
-from atomickafka.node.ordering_log import OrderedNodeBatch
+from atomickafka.node.log_reader import INPUT_BUFFER_MAX, LogReader, unapplied
 from atomickafka.node.runtime import node_spec, node_topic_specs
-from atomickafka.node.snapshots import LoadedSnapshot
+from atomickafka.node.snapshots import LoadedSnapshot, snapshots_of_mode
 from tests.unit.test_doctor import DEPLOYMENT, B, facts_with, status
 from tests.unit.test_ordering_log import spec
 
@@ -70,7 +69,7 @@ def test_control_logs_are_the_default_and_every_command_can_turn_them_off() -> N
 
 
 class FakeConsumer:
-    """What TwoLogReader asks of a confluent-kafka Consumer: assignments, pauses,
+    """What LogReader asks of a confluent-kafka Consumer: assignments, pauses,
     resumes and cached watermarks (no broker: the shell runs on one in test_faults)."""
 
     def __init__(self, marks: dict[str, tuple[int, int]] | None = None) -> None:
@@ -96,9 +95,9 @@ class FakeConsumer:
                 for p in parts]  # fmt: skip
 
 
-def _batch() -> OrderedNodeBatch:
+def _batch() -> NodeBatch:
     node = spec("A")
-    return OrderedNodeBatch(node, OrderedNodeBatch.fresh_engine(node))
+    return NodeBatch(node, NodeBatch.fresh_engine(node))
 
 
 def _records(topic: str, start: int, count: int) -> list[PlainRecord]:
@@ -110,7 +109,7 @@ def _records(topic: str, start: int, count: int) -> list[PlainRecord]:
 
 def test_the_reader_assigns_both_logs_and_splits_a_batch() -> None:
     consumer = FakeConsumer()
-    reader = TwoLogReader(consumer, "atomickafka-ctl.A", "atomickafka-in.A", 0)  # type: ignore[arg-type]
+    reader = LogReader(consumer, Ordering("atomickafka-ctl.A", "atomickafka-in.A"), 0)  # type: ignore[arg-type]
     batch = _batch()
     batch.position, batch.read_until = 7, 40
     reader.assign(batch)
@@ -127,7 +126,7 @@ def test_the_reader_assigns_both_logs_and_splits_a_batch() -> None:
 
 def test_the_input_log_is_paused_past_the_bound_and_resumed_below_half() -> None:
     consumer = FakeConsumer()
-    reader = TwoLogReader(consumer, "atomickafka-ctl.A", "atomickafka-in.A", 0)  # type: ignore[arg-type]
+    reader = LogReader(consumer, Ordering("atomickafka-ctl.A", "atomickafka-in.A"), 0)  # type: ignore[arg-type]
     batch = _batch()
     batch.writing = False  # no markers: the records stay buffered
     batch.step_input(_records("atomickafka-in.A", 0, INPUT_BUFFER_MAX), wall_s=0.0)
@@ -143,7 +142,7 @@ def test_the_input_log_is_paused_past_the_bound_and_resumed_below_half() -> None
 
 def test_lag_counts_both_logs() -> None:
     consumer = FakeConsumer({"atomickafka-ctl.A": (0, 10), "atomickafka-in.A": (0, 100)})
-    reader = TwoLogReader(consumer, "atomickafka-ctl.A", "atomickafka-in.A", 0)  # type: ignore[arg-type]
+    reader = LogReader(consumer, Ordering("atomickafka-ctl.A", "atomickafka-in.A"), 0)  # type: ignore[arg-type]
     batch = _batch()
     batch.position, batch.applied = 4, 60
     assert reader.lag(batch) == 6 + 40
@@ -158,7 +157,7 @@ def test_lag_leaves_out_what_the_consumer_stepped_over() -> None:
     waiting that grew while it idled, and clients were held back until QueueFullError
     (the first send of the eval's shared run, in CI)."""
     consumer = FakeConsumer({"atomickafka-ctl.A": (0, 10), "A": (0, 8)})
-    reader = TwoLogReader(consumer, "atomickafka-ctl.A", "A", 0)  # type: ignore[arg-type]
+    reader = LogReader(consumer, Ordering("atomickafka-ctl.A", "A"), 0)  # type: ignore[arg-type]
     batch = _batch()
     batch.position = 10
     batch.applied = batch.read_until = 7  # read and applied offsets 0..6; 7: the marker
@@ -182,8 +181,8 @@ def _snapshot(seq: int, ordered: bool | None) -> LoadedSnapshot:
 
 def test_each_mode_takes_up_only_its_own_snapshots() -> None:
     found = [_snapshot(3, True), _snapshot(2, None), _snapshot(1, False)]
-    assert [s.seq for s in ordered_snapshots(found, True)] == [3, 2]
-    assert [s.seq for s in ordered_snapshots(found, False)] == [2, 1]
+    assert [s.seq for s in snapshots_of_mode(found, marked=True)] == [3, 2]
+    assert [s.seq for s in snapshots_of_mode(found, marked=False)] == [2, 1]
     # the doctor reads an ordered snapshot's input-log offset from its state
     assert input_log_view(found[0]).offsets == {0: 123}
     assert input_log_view(found[1]) is found[1]
@@ -239,7 +238,7 @@ def test_the_oldest_unapplied_record_of_either_log_times_the_lag() -> None:
     assert batch.oldest_unapplied_ms == 1000
     # a marker for offsets not read yet waits at the head of the control log's queue
     waiting = encode_marker("node-A", "A", 0, 5, None)
-    batch.step_control(
+    batch.step(
         [PlainRecord(waiting, topic="atomickafka-ctl.A", offset=0, timestamp_ms=400)], wall_s=0.0
     )
     assert batch.waiting and batch.oldest_unapplied_ms == 400

@@ -28,9 +28,11 @@ from atomickafka.verify.simulator import (
     SimulationResult,
     Simulator,
     random_workload,
-    replayed_ordered_deliveries,
 )
 from tests.unit.test_layered import (
+    LANES,
+    NO_LANE,
+    TRICKLE,
     assert_merged_correct,
     layer_chaos,
     merger_chaos,
@@ -71,7 +73,7 @@ HOSTILE = Chaos(
     misplaced=0.02,
     forged_marker=0.01,
 )
-#: Hot standbys following both logs (``OrderedStandby``), taking over from dying nodes
+#: Hot standbys following both logs (``NodeStandby``), taking over from dying nodes
 #: whose zombies go on writing.
 TAKEOVERS = Chaos(
     commit=0.3, zombie=1.0, takeover=0.05, follow=0.5, crash=0.01, checkpoint=0.1, duplicate=0.05
@@ -85,16 +87,14 @@ def assert_correct(result: SimulationResult) -> None:
     assert result.stuck() == {}, result.describe()
     assert result.determinism_errors == [], result.determinism_errors
     for topic in result.topics:
-        replayed = replayed_ordered_deliveries(
-            result.specs[topic], result.controls[topic], result.records[topic]
-        )
+        replayed = result.replayed(topic)
         expected = [(m.messageID, m.timeStamp) for m in result.deliveries[topic]]
         assert [(m.messageID, m.timeStamp) for m in replayed] == expected, topic
 
 
 #: The chance that a client writes a copy straight to its destination's control log (the
 #: direct lane, §7.1) rather than to its input log; the tests draw from these.
-DIRECT = st.sampled_from([0.0, 0.3, 1.0])
+DIRECT = st.sampled_from(LANES)
 
 
 def run(
@@ -104,7 +104,7 @@ def run(
     *,
     exactly_once: bool = True,
     n: int = 5,
-    direct: float = 0.3,
+    direct: tuple[float, int] = TRICKLE,
 ) -> tuple[Simulator, SimulationResult]:
     topics = [f"T{i}" for i in range(1, n + 1)]
     rng = random.Random(seed)
@@ -116,7 +116,7 @@ def run(
         chaos=chaos,
         exactly_once=exactly_once,
         control_logs=True,
-        direct_copies=direct,
+        direct_lane=direct,
     )
     return sim, sim.run(workload)
 
@@ -125,7 +125,7 @@ def run(
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), exactly_once=st.booleans(), direct=DIRECT)
 def test_control_logs_keep_atomic_multicast(
-    algorithm: Algorithm, seed: int, exactly_once: bool, direct: float
+    algorithm: Algorithm, seed: int, exactly_once: bool, direct: tuple[float, int]
 ) -> None:
     """Hostile chaos over two logs, with clients writing none, some or all of their
     copies straight to the control logs (the direct lane)."""
@@ -164,7 +164,7 @@ def test_wrong_restarts_over_two_logs_are_refused_from_snapshots_and_replays() -
 def test_a_wrong_restart_that_skips_its_replay_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The check has teeth: a restart that does not replay its control log (so never
     meets its own members record) is reported as not refused."""
-    monkeypatch.setattr(Simulator, "_replay_ordered", lambda *_args: None)
+    monkeypatch.setattr(Simulator, "replay", lambda *_args: None)
     errors = [
         e for seed in range(4) for e in run(Algorithm.DIRECT, seed, WRONG)[1].determinism_errors
     ]
@@ -174,7 +174,9 @@ def test_a_wrong_restart_that_skips_its_replay_is_caught(monkeypatch: pytest.Mon
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), direct=DIRECT)
-def test_standbys_over_two_logs_take_over(algorithm: Algorithm, seed: int, direct: float) -> None:
+def test_standbys_over_two_logs_take_over(
+    algorithm: Algorithm, seed: int, direct: tuple[float, int]
+) -> None:
     _, result = run(algorithm, seed, TAKEOVERS, direct=direct)
     assert_correct(result)
 
@@ -191,8 +193,7 @@ def test_the_chaos_is_not_idle() -> None:
             events.update(result.events)
             for topic in result.topics:
                 markers += sum(decode_marker(r.value()) is not None for r in result.controls[topic])
-                batch = sim.nodes[topic].ordered
-                assert batch is not None
+                batch = sim.nodes[topic].batch
                 void += batch.markers_void
     assert events["zombie_step"] >= 5 and events["crash"] >= 10, events
     assert markers > 100 and void > 0, (markers, void)
@@ -244,9 +245,9 @@ MUTANTS = [
 
 
 @pytest.mark.parametrize(("mutant", "algorithm", "chaos"), MUTANTS)
-@pytest.mark.parametrize("direct", [0.0, 0.5])
+@pytest.mark.parametrize("direct", [NO_LANE, TRICKLE], ids=["no-lane", "trickle"])
 def test_the_2019_defects_are_caught_with_control_logs(
-    mutant: type[Engine], algorithm: Algorithm, chaos: Chaos, direct: float
+    mutant: type[Engine], algorithm: Algorithm, chaos: Chaos, direct: tuple[float, int]
 ) -> None:
     """Rule 10 with control logs (clients' copies in the input logs, or half of them
     in the direct lane): each defect's mutant is caught by the checker within the seeds
@@ -262,7 +263,11 @@ def test_the_2019_defects_are_caught_with_control_logs(
 
 
 def _mutation_run(
-    engine_class: type[Engine], algorithm: Algorithm, seed: int, chaos: Chaos, direct: float
+    engine_class: type[Engine],
+    algorithm: Algorithm,
+    seed: int,
+    chaos: Chaos,
+    direct: tuple[float, int],
 ) -> SimulationResult:
     rng = random.Random(seed)
     options: dict[str, Any] = {"clients": 3, "messages": 20, "multicast": 0.7, "skew": 30}
@@ -275,7 +280,7 @@ def _mutation_run(
         engine_factory=lambda topic, alg: engine_class(topic, f"node-{topic}", alg),
         members_known=True,
         control_logs=True,
-        direct_copies=direct,
+        direct_lane=direct,
     )
     return sim.run(workload)
 
@@ -297,7 +302,7 @@ def test_layers_with_control_logs_keep_atomic_multicast(
     chaos: Chaos,
     mchaos: MergerChaos,
     mode: tuple[bool, int],
-    direct: float,
+    direct: tuple[float, int],
 ) -> None:
     """Partitioned topics whose layers' nodes have control logs: the merger's ticks go
     to the layers' input logs and apply where the nodes' markers place them; every

@@ -29,17 +29,16 @@ from atomickafka.core.marker import MAX_MARKER_RANGE, encode_marker
 from atomickafka.core.memory import DEFAULT_WINDOW_MS
 from atomickafka.core.wire import Message
 from atomickafka.node import batch as batch_module
-from atomickafka.node.ordering_log import OrderedNodeBatch
+from atomickafka.node.batch import NodeBatch
 from atomickafka.verify.simulator import (
     Chaos,
     RandomChooser,
     SimulationResult,
     Simulator,
     random_workload,
-    replayed_ordered_deliveries,
 )
 from atomickafka.verify.workload import Send
-from tests.unit.test_layered import assert_merged_correct, three_topic_run
+from tests.unit.test_layered import TRICKLE, assert_merged_correct, three_topic_run
 
 #: Longer than a record may be late (half the memory window, §4.13).
 OVER_HALF_WINDOW_MS = DEFAULT_WINDOW_MS // 2 + 1_000
@@ -121,7 +120,7 @@ def test_a_forged_apply_marker_does_not_stop_the_topic() -> None:
     _settle(sim, "A", "B")
     sim.send(Send("c1", "m1", ("A", "B"), {"n": 1}, via="A"))
     _settle(sim, "A", "B")
-    applied = sim.nodes["A"].ordered.applied  # type: ignore[union-attr]
+    applied = sim.nodes["A"].batch.applied
     forged = encode_marker("node-A", "A", applied, applied + MAX_MARKER_RANGE)
     sim.controls["A"].append(forged)
     for n in (2, 3):
@@ -189,7 +188,7 @@ def _hazard_run(
         chooser=RandomChooser(rng),
         chaos=chaos,
         control_logs=control_logs,
-        direct_copies=0.3 if control_logs else 0.0,
+        direct_lane=TRICKLE,
         exactly_once=exactly_once,
         engine_factory=lambda topic, alg: engine(topic, f"node-{topic}", alg),
     )
@@ -220,9 +219,7 @@ def test_the_hazards_are_survived(
     _assert_survived(result)
     if control_logs:
         for topic in result.topics:
-            replayed = replayed_ordered_deliveries(
-                result.specs[topic], result.controls[topic], result.records[topic]
-            )
+            replayed = result.replayed(topic)
             expected = [(m.messageID, m.timeStamp) for m in result.deliveries[topic]]
             assert [(m.messageID, m.timeStamp) for m in replayed] == expected, topic
 
@@ -235,7 +232,7 @@ def test_the_hazards_are_survived_by_partitioned_topics(
 ) -> None:
     """The same hazards in every layer of partitioned topics, merged."""
     result = three_topic_run(
-        algorithm, seed, layers, HAZARDS, control_logs=control_logs, direct=0.3
+        algorithm, seed, layers, HAZARDS, control_logs=control_logs, direct=TRICKLE
     )
     assert_merged_correct(result, honest=False)  # (forgeries are set aside)
 
@@ -313,6 +310,6 @@ def test_a_misplaced_record_taken_is_caught(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_a_forged_marker_believed_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(OrderedNodeBatch, "_written_after", lambda self, marker, at: None)
+    monkeypatch.setattr(NodeBatch, "_written_after", lambda self, marker, at: None)
     chaos = replace(HAZARDS, late_members=0.0, downtime=0.0, forged_marker=0.05, misplaced=0.0)
     assert _caught(range(10), True, chaos=chaos)

@@ -35,7 +35,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from atomickafka.core.engine import Algorithm, Engine
+from atomickafka.client.plan import DEFAULT_DIRECT_BURST, DEFAULT_DIRECT_RATE
+from atomickafka.core.engine import Algorithm
 from atomickafka.core.merger import LayerDelivery, MergeKey
 from atomickafka.core.wire import MessageType
 from atomickafka.verify import layered as layered_module
@@ -55,8 +56,6 @@ from atomickafka.verify.simulator import (
     Send,
     Workload,
     random_workload,
-    replayed_deliveries,
-    replayed_ordered_deliveries,
 )
 from tests.unit.test_properties import (
     ALGORITHMS,
@@ -68,6 +67,13 @@ from tests.unit.test_properties import (
 
 # ---------------------------------------------------------------------------- the judge
 
+#: The clients' direct lane (rate, burst; docs/DESIGN.md §7.1): none, a trickle (most
+#: copies in the input logs), or production's (almost every copy in the lane while the
+#: nodes keep up).
+NO_LANE: tuple[float, int] = (0.0, 0)
+TRICKLE: tuple[float, int] = (20.0, 2)
+LANES = [NO_LANE, TRICKLE, (DEFAULT_DIRECT_RATE, DEFAULT_DIRECT_BURST)]
+
 
 def three_topic_run(
     algorithm: Algorithm,
@@ -77,7 +83,7 @@ def three_topic_run(
     merger_chaos: MergerChaos = MERGER_CALM,
     *,
     control_logs: bool,
-    direct: float = 0.0,
+    direct: tuple[float, int] = NO_LANE,
     exactly_once: bool = True,
     commit_lag: int = 2,
 ) -> LayeredResult:
@@ -99,7 +105,7 @@ def three_topic_run(
         exactly_once=exactly_once,
         commit_lag=commit_lag,
         control_logs=control_logs,
-        direct_copies=direct if control_logs else 0.0,
+        direct_lane=direct,
     )
     return sim.run(workload)
 
@@ -124,12 +130,7 @@ def assert_merged_correct(result: LayeredResult, *, honest: bool = True) -> None
             merged = [(k.messageID, k.timeStamp) for k in result.keys[topic] if k.layer == layer]
             assert merged == own, (topic, layer, where)
             # rule 8, per layer: a fresh node reading the final log delivers the same
-            if run.controls:  # with control logs (§7.1): in the control log's order
-                replayed = replayed_ordered_deliveries(
-                    run.specs[topic], run.controls[topic], run.records[topic]
-                )
-            else:
-                replayed = replayed_deliveries(run.specs[topic], run.records[topic])
+            replayed = run.replayed(topic)
             assert [(m.messageID, m.timeStamp) for m in replayed] == own, (topic, layer)
 
 
@@ -247,7 +248,7 @@ def test_a_standby_taking_over_with_client_records_buffered_marks_them() -> None
     for it until its next step; the simulator called the run quiescent first (it counted
     the record as read) and the message as lost. The shell steps an idle node every
     round, so it marks the record then; the simulator now counts such records as work
-    left (:attr:`OrderedNodeBatch.unmarked`)."""
+    left (:attr:`NodeBatch.unmarked`)."""
     topics = topic_names(6)
     rng = random.Random(0)
     base = random_workload(
@@ -341,15 +342,9 @@ def test_one_layer_merges_to_the_plain_run(
     assert all(d.wait == 0 for d in result.delays)
     (layer,) = result.layer_results
     for topic in topics:
-        # the layer's node id: its members records are its own (§4.9.5)
-        plain = Engine(
-            topic, f"node-{topic}/0", algorithm=algorithm, members=frozenset()
-        ).handle_batch(layer.logs[topic])
-        expected = [
-            (o.message.messageID, o.message.timeStamp)
-            for o in plain
-            if o.message.messageType is MessageType.DELIVERY
-        ]
+        # a fresh node of the layer reading its final logs (rule 8; with control logs in
+        # the control log's order)
+        expected = [(m.messageID, m.timeStamp) for m in layer.replayed(topic)]
         assert [(m.messageID, m.timeStamp) for m in result.merged[topic]] == expected
 
 

@@ -56,13 +56,17 @@ EVERYWHERE = {"errors", "jsonnames", "logs", "spark_raw"}
 #: simulators (``verify``) drive the very code the node runs.
 PURE_NODE = {
     "atomickafka.node.batch",
+    "atomickafka.node.batch_support",
+    "atomickafka.node.batch_types",
     "atomickafka.node.merger_batch",
-    "atomickafka.node.ordering_log",
     "atomickafka.node.snapshots",
     "atomickafka.node.standby",
 }
 #: Which layers may import the pure batch layers besides ``node`` itself.
 PURE_NODE_USERS = {"verify"}
+#: The client's decisions (issue 37): pure like the core, so the simulated clients
+#: decide as the real one does; ``verify`` may import them.
+PURE_CLIENT = {"atomickafka.client.plan"}
 
 
 #: The API of a NamedTuple: underscored so as not to clash with its fields, not private.
@@ -105,6 +109,16 @@ def test_core_modules_do_no_io(path: Path) -> None:
     assert not used & FORBIDDEN_IN_CORE, f"{path.name} imports {used & FORBIDDEN_IN_CORE}"
 
 
+def test_the_clients_plan_is_pure() -> None:
+    """client/plan.py decides, the client does the I/O: it imports only the core, the
+    modules every layer may import, and no Kafka, clock, randomness or OS."""
+    for name in imports(ROOT / "client" / "plan.py"):
+        parts = name.split(".")
+        assert parts[0] not in FORBIDDEN_IN_CORE, name
+        if parts[0] == "atomickafka":
+            assert parts[1] in {"core"} | EVERYWHERE, name
+
+
 def test_every_package_is_a_layer() -> None:
     """A new package gets a row in :data:`ALLOWED` (and in DESIGN §2) before it ships."""
     top = {p.split("/")[1] for p in packages()}
@@ -120,7 +134,7 @@ def test_layers_import_only_what_is_below_them(layer: str) -> None:
             parts = name.split(".")
             if parts[0] != "atomickafka" or len(parts) < 2:
                 continue
-            if layer in PURE_NODE_USERS and name in PURE_NODE:
+            if layer in PURE_NODE_USERS and name in PURE_NODE | PURE_CLIENT:
                 continue
             assert parts[1] in ALLOWED[layer] | EVERYWHERE | {layer}, f"{path.name} imports {name}"
 

@@ -1,6 +1,6 @@
 """Control logs (docs/DESIGN.md §7): the apply marker's codec
 (core/marker.py) and the node layer over a control log and an input log
-(node/ordering_log.py), on a small in-memory cluster of such nodes."""
+(node/batch.py, with a control log), on a small in-memory cluster of such nodes."""
 
 from __future__ import annotations
 
@@ -32,8 +32,7 @@ from atomickafka.core.wire import (
     encode_client,
     encode_members,
 )
-from atomickafka.node.batch import NodeSpec, OutKind, OutRecord, Ready
-from atomickafka.node.ordering_log import OrderedNodeBatch
+from atomickafka.node.batch import NodeBatch, NodeSpec, OutKind, OutRecord, Ready
 from atomickafka.node.snapshots import newest_snapshots
 
 NOW_MS = 1_795_000_000_000
@@ -151,7 +150,7 @@ class Cluster:
     topics: tuple[str, ...]
     window_ms: int = 60_000
     logs: dict[str, list[PlainRecord]] = field(default_factory=dict)
-    nodes: dict[str, OrderedNodeBatch] = field(default_factory=dict)
+    nodes: dict[str, NodeBatch] = field(default_factory=dict)
     read: dict[str, int] = field(default_factory=dict)  # per log name: the node's position
     outputs: dict[str, list[OutRecord]] = field(default_factory=dict)  # per node, no markers
     snapshots: dict[str, list[OutRecord]] = field(default_factory=dict)
@@ -167,7 +166,7 @@ class Cluster:
             self.outputs[topic] = []
             self.snapshots[topic] = []
             node_spec = spec(topic, self.window_ms)
-            node = OrderedNodeBatch(node_spec, OrderedNodeBatch.fresh_engine(node_spec))
+            node = NodeBatch(node_spec, NodeBatch.fresh_engine(node_spec))
             self.nodes[topic] = node
             for record in node.members(self.topics).records:  # the shell's, not a step's
                 self.append(record.topic, record.value)
@@ -207,7 +206,7 @@ class Cluster:
         if which == "in":
             ready = node.step_input(records, wall_s=self.wall)
         else:
-            ready = node.step_control(records, wall_s=self.wall)
+            ready = node.step(records, wall_s=self.wall)
         self.write(topic, ready)
         return True
 
@@ -423,11 +422,11 @@ def _replayed(
     its own new markers are not written (the control log is fixed): its outputs."""
     node_spec = spec(topic)
     if start_from is None:
-        node = OrderedNodeBatch(node_spec, OrderedNodeBatch.fresh_engine(node_spec))
+        node = NodeBatch(node_spec, NodeBatch.fresh_engine(node_spec))
         node.members(cluster.topics)  # (its record is already in the log)
     else:
         snapshot, committed = start_from
-        node = OrderedNodeBatch.recover_ordered(node_spec, snapshot, committed)
+        node = NodeBatch.recover(node_spec, snapshot, committed)
     ctl, inp = cluster.logs[CTL + topic], cluster.logs[IN + topic]
     ci, ii = node.position, node.applied
     out: list[OutRecord] = []
@@ -439,9 +438,9 @@ def _replayed(
         take_ctl = ci < len(ctl) and (ii >= len(inp) or rng.random() < 0.5)
         n = rng.randint(1, 5)
         if ci >= len(ctl) and ii >= len(inp):  # only what past budgets left queued
-            ready = node.step_control([], wall_s=wall)
+            ready = node.step([], wall_s=wall)
         elif take_ctl:
-            ready = node.step_control(ctl[ci : ci + n], wall_s=wall)
+            ready = node.step(ctl[ci : ci + n], wall_s=wall)
             ci += n
         else:
             ready = node.step_input(inp[ii : ii + n], wall_s=wall)
@@ -472,11 +471,11 @@ def test_recovery_from_a_snapshot_replays_the_control_log() -> None:
     topic = "A"
     node_spec = spec(topic)
     # a node that ran over part of the logs, then took a snapshot
-    first = OrderedNodeBatch(node_spec, OrderedNodeBatch.fresh_engine(node_spec))
+    first = NodeBatch(node_spec, NodeBatch.fresh_engine(node_spec))
     ctl, inp = cluster.logs[CTL + topic], cluster.logs[IN + topic]
     half = len(ctl) // 2
     first.step_input(inp, wall_s=0.0)
-    first.step_control(ctl[:half], wall_s=0.0)
+    first.step(ctl[:half], wall_s=0.0)
     assert first.position == half  # (nothing waits: the whole input log was read)
     rows = [(r.key, r.value) for r in first.snapshot_now(wall_s=1.0).records]
     (snapshot, *_) = newest_snapshots(rows, topic)
@@ -511,7 +510,7 @@ def test_with_signing_a_forged_own_marker_is_set_aside() -> None:
     and the marker the node signed applies."""
     secret = b"0123456789abcdef0123456789abcdef"
     node_spec = replace(spec("A"), signer=Signer([secret]))
-    node = OrderedNodeBatch(node_spec, OrderedNodeBatch.fresh_engine(node_spec))
+    node = NodeBatch(node_spec, NodeBatch.fresh_engine(node_spec))
     client = encode_client(client_message("m1", ["A"], {"m": 1}, sent_at=NOW_MS))
     signer = Signer([secret])
     headers = signer.signed_headers(IN + "A", None, client)
@@ -527,6 +526,6 @@ def test_with_signing_a_forged_own_marker_is_set_aside() -> None:
             own.value, topic=CTL + "A", offset=1, headers=own.headers, timestamp_ms=NOW_MS + 2
         ),
     ]
-    ready = node.step_control(records, wall_s=0.0)
+    ready = node.step(records, wall_s=0.0)
     assert [r.reason for r in ready.records if r.kind is OutKind.DEAD_LETTER] == [Reason.UNSIGNED]
     assert node.applied == 1 and not node.waiting and node.markers_applied == 1

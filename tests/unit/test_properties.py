@@ -40,7 +40,6 @@ from atomickafka.verify.simulator import (
     Simulator,
     Workload,
     random_workload,
-    replayed_deliveries,
 )
 
 ALGORITHMS = list(Algorithm)
@@ -67,7 +66,7 @@ def assert_correct(result: SimulationResult, *, honest: bool = True) -> None:
     if honest:
         assert result.rejected_reasons() == {}, result.rejected_reasons()
     for topic in result.topics:
-        replayed = replayed_deliveries(result.specs[topic], result.records[topic])
+        replayed = result.replayed(topic)
         expected = [(m.messageID, m.timeStamp) for m in result.deliveries[topic]]
         assert [(m.messageID, m.timeStamp) for m in replayed] == expected, topic
 
@@ -353,10 +352,7 @@ def test_a_mutant_that_breaks_determinism_is_caught() -> None:
         )
         result = sim.run(workload, max_steps=20_000)
         replays_agree = all(
-            [
-                (m.messageID, m.timeStamp)
-                for m in replayed_deliveries(result.specs[t], result.records[t])
-            ]
+            [(m.messageID, m.timeStamp) for m in result.replayed(t)]
             == [(m.messageID, m.timeStamp) for m in result.deliveries[t]]
             for t in topics
         )

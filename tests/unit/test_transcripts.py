@@ -11,10 +11,13 @@ into the files, for review.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.unit.transcript import outputs_of, parse, run_transcript
+from atomickafka.core.marker import decode_marker
+from atomickafka.node.batch import NodeBatch
+from tests.unit.transcript import TranscriptMismatchError, outputs_of, parse, run_transcript
 from tests.unit.transcript_commands import Cluster
 
 TESTDATA = Path(__file__).parent / "testdata"
@@ -69,7 +72,8 @@ def test_the_harness_refuses_script_mistakes_as_outputs() -> None:
         "error: unknown protocol 'paxos'",
         "nodes A B (direct)",
         "error: unknown command 'frobnicate'; known: setup, send, step, drain, dup, replay, "
-        "flush, snapshot, crash, recover, merge, deliveries, log, state, check",
+        "flush, snapshot, crash, recover, merge, deliveries, log, state, check, standby, "
+        "follow, takeover, restart, mark",
         "error: no topic 'Z'",
         "error: direct writes to every destination: use only=(...)",
         "error: send does not take onyl",
@@ -79,3 +83,42 @@ def test_the_harness_refuses_script_mistakes_as_outputs() -> None:
         "error: B is not down",
         "error: A has no merger (setup layers=N)",
     ]
+
+
+CONTROL_LOG_TRANSCRIPTS = [p for p in TRANSCRIPTS if "logs=control" in p.read_text()]
+
+
+def test_the_default_path_has_transcripts() -> None:
+    """Control logs are production's default: transcripts of markers, the direct lane,
+    a standby over two logs taking over with records buffered, and a wrong restart."""
+    names = {p.stem for p in CONTROL_LOG_TRANSCRIPTS}
+    assert {
+        "control-logs-markers",
+        "direct-lane",
+        "standby-two-logs",
+        "wrong-restart-two-logs",
+    } <= names, names
+
+
+def test_a_broken_marker_rule_shows_as_a_readable_diff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Put back a wrong marker rule (a marker applies its range whatever the next
+    unapplied offset: a zombie's marker applies records a second time) and a control-log
+    transcript fails with a diff that names the lines that changed."""
+    original = NodeBatch._control_record
+
+    def applies_any_marker(self: NodeBatch, record: Any) -> Any:
+        marker = decode_marker(record.value())
+        if marker is not None and marker.start < self.applied:
+            self.applied = marker.start  # forgets that the range was applied
+        return original(self, record)
+
+    monkeypatch.setattr(NodeBatch, "_control_record", applies_any_marker)
+    path = TESTDATA / "control-logs-markers.txt"
+    with pytest.raises(TranscriptMismatchError) as failure:
+        run_transcript(path, Cluster().run)
+    diff = str(failure.value)
+    assert "--- " in diff and "+++ " in diff, diff[:300]
+    changed = [
+        line for line in diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")
+    ]
+    assert "-  1 marker(s) apply nothing" in changed, diff  # the zombie's marker applied

@@ -62,18 +62,26 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, cast
 
 from atomickafka.core.engine import Algorithm, Engine, Output, Step
+from atomickafka.core.marker import decode_marker, encode_marker
 from atomickafka.core.raw import decode_any
 from atomickafka.core.reader import PlainRecord, read_delivery
 from atomickafka.core.wire import Message, MessageError, MessageType
-from atomickafka.node.batch import NodeBatch, NodeSpec, OutKind, OutRecord, Ready
+from atomickafka.node.batch import (
+    NodeBatch,
+    NodeSpec,
+    OutKind,
+    OutRecord,
+    Ready,
+    SettingsChangedError,
+)
 from atomickafka.verify.checker import check, deliveries_from_wire
 from atomickafka.verify.layered import LayeredSimulator
 from atomickafka.verify.simulator import Hold, RandomChooser, Send, Simulator
-from atomickafka.verify.streams import INPUT_PREFIX, Log
+from atomickafka.verify.streams import CONTROL_PREFIX, INPUT_PREFIX, Log
 from atomickafka.verify.workload import LayerSend
 from tests.unit.transcript import Command, TranscriptError
 
@@ -267,6 +275,23 @@ def _reads(node: str, records: Sequence[tuple[int, LogRecord]]) -> list[str]:
     return lines
 
 
+def _log_texts(records: Sequence[PlainRecord]) -> list[tuple[int, str]]:
+    """Each record as the trace shows it: a marker ``mark A[0..2]`` (its input log's
+    offsets), any other record as :func:`_record`."""
+    out = []
+    for record in records:
+        offset = record.offset() or 0
+        try:
+            marker = decode_marker(record.value())
+        except MessageError:
+            marker = None
+        if marker is not None:
+            out.append((offset, f"mark {marker.topic}[{marker.start}..{marker.end - 1}]"))
+        else:
+            out.append((offset, _record(_decoded(record.value(), record.key(), record.headers()))))
+    return out
+
+
 def _log_records(records: Sequence[PlainRecord]) -> list[tuple[int, LogRecord]]:
     return [(r.offset() or 0, _decoded(r.value(), r.key(), r.headers())) for r in records]
 
@@ -371,6 +396,11 @@ class Cluster:
             "log": self._show_log,
             "state": self._show_state,
             "check": self._check,
+            "standby": self._standby,
+            "follow": self._follow,
+            "takeover": self._takeover,
+            "restart": self._restart,
+            "mark": self._mark,
         }
 
     def run(self, command: Command) -> str:
@@ -399,6 +429,9 @@ class Cluster:
         every = cmd.integer("snapshots", _PRODUCTION_SNAPSHOT_EVERY)
         assert every is not None
         fresh = cmd.flag("fresh")
+        logs = cmd.get("logs") or "one"
+        if logs not in ("one", "control"):
+            raise TranscriptError(f"logs= is one or control, not {logs!r}")
         options: dict[str, Any] = {
             "algorithm": algorithm,
             "chooser": RandomChooser(0),  # the calm chaos draws nothing
@@ -407,6 +440,7 @@ class Cluster:
             "snapshot_every": every,
             "members_known": not fresh,
             "delivery_format": delivery_format,
+            "control_logs": logs == "control",
         }
         self._down = set()
         options["engine_factory"] = lambda t, a: TracedEngine(t, f"node-{t}", a)
@@ -420,6 +454,8 @@ class Cluster:
             for topic in sim.topics if not fresh else ():
                 sim.checkpoint(topic)
         text = f"nodes {' '.join(self._names())} ({algorithm.value})"
+        if logs == "control":
+            text += ", control logs"
         if fresh:
             text += ", first start"
         if self._layered is not None:
@@ -453,8 +489,12 @@ class Cluster:
         return names[0]
 
     def _logs(self) -> dict[str, Log]:
-        """Every input log, by node name."""
-        return {self._name(s, t): log for s in self._sims for t, log in s.inputs.items()}
+        """Every input log by node name, and every control log by the node's name and
+        ``.ctl``."""
+        out = {self._name(s, t): log for s in self._sims for t, log in s.inputs.items()}
+        for sim in self._sims:
+            out.update({f"{self._name(sim, t)}.ctl": log for t, log in sim.controls.items()})
+        return out
 
     # ------------------------------------------------------------------ clients
 
@@ -467,6 +507,9 @@ class Cluster:
                 raise TranscriptError(f"no topic {topic!r}")
         via = cmd.get("via")
         only = cmd.values("only", ())
+        lane = cmd.values("lane", ())
+        if lane and not sim.control_logs:
+            raise TranscriptError("lane= is for clusters with control logs (setup logs=control)")
         layer = cmd.integer("layer", 0 if self._layered is not None else None)
         count = cmd.integer("count")
         value = cmd.get("value")
@@ -484,7 +527,7 @@ class Cluster:
                 self._layered.send(send, only=only or None)
             else:
                 plain = Send(client, message_id, destinations, sent_value, entry)
-                sim.send(plain, only=only or None)
+                sim.send(plain, only=only or None, lane=lane)
         where = []
         for name, log in logs.items():
             if len(log) > before[name]:
@@ -523,6 +566,12 @@ class Cluster:
             hold = Hold(cmd.get("hold") or "nothing")
         except ValueError:
             raise TranscriptError(f"hold= is acks or writes, not {cmd.get('hold')!r}") from None
+        sim, _ = self._where(name)
+        if sim.control_logs:
+            log = cmd.get("log") or "ctl"
+            if log not in ("ctl", "in"):
+                raise TranscriptError(f"log= is ctl or in, not {log!r}")
+            return self._step_two_logs(name, log, count) or [f"{name} has nothing to read"]
         return self._step_node(name, count, hold) or [f"{name} has nothing to read"]
 
     def _step_node(self, name: str, count: int | None, hold: Hold) -> list[str]:
@@ -579,6 +628,65 @@ class Cluster:
         lines.extend("  " + line for line in body)
         return lines
 
+    def _step_two_logs(self, name: str, which: str, count: int | None) -> list[str]:
+        """A node with a control log reads its next ``count`` records (default: all) of
+        one log (``ctl``: its control log, applied in order, each marker's range of its
+        input log in place; ``in``: its input log, buffered and marked)."""
+        sim, topic = self._live(name)
+        node = sim.nodes[topic]
+        batch: NodeBatch = node.batch  # the production batch layer decides, not a model
+        log = sim.controls[topic] if which == "ctl" else sim.inputs[topic]
+        start = batch.control_fetch_from if which == "ctl" else batch.read_until
+        records = log.read(start, len(log) if count is None else count)
+        if not records:
+            return []
+        sim.clock.advance()
+        engine = batch.engine
+        assert isinstance(engine, TracedEngine)
+        applied, void, refused = batch.applied, batch.markers_void, batch.markers_refused
+        wall = sim.clock.wall_s
+        if which == "ctl":
+            ready = batch.step(records, wall_s=wall)
+        else:
+            ready = batch.step_input(records, wall_s=wall)
+        parts = engine.take_steps()
+        where = f"{name}.ctl" if which == "ctl" else name
+        lines = [f"read {where}[{o}] {text}" for o, text in _log_texts(records)]
+        body = self._marker_effects(name, applied, void, refused, batch)
+        for part in parts:
+            body.extend(self._effects(part))
+            if part.duplicates:
+                body.append(f"duplicates {part.duplicates}")
+        if ready.replayed:
+            body.append(
+                f"{ready.replayed} below the committed offset {batch.replay_until}: their "
+                "outputs dropped"
+            )
+        seq = node.newest_seq()
+        body.extend(self._written(sim, topic, ready, Hold.NOTHING))
+        body.extend(self._written_members(sim, topic))
+        body.extend(self._snapshot_note(sim, topic, seq, ready.snapshot_offset))
+        waits = " (waits for the input log)" if batch.waiting else ""
+        state = f"{_engine_state(engine)}; committed {name}.ctl {node.committed}{waits}"
+        body.append(state)
+        lines.extend("  " + line for line in body)
+        return lines
+
+    @staticmethod
+    def _marker_effects(
+        name: str, applied: int, void: int, refused: int, batch: NodeBatch
+    ) -> list[str]:
+        """What the markers read did: the input records applied, those applying nothing,
+        those set aside."""
+        lines = []
+        if batch.applied > applied:
+            lines.append(f"apply {name}[{applied}..{batch.applied - 1}]")
+        if batch.markers_void > void:
+            lines.append(f"{batch.markers_void - void} marker(s) apply nothing")
+        if batch.markers_refused > refused:
+            lines.append(f"{batch.markers_refused - refused} marker(s) set aside")
+        return lines
+
     def _effects(self, part: EngineStep) -> list[str]:
         """What one engine step decided: proposals, refusals, aborts."""
         lines: list[str] = []
@@ -599,9 +707,9 @@ class Cluster:
     def _written_members(self, sim: Simulator, topic: str) -> list[str]:
         """The shell's members record after a round, if it writes one (§4.9.5)."""
         lengths = self._lengths(sim, topic)
-        before = len(sim.inputs[topic])
+        log = sim.committed_log(topic)
+        before = len(log)
         sim.write_members(topic)
-        log = sim.inputs[topic]
         if len(log) == before:
             return []
         records = [
@@ -619,7 +727,7 @@ class Cluster:
         name = self._name(sim, topic)
         newest = node.newest_seq()
         if newest != seq:
-            found = node.newest_snapshot(len(sim.inputs[topic]))
+            found = node.newest_snapshot(len(sim.committed_log(topic)))
             at = found.offsets.get(node.spec.input_partition, 0) if found is not None else "?"
             return [f"snapshot {newest} of {name}[..{at}) written"]
         if taken_at is not None:
@@ -659,11 +767,18 @@ class Cluster:
             messages = _decoded(record.value, record.key, list(record.headers))
             if record.kind in (OutKind.CONTROL, OutKind.TICK):
                 target = record.topic.removeprefix(INPUT_PREFIX)
-                name = target if layer is None else f"{target}/{layer}"
+                suffix = ""
+                if record.topic.startswith(CONTROL_PREFIX):
+                    target, suffix = record.topic.removeprefix(CONTROL_PREFIX), ".ctl"
+                name = (target if layer is None else f"{target}/{layer}") + suffix
                 where = name
                 if lengths is not None:
                     where = f"{name}[{lengths[name]}]"
                     lengths[name] += 1
+                marker = decode_marker(record.value)
+                if marker is not None:
+                    lines.append(f"mark {where} {target}[{marker.start}..{marker.end - 1}]")
+                    continue
                 lines.append(f"{verb} {where} " + ", ".join(_message(m) for m in messages))
             elif record.kind is OutKind.DELIVERY and layer is None:
                 for message in messages:
@@ -699,9 +814,16 @@ class Cluster:
                 if name in self._down:
                     continue
                 sim, topic = self._where(name)
-                if sim.unread(topic):
+                if not sim.unread(topic):
+                    continue
+                stepped = True
+                if not sim.control_logs:
                     lines.extend(self._step_node(name, None, Hold.NOTHING))
-                    stepped = True
+                    continue
+                for which in ("in", "ctl"):
+                    lines.extend(self._step_two_logs(name, which, None))
+                if sim.unread(topic) and not sim.nodes[topic].batch.waiting:
+                    lines.extend(self._idle(name))
             if not stepped:
                 return lines or ["nothing to read"]
         raise TranscriptError(f"still records to read after {_DRAIN_ROUNDS} rounds")
@@ -771,11 +893,137 @@ class Cluster:
         self._down.discard(name)
         node = sim.nodes[topic]
         batch = node.batch
-        found = node.newest_snapshot(len(sim.inputs[topic]))
+        found = node.newest_snapshot(len(sim.committed_log(topic)))
         start = "nothing" if found is None else f"snapshot {found.seq}"
         return [
             f"{name} restarts from {start} at {name}[{batch.position}], committed offset "
             f"{node.committed}"
+        ]
+
+    def _idle(self, name: str) -> list[str]:
+        """An idle round: what a step's budget left queued, a tick, a marker or an
+        input tick when due."""
+        sim, topic = self._live(name)
+        node = sim.nodes[topic]
+        batch = node.batch
+        engine = batch.engine
+        assert isinstance(engine, TracedEngine)
+        applied, void, refused = batch.applied, batch.markers_void, batch.markers_refused
+        ready = batch.idle(wall_s=sim.clock.wall_s)
+        body = self._marker_effects(name, applied, void, refused, batch)
+        for part in engine.take_steps():
+            body.extend(self._effects(part))
+        body.extend(self._written(sim, topic, ready, Hold.NOTHING))
+        if not body:
+            return []
+        return [f"{name} idle", *("  " + line for line in body)]
+
+    # ------------------------------------------------------------------ standbys
+
+    def _standby(self, cmd: Command) -> list[str]:
+        name = self._node_argument(cmd)
+        sim, topic = self._live(name)
+        node = sim.nodes[topic]
+        node.standby = node.new_standby(len(sim.committed_log(topic)))
+        batch = node.standby.batch
+        self._untraced(batch)
+        return [f"{name}'s standby starts at {self._positions(sim, name, batch)}"]
+
+    @staticmethod
+    def _untraced(batch: NodeBatch) -> None:
+        """Forget a standby's engine steps: it replays, and writes nothing a trace shows."""
+        engine = batch.engine
+        if isinstance(engine, TracedEngine):
+            engine.take_steps()
+
+    def _positions(self, sim: Simulator, name: str, batch: NodeBatch) -> str:
+        if not sim.control_logs:
+            return f"{name}[{batch.position}]"
+        return f"{name}.ctl[{batch.position}], {name}[{batch.read_until}]"
+
+    def _follow(self, cmd: Command) -> list[str]:
+        name = self._node_argument(cmd)
+        sim, topic = self._live(name)
+        node = sim.nodes[topic]
+        standby = node.standby
+        if standby is None:
+            raise TranscriptError(f"{name} has no standby: standby {name} first")
+        count = cmd.integer("n")
+        which = cmd.get("log") or "ctl"
+        applied_before = standby.position
+        standby.commit_seen(node.committed)
+        if which == "in":
+            log, at = sim.inputs[topic], standby.input_fetch_from
+        else:
+            log, at = sim.committed_log(topic), standby.fetch_from
+        records = log.read(at, len(log) if count is None else count)
+        if which == "in":
+            standby.take_input(records)
+        else:
+            standby.take(records)
+        self._untraced(standby.batch)
+        where = f"{name}.ctl" if sim.control_logs and which == "ctl" else name
+        shown = f"{where}[{at}..{at + len(records) - 1}]" if records else "nothing"
+        batch = standby.batch
+        return [
+            f"{name}'s standby reads {shown} (committed {node.committed}): applied "
+            f"{name}{'.ctl' if sim.control_logs else ''}[{applied_before}..{batch.position}), "
+            f"{batch.buffered} input records buffered, {standby.pending} past the committed "
+            "offset held",
+        ]
+
+    def _takeover(self, cmd: Command) -> list[str]:
+        name = self._node_argument(cmd)
+        sim, topic = self._live(name)
+        node = sim.nodes[topic]
+        if node.standby is None:
+            raise TranscriptError(f"{name} has no standby: standby {name} first")
+        old = node.batch
+        dead_at = self._positions(sim, name, old)
+        sim.takeover(topic)
+        batch = node.batch
+        unmarked = f", {batch.unmarked} read and not marked" if batch.unmarked else ""
+        return [
+            f"{name} dies at {dead_at}; its standby takes over at "
+            f"{self._positions(sim, name, batch)}, replays to {node.committed}{unmarked}",
+        ]
+
+    def _mark(self, cmd: Command) -> list[str]:
+        """A marker in the node's name for its input log's ``[from..to]``, written into
+        its control log as another instance of the node (a zombie, a restart) writes
+        one."""
+        name = self._node_argument(cmd)
+        sim, topic = self._where(name)
+        first, last = cmd.integer("from"), cmd.integer("to")
+        if not sim.control_logs or first is None or last is None or last < first:
+            raise TranscriptError("mark NODE from=I to=J, in a cluster with control logs")
+        spec = sim.nodes[topic].spec
+        log = sim.controls[topic]
+        log.append(encode_marker(spec.node_id, topic, first, last + 1, spec.layer))
+        return [f"mark {name}.ctl[{len(log) - 1}] {name}[{first}..{last}]"]
+
+    def _restart(self, cmd: Command) -> list[str]:
+        name = self._node_argument(cmd)
+        sim, topic = self._live(name)
+        try:
+            algorithm = Algorithm(cmd.require("protocol"))
+        except ValueError:
+            raise TranscriptError(f"unknown protocol {cmd.get('protocol')!r}") from None
+        node = sim.nodes[topic]
+        wrong = replace(node.spec, algorithm=algorithm)
+        snapshot = node.newest_snapshot(len(sim.committed_log(topic)))
+        try:
+            batch = NodeBatch.recover(wrong, snapshot, node.committed, engine_class=TracedEngine)
+            sim.replay(topic, batch, node.committed)
+        except SettingsChangedError as exc:
+            verdict = f"refused: {str(exc).split(': ', 1)[1].split(': ', 1)[0]}"
+        else:
+            verdict = "not refused"
+        sim.crash(topic)  # and restarted as it was
+        return [
+            f"{name} restarted with {algorithm.value}: {verdict}",
+            f"{name} restarts as before ({node.spec.algorithm.value}) at "
+            f"{self._positions(sim, name, node.batch)}, replays to {node.committed}",
         ]
 
     # ------------------------------------------------------------------ mergers
@@ -859,6 +1107,9 @@ class Cluster:
     def _show_log(self, cmd: Command) -> list[str]:
         name = self._node_argument(cmd)
         sim, topic = self._where(name)
+        if cmd.get("log") == "ctl":
+            texts = _log_texts(sim.controls[topic].records)
+            return [f"{name}.ctl[{o}] {text}" for o, text in texts] or [f"{name}.ctl: empty"]
         records = _log_records(sim.inputs[topic].records)
         return [line.removeprefix("read ") for line in _reads(name, records)] or [f"{name}: empty"]
 
@@ -866,6 +1117,14 @@ class Cluster:
         name = self._node_argument(cmd)
         sim, topic = self._live(name)
         node = sim.nodes[topic]
+        batch = node.batch
+        if sim.control_logs:
+            return [
+                f"{name}: applied {name}.ctl {batch.position} of {len(sim.controls[topic])} "
+                f"and {name} {batch.applied} (read {batch.read_until}) of "
+                f"{len(sim.inputs[topic])}, committed {name}.ctl {node.committed}",
+                _engine_state(batch.engine),
+            ]
         return [
             f"{name}: read {node.batch.position} of {len(sim.inputs[topic])}, committed "
             f"{node.committed}, {len(node.queued)} writes queued, "

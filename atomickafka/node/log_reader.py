@@ -1,10 +1,11 @@
-"""The consumer side of a node with a control log (docs/DESIGN.md §7): one consumer
-reads the node's control log ``atomickafka-ctl.T`` and its input log
-``atomickafka-in.T`` (the same partition: the node's layer), and this module decides
-what of a polled batch goes where and when the input log is read at all.
+"""The consumer side of a node (docs/DESIGN.md §7.1): one consumer reads the node's
+committed log -- its control log ``atomickafka-ctl.T``, or with one log its input log --
+and, with a control log, its input log ``atomickafka-in.T`` beside it (the same
+partition: the node's layer); this module decides what of a polled batch goes where and
+when each log is read at all (:class:`LogReader`).
 
-*Priority.* Peers' proposals are in the control log, and the records a proposal waits
-for never stand in front of it there. The input log is paused once the records read from
+*Priority.* With a control log, peers' proposals are in it, and the records a proposal
+waits for never stand in front of it there. The input log is paused once the records read from
 it and not yet applied reach :data:`INPUT_BUFFER_MAX` (they apply only where the node's
 markers come back through the control log), and resumed once they are below half of it,
 or at once when a marker waits for input records not read yet. The consumer's local
@@ -12,9 +13,10 @@ fetch queue is kept small (:data:`LOCAL_QUEUE_KBYTES` per partition), so that co
 records fetched after a burst of client records wait behind at most that much of them.
 
 *Order.* Within a polled batch the input log's records are handed over first (they are
-only buffered, and they let waiting markers apply), then the control log's. Neither
-choice changes what the node decides: its one input order is the control log's, with
-each marker's range applied in its place (:class:`~atomickafka.node.ordering_log.OrderedNodeBatch`).
+only buffered, and they let waiting markers apply), then the committed log's. Neither
+choice changes what the node decides: its one input order is the committed log's, with
+each marker's range applied in its place (:class:`~atomickafka.node.batch.NodeBatch`).
+With one log every record read is the committed log's.
 """
 
 from __future__ import annotations
@@ -25,14 +27,15 @@ from typing import Final
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 
-from atomickafka.node.ordering_log import OrderedNodeBatch
+from atomickafka.kafka.consumer import watermarks
+from atomickafka.node.batch import NodeBatch, NodeStartError, Ordering
 
 __all__ = [
     "CONTROL_QUEUE_MAX",
     "FETCH_QUEUE_BACKOFF_MS",
     "INPUT_BUFFER_MAX",
     "LOCAL_QUEUE_KBYTES",
-    "TwoLogReader",
+    "LogReader",
     "unapplied",
 ]
 
@@ -40,7 +43,7 @@ __all__ = [
 #: queue already holds is still taken); past it the input log is paused.
 INPUT_BUFFER_MAX: Final = 20_000
 #: Control-log records read and not yet applied, at most (applied a step's budget at a
-#: time, :attr:`OrderedNodeBatch.step_budget`); past it the control log is paused.
+#: time, :attr:`NodeBatch.step_budget`); past it the control log is paused.
 CONTROL_QUEUE_MAX: Final = 20_000
 #: The consumer's local fetch queue per partition (``queued.max.messages.kbytes``).
 LOCAL_QUEUE_KBYTES: Final = 2048
@@ -53,35 +56,32 @@ LOCAL_QUEUE_KBYTES: Final = 2048
 FETCH_QUEUE_BACKOFF_MS: Final = 10
 
 
-class TwoLogReader:
-    """Splits what one consumer reads into the control log's and the input log's
-    records, and pauses the input log while the node has enough of it buffered."""
+class LogReader:
+    """Splits what one consumer reads into the committed log's and a separate input
+    log's records, and pauses each log while the node has enough of it to apply."""
 
-    def __init__(self, consumer: Consumer, control: str, input_log: str, partition: int) -> None:
+    def __init__(self, consumer: Consumer, ordering: Ordering, partition: int) -> None:
         self._consumer = consumer
-        self.control = control
-        self.input = input_log
+        self.ordering = ordering
+        self.control = ordering.committed_topic
+        self.input = ordering.input_topic
         self._partition = partition
         self.paused = False
         self.control_paused = False
         #: How many times the input log was paused (a metric of overload).
         self.pauses = 0
 
-    def assign(self, batch: OrderedNodeBatch) -> None:
-        """Read both logs from where ``batch`` goes on: the control log past what it
-        applied or queued, the input log past what it read."""
-        self._consumer.assign(
-            [
-                TopicPartition(self.control, self._partition, batch.control_fetch_from),
-                TopicPartition(self.input, self._partition, batch.read_until),
-            ]
-        )
+    def assign(self, batch: NodeBatch) -> None:
+        """Read the logs from where ``batch`` goes on: the committed log past what it
+        applied or queued, a separate input log past what it read."""
+        parts = [TopicPartition(topic, self._partition, at) for topic, at in batch.fetches()]
+        self._consumer.assign(parts)
         self.paused = self.control_paused = False
 
     def split(
         self, records: Sequence[KafkaMessage]
     ) -> tuple[list[KafkaMessage], list[KafkaMessage]]:
-        """(the control log's records, the input log's), each in offset order."""
+        """(the committed log's records, a separate input log's), each in offset order."""
         control: list[KafkaMessage] = []
         inputs: list[KafkaMessage] = []
         name = self.control
@@ -89,12 +89,12 @@ class TwoLogReader:
             (control if record.topic() == name else inputs).append(record)
         return control, inputs
 
-    def pace(self, batch: OrderedNodeBatch) -> None:
+    def pace(self, batch: NodeBatch) -> None:
         """Pause the input log once enough of it waits for markers; resume it below half
         of that, or when a marker waits for input records not read yet. Likewise the
         control log, by the control records queued (the batch applies them a budget per
         step)."""
-        buffered = batch.buffered
+        buffered = batch.buffered  # (0 with one log: it is never paused)
         part = [TopicPartition(self.input, self._partition)]
         if not self.paused and buffered >= INPUT_BUFFER_MAX and not batch.waiting:
             self._consumer.pause(part)
@@ -113,13 +113,33 @@ class TwoLogReader:
             self._consumer.resume(control)
             self.control_paused = False
 
-    def lag(self, batch: OrderedNodeBatch) -> int | None:
-        """Records of both logs the node has not applied yet: the control log's past its
-        position and the input log's past what it applied, less the offsets the consumer
+    def check_start(self, batch: NodeBatch) -> None:
+        """Refuse to go on when a separate input log no longer holds the first record the
+        node has not applied (retention deleted client records the node never applied:
+        its state cannot be rebuilt)."""
+        if not self.ordering.marked:
+            return  # with one log, the snapshot's choice covers it
+        low, _ = watermarks(self._consumer, TopicPartition(self.input, self._partition))
+        if low > batch.applied:
+            raise NodeStartError(
+                f"input log {self.input}[{self._partition}] starts at offset {low}, "
+                f"but the node has applied its records only up to {batch.applied}: records "
+                "were deleted before the node applied them (retention shorter than the "
+                "longest downtime?), so the node's state cannot be rebuilt. Keep input logs "
+                "longer than two snapshot intervals plus the longest downtime "
+                "(docs/DESIGN.md §6.5)"
+            )
+
+    def lag(self, batch: NodeBatch) -> int | None:
+        """Records the node has not applied yet: the committed log's past its position
+        and a separate input log's past what it applied, less the offsets the consumer
         stepped over (from the watermarks the consumer last fetched and its position; no
         request to the broker)."""
         total = 0
-        for topic, done in ((self.control, batch.position), (self.input, batch.applied)):
+        logs = [(self.control, batch.position)]
+        if self.ordering.marked:
+            logs.append((self.input, batch.applied))
+        for topic, done in logs:
             part = TopicPartition(topic, self._partition)
             try:
                 marks = self._consumer.get_watermark_offsets(part, cached=True)
@@ -128,7 +148,7 @@ class TwoLogReader:
                 return None
             if marks is None or marks[1] < 0:
                 return None
-            read_until = batch.read_until if topic == self.input else batch.control_fetch_from
+            read_until = batch.control_fetch_from if topic == self.control else batch.read_until
             total += unapplied(marks[1], done, read_until, position)
         return total
 
