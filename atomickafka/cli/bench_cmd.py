@@ -371,6 +371,7 @@ def _run(args: argparse.Namespace) -> int:
             seed=args.seed,
             baselines=baselines,
             on_result=show,
+            warmup=not args.no_warmup,
         )
     progress.close()
     if args.json_out:

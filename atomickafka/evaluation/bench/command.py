@@ -82,6 +82,7 @@ from atomickafka.evaluation.load.destinations import HOT, MANY, DestinationMix
 from atomickafka.evaluation.load.measuring import (
     MULTICAST_FIELD,
     SEND_TIME_FIELD,
+    WARMUP_VALUE,
     Arrival,
     DeliveryCounter,
     LatencyStats,
@@ -573,6 +574,24 @@ def _sequencer(
         yield seq_topic, proc.pid
 
 
+#: Unmeasured messages through a JVM baseline before it is measured: a fresh JVM
+#: interprets its code until the JIT compiles the hot paths (as the broker does, which
+#: the bench's warm-up pass warms up).
+JVM_WARM_UP_MESSAGES = 5000
+
+
+def _warm_jvm(sender: SequencerSender, topics: list[str], counter: DeliveryCounter) -> None:
+    """Pass :data:`JVM_WARM_UP_MESSAGES` warm-up messages through the baseline, one
+    destination each, and wait (bounded) until they are all delivered."""
+    want = counter.warmup + JVM_WARM_UP_MESSAGES
+    for i in range(JVM_WARM_UP_MESSAGES):
+        sender.send(WARMUP_VALUE, (topics[i % len(topics)],))
+    sender.flush(60)
+    deadline = time.monotonic() + 120
+    while counter.warmup < want and time.monotonic() < deadline:
+        counter.poll(0.2)
+
+
 def _sequenced(
     topics: list[str],
     setup: BenchSetup,
@@ -580,6 +599,8 @@ def _sequenced(
     timeout_s: float,
     baseline: Baseline,
     suffix: str = "",
+    *,
+    jvm_warm_up: bool = True,
 ) -> BenchResult:
     read = {t: t for t in topics}
     where = setup.connection
@@ -590,6 +611,8 @@ def _sequenced(
             contextlib.closing(SequencerSender(where, seq_topic, "bench-warmup")) as warming,
         ):
             warm_up(warming, topics, counter)
+            if baseline.jvm and jvm_warm_up:
+                _warm_jvm(warming, topics, counter)
         how = _Measured(
             name=_name(baseline.value, load, topics, suffix),
             read_topics=read,
@@ -669,7 +692,8 @@ def run_bench(
             record(_amcast(names(f"{fmt}{tag}"), other, scenario, timeout_s, f"[{fmt}]"))
         for baseline in baselines:
             scenario = load(messages, share)
-            record(_sequenced(names(f"{baseline}{tag}"), setup, scenario, timeout_s, baseline))
+            topics_of = names(f"{baseline}{tag}")
+            record(_sequenced(topics_of, setup, scenario, timeout_s, baseline, jvm_warm_up=warmup))
     worst = max(shares)
     saturated = next(r for r in results if r.name == f"amcast-{round(worst * 100)}%")
     half = paced_rate or saturated.messages_per_s / 2
@@ -693,7 +717,11 @@ def run_bench(
         if rate == low_rate:
             for baseline in baselines:
                 topics_of = names(f"{baseline}{tag}")
-                record(_sequenced(topics_of, setup, paced, timeout_s, baseline, suffix))
+                record(
+                    _sequenced(
+                        topics_of, setup, paced, timeout_s, baseline, suffix, jvm_warm_up=warmup
+                    )
+                )
     if overload:
         # offered twice the capacity: the client's back-pressure holds the sender back
         # (DESIGN §5.3), and latency stays bounded instead of growing with the queue
@@ -714,13 +742,15 @@ def run_many_topics(
     seed: int = 0,
     baselines: Sequence[Baseline] = (),
     on_result: Any = None,
+    warmup: bool = True,
 ) -> list[BenchResult]:
     """The many-topic workload on ``setup.connection``'s Kafka: for every topic count,
     the :data:`~atomickafka.evaluation.load.destinations.MANY` mix unpaced through
     AtomicKafka and each of ``baselines`` (the same messages through each); at the
     largest count also the skewed :data:`~atomickafka.evaluation.load.destinations.HOT`
     mix, and the ``MANY`` mix paced at ``low_rate`` (``None``: skipped). Rows are named
-    ``amcast-many-20``, ``seq-eos-many-20``, ``streams-hot-20``, ``amcast-many-20@1000``."""
+    ``amcast-many-20``, ``seq-eos-many-20``, ``streams-hot-20``, ``amcast-many-20@1000``.
+    ``warmup``: a JVM baseline is warmed up before it is measured."""
     results: list[BenchResult] = []
     run_id = uuid.uuid4().hex[:6]
     largest = max(topic_counts)
@@ -742,7 +772,9 @@ def run_many_topics(
             if system is None:
                 result = _amcast(topics, setup, load, timeout_s, suffix)
             else:
-                result = _sequenced(topics, setup, load, timeout_s, system, suffix)
+                result = _sequenced(
+                    topics, setup, load, timeout_s, system, suffix, jvm_warm_up=warmup
+                )
             results.append(result)
             if on_result is not None:
                 on_result(result)
