@@ -313,9 +313,11 @@ def _run(args: argparse.Namespace) -> int:
         run_bench,
         run_many_topics,
     )
+    from atomickafka.evaluation.load.baselines import check_reachable  # noqa: PLC0415
 
     try:
         shares, formats, baselines, workloads, counts = _options(args)
+        check_reachable(baselines, connection(args, ""))
     except ConfigError as exc:
         print(f"atomickafka bench: error: {exc}", file=sys.stderr)
         return 2

@@ -166,6 +166,19 @@ def _parse_load(args: argparse.Namespace) -> tuple[list[Scenario], list[Comparis
     return scenarios, comparisons
 
 
+def _check_baselines(args: argparse.Namespace, comparisons: list[Comparison]) -> None:
+    """:class:`~atomickafka.errors.ConfigError` when a compared baseline cannot reach
+    Kafka with the command's settings (before any run starts)."""
+    from atomickafka.evaluation.load.baselines import check_reachable  # noqa: PLC0415
+    from atomickafka.evaluation.load.variants import Variant, variants_for  # noqa: PLC0415
+
+    primary = Variant.atomickafka(args.algorithm, args.layout)
+    variants = variants_for(primary, comparisons)
+    check_reachable(
+        [v.system.baseline for v in variants if v.system.baseline], connection(args, "")
+    )
+
+
 def _settings(
     args: argparse.Namespace,
     where: Connection,
@@ -229,6 +242,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     try:
         scenarios, comparisons = _parse_load(args)
+        _check_baselines(args, comparisons)
     except ValueError as exc:
         print(f"atomickafka eval: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

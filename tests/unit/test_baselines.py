@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from atomickafka.cli import bench_cmd, build_parser
+from atomickafka.cli import bench_cmd, build_parser, main
 from atomickafka.errors import ConfigError
 from atomickafka.evaluation.bench.command import BenchLoad
 from atomickafka.evaluation.cost.projection_plot import TopicPoint, plot_projection_vs_topics
@@ -64,6 +64,21 @@ def test_a_bad_bench_option_is_one_clear_line(
     assert bench_cmd._run(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("atomickafka bench: error: ") and message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_baseline_that_cannot_take_the_x_settings_is_refused_before_any_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The Kafka Streams baseline reaches Kafka with the bootstrap only: with ``-X``
+    settings, bench and eval say so in one line before they start anything."""
+    x = ["-X", "security.protocol=SASL_SSL", "--bootstrap-server", "127.0.0.1:9"]
+    assert main(["bench", *x]) == 2
+    err = capsys.readouterr().err
+    assert "streams" in err and "security.protocol" in err and "--baselines seq-eos" in err
+    assert main(["eval", *x, "--compare", "baselines", "--no-warmup"]) == 2
+    err = capsys.readouterr().err
+    assert "streams" in err and "--compare seq-eos" in err
     assert len(err.strip().splitlines()) == 1
 
 

@@ -18,7 +18,7 @@ write through :class:`~atomickafka.evaluation.load.sequencer.SequencerSender`.
 from __future__ import annotations
 
 import multiprocessing as mp
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
@@ -35,6 +35,7 @@ __all__ = [
     "FanOutProcess",
     "PythonFanOut",
     "baselines_for",
+    "check_reachable",
     "parse_baselines",
     "running_baseline",
     "start_baseline",
@@ -75,6 +76,18 @@ class Baseline(StrEnum):
             Baseline.SEQ_EOS: "transactional sequencer in Python: exactly-once",
             Baseline.STREAMS: "Kafka Streams, exactly_once_v2: exactly-once",
         }[self]
+
+
+def check_reachable(baselines: Iterable[Baseline], connection: Connection) -> None:
+    """:class:`~atomickafka.errors.ConfigError` when one of ``baselines`` cannot reach
+    Kafka through ``connection``: the Kafka Streams one takes no librdkafka settings
+    (said before any run starts, not when its turn comes)."""
+    if Baseline.STREAMS in baselines and connection.settings:
+        raise ConfigError(
+            "the Kafka Streams baseline (streams) reaches Kafka with the bootstrap servers "
+            f"only and cannot take the -X settings {', '.join(sorted(connection.settings))}:"
+            " leave it out (--baselines seq-eos for bench, --compare seq-eos for eval)"
+        )
 
 
 def baselines_for(exactly_once: bool) -> tuple[Baseline, ...]:

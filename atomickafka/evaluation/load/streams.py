@@ -39,11 +39,10 @@ def streams_process(
 ) -> StreamsProcess:
     """The application over sequencer topic ``topic`` (not started), its state folder
     and log (``streams.log``) in ``work_dir``."""
-    if connection.settings:
+    if connection.settings:  # said before any run by baselines.check_reachable
         raise ConfigError(
             "the Kafka Streams baseline reaches Kafka with the bootstrap servers only; it "
-            f"cannot take librdkafka settings ({', '.join(sorted(connection.settings))}): "
-            "leave it out of this run (the other baselines take them)"
+            f"cannot take librdkafka settings ({', '.join(sorted(connection.settings))})"
         )
     folder = work_dir or Path(tempfile.gettempdir()) / "atomickafka-streams" / topic
     command = streams_command(

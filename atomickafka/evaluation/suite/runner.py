@@ -73,6 +73,7 @@ from atomickafka.kafka.topics import (
     Layout,
     delivery_topic,
 )
+from atomickafka.localkafka.errors import BrokerError
 from atomickafka.node.config import ClusterConfig, NodeConfig
 from atomickafka.node.launch import cluster_keys, running_cluster
 from atomickafka.verify.checker import check, deliveries_from_client, sent_from_pairs
@@ -83,9 +84,10 @@ log = logging.getLogger("atomickafka.eval.runner")
 
 
 #: What ends a run as failed (reported in its RunInfo) while the suite goes on: the
-#: run's own failures, Kafka's, time-outs and I/O, writes the broker did not accept, and
-#: a destination whose node went away. Anything else is a bug and is raised.
-_RUN_FAILURES = (RunError, KafkaException, OSError, DeliveryError, DestinationError)
+#: run's own failures, Kafka's, time-outs and I/O, writes the broker did not accept, a
+#: destination whose node went away, and a Kafka Streams baseline that could not be
+#: built or started. Anything else is a bug and is raised.
+_RUN_FAILURES = (RunError, KafkaException, OSError, DeliveryError, DestinationError, BrokerError)
 
 #: What the order check of the bare pipe says first: it is held to less.
 _BARE_PIPE_CHECK = (
