@@ -55,7 +55,7 @@ def plot_projection_vs_topics(
                 color=color,
                 label=f"{label}: measured on this machine",
             )
-    ax.set_xlabel("topics")
+    ax.set_xlabel("topics\n" + textwrap.fill(workload, 100), fontsize="small")
     ax.set_xticks(sorted(counts))
     ax.set_ylabel("messages per second")
     ax.set_ylim(bottom=0)
@@ -66,6 +66,5 @@ def plot_projection_vs_topics(
         "1,000,000 ÷ the busiest ordering process's CPU-µs per message)",
         fontsize="medium",
     )
-    fig.text(0.5, 0.005, textwrap.fill(workload, 110), ha="center", fontsize="small")
     fig.savefig(path, dpi=_DPI)
     return path

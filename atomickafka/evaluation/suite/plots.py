@@ -306,7 +306,8 @@ def plot_projection(results: Sequence[RunResult], out_dir: Path) -> Path | None:
         cost = RunCost.from_dict(info.cost)
         measured = result.metrics.messages_per_s if result.metrics else None
         point = (len(info.topics), cost.projected_msgs_per_s, measured)
-        lines.setdefault(info.variant, []).append(point)
+        label = f"AtomicKafka {info.variant}" if info.system == "atomickafka" else info.variant
+        lines.setdefault(label, []).append(point)
     if not lines:
         return None
     path = out_dir / "projection-vs-topics.png"
