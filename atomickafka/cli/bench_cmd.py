@@ -133,24 +133,16 @@ def _row(r: BenchResult, baseline: BenchResult | None) -> str:
 
 
 def _hop_section(results: Sequence[BenchResult]) -> list[str]:
-    """p50 / p99 / p99.9 per hop class at each paced rate."""
-    from atomickafka.evaluation.bench.command import HOP_CLASSES  # noqa: PLC0415
-
-    paced = [r for r in results if r.rate is not None]
-    tags = list(dict.fromkeys(r.name.split("@", 1)[1] for r in paced if "@" in r.name))
-    if not tags:
-        return []
+    """p50 / p99 / p99.9 per hop class of every paced run (the bare hops, AtomicKafka's
+    and each baseline's single-destination and multicast messages)."""
     rows = []
-    for tag in tags:
-        runs = [r for r in paced if r.name.endswith(f"@{tag}")]
-        rate = runs[0].rate or 0.0
-        for label in HOP_CLASSES:
-            found = next((r.classes[label] for r in runs if label in r.classes), None)
-            if found is None:
-                continue
+    for r in results:
+        if r.rate is None:
+            continue
+        for label, found in r.classes.items():
             rows.append(
                 [
-                    f"{rate:,.0f} msg/s (@{tag})",
+                    f"{r.rate:,.0f} msg/s ({r.name})",
                     label,
                     f"{found.count:,}",
                     f"{found.p50_ms:.1f}",
@@ -158,6 +150,8 @@ def _hop_section(results: Sequence[BenchResult]) -> list[str]:
                     f"{found.p999_ms:.1f}",
                 ]
             )
+    if not rows:
+        return []
     headers = ["paced at", "hop class", "messages", "p50 ms", "p99 ms", "p99.9 ms"]
     title = "Latency per hop class (send to delivery at every destination):"
     return ["", title, *_text_table(headers, rows)]
