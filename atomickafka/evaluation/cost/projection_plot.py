@@ -58,9 +58,10 @@ def plot_projection_vs_topics(
     ax.set_xlabel("topics\n" + textwrap.fill(workload, 100), fontsize="small")
     ax.set_xticks(sorted(counts))
     ax.set_ylabel("messages per second")
-    ax.set_ylim(bottom=0)
+    values = [v for points in lines.values() for _, *pair in points for v in pair if v]
+    ax.set_ylim(0, 1.45 * max(values, default=1.0))  # room above the lines for the legend
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper left", ncols=2)
     ax.set_title(
         "Projected capacity against the number of topics (a projection:\n"
         "1,000,000 ÷ the busiest ordering process's CPU-µs per message)",
