@@ -61,6 +61,12 @@ if tools=$(.venv/bin/atomickafka broker fetch --tools | head -n1); then
 else
   say "warning: could not fetch Kafka's command-line tools; atomickafka broker tool cannot run"
 fi
+# the Kafka Streams baseline of bench and eval (its integration test needs it too)
+if streams=$(.venv/bin/atomickafka broker fetch --streams | head -n1); then
+  say "Kafka Streams baseline built in $streams"
+else
+  say "warning: could not build the Kafka Streams baseline; bench and eval cannot run it"
+fi
 case " $* " in
   *" eval "*)
     if spark_lib=$(.venv/bin/atomickafka broker fetch --spark | tail -n1); then

@@ -1,11 +1,12 @@
-"""``atomickafka bench``: AtomicKafka vs a bare Kafka pipe and a single sequencer on the
-same broker, with what each costs per message."""
+"""``atomickafka bench``: AtomicKafka vs a bare Kafka pipe and the sequencer baselines
+on the same broker, with what each costs per message."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -22,6 +23,7 @@ from atomickafka.cli.options import (
     resolve_bootstrap,
 )
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
+from atomickafka.errors import ConfigError
 from atomickafka.kafka.topics import Layout
 
 if TYPE_CHECKING:
@@ -32,7 +34,7 @@ def register(subparsers: Any) -> None:
     """Add the ``bench`` sub-command."""
     parser = subparsers.add_parser(
         "bench",
-        help="measure AtomicKafka against a bare Kafka pipe and a single sequencer",
+        help="measure AtomicKafka against a bare Kafka pipe and the sequencer baselines",
     )
     add_bootstrap(parser, local_fallback=True)
     add_overrides(parser)
@@ -67,7 +69,33 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--json", dest="json_out", default=None, help="also write results here")
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up pass")
     parser.add_argument(
-        "--no-sequencer", action="store_true", help="skip the single-sequencer scenarios"
+        "--baselines",
+        default=None,
+        metavar="seq-alo|seq-eos|streams[,...]",
+        help="the sequencer baselines beside AtomicKafka (default: those with its promise: "
+        "seq-eos,streams exactly-once, seq-alo with --at-least-once)",
+    )
+    parser.add_argument("--no-baselines", action="store_true", help="run no sequencer baseline")
+    parser.add_argument(  # its old name
+        "--no-sequencer", dest="no_baselines", action="store_true", help=argparse.SUPPRESS
+    )
+    parser.add_argument(
+        "--workload",
+        default="standard",
+        metavar="standard|many[,...]",
+        help="standard: multicast shares to every topic (--shares), the paced runs; many: "
+        "the many-topic workload (90 %% to one topic, 10 %% to 2-3; a skewed variant with "
+        "hot topics) on --many-topics topics, unpaced and at --low-rate (default: standard)",
+    )
+    parser.add_argument(
+        "--many-topics", default="5,10,20", help="topic counts of the many-topic workload"
+    )
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        help="write the plot of projected capacity against the number of topics here "
+        "(PNG; with --workload many)",
     )
     parser.add_argument(
         "--paced-rate",
@@ -105,24 +133,16 @@ def _row(r: BenchResult, baseline: BenchResult | None) -> str:
 
 
 def _hop_section(results: Sequence[BenchResult]) -> list[str]:
-    """p50 / p99 / p99.9 per hop class at each paced rate."""
-    from atomickafka.evaluation.bench.command import HOP_CLASSES  # noqa: PLC0415
-
-    paced = [r for r in results if r.rate is not None]
-    tags = list(dict.fromkeys(r.name.split("@", 1)[1] for r in paced if "@" in r.name))
-    if not tags:
-        return []
+    """p50 / p99 / p99.9 per hop class of every paced run (the bare hops, AtomicKafka's
+    and each baseline's single-destination and multicast messages)."""
     rows = []
-    for tag in tags:
-        runs = [r for r in paced if r.name.endswith(f"@{tag}")]
-        rate = runs[0].rate or 0.0
-        for label in HOP_CLASSES:
-            found = next((r.classes[label] for r in runs if label in r.classes), None)
-            if found is None:
-                continue
+    for r in results:
+        if r.rate is None:
+            continue
+        for label, found in r.classes.items():
             rows.append(
                 [
-                    f"{rate:,.0f} msg/s (@{tag})",
+                    f"{r.rate:,.0f} msg/s ({r.name})",
                     label,
                     f"{found.count:,}",
                     f"{found.p50_ms:.1f}",
@@ -130,6 +150,8 @@ def _hop_section(results: Sequence[BenchResult]) -> list[str]:
                     f"{found.p999_ms:.1f}",
                 ]
             )
+    if not rows:
+        return []
     headers = ["paced at", "hop class", "messages", "p50 ms", "p99 ms", "p99.9 ms"]
     title = "Latency per hop class (send to delivery at every destination):"
     return ["", title, *_text_table(headers, rows)]
@@ -147,9 +169,24 @@ def _text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[s
     return [line(headers), *(line(r) for r in rows)]
 
 
-def _cost_sections(results: Sequence[BenchResult]) -> list[str]:
+def _projection_rows(results: Sequence[BenchResult], baselines: Sequence[str]) -> list[Any]:
+    """Per unpaced AtomicKafka row (a share, a many-topic load): its cost beside each
+    baseline's of the same load, and the bare pipe's."""
+    by_name = {r.name: r.cost for r in results if r.cost is not None}
+    rows = []
+    for r in results:
+        if not r.name.startswith("amcast-") or "@" in r.name or r.cost is None:
+            continue
+        load = r.name.removeprefix("amcast-")
+        plain = load.split("[", 1)[0]
+        theirs = {b: by_name.get(f"{b}-{plain}") for b in baselines}
+        rows.append((load, r.cost, theirs, by_name.get("kafka")))
+    return rows
+
+
+def _cost_sections(results: Sequence[BenchResult], baselines: Sequence[str]) -> list[str]:
     """The cost tables: CPU per message by role, records and bytes by type, and the
-    projection with one core per process, AtomicKafka beside the sequencer."""
+    projection with one core per process, AtomicKafka beside each baseline."""
     from atomickafka.evaluation.cost.accounting import (  # noqa: PLC0415
         BROKER_FORMULA,
         PROJECTION_FORMULA,
@@ -157,6 +194,7 @@ def _cost_sections(results: Sequence[BenchResult]) -> list[str]:
         projection_table,
         traffic_table,
     )
+    from atomickafka.evaluation.load.baselines import Baseline  # noqa: PLC0415
 
     costs = [(r.name, r.cost) for r in results if r.cost is not None]
     lines = ["", "CPU-µs per delivered message, by role (CPU time from the OS over each"]
@@ -164,16 +202,11 @@ def _cost_sections(results: Sequence[BenchResult]) -> list[str]:
     lines += _text_table(*cost_table(costs))
     lines += ["", "Records and value bytes written per delivered message, by type:"]
     lines += _text_table(*traffic_table(costs))
-    by_name = dict(costs)
-    shares = []
-    for r in results:
-        if r.name.startswith("amcast-") and "@" not in r.name:
-            share = r.name.removeprefix("amcast-")
-            seq = by_name.get(f"seq-{share.split('[', 1)[0]}")
-            shares.append((share, by_name.get(r.name), seq, by_name.get("kafka")))
     lines += ["", "Projected capacity with one core per process (a projection, not a measurement):"]
     lines += [f"  {PROJECTION_FORMULA};", f"  {BROKER_FORMULA}."]
-    lines += _text_table(*projection_table(shares))
+    lines += _text_table(*projection_table(_projection_rows(results, baselines), baselines))
+    for name in baselines:
+        lines.append(f"  {name}: {Baseline(name).promise}")
     missing = sorted({p.name for _, c in costs for p in c.unmeasured})
     if missing:
         lines.append(f"(not measured over a whole window: {', '.join(missing)})")
@@ -182,21 +215,50 @@ def _cost_sections(results: Sequence[BenchResult]) -> list[str]:
     return lines
 
 
-def _run(args: argparse.Namespace) -> int:
-    # imported here: only this command needs the bench (and the client it drives)
-    from atomickafka.evaluation.bench.command import BenchSetup, run_bench  # noqa: PLC0415
+def _options(args: argparse.Namespace) -> tuple[list[float], list[str], Any, set[str], Any]:
+    """The shares, delivery formats, baselines, workloads and topic counts asked for
+    (:class:`~atomickafka.errors.ConfigError` for the first that is wrong)."""
+    from atomickafka.evaluation.load.baselines import (  # noqa: PLC0415
+        baselines_for,
+        parse_baselines,
+    )
+    from atomickafka.evaluation.load.destinations import parse_topic_counts  # noqa: PLC0415
 
-    if args.bootstrap_server is not None:
-        reach(args)  # a wrong --bootstrap-server: one line, before any node starts
-    where = connection(args, resolve_bootstrap(args.bootstrap_server))
-    shares = [int(x) / 100 for x in args.shares.split(",") if x.strip()]
+    try:
+        shares = [int(x) / 100 for x in args.shares.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(
+            f"--shares: whole percentages, e.g. 0,10,50, not {args.shares!r}"
+        ) from None
     formats = [f.strip() for f in args.delivery_format.split(",") if f.strip()]
     if not formats or any(f not in ("raw", "json") for f in formats):
-        print(
-            f"--delivery-format: raw, json or raw,json, not {args.delivery_format!r}",
-            file=sys.stderr,
-        )
-        return 2
+        raise ConfigError(f"--delivery-format: raw, json or raw,json, not {args.delivery_format!r}")
+    if args.no_baselines:
+        baselines: Any = ()
+    elif args.baselines is None:
+        baselines = baselines_for(args.exactly_once)
+    else:
+        baselines = parse_baselines(args.baselines)
+    workloads = {w.strip() for w in args.workload.split(",") if w.strip()}
+    if not workloads or workloads - {"standard", "many"}:
+        raise ConfigError(f"--workload: standard, many or standard,many, not {args.workload!r}")
+    if args.plot is not None and "many" not in workloads:
+        raise ConfigError("--plot draws the many-topic workload: add --workload many")
+    if "standard" in workloads and not shares:
+        raise ConfigError("--shares: give at least one multicast percentage")
+    return shares, formats, baselines, workloads, parse_topic_counts(args.many_topics)
+
+
+def _announce(
+    args: argparse.Namespace,
+    formats: Sequence[str],
+    baselines: Sequence[Any],
+    workloads: set[str],
+    counts: Sequence[int],
+) -> None:
+    """What the bench runs, said before its rows: the load, every baseline's promise."""
+    from atomickafka.evaluation.load.destinations import HOT, MANY  # noqa: PLC0415
+
     fanout = args.fanout
     shape = "every topic" if fanout is None else f"{fanout[0]}-{fanout[1]} topics at random"
     mode = "exactly-once" if args.exactly_once else "at-least-once"
@@ -207,46 +269,106 @@ def _run(args: argparse.Namespace) -> int:
         f"{args.messages:,} messages per scenario, nodes {mode}, deliveries "
         f"{' and '.join(formats)}"
     )
+    for baseline in baselines:
+        print(f"baseline {baseline.value}: {baseline.promise}")
+    if "many" in workloads:
+        print(f"many-topic workload ({', '.join(map(str, counts))} topics): {MANY.describe()}")
+        print(f"  hot-{max(counts)}: {HOT.describe()}")
     print(
         f"{'scenario':<20} {'msgs':>7} {'seconds':>8} {'msg/s':>10} {'records/s':>10} "
         f"{'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>8} {'mc p99':>9} {'vs kafka':>6}"
     )
-    baseline: list[BenchResult] = []
-    paced_rates = 2 if args.low_rate else 1
-    per_share = len(formats) + (0 if args.no_sequencer else 1)
-    scenarios = 1 + len(shares) * per_share + 3 * paced_rates + 1
+
+
+def _scenario_count(
+    args: argparse.Namespace,
+    shares: Sequence[float],
+    formats: Sequence[str],
+    baselines: int,
+    workloads: set[str],
+    counts: Sequence[int],
+) -> int:
+    """How many rows the bench will print (its progress bar's length)."""
+    scenarios = 0
+    if "standard" in workloads:
+        paced_rates = 2 if args.low_rate else 1
+        per_share = len(formats) + baselines
+        scenarios += 1 + len(shares) * per_share + 3 * paced_rates + 1
+        scenarios += baselines if args.low_rate else 0
+    if "many" in workloads:
+        scenarios += (len(counts) + 1 + (1 if args.low_rate else 0)) * (1 + baselines)
+    return scenarios
+
+
+def _run(args: argparse.Namespace) -> int:
+    # imported here: only this command needs the bench (and the client it drives)
+    from atomickafka.evaluation.bench.command import (  # noqa: PLC0415
+        BenchSetup,
+        run_bench,
+        run_many_topics,
+    )
+    from atomickafka.evaluation.load.baselines import check_reachable  # noqa: PLC0415
+
+    try:
+        shares, formats, baselines, workloads, counts = _options(args)
+        check_reachable(baselines, connection(args, ""))
+    except ConfigError as exc:
+        print(f"atomickafka bench: error: {exc}", file=sys.stderr)
+        return 2
+    if args.bootstrap_server is not None:
+        reach(args)  # a wrong --bootstrap-server: one line, before any node starts
+    where = connection(args, resolve_bootstrap(args.bootstrap_server))
+    _announce(args, formats, baselines, workloads, counts)
+    baseline_row: list[BenchResult] = []
+    scenarios = _scenario_count(args, shares, formats, len(baselines), workloads, counts)
     # a bar on a terminal only (disable=None): the rows themselves are the record
     progress = tqdm(total=scenarios, unit="scenario", leave=False, disable=None)
 
     def show(result: BenchResult) -> None:
-        if not baseline:
-            baseline.append(result)
-        progress.write(_row(result, baseline[0] if result is not baseline[0] else None))
+        if not baseline_row and result.name == "kafka":
+            baseline_row.append(result)
+        bare = baseline_row[0] if baseline_row and result is not baseline_row[0] else None
+        progress.write(_row(result, bare))
         progress.update()
 
-    results = run_bench(
-        BenchSetup(
-            where,
-            Algorithm(args.algorithm),
-            Layout(args.layout),
-            args.partitions,
-            exactly_once=args.exactly_once,
-            delivery_format=formats[0],
-            control_log=args.control_log,
-        ),
-        messages=args.messages,
-        record_size=args.record_size,
-        shares=shares,
-        warmup=not args.no_warmup,
-        paced_rate=args.paced_rate,
-        low_rate=args.low_rate or None,
-        formats=formats,
-        topics=args.topics,
-        fanout=fanout,
-        seed=args.seed,
-        sequencer=not args.no_sequencer,
-        on_result=show,
+    setup = BenchSetup(
+        where,
+        Algorithm(args.algorithm),
+        Layout(args.layout),
+        args.partitions,
+        exactly_once=args.exactly_once,
+        delivery_format=formats[0],
+        control_log=args.control_log,
     )
+    results: list[BenchResult] = []
+    if "standard" in workloads:
+        results += run_bench(
+            setup,
+            messages=args.messages,
+            record_size=args.record_size,
+            shares=shares,
+            warmup=not args.no_warmup,
+            paced_rate=args.paced_rate,
+            low_rate=args.low_rate or None,
+            formats=formats,
+            topics=args.topics,
+            fanout=args.fanout,
+            seed=args.seed,
+            baselines=baselines,
+            on_result=show,
+        )
+    if "many" in workloads:
+        results += run_many_topics(
+            setup,
+            topic_counts=counts,
+            messages=args.messages,
+            record_size=args.record_size,
+            low_rate=args.low_rate or None,
+            seed=args.seed,
+            baselines=baselines,
+            on_result=show,
+            warmup=not args.no_warmup,
+        )
     progress.close()
     if args.json_out:
         with open(args.json_out, "wb") as fh:
@@ -257,15 +379,39 @@ def _run(args: argparse.Namespace) -> int:
         "the capacity of the last multicast run; latency there is what a message sees\n"
         "below saturation; the @2x row: offered twice that capacity, the sender held\n"
         "back by the nodes' back-pressure for the time shown. kafka-x3: three bare hops\n"
-        "through two relaying consumer-\n"
-        "producers (the floor of a three-hop path). [json] rows: the nodes write JSON\n"
-        "envelopes. mc p99: p99 of multicast messages, sent to delivered at all\n"
-        "destinations. seq rows: the single sequencer (one partition, one fan-out\n"
-        "process). load: the machine's 1-minute load average as the run ended."
+        "through two relaying consumer-producers (the floor of a three-hop path). [json]\n"
+        "rows: the nodes write JSON envelopes. mc p99: p99 of multicast messages, sent to\n"
+        "delivered at all destinations. seq-alo rows: the plain sequencer (one partition,\n"
+        "one fan-out process; at-least-once, no recovery); seq-eos and streams rows: the\n"
+        "exactly-once sequencers (transactional Python; Kafka Streams exactly_once_v2),\n"
+        "read read_committed. many-N / hot-N rows: the many-topic workload on N topics.\n"
+        "load: the machine's 1-minute load average as the run ended."
     )
     print("\n".join(_hop_section(results)))
-    print("\n".join(_cost_sections(results)))
+    print("\n".join(_cost_sections(results, [b.value for b in baselines])))
+    if args.plot is not None:
+        print(f"plot: {_plot(results, [b.value for b in baselines], args.plot)}")
     ok = all(r.delivered_ok for r in results)
     if not ok:
         print("some scenario did not deliver every message in time", file=sys.stderr)
     return 0 if ok else 1
+
+
+def _plot(results: Sequence[BenchResult], baselines: Sequence[str], path: Path) -> Path:
+    """Projected (and measured) capacity against the topic count, the many mix's runs."""
+    from atomickafka.evaluation.cost.projection_plot import (  # noqa: PLC0415
+        TopicPoint,
+        plot_projection_vs_topics,
+    )
+    from atomickafka.evaluation.load.destinations import MANY  # noqa: PLC0415
+
+    lines: dict[str, list[TopicPoint]] = {}
+    for system in ["amcast", *baselines]:
+        label = "AtomicKafka" if system == "amcast" else system
+        prefix = f"{system}-{MANY.name}-"
+        for r in results:
+            tail = r.name.removeprefix(prefix)
+            if r.name.startswith(prefix) and tail.isdigit() and r.cost is not None:
+                point = (int(tail), r.cost.projected_msgs_per_s, r.messages_per_s)
+                lines.setdefault(label, []).append(point)
+    return plot_projection_vs_topics(lines, path, f"{MANY.name}: {MANY.describe()}")

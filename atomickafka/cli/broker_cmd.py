@@ -3,7 +3,7 @@
     atomickafka broker start [--brokers 1|3] [--data-dir DIR] [--port BASEPORT] [--sasl [--acls]]
     atomickafka broker stop [--data-dir DIR] [--purge]
     atomickafka broker status [--data-dir DIR]
-    atomickafka broker fetch [--spark [VERSION]] [--tools]
+    atomickafka broker fetch [--spark [VERSION]] [--tools] [--streams]
     atomickafka broker tool NAME [ARGS...]
 
 ``start`` prints the bootstrap servers as the last line of stdout, so
@@ -29,7 +29,7 @@ from typing import Any
 from atomickafka import localkafka
 from atomickafka.localkafka import BrokerError, fetch_kafka, fetch_spark_kafka, log_stderr
 from atomickafka.localkafka.configs import CLIENT_PROPERTIES, CLIENT_TOML
-from atomickafka.localkafka.jars import fetch_kafka_tools
+from atomickafka.localkafka.jars import fetch_kafka_tools, fetch_streams_app
 from atomickafka.localkafka.tools import TOOLS, run_tool
 
 EXIT_ERROR = 2
@@ -94,6 +94,8 @@ def _status(args: argparse.Namespace) -> int:
 def _fetch(args: argparse.Namespace) -> int:
     if args.tools:
         print(fetch_kafka_tools())
+    if args.streams:
+        print(fetch_streams_app())
     lib = fetch_kafka()
     print(lib)
     if args.spark is not None:
@@ -186,6 +188,11 @@ def register(subparsers: Any) -> None:
     )
     fetch.add_argument(
         "--tools", action="store_true", help="also fetch Kafka's command-line tools (broker tool)"
+    )
+    fetch.add_argument(
+        "--streams",
+        action="store_true",
+        help="also build the Kafka Streams baseline of bench and eval (Maven, once)",
     )
     fetch.set_defaults(func=_guarded(_fetch))
 

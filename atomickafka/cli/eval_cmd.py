@@ -79,11 +79,20 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--compare",
         default="",
-        metavar="algorithms|layouts|sequencer|kafka[,...]",
+        metavar="algorithms|layouts|baselines|seq-alo|seq-eos|streams|kafka|many-topics[,...]",
         help=(
-            "also run every protocol, both layouts, the single-sequencer baseline and/or "
-            "the bare Kafka pipe (no ordering: the cost floor)"
+            "also run every protocol, both layouts, the sequencer baselines (baselines: "
+            "seq-eos and streams, exactly-once as AtomicKafka; seq-alo: the plain one, "
+            "at-least-once, no recovery), the bare Kafka pipe (no ordering: the cost "
+            "floor); many-topics: also the many-topic workload (90 %% of messages to one "
+            "topic, 10 %% to 2-3, on --many-topics topics, and a skewed variant) through "
+            "every variant"
         ),
+    )
+    parser.add_argument(
+        "--many-topics",
+        default="5,10,20",
+        help="topic counts of the many-topic workload (--compare many-topics)",
     )
     parser.add_argument(
         "--out",
@@ -138,11 +147,13 @@ def _parse_load(args: argparse.Namespace) -> tuple[list[Scenario], list[Comparis
     """The scenarios and comparisons asked for, once every size, pace and layout option
     is checked; a :class:`~atomickafka.errors.ConfigError` names the first one the suite
     cannot run."""
+    from atomickafka.evaluation.load.destinations import parse_topic_counts  # noqa: PLC0415
     from atomickafka.evaluation.load.scenarios import parse_scenarios  # noqa: PLC0415
     from atomickafka.evaluation.load.variants import parse_comparisons  # noqa: PLC0415
 
     scenarios = parse_scenarios(args.scenarios)
     comparisons = parse_comparisons(args.compare)
+    args.topic_counts = parse_topic_counts(args.many_topics)
     for name in ("messages_per_client", "clients", "topics", "partitions"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
@@ -153,6 +164,19 @@ def _parse_load(args: argparse.Namespace) -> tuple[list[Scenario], list[Comparis
     if args.partitions > 1 and args.layout != Layout.SPLIT.value:
         raise ConfigError("--partitions needs the split layout")
     return scenarios, comparisons
+
+
+def _check_baselines(args: argparse.Namespace, comparisons: list[Comparison]) -> None:
+    """:class:`~atomickafka.errors.ConfigError` when a compared baseline cannot reach
+    Kafka with the command's settings (before any run starts)."""
+    from atomickafka.evaluation.load.baselines import check_reachable  # noqa: PLC0415
+    from atomickafka.evaluation.load.variants import Variant, variants_for  # noqa: PLC0415
+
+    primary = Variant.atomickafka(args.algorithm, args.layout)
+    variants = variants_for(primary, comparisons)
+    check_reachable(
+        [v.system.baseline for v in variants if v.system.baseline], connection(args, "")
+    )
 
 
 def _settings(
@@ -186,6 +210,7 @@ def _settings(
         seed=args.seed,
         secret_file=None if args.secret_file is None else str(args.secret_file),
         control_log=args.control_log,
+        topic_counts=args.topic_counts,
     )
 
 
@@ -217,6 +242,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     try:
         scenarios, comparisons = _parse_load(args)
+        _check_baselines(args, comparisons)
     except ValueError as exc:
         print(f"atomickafka eval: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

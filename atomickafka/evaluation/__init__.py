@@ -6,14 +6,17 @@ them to it (docs/DESIGN.md §2):
 
 - :mod:`~atomickafka.evaluation.cost`: what a run costs and what it wrote -- CPU per
   message by process role (``accounting``, ``processes``), records and bytes by type
-  (``traffic``, ``topic_scan``), resident memory (``rss``);
+  (``traffic``, ``topic_scan``), resident memory (``rss``), the plot of projected
+  capacity against the number of topics (``projection_plot``);
 - :mod:`~atomickafka.evaluation.load`: what writes the load and what is measured while
-  it runs -- the thesis's scenarios and client plans (``scenarios``), what is compared
-  (``variants``), the client processes (``clients``) and the baselines' senders
-  (``senders``, ``sequencer``, ``bare``), probes, the delivery counter, the warm-up and
-  percentiles (``measuring``);
+  it runs -- the thesis's scenarios and client plans (``scenarios``), the many-topic
+  workload's destination mixes (``destinations``), what is compared (``variants``),
+  the client processes (``clients``), the baselines (``baselines``: the sequencers
+  ``seq-alo`` in ``sequencer``, ``seq-eos`` in ``seq_eos``, ``streams`` in
+  ``streams``; the bare pipe in ``bare``; their senders' common part in ``senders``),
+  probes, the delivery counter, the warm-up and percentiles (``measuring``);
 - :mod:`~atomickafka.evaluation.bench`: ``atomickafka bench`` (``command``), AtomicKafka
-  against a bare Kafka pipe and a single sequencer, the relay's latency floor
+  against a bare Kafka pipe and the sequencer baselines, the relay's latency floor
   (``relay``), the merge delay of partitioned topics (``merge_delay``), an aged status
   topic for start-up timings (``aged_status``);
 - :mod:`~atomickafka.evaluation.suite`: ``atomickafka eval`` (``command``): one run

@@ -33,7 +33,13 @@ def test_bench_prints_every_scenario_with_a_ratio(kafka_bootstrap: str) -> None:
     figures, _, costs = out.stdout.partition("\n\n")  # the first table, then the rest
     rows = {line.split()[0]: line.split() for line in figures.splitlines() if line.strip()}
     paced = {"kafka@half", "kafka-x3@half", "amcast-10%@half"}
-    assert {"kafka", "amcast-10%", "seq-10%"} | paced <= rows.keys()
+    # exactly-once (the default): beside the two exactly-once baselines (issue 36)
+    assert {"kafka", "amcast-10%", "seq-eos-10%", "streams-10%"} | paced <= rows.keys()
+    assert "seq-alo-10%" not in rows
+    assert "baseline seq-eos: transactional sequencer in Python: exactly-once" in figures
+    assert "baseline streams: Kafka Streams, exactly_once_v2: exactly-once" in figures
+    for name in ("seq-eos-10%", "streams-10%"):
+        assert rows[name][1] == "2000" and float(rows[name][3]) > 0, rows[name]
     assert float(rows["amcast-10%"][3]) > 0  # msg/s
     assert float(rows["amcast-10%"][7]) > 0  # p99.9
     assert float(rows["amcast-10%"][9]) > 0  # ratio to bare Kafka
@@ -49,9 +55,11 @@ def test_bench_prints_every_scenario_with_a_ratio(kafka_bootstrap: str) -> None:
     # the cost of every scenario, by role, and the projection beside the sequencer's
     assert "CPU-µs per delivered message, by role" in costs
     cost_rows = {line.split()[0]: line.split() for line in costs.splitlines() if line.strip()}
-    for name in ("kafka", "amcast-10%", "seq-10%"):
+    for name in ("kafka", "amcast-10%", "seq-eos-10%", "streams-10%"):
         assert name in cost_rows, name
     assert "Projected capacity with one core per process (a projection" in costs
     assert "1,000,000 ÷ CPU-µs per delivered message of the busiest" in costs
+    assert "AtomicKafka ÷ seq-eos" in costs and "AtomicKafka ÷ streams" in costs
     projection = cost_rows["10%"]
-    assert projection[1] != "-" and projection[3] != "-", projection  # AtomicKafka, sequencer
+    # AtomicKafka, seq-eos, its ratio, streams, its ratio: each projected
+    assert "-" not in projection[1:8], projection

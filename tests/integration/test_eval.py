@@ -1,7 +1,7 @@
 """``atomickafka eval`` end to end on the real broker, small: runs, checks, Spark, report.
 
 One small suite (2 scenarios x 2 clients x 300 messages through the default protocol
-in the split and shared layouts, the single sequencer and the bare Kafka pipe) runs
+in the split and shared layouts, the plain sequencer ``seq-alo`` and the bare Kafka pipe) runs
 once for the module,
 in this process, so that its metrics job and the tests below share one SparkSession.
 """
@@ -45,7 +45,7 @@ DEFAULT = DEFAULT_ALGORITHM.value
 RUNS = [
     f"{variant}--{scenario}"
     for scenario in ("baseline", "90-10")
-    for variant in (f"{DEFAULT}-split", f"{DEFAULT}-shared", "sequencer", "kafka")
+    for variant in (f"{DEFAULT}-split", f"{DEFAULT}-shared", "seq-alo", "kafka")
 ]
 
 
@@ -69,7 +69,7 @@ def suite(kafka_bootstrap: str, spark: Any, tmp_path_factory: pytest.TempPathFac
         "--messages-per-client",
         str(MESSAGES),
         "--compare",
-        "sequencer,layouts,kafka",
+        "seq-alo,layouts,kafka",
     )
     return out
 
@@ -177,7 +177,7 @@ def test_every_run_has_its_cost_per_process_and_the_report_shows_it(
         assert cost.delivered == 2 * MESSAGES
         measured = {p.role for p in cost.processes if p.cpu_s is not None}
         system = {ProcessRole.NODE, ProcessRole.SUPERVISOR}
-        if run.startswith("sequencer"):
+        if run.startswith("seq-alo"):
             system = {ProcessRole.SEQUENCER}
         elif run.startswith("kafka"):
             system = set()  # no process of its own: the clients write every destination
@@ -241,7 +241,7 @@ def test_the_spark_job_counts_what_the_clients_sent(suite: Path) -> None:
             writer = "sequencer" if node.node == "sequencer" else f"node-{node.node}"
             outgoing = sum(r["messages"] for r in window if r["writer"] == writer)
             assert (node.incoming, node.outgoing) == (incoming, outgoing), (run, node.node)
-        if run.startswith("sequencer"):
+        if run.startswith("seq-alo"):  # its records' writer (senderID) is "sequencer"
             (sequencer,) = [n for n in metrics.nodes if n.node == "sequencer"]
             assert sequencer.incoming == 2 * MESSAGES
             assert sequencer.outgoing == metrics.deliveries

@@ -54,5 +54,5 @@ def test_hop_classes_of_a_bare_pipe_and_of_the_sequencer() -> None:
     latencies = [(2.0, False), (4.0, False), (9.0, True)]
     assert list(hop_classes("kafka", latencies, BARE_3)) == [BARE_3]
     assert hop_classes("kafka", latencies, BARE_1)[BARE_1].count == 3
-    seq = hop_classes("sequencer", [(1.0, False)])
-    assert list(seq) == ["sequencer single-destination"]  # no multicast: left out
+    seq = hop_classes("seq-eos", [(1.0, False)])
+    assert list(seq) == ["seq-eos single-destination"]  # no multicast: left out

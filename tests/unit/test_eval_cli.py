@@ -66,7 +66,7 @@ def test_the_secret_file_signs_every_atomickafka_run_and_only_its_path_shows(
 ) -> None:
     """``--secret-file`` (or ATOMICKAFKA_SECRET_FILE, or the config file) reaches the
     suite, and each AtomicKafka run hands it to its nodes, its clients and its readers;
-    the baselines (sequencer, bare pipe) are no members and sign nothing."""
+    the baselines (the sequencers, the bare pipe) are no members and sign nothing."""
     secret = tmp_path / "signing"
     secret.write_text("do-not-show-me\n")
     monkeypatch.setenv("ATOMICKAFKA_SECRET_FILE", str(secret))
@@ -75,7 +75,7 @@ def test_the_secret_file_signs_every_atomickafka_run_and_only_its_path_shows(
     assert f'secret_file = "{secret}"' in shown and "do-not-show-me" not in shown
     monkeypatch.delenv("ATOMICKAFKA_SECRET_FILE")
     args = build_parser().parse_args(
-        ["eval", "--secret-file", str(secret), "--compare", "sequencer,kafka"]
+        ["eval", "--secret-file", str(secret), "--compare", "seq-alo,baselines,kafka"]
     )
     scenarios, comparisons = eval_cmd._parse_load(args)
     where = Connection("b:1", {"security.protocol": "SASL_PLAINTEXT"})
@@ -89,7 +89,13 @@ def test_the_secret_file_signs_every_atomickafka_run_and_only_its_path_shows(
         assert job.secret_file == spec.signing
         assert job.connection == where  # the clients take the suite's -X settings
         signing[variant.system.value] = spec.signing
-    assert signing == {"atomickafka": str(secret), "sequencer": None, "kafka": None}
+    assert signing == {
+        "atomickafka": str(secret),
+        "seq-alo": None,
+        "seq-eos": None,
+        "streams": None,
+        "kafka": None,
+    }
     started: list[ClusterConfig] = []
 
     @contextlib.contextmanager
@@ -104,7 +110,7 @@ def test_the_secret_file_signs_every_atomickafka_run_and_only_its_path_shows(
         pass
     assert started[0].node.secret_file == str(secret)  # the nodes (and mergers) sign
     assert started[0].node.connection == where
-    assert {Comparison.SEQUENCER, Comparison.KAFKA} == set(comparisons)
+    assert {Comparison.SEQ_ALO, Comparison.BASELINES, Comparison.KAFKA} == set(comparisons)
 
 
 def test_a_secret_file_that_cannot_be_read_is_one_line(

@@ -194,14 +194,20 @@ def test_cpu_per_message_by_role_and_the_projection() -> None:
     assert RunCost.from_dict(cost.to_dict()) == cost
 
 
-def test_the_tables_put_atomickafka_and_the_sequencer_side_by_side() -> None:
+def test_the_tables_put_atomickafka_and_each_baseline_side_by_side() -> None:
     processes = _measured_tree().processes
     ours = RunCost("atomickafka", 10_000, 2.0, tuple(processes))
     theirs = RunCost(
-        "sequencer",
+        "seq-eos",
         10_000,
         2.0,
-        (ProcessCpu("sequencer", ProcessRole.SEQUENCER, 9, 6.0),),
+        (ProcessCpu("seq-eos", ProcessRole.SEQUENCER, 9, 6.0),),
+    )
+    jvm = RunCost(
+        "streams",
+        10_000,
+        2.0,
+        (ProcessCpu("streams", ProcessRole.STREAMS, 8, 1.5),),
     )
     bare = RunCost(
         "kafka",
@@ -210,18 +216,36 @@ def test_the_tables_put_atomickafka_and_the_sequencer_side_by_side() -> None:
         (ProcessCpu("broker", ProcessRole.BROKER, 1, 1.0),),
         {"DeliveryMessage": TypeTraffic(20_000, 20_000, 4_000_000)},
     )
-    headers, rows = projection_table([("10 %", ours, theirs, bare), ("50 %", ours, None, None)])
-    assert len(headers) == len(rows[0])
-    assert rows[0][:4] == ["10 %", "3,333 (300)", "1,667 (600)", "2.00x"]
-    # the broker: unknown for these two (no traffic counted), 100 µs/msg for the pipe
-    assert rows[0][4:] == ["- / - / 100", "- / - / 10,000"]
-    assert rows[1][2:4] == ["-", "-"]
-    headers, rows = cost_table([("amcast-10%", ours), ("seq-10%", theirs)])
+    baselines = ["seq-eos", "streams"]
+    headers, rows = projection_table(
+        [
+            ("10 %", ours, {"seq-eos": theirs, "streams": jvm}, bare),
+            ("50 %", ours, {"seq-eos": None}, None),
+        ],
+        baselines,
+    )
+    assert len(headers) == len(rows[0]) == len(rows[1])
+    assert headers[2:6] == [
+        "seq-eos: projected msg/s (µs/msg)",
+        "AtomicKafka ÷ seq-eos",
+        "streams: projected msg/s (µs/msg)",
+        "AtomicKafka ÷ streams",
+    ]
+    # the streams app's JVM is an ordering process: its 150 µs bound its projection
+    assert rows[0][:6] == ["10 %", "3,333 (300)", "1,667 (600)", "2.00x", "6,667 (150)", "0.50x"]
+    # the broker: unknown for these three (no traffic counted), 100 µs/msg for the pipe
+    assert rows[0][6:] == ["- / - / - / 100", "- / - / - / 10,000"]
+    assert rows[1][2:6] == ["-", "-", "-", "-"]
+    headers, rows = cost_table(
+        [("amcast-10%", ours), ("seq-eos-10%", theirs), ("streams-10%", jvm)]
+    )
     assert len(headers) == len(rows[0]) == len(rows[1])
     assert rows[0][headers.index("busiest ordering process")] == "node B: 300"
-    assert rows[1][headers.index("sequencer")] == "600"
+    fan_out = headers.index("fan-out (sequencer or streams app)")
+    assert [rows[1][fan_out], rows[2][fan_out]] == ["600", "150"]
+    assert rows[2][headers.index("busiest ordering process")] == "streams: 150"
     assert "1,000,000" in PROJECTION_FORMULA and "records written per message" in BROKER_FORMULA
-    assert traffic_table([("seq-10%", theirs)])[1] == []  # no traffic counted
+    assert traffic_table([("seq-eos-10%", theirs)])[1] == []  # no traffic counted
 
 
 def test_records_are_counted_by_type_within_the_window() -> None:

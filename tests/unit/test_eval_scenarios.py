@@ -6,6 +6,7 @@ import orjson
 import pytest
 
 from atomickafka.core.engine import Algorithm
+from atomickafka.evaluation.load.baselines import Baseline
 from atomickafka.evaluation.load.clients import payload
 from atomickafka.evaluation.load.measuring import Probe, read_probe
 from atomickafka.evaluation.load.scenarios import (
@@ -90,25 +91,33 @@ def test_comparing_algorithms_runs_every_protocol_the_engine_has() -> None:
     assert len(got) == len(set(got))
 
 
-def test_layouts_and_the_sequencer_join_once_each() -> None:
+def test_layouts_and_the_plain_sequencer_join_once_each() -> None:
     primary = Variant.atomickafka("poc", "shared")
     got = variants_for(
         primary,
-        parse_comparisons("layouts,sequencer,layouts"),
+        parse_comparisons("layouts,seq-alo,layouts"),
         [Algorithm.POC, Algorithm.OPTIMIZED],
     )
-    assert [v.label for v in got] == ["poc/shared", "poc/split", "sequencer"]
+    assert [v.label for v in got] == ["poc/shared", "poc/split", "seq-alo"]
     assert got[-1].algorithm is None and got[1].layout is Layout.SPLIT
-    assert got[-1].system is System.SEQUENCER
-    assert got[-1].slug == "sequencer" and got[0].slug == "poc-shared"
+    assert got[-1].system is System.SEQ_ALO and got[-1].system.baseline is Baseline.SEQ_ALO
+    assert got[-1].slug == "seq-alo" and got[0].slug == "poc-shared"
+
+
+def test_the_baselines_are_the_exactly_once_sequencers_and_join_once() -> None:
+    primary = Variant.atomickafka("direct", "split")
+    got = variants_for(primary, parse_comparisons("baselines,streams,many-topics"))
+    assert [v.label for v in got] == ["direct/split", "seq-eos", "streams"]
+    assert all(v.system.baseline and v.system.baseline.exactly_once for v in got[1:])
+    assert primary.system.baseline is None  # many-topics is a workload, not a variant
 
 
 def test_the_bare_pipe_joins_after_the_sequencer() -> None:
     primary = Variant.atomickafka("direct", "split")
-    got = variants_for(primary, parse_comparisons("kafka,sequencer,kafka"))
-    assert [v.label for v in got] == ["direct/split", "kafka", "sequencer"]
+    got = variants_for(primary, parse_comparisons("kafka,seq-alo,kafka"))
+    assert [v.label for v in got] == ["direct/split", "kafka", "seq-alo"]
     assert got[1] == Variant.bare_pipe() and got[1].system is System.KAFKA
-    assert got[1].algorithm is None
+    assert got[1].algorithm is None and got[1].system.baseline is None
 
 
 def test_a_variant_is_named_by_the_engines_and_the_layouts_enums() -> None:
@@ -120,8 +129,10 @@ def test_a_variant_is_named_by_the_engines_and_the_layouts_enums() -> None:
 
 
 def test_an_unknown_comparison_is_refused_with_the_choices() -> None:
-    with pytest.raises(ValueError, match="algorithms, layouts, sequencer"):
+    with pytest.raises(ValueError, match="algorithms, layouts, baselines, seq-alo"):
         parse_comparisons("protocols")
+    with pytest.raises(ValueError, match="the plain sequencer is now seq-alo"):
+        parse_comparisons("sequencer")  # its old name
     assert parse_comparisons("") == []
 
 

@@ -1,5 +1,5 @@
-"""``atomickafka bench``: AtomicKafka against a bare Kafka pipe and a single sequencer,
-measured in one run.
+"""``atomickafka bench``: AtomicKafka against a bare Kafka pipe and the sequencer
+baselines, measured in one run.
 
 Every scenario uses the same broker, record size and measuring process:
 
@@ -9,8 +9,15 @@ Every scenario uses the same broker, record size and measuring process:
   ``--topics``), P % multicast, the rest single-topic (round-robin over the topics). A
   multicast goes to every topic, or, with ``fanout=(lo, hi)``, to ``lo``..``hi`` topics
   drawn at random (seeded).
-- ``seq-P%``: the same messages through the single-sequencer baseline
-  (:mod:`~atomickafka.evaluation.load.sequencer`): one partition, one fan-out process.
+- ``seq-eos-P%``, ``streams-P%``: the same messages through the exactly-once sequencer
+  baselines, the promise of AtomicKafka's default (``seq-alo-P%``, the plain
+  at-least-once sequencer with no recovery, when the nodes run ``--at-least-once``;
+  :mod:`~atomickafka.evaluation.load.baselines`): one partition, one fan-out process.
+  Their measuring consumer reads ``read_committed``, as their readers must.
+- ``amcast-many-N``, ``seq-eos-many-N``, ``streams-many-N`` (:func:`run_many_topics`):
+  the many-topic workload on N topics, each message's destinations drawn from a stated
+  distribution (:mod:`~atomickafka.evaluation.load.destinations`), the same messages
+  through each; ``-hot-N`` its skewed variant.
 - ``kafka-x3``: three chained bare hops, the latency floor of AtomicKafka's three-hop
   path: the client writes to topic A, a relaying consumer-producer copies A to B and
   another B to C (:mod:`~atomickafka.evaluation.bench.relay`, the nodes' client settings, no
@@ -70,9 +77,12 @@ from atomickafka.evaluation.cost.topic_scan import (
     sequencer_topics,
 )
 from atomickafka.evaluation.cost.traffic import TypeTraffic, scan_traffic
+from atomickafka.evaluation.load.baselines import Baseline, running_baseline
+from atomickafka.evaluation.load.destinations import HOT, MANY, DestinationMix
 from atomickafka.evaluation.load.measuring import (
     MULTICAST_FIELD,
     SEND_TIME_FIELD,
+    WARMUP_VALUE,
     Arrival,
     DeliveryCounter,
     LatencyStats,
@@ -82,7 +92,7 @@ from atomickafka.evaluation.load.measuring import (
     percentile,
     warm_up,
 )
-from atomickafka.evaluation.load.sequencer import SEQUENCER_ID, SequencerSender, running_sequencer
+from atomickafka.evaluation.load.sequencer import SequencerSender
 from atomickafka.jsonnames import json_name
 from atomickafka.kafka.admin import admin_client, ensure_topics
 from atomickafka.kafka.connection import Connection
@@ -105,6 +115,7 @@ __all__ = [
     "BenchSetup",
     "hop_classes",
     "run_bench",
+    "run_many_topics",
 ]
 
 #: What the bare pipe's records are called in the cost's traffic (they have no type).
@@ -188,9 +199,19 @@ class BenchLoad:
     rate: float | None = None
     fanout: tuple[int, int] | None = None
     seed: int = 0
+    #: The many-topic workload: destinations drawn from this mix (``share`` unused).
+    mix: DestinationMix | None = None
+
+    def tag(self, topics: int) -> str:
+        """What a row of this load is named after: ``10%``, or ``many-20``."""
+        return f"{round(self.share * 100)}%" if self.mix is None else f"{self.mix.name}-{topics}"
 
     def plan(self, prefix: str, topics: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
-        """Each message's id and destinations: every ``round(1/share)``-th a multicast."""
+        """Each message's id and destinations: every ``round(1/share)``-th a multicast,
+        or drawn from the mix."""
+        if self.mix is not None:
+            drawn = self.mix.plan(topics, self.messages, self.seed)
+            return [(f"{prefix}-{i}", dests) for i, dests in enumerate(drawn)]
         rng = random.Random(self.seed)
         stride = round(1 / self.share) if self.share > 0 else 0
         out = []
@@ -228,6 +249,7 @@ def _measure(
     connection: Connection,
     topics: dict[str, str],
     plain: bool,
+    committed: bool,
     expected: int,
     timeout_s: float,
     ready: Any,
@@ -235,10 +257,14 @@ def _measure(
     done: Any,
 ) -> None:
     """Child process: read ``topics`` until ``expected`` measured messages were
-    delivered at every destination (``plain``: the bare pipe's records); then wait for
-    ``done``, so that its CPU time is read while it still runs."""
+    delivered at every destination (``plain``: the bare pipe's records; ``committed``:
+    read ``read_committed``); then wait for ``done``, so that its CPU time is read
+    while it still runs."""
     read = _plain_arrival if plain else delivery_arrival
-    counter = DeliveryCounter(connection, topics, read=read, fetch_wait_ms=5)
+    isolation = "read_committed" if committed else "read_uncommitted"
+    counter = DeliveryCounter(
+        connection, topics, read=read, fetch_wait_ms=5, isolation_level=isolation
+    )
     with contextlib.closing(counter):
         counter.wait_until_fetching()  # what is sent before its first fetch would wait
         ready.set()
@@ -283,6 +309,8 @@ class _Measured:
     bare_class: str | None = None
     rate: float | None = None
     delivery_format: str | None = None
+    #: Read ``read_committed`` (the exactly-once baselines' readers must).
+    committed: bool = False
 
 
 def _run_measured(
@@ -300,7 +328,17 @@ def _run_measured(
     results = ctx.Queue()
     reader = ctx.Process(
         target=_measure,
-        args=(connection, how.read_topics, how.plain, expected, timeout_s, ready, results, done),
+        args=(
+            connection,
+            how.read_topics,
+            how.plain,
+            how.committed,
+            expected,
+            timeout_s,
+            ready,
+            results,
+            done,
+        ),
         daemon=True,  # a failed send must not leave the command waiting for it
     )
     reader.start()
@@ -477,8 +515,8 @@ def _send_plan(
     return send
 
 
-def _name(prefix: str, load: BenchLoad, suffix: str = "") -> str:
-    return f"{prefix}-{round(load.share * 100)}%{suffix}"
+def _name(prefix: str, load: BenchLoad, topics: Sequence[str], suffix: str = "") -> str:
+    return f"{prefix}-{load.tag(len(topics))}{suffix}"
 
 
 def _amcast(
@@ -500,7 +538,7 @@ def _amcast(
         statuses = read_statuses(where, window_s=STATUS_READ_WINDOW_S)
         ours = [s for key, s in statuses.items() if key in keys]
         how = _Measured(
-            name=_name("amcast", load, suffix),
+            name=_name("amcast", load, topics, suffix),
             read_topics=read,
             scanned=setup.scanned(topics),
             system="atomickafka",
@@ -524,33 +562,65 @@ def _amcast(
 
 
 @contextlib.contextmanager
-def _sequencer(connection: Connection, topics: list[str]) -> Iterator[tuple[str, int]]:
-    """The single sequencer over ``topics`` for a block: its topic and its fan-out
+def _sequencer(
+    connection: Connection, topics: list[str], baseline: Baseline
+) -> Iterator[tuple[str, int]]:
+    """A sequencer baseline over ``topics`` for a block: its topic and its fan-out
     process's pid."""
     seq_topic = f"{topics[0].rsplit('-', 1)[0]}-seq"
     ensure_topics(admin_client(connection), [seq_topic, *topics])
-    with running_sequencer(connection, seq_topic) as proc:
+    with running_baseline(baseline, connection, seq_topic) as proc:
         assert proc.pid is not None
         yield seq_topic, proc.pid
 
 
+#: Unmeasured messages through a JVM baseline before it is measured: a fresh JVM
+#: interprets its code until the JIT compiles the hot paths (as the broker does, which
+#: the bench's warm-up pass warms up).
+JVM_WARM_UP_MESSAGES = 5000
+
+
+def _warm_jvm(sender: SequencerSender, topics: list[str], counter: DeliveryCounter) -> None:
+    """Pass :data:`JVM_WARM_UP_MESSAGES` warm-up messages through the baseline, one
+    destination each, and wait (bounded) until they are all delivered."""
+    want = counter.warmup + JVM_WARM_UP_MESSAGES
+    for i in range(JVM_WARM_UP_MESSAGES):
+        sender.send(WARMUP_VALUE, (topics[i % len(topics)],))
+    sender.flush(60)
+    deadline = time.monotonic() + 120
+    while counter.warmup < want and time.monotonic() < deadline:
+        counter.poll(0.2)
+
+
 def _sequenced(
-    topics: list[str], setup: BenchSetup, load: BenchLoad, timeout_s: float
+    topics: list[str],
+    setup: BenchSetup,
+    load: BenchLoad,
+    timeout_s: float,
+    baseline: Baseline,
+    suffix: str = "",
+    *,
+    jvm_warm_up: bool = True,
 ) -> BenchResult:
     read = {t: t for t in topics}
     where = setup.connection
-    with _sequencer(where, topics) as (seq_topic, pid):
+    role = ProcessRole.STREAMS if baseline.jvm else ProcessRole.SEQUENCER
+    with _sequencer(where, topics, baseline) as (seq_topic, pid):
         with (
             contextlib.closing(DeliveryCounter(where, read)) as counter,
             contextlib.closing(SequencerSender(where, seq_topic, "bench-warmup")) as warming,
         ):
             warm_up(warming, topics, counter)
+            if baseline.jvm and jvm_warm_up:
+                _warm_jvm(warming, topics, counter)
         how = _Measured(
-            name=_name("seq", load),
+            name=_name(baseline.value, load, topics, suffix),
             read_topics=read,
-            scanned=sequencer_topics(seq_topic, SEQUENCER_ID, topics),
-            system="sequencer",
-            track=lambda meter: meter.track(pid, ProcessRole.SEQUENCER, "sequencer"),
+            scanned=sequencer_topics(seq_topic, baseline.sender_id, topics),
+            system=baseline.value,
+            track=lambda meter: meter.track(pid, role, baseline.value),
+            rate=load.rate,
+            committed=baseline.exactly_once,
         )
         sender = SequencerSender(where, seq_topic, "bench")
         with contextlib.closing(sender):
@@ -577,7 +647,7 @@ def run_bench(
     topics: int = 5,
     fanout: tuple[int, int] | None = None,
     seed: int = 0,
-    sequencer: bool = True,
+    baselines: Sequence[Baseline] = (),
     on_result: Any = None,
     overload: bool = True,
 ) -> list[BenchResult]:
@@ -587,7 +657,8 @@ def run_bench(
     multicast share); ``formats`` adds unpaced multicast runs with the nodes writing
     deliveries in those formats; ``overload`` a run offered twice the largest multicast
     share's capacity (``@2x``), which reports how long back-pressure held the sender
-    back."""
+    back; ``baselines`` run beside AtomicKafka at every share, and at ``low_rate`` at
+    the largest one."""
     others = [f for f in formats if f != setup.delivery_format]
     results: list[BenchResult] = []
 
@@ -619,8 +690,10 @@ def run_bench(
             other = dataclasses.replace(setup, delivery_format=fmt)
             scenario = load(messages, share)
             record(_amcast(names(f"{fmt}{tag}"), other, scenario, timeout_s, f"[{fmt}]"))
-        if sequencer:
-            record(_sequenced(names(f"s{tag}"), setup, load(messages, share), timeout_s))
+        for baseline in baselines:
+            scenario = load(messages, share)
+            topics_of = names(f"{baseline}{tag}")
+            record(_sequenced(topics_of, setup, scenario, timeout_s, baseline, jvm_warm_up=warmup))
     worst = max(shares)
     saturated = next(r for r in results if r.name == f"amcast-{round(worst * 100)}%")
     half = paced_rate or saturated.messages_per_s / 2
@@ -641,10 +714,68 @@ def run_bench(
         tag = suffix.strip("@")
         paced = load(count, worst, rate)
         record(_amcast(names(tag), setup, paced, timeout_s, suffix))
+        if rate == low_rate:
+            for baseline in baselines:
+                topics_of = names(f"{baseline}{tag}")
+                record(
+                    _sequenced(
+                        topics_of, setup, paced, timeout_s, baseline, suffix, jvm_warm_up=warmup
+                    )
+                )
     if overload:
         # offered twice the capacity: the client's back-pressure holds the sender back
         # (DESIGN §5.3), and latency stays bounded instead of growing with the queue
         rate = 2 * saturated.messages_per_s
         count = max(1000, min(messages, int(rate * 10)))
         record(_amcast(names("2x"), setup, load(count, worst, rate), timeout_s, "@2x"))
+    return results
+
+
+def run_many_topics(
+    setup: BenchSetup,
+    *,
+    topic_counts: Sequence[int] = (5, 10, 20),
+    messages: int = 20_000,
+    record_size: int = 200,
+    timeout_s: float = 300.0,
+    low_rate: float | None = LOW_RATE,
+    seed: int = 0,
+    baselines: Sequence[Baseline] = (),
+    on_result: Any = None,
+    warmup: bool = True,
+) -> list[BenchResult]:
+    """The many-topic workload on ``setup.connection``'s Kafka: for every topic count,
+    the :data:`~atomickafka.evaluation.load.destinations.MANY` mix unpaced through
+    AtomicKafka and each of ``baselines`` (the same messages through each); at the
+    largest count also the skewed :data:`~atomickafka.evaluation.load.destinations.HOT`
+    mix, and the ``MANY`` mix paced at ``low_rate`` (``None``: skipped). Rows are named
+    ``amcast-many-20``, ``seq-eos-many-20``, ``streams-hot-20``, ``amcast-many-20@1000``.
+    ``warmup``: a JVM baseline is warmed up before it is measured."""
+    results: list[BenchResult] = []
+    run_id = uuid.uuid4().hex[:6]
+    largest = max(topic_counts)
+    runs: list[tuple[DestinationMix, int, float | None]] = [
+        (MANY, count, None) for count in topic_counts
+    ]
+    runs.append((HOT, largest, None))
+    if low_rate:
+        runs.append((MANY, largest, low_rate))
+    for mix, count, rate in runs:
+        tag = f"{mix.name}{count}" + ("" if rate is None else f"r{rate:g}")
+        suffix = "" if rate is None else f"@{rate:g}"
+        sent = messages if rate is None else max(1000, min(messages, int(rate * 10)))
+        load = BenchLoad(sent, 0.0, record_size, rate, None, seed, mix)
+        systems: list[Baseline | None] = [None, *baselines]
+        for system in systems:
+            name = "amcast" if system is None else system.value
+            topics = [f"bench-{run_id}-{name}{tag}-t{i}" for i in range(1, count + 1)]
+            if system is None:
+                result = _amcast(topics, setup, load, timeout_s, suffix)
+            else:
+                result = _sequenced(
+                    topics, setup, load, timeout_s, system, suffix, jvm_warm_up=warmup
+                )
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
     return results

@@ -9,8 +9,9 @@ every destination in it, and the records the run wrote in it by type
 - **CPU-µs per delivered message** of each role: the role's CPU seconds x 10^6 over the
   messages delivered;
 - the **projection with one core per process** (:data:`PROJECTION_FORMULA`): each
-  ordering process (a node or a merger; the sequencer's fan-out process) on a core of
-  its own, the busiest one saturates first, so it bounds the messages per second;
+  ordering process (a node or a merger; a sequencer baseline's fan-out process, the
+  Kafka Streams JVM included) on a core of its own, the busiest one saturates first,
+  so it bounds the messages per second;
 - the **broker**, apart (:data:`BROKER_FORMULA`): its CPU per record written, times the
   records a message takes, is what each message costs it; Kafka spreads that over
   brokers by partition.
@@ -32,6 +33,7 @@ from atomickafka.jsonnames import camel_keys
 __all__ = [
     "BROKER_FORMULA",
     "PROJECTION_FORMULA",
+    "ProjectionRow",
     "RunCost",
     "cost_table",
     "projection_table",
@@ -40,7 +42,8 @@ __all__ = [
 
 PROJECTION_FORMULA: Final = (
     "projected msg/s with one core per process = 1,000,000 ÷ CPU-µs per delivered message "
-    "of the busiest ordering process (a node or merger; the sequencer's fan-out process); "
+    "of the busiest ordering process (a node or merger; a baseline's fan-out process: "
+    "a Python sequencer or the Kafka Streams JVM); "
     "clients, the measuring consumer and the broker are left out"
 )
 BROKER_FORMULA: Final = (
@@ -211,7 +214,7 @@ def cost_table(runs: Sequence[tuple[str, RunCost]]) -> tuple[list[str], list[lis
         "broker",
         "nodes",
         "mergers",
-        "sequencer",
+        "fan-out (sequencer or streams app)",
         "supervisor+relays+other",
         "clients",
         "measuring",
@@ -233,7 +236,7 @@ def cost_table(runs: Sequence[tuple[str, RunCost]]) -> tuple[list[str], list[lis
                 _num(cost.role_us(ProcessRole.BROKER)),
                 _num(cost.role_us(ProcessRole.NODE)),
                 _num(cost.role_us(ProcessRole.MERGER)),
-                _num(cost.role_us(ProcessRole.SEQUENCER)),
+                _num(cost.role_us(ProcessRole.SEQUENCER, ProcessRole.STREAMS)),
                 _num(cost.role_us(ProcessRole.SUPERVISOR, ProcessRole.RELAY, ProcessRole.OTHER)),
                 _num(cost.role_us(ProcessRole.CLIENT)),
                 _num(cost.role_us(ProcessRole.MEASURER)),
@@ -248,41 +251,40 @@ def cost_table(runs: Sequence[tuple[str, RunCost]]) -> tuple[list[str], list[lis
     return headers, rows
 
 
+#: One row of :func:`projection_table`: its label, AtomicKafka's cost, each baseline's
+#: (by name; ``None``: not run), and the bare pipe's.
+ProjectionRow = tuple[str, "RunCost | None", Mapping[str, "RunCost | None"], "RunCost | None"]
+
+
 def projection_table(
-    shares: Sequence[tuple[str, RunCost | None, RunCost | None, RunCost | None]],
+    rows: Sequence[ProjectionRow], baselines: Sequence[str]
 ) -> tuple[list[str], list[list[str]]]:
-    """Headers and rows: per multicast share (its label), AtomicKafka's and the
-    sequencer's projected msg/s with one core per process side by side, their ratio,
-    and the broker's cost per message of each, and of the bare pipe (the floor: it has
-    no ordering process, so no projection of its own)."""
-    headers = [
-        "multicast",
-        "AtomicKafka: projected msg/s (busiest µs/msg)",
-        "sequencer: projected msg/s (µs/msg)",
-        "projected: AtomicKafka ÷ sequencer",
-        "broker µs/msg: AtomicKafka / sequencer / bare pipe",
-        "msg/s per broker core: AtomicKafka / sequencer / bare pipe",
-    ]
-    rows = []
-    for label, ours, theirs, bare in shares:
+    """Headers and rows: per row (a multicast share, a workload), AtomicKafka's
+    projected msg/s with one core per process beside each of ``baselines``' (named as
+    they are: ``seq-eos``, ``streams``, ``seq-alo``) and their ratio, then the broker's
+    cost per message of each, and of the bare pipe (the floor: it has no ordering
+    process, so no projection of its own)."""
+    headers = ["load", "AtomicKafka: projected msg/s (busiest µs/msg)"]
+    for name in baselines:
+        headers += [f"{name}: projected msg/s (µs/msg)", f"AtomicKafka ÷ {name}"]
+    systems = " / ".join(["AtomicKafka", *baselines, "bare pipe"])
+    headers += [f"broker µs/msg: {systems}", f"msg/s per broker core: {systems}"]
+    out = []
+    for label, ours, theirs, bare in rows:
         ours_msgs = ours.projected_msgs_per_s if ours else None
-        theirs_msgs = theirs.projected_msgs_per_s if theirs else None
-        ratio = ours_msgs / theirs_msgs if ours_msgs and theirs_msgs else None
-        rows.append(
-            [
-                label,
-                _projected(ours),
-                _projected(theirs),
-                "-" if ratio is None else f"{ratio:.2f}x",
-                " / ".join(
-                    _num(c.broker_us_per_message if c else None) for c in (ours, theirs, bare)
-                ),
-                " / ".join(
-                    _num(c.broker_msgs_per_s_per_core if c else None) for c in (ours, theirs, bare)
-                ),
-            ]
-        )
-    return headers, rows
+        row = [label, _projected(ours)]
+        for name in baselines:
+            other = theirs.get(name)
+            other_msgs = other.projected_msgs_per_s if other else None
+            ratio = ours_msgs / other_msgs if ours_msgs and other_msgs else None
+            row += [_projected(other), "-" if ratio is None else f"{ratio:.2f}x"]
+        costs = [ours, *(theirs.get(name) for name in baselines), bare]
+        row += [
+            " / ".join(_num(c.broker_us_per_message if c else None) for c in costs),
+            " / ".join(_num(c.broker_msgs_per_s_per_core if c else None) for c in costs),
+        ]
+        out.append(row)
+    return headers, out
 
 
 def _projected(cost: RunCost | None) -> str:

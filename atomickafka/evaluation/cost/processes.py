@@ -8,9 +8,10 @@ The processes of a run, and how each is told apart:
   ``running_cluster`` starts); each publishes its pid in its status, which names its
   topic, layer and role (:func:`cluster_processes`); the supervisor itself, and any
   child no status names (multiprocessing's resource tracker), are counted apart;
-- the **sequencer**'s fan-out process, the bare hops' **relays**, the **clients** and
-  the **measuring consumer**:
-  their pids are known to whoever started them.
+- a sequencer baseline's fan-out process (a Python **sequencer**, or the Kafka
+  Streams application's JVM, the **streams app**), the bare hops' **relays**, the
+  **clients** and the **measuring consumer**: their pids are known to whoever started
+  them.
 
 :class:`CpuMeter` samples each tracked process's CPU time (user + system, from the OS
 through psutil) at the start and the end of a window. Everything it reads of a process
@@ -55,6 +56,8 @@ class ProcessRole(StrEnum):
     NODE = "node"
     MERGER = "merger"
     SEQUENCER = "sequencer"
+    #: The Kafka Streams baseline's JVM (its fan-out process).
+    STREAMS = "streams app"
     #: A relaying consumer-producer of the chained bare hops (no ordering).
     RELAY = "relay"
     SUPERVISOR = "supervisor"
@@ -64,8 +67,10 @@ class ProcessRole(StrEnum):
 
 
 #: The processes that order messages: what a deployment runs per topic (or once, for
-#: the sequencer), as against the load's clients, the measurement and Kafka itself.
-ORDERING_ROLES: Final = frozenset({ProcessRole.NODE, ProcessRole.MERGER, ProcessRole.SEQUENCER})
+#: a sequencer baseline), as against the load's clients, the measurement and Kafka itself.
+ORDERING_ROLES: Final = frozenset(
+    {ProcessRole.NODE, ProcessRole.MERGER, ProcessRole.SEQUENCER, ProcessRole.STREAMS}
+)
 
 
 class ProcessInfo(Protocol):

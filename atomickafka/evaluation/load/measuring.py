@@ -199,8 +199,9 @@ def verified(read: ArrivalReader, signer: Signer) -> ArrivalReader:
 
 class DeliveryCounter(DeliveryTally):
     """A :class:`DeliveryTally` fed by its own consumer, which reads partition 0 of
-    every topic from its start; with ``secret_file`` (§4.14) it counts only validly
-    signed deliveries."""
+    every topic from its start (``isolation_level``: ``read_uncommitted`` as the
+    filtering client reads, or ``read_committed``); with ``secret_file`` (§4.14) it
+    counts only validly signed deliveries."""
 
     def __init__(
         self,
@@ -210,14 +211,16 @@ class DeliveryCounter(DeliveryTally):
         read: ArrivalReader = delivery_arrival,
         fetch_wait_ms: int = 20,
         secret_file: str | None = None,
+        isolation_level: str = "read_uncommitted",
     ) -> None:
         signer = load_signer(secret_file)
         super().__init__(topics, read if signer is None else verified(read, signer))
-        # read_uncommitted, as the filtering client reads (docs/DESIGN.md §6.3): a
-        # delivery counts when it first arrives, and one written again counts once
+        # read_uncommitted by default, as the filtering client reads (docs/DESIGN.md
+        # §6.3): a delivery counts when it first arrives, and one written again counts
+        # once; an exactly-once baseline's readers read read_committed
         settings: dict[str, str | int | bool] = {
             "fetch.wait.max.ms": fetch_wait_ms,
-            "isolation.level": "read_uncommitted",
+            "isolation.level": isolation_level,
         }
         self._consumer = make_consumer(where, None, **settings)
         self._parts = [TopicPartition(t, 0, OFFSET_BEGINNING) for t in self.topics]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from atomickafka.errors import ConfigError
+from atomickafka.evaluation.load.destinations import DestinationMix
 
 __all__ = [
     "THESIS_SCENARIOS",
@@ -108,8 +109,10 @@ def plan_clients(
     *,
     fanout: tuple[int, int] | None = None,
     seed: int = 0,
+    mix: DestinationMix | None = None,
 ) -> list[ClientPlan]:
-    """Every client's plan for ``chosen`` on ``topics``.
+    """Every client's plan for ``chosen`` on ``topics``; with ``mix`` (the many-topic
+    workload) each message's destinations are drawn from it instead (seeded per client).
 
     Message ``j`` of a client is a multicast when ``⌊(j+1)·p/100⌋ > ⌊j·p/100⌋``: exactly
     ``⌊n·p/100⌋`` of ``n`` messages are, evenly spaced. A multicast goes to every topic,
@@ -124,6 +127,10 @@ def plan_clients(
     percent = chosen.multicast_percent
     plans = []
     for index, home in enumerate(home_topics(topics, clients)):
+        if mix is not None:
+            drawn = mix.plan(topics, messages_per_client, seed * 1000 + index)
+            plans.append(ClientPlan(index, f"client-{index + 1}", home, tuple(drawn)))
+            continue
         alone = (home,)
         spread = _Spread(topics, home, fanout, random.Random(f"{seed}-{index}"))
         dests = tuple(

@@ -1,4 +1,5 @@
-"""The single-sequencer baseline: what a Kafka user does without AtomicKafka.
+"""The plain sequencer (``seq-alo``): what a Kafka user does without AtomicKafka, at
+its simplest -- at-least-once, no recovery.
 
 Every message goes through one partition of one topic (the *sequencer* topic), which
 puts all of them in one order; one consumer reads it and writes each message to each of
@@ -8,15 +9,21 @@ The records keep AtomicKafka's wire format (a ``ClientMessage`` in, one
 ``senderID`` = ``sequencer``), so the same reader, checker, recording and metrics
 apply. Its limit is the point of the comparison: one partition and one fan-out process
 carry everything, whatever the destinations.
+
+It promises less than AtomicKafka's default: it reads its partition from offset 0 every
+time it starts and commits nothing (after a crash it writes everything again), uses no
+transaction and no fencing (a zombie writes beside its successor). The exactly-once
+sequencers are :mod:`~atomickafka.evaluation.load.seq_eos` (Python, transactional) and
+the Kafka Streams application (:mod:`~atomickafka.evaluation.load.streams`); every
+sequencer's clients write through :class:`SequencerSender`, and each fans a message
+out with :func:`fan_out`.
 """
 
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from typing import Any, Final
 
 from atomickafka.core.wire import (
@@ -26,13 +33,12 @@ from atomickafka.core.wire import (
     decode_record,
     encode_client,
 )
-from atomickafka.errors import TimedOutError
 from atomickafka.evaluation.load.senders import ProducingSender, write_deliveries
 from atomickafka.kafka.connection import Where
 from atomickafka.kafka.consumer import assign_from, consume_batch, make_consumer, usable
 from atomickafka.kafka.producer import RecordProducer, type_headers
 
-__all__ = ["SEQUENCER_ID", "SequencerSender", "fan_out_process", "running_sequencer"]
+__all__ = ["SEQUENCER_ID", "SequencerSender", "fan_out", "fan_out_process"]
 
 log = logging.getLogger("atomickafka.eval.sequencer")
 
@@ -67,8 +73,11 @@ class SequencerSender(ProducingSender):
         self._producer.warm_up([self.topic], timeout_s)
 
 
-def _fan_out(producer: RecordProducer, record: Any, offset: int) -> int:
-    """Write one sequenced message to each destination; return how many records."""
+def fan_out(producer: RecordProducer, record: Any, sender_id: str) -> int:
+    """Write the sequenced message ``record`` holds to each of its destinations as
+    ``sender_id``, its offset as the timestamp; return how many records (0: a record
+    that is no ClientMessage, skipped with a warning)."""
+    offset = record.offset() or 0
     raw = record.value()
     if raw is None:
         return 0
@@ -77,7 +86,10 @@ def _fan_out(producer: RecordProducer, record: Any, offset: int) -> int:
     except (MessageError, ValueError) as exc:
         log.warning("skipping a malformed sequencer record at offset %d: %s", offset, exc)
         return 0
-    return write_deliveries(producer, message, SEQUENCER_ID, offset)
+    if message.messageType != MessageType.CLIENT:
+        log.warning("skipping a sequencer record at offset %d: not a ClientMessage", offset)
+        return 0
+    return write_deliveries(producer, message, sender_id, offset)
 
 
 def fan_out_process(
@@ -100,38 +112,8 @@ def fan_out_process(
     try:
         while not stop.is_set() and time.monotonic() < deadline:
             for record in usable(consume_batch(consumer, 5000, 0.05)):
-                offset = record.offset()
-                written += _fan_out(producer, record, offset if offset is not None else 0)
+                written += fan_out(producer, record, SEQUENCER_ID)
     finally:
         producer.flush(60)
         consumer.close()
         log.info("sequencer stopped", extra={"fields": {"written": written}})
-
-
-@contextmanager
-def running_sequencer(
-    where: Where,
-    topic: str,
-    *,
-    max_seconds: float = 3600.0,
-    start_timeout_s: float = 60.0,
-) -> Iterator[mp.process.BaseProcess]:
-    """The fan-out process for the block (the topics must exist)."""
-    ctx = mp.get_context("spawn")
-    ready, stop = ctx.Event(), ctx.Event()
-    proc = ctx.Process(
-        target=fan_out_process,
-        args=(where, topic, ready, stop, max_seconds),
-        name="atomickafka-sequencer",
-    )
-    proc.start()
-    try:
-        if not ready.wait(start_timeout_s):
-            raise TimedOutError(f"the sequencer did not start within {start_timeout_s:.0f}s")
-        yield proc
-    finally:
-        stop.set()
-        proc.join(90)
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(10)

@@ -2,7 +2,7 @@
 in the same invocation.
 
 Each repeat runs the bench (:func:`~atomickafka.evaluation.bench.command.run_bench`, at 50 %
-multicast, no sequencer) once with exactly-once nodes and once with at-least-once
+multicast, no baseline) once with exactly-once nodes and once with at-least-once
 nodes, alternating which goes first. The bench's unpaced run gives the capacity
 (messages/s delivered), its paced run (``paced_rate``, 1,000 msg/s) the latency; each
 figure's median over the repeats goes to the rule
@@ -70,7 +70,6 @@ def run_modes(connection: Connection, settings: ModeSettings) -> dict[str, Any]:
                 low_rate=None,  # one paced run, at paced_rate
                 topics=settings.topics,
                 fanout=settings.fanout,
-                sequencer=False,
             )
             found, row = _figures(results, settings.share)
             row["load_1m"] = load_average()[0]

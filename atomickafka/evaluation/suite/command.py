@@ -25,6 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
+from atomickafka.evaluation.load.destinations import (
+    DEFAULT_TOPIC_COUNTS,
+    HOT,
+    MANY,
+    DestinationMix,
+)
 from atomickafka.evaluation.load.scenarios import Scenario, scenario
 from atomickafka.evaluation.load.variants import Comparison, Variant, variants_for
 from atomickafka.evaluation.suite.environment import describe_environment
@@ -36,7 +42,7 @@ from atomickafka.kafka.connection import Connection
 from atomickafka.kafka.properties import masked
 from atomickafka.kafka.topics import Layout
 
-__all__ = ["SuiteOutcome", "SuiteSettings", "run_suite", "suite_summary"]
+__all__ = ["SuiteOutcome", "SuiteSettings", "many_topic_runs", "run_suite", "suite_summary"]
 
 log = logging.getLogger("atomickafka.eval")
 
@@ -75,6 +81,8 @@ class SuiteSettings:
     secret_file: str | None = None
     #: The AtomicKafka runs' nodes read proposals from control logs (§7).
     control_log: bool = True
+    #: The topic counts of the many-topic workload (``--compare many-topics``).
+    topic_counts: tuple[int, ...] = DEFAULT_TOPIC_COUNTS
 
     @property
     def primary(self) -> Variant:
@@ -111,6 +119,13 @@ class SuiteSettings:
             ),
             ("control logs (--control-log)", "yes" if self.control_log else "no"),
             (
+                "many-topic workload (--compare many-topics)",
+                f"{MANY.describe()}, on {', '.join(map(str, self.topic_counts))} topics; "
+                f"skewed ({HOT.describe()}) on {max(self.topic_counts)}"
+                if Comparison.MANY_TOPICS in self.comparisons
+                else "no",
+            ),
+            (
                 "librdkafka overrides (-X)",
                 ", ".join(f"{k}={v}" for k, v in masked(self.connection.settings).items()),
             ),
@@ -132,11 +147,16 @@ class SuiteOutcome:
         return self.metrics_error is None and all(r.info.ok for r in self.results)
 
 
-def _spec(settings: SuiteSettings, tag: str, chosen: Scenario, variant: Variant) -> RunSpec:
+def _spec(
+    settings: SuiteSettings,
+    tag: str,
+    chosen: Scenario,
+    variant: Variant,
+    mix: tuple[DestinationMix, int] | None = None,
+) -> RunSpec:
     run = f"{variant.slug}--{chosen.name}"
-    topics = tuple(
-        f"ev-{tag}-{variant.slug}-{chosen.name}-t{i}" for i in range(1, settings.topics + 1)
-    )
+    count = settings.topics if mix is None else mix[1]
+    topics = tuple(f"ev-{tag}-{variant.slug}-{chosen.name}-t{i}" for i in range(1, count + 1))
     return RunSpec(
         run=run,
         scenario=chosen,
@@ -155,7 +175,17 @@ def _spec(settings: SuiteSettings, tag: str, chosen: Scenario, variant: Variant)
         seed=settings.seed,
         secret_file=settings.secret_file,
         control_log=settings.control_log,
+        mix=None if mix is None else mix[0],
     )
+
+
+def many_topic_runs(counts: tuple[int, ...]) -> list[tuple[Scenario, DestinationMix, int]]:
+    """The many-topic workload's runs: the :data:`MANY` mix on every topic count, the
+    skewed :data:`HOT` one on the largest; each a scenario named ``many-20``, ``hot-20``
+    (10 % of its messages multicast)."""
+    runs = [(MANY, n) for n in counts] + [(HOT, max(counts))]
+    share = round((1 - MANY.single_share) * 100)
+    return [(Scenario(f"{mix.name}-{n}", share), mix, n) for mix, n in runs]
 
 
 def _warm_up(settings: SuiteSettings, tag: str) -> None:
@@ -228,9 +258,14 @@ def run_suite(
     if settings.warmup:
         _warm_up(settings, tag)
     infos: list[RunInfo] = []
-    for chosen in settings.scenarios:
+    runs: list[tuple[Scenario, tuple[DestinationMix, int] | None]] = [
+        (chosen, None) for chosen in settings.scenarios
+    ]
+    if Comparison.MANY_TOPICS in settings.comparisons:
+        runs += [(chosen, (mix, n)) for chosen, mix, n in many_topic_runs(settings.topic_counts)]
+    for chosen, mix in runs:
         for variant in settings.variants():
-            info = run_one(_spec(settings, tag, chosen, variant))
+            info = run_one(_spec(settings, tag, chosen, variant, mix))
             infos.append(info)
             if on_run is not None:
                 on_run(info)

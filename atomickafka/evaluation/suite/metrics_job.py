@@ -96,7 +96,9 @@ CONNECTOR_ARTIFACTS: Final = (
     "commons-pool2",
 )
 
-_SEQUENCER: Final = "sequencer"
+#: The ``senderID`` of each sequencer baseline's deliveries (``seq-alo`` writes as
+#: ``sequencer``); the node name of its metrics.
+_SEQUENCERS: Final = ("sequencer", "seq-eos", "streams")
 
 # ----------------------------------------------------------------------------- session
 
@@ -302,7 +304,7 @@ def _messages_from_records(parsed: DataFrame, run: str) -> DataFrame:
             (F.col("role") == "input")
             & (F.col("message_type") == CLIENT_TYPE)
             & ~writer.startswith("node-")
-            & (writer != _SEQUENCER)
+            & ~writer.isin(*_SEQUENCERS)
         )
         .select(
             p["messageID"].alias("message_id"),
@@ -364,7 +366,7 @@ def _writer_node() -> Column:
     ``node-T/p`` and a partitioned topic's merger ``merger-T`` all count for ``T``."""
     writer = F.col("writer")
     topic = F.regexp_extract(writer, r"^(?:node|merger)-([^/]+)", 1)
-    return F.when(topic != "", topic).when(writer == _SEQUENCER, F.lit(_SEQUENCER))
+    return F.when(topic != "", topic).when(writer.isin(*_SEQUENCERS), writer)
 
 
 def _events(records: DataFrame, measured: DataFrame, windows: DataFrame) -> DataFrame:

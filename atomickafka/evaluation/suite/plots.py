@@ -17,8 +17,10 @@ from typing import Final
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from atomickafka.evaluation.cost.accounting import RunCost
+from atomickafka.evaluation.cost.projection_plot import TopicPoint, plot_projection_vs_topics
+from atomickafka.evaluation.load.destinations import MANY
 from atomickafka.evaluation.load.scenarios import home_topics
-from atomickafka.evaluation.load.sequencer import SEQUENCER_ID
 from atomickafka.evaluation.load.variants import System
 from atomickafka.evaluation.suite.comparison import Pacing, pacing_of
 from atomickafka.evaluation.suite.results import RunInfo, RunResult
@@ -29,6 +31,7 @@ __all__ = [
     "coarsen",
     "node_label",
     "plot_latency",
+    "plot_projection",
     "plot_rates",
     "plot_vs_share",
     "rates_figure",
@@ -78,9 +81,10 @@ def coarsen(
 
 def _writers(info: RunInfo) -> dict[str, str]:
     """Node -> which clients write to it: each client its own topic, or every client
-    the sequencer."""
-    if info.system == System.SEQUENCER:
-        return {SEQUENCER_ID: "clients write here"}
+    a sequencer baseline."""
+    baseline = System(info.system).baseline if info.system in set(System) else None
+    if baseline is not None:
+        return {baseline.sender_id: "clients write here"}
     out: dict[str, list[str]] = {}
     for index, home in enumerate(home_topics(info.topics, info.clients)):
         out.setdefault(home, []).append(str(index + 1))
@@ -199,7 +203,7 @@ def plot_vs_share(results: Sequence[RunResult], out_dir: Path) -> list[Path]:
     thesis: dict[int, float] = {}
     for result in results:
         info, metrics = result.info, result.metrics
-        if metrics is None:
+        if metrics is None or info.mix:  # the many-topic workload has no share to all
             continue
         share, pacing = info.multicast_percent, pacing_of(info.pace_ms)
         paces.setdefault(pacing, info.pace_ms)
@@ -287,3 +291,24 @@ def _share_plot(
     ax.legend(fontsize="small")
     ax.set_title(title)
     return _save(fig, path)
+
+
+def plot_projection(results: Sequence[RunResult], out_dir: Path) -> Path | None:
+    """Projected capacity with one core per process against the number of topics, each
+    variant a line, over the runs of the many-topic workload's ``many`` mix
+    (``projection-vs-topics.png``; ``None``: no such run was measured)."""
+    lines: dict[str, list[TopicPoint]] = {}
+    prefix = f"{MANY.name}-"
+    for result in results:
+        info = result.info
+        if not info.scenario.startswith(prefix) or not info.cost or not info.ok:
+            continue
+        cost = RunCost.from_dict(info.cost)
+        measured = result.metrics.messages_per_s if result.metrics else None
+        point = (len(info.topics), cost.projected_msgs_per_s, measured)
+        label = f"AtomicKafka {info.variant}" if info.system == "atomickafka" else info.variant
+        lines.setdefault(label, []).append(point)
+    if not lines:
+        return None
+    path = out_dir / "projection-vs-topics.png"
+    return plot_projection_vs_topics(lines, path, f"{MANY.name}: {MANY.describe()}")

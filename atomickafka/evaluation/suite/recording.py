@@ -15,15 +15,17 @@ partition          int32           its partition
 offset             int64           its offset
 kafka_ts_ms        int64           its Kafka timestamp (ms since the epoch)
 node               string          the AtomicKafka topic whose node owns ``kafka_topic``
-                                   (``sequencer`` for the baseline's sequencer topic)
+                                   (a sequencer baseline's topic: its ``senderID``,
+                                   ``sequencer``, ``seq-eos`` or ``streams``)
 role               string          ``input`` (a node's input log; in the ``shared``
                                    layout it also holds the node's deliveries),
                                    ``delivery``, ``dead-letter`` or ``status``
 message_type       string          ``messageType`` as found (``Bundle`` for a bundle,
                                    ``NodeStatus`` for a status, ``<none>`` for an object
                                    without one, ``<undecodable>`` for anything else)
-writer             string, null    ``senderID``: a client id, ``node-<topic>`` or
-                                   ``sequencer``; dead letters: the node that set them
+writer             string, null    ``senderID``: a client id, ``node-<topic>`` or a
+                                   sequencer baseline's (``sequencer``, ``seq-eos``,
+                                   ``streams``); dead letters: the node that set them
                                    aside
 sent_from_topic    string, null    ``sentFromTopic``
 message_id         string, null    ``messageID`` (null on bundles and statuses)

@@ -22,18 +22,26 @@ from pathlib import Path
 from atomickafka.evaluation.cost.accounting import (
     BROKER_FORMULA,
     PROJECTION_FORMULA,
+    ProjectionRow,
     RunCost,
     cost_table,
     projection_table,
     traffic_table,
 )
+from atomickafka.evaluation.load.baselines import Baseline
 from atomickafka.evaluation.suite.comparison import (
     Pacing,
     ThesisComparison,
     compare_with_thesis,
     pacing_of,
 )
-from atomickafka.evaluation.suite.plots import node_label, plot_latency, plot_rates, plot_vs_share
+from atomickafka.evaluation.suite.plots import (
+    node_label,
+    plot_latency,
+    plot_projection,
+    plot_rates,
+    plot_vs_share,
+)
 from atomickafka.evaluation.suite.results import NodeMetrics, RunInfo, RunResult
 from atomickafka.evaluation.suite.thesis import (
     THESIS_MESSAGES,
@@ -193,10 +201,15 @@ def _summary(data: ReportInput) -> list[str]:
 
 def _load_lines(results: Sequence[RunResult]) -> list[str]:
     """The load's shape, said once: topics, value size, multicast destinations."""
-    shapes = dict.fromkeys((len(r.info.topics), r.info.record_size, r.info.fanout) for r in results)
+    shapes = dict.fromkeys(
+        (len(r.info.topics), r.info.record_size, r.info.fanout, r.info.mix) for r in results
+    )
     lines = []
-    for topics, size, fanout in shapes:
+    for topics, size, fanout, mix in shapes:
         value = f"{size:,}-byte values" if size else "values of the probe alone (about 60 bytes)"
+        if mix:
+            lines.append(f"{topics} topics, {value}, the many-topic workload: {mix}.")
+            continue
         where = f"{fanout} topics drawn at random" if fanout else "every topic"
         lines.append(f"{topics} topics, {value}, each multicast to {where}.")
     return [" ".join(lines), ""] if lines else []
@@ -509,9 +522,12 @@ def _comparisons(data: ReportInput) -> list[str]:
         *_table(["scenario", *variants], rows),
         "`shared` is the thesis's layout (client, control and delivery records in one topic "
         "per node; readers filter); `split` keeps a node's input log apart so a topic holds "
-        "only its ordered deliveries. `sequencer` is what a Kafka user does without "
-        "AtomicKafka: every message through one partition of one topic, fanned out to its "
-        "destinations by one consumer. `kafka` is the bare pipe: each client writes each "
+        "only its ordered deliveries. The sequencer baselines are what a Kafka user does "
+        "without AtomicKafka: every message through one partition of one topic, fanned out "
+        "to its destinations by one process: `seq-alo` the plain sequencer (at-least-once, "
+        "no recovery), `seq-eos` a transactional one in Python and `streams` a Kafka "
+        "Streams application with `exactly_once_v2` (both exactly-once, AtomicKafka's "
+        "promise in these runs). `kafka` is the bare pipe: each client writes each "
         "message to each destination, nothing orders them (the floor of the cost); its "
         "latency reads as about 0 here, since a delivery's time is its record's Kafka "
         "timestamp, which the client set when it sent (`atomickafka bench` measures a bare "
@@ -523,7 +539,7 @@ def _comparisons(data: ReportInput) -> list[str]:
 def _costs(data: ReportInput) -> list[str]:
     """What each run cost per delivered message, by process role and by record type,
     and the projected capacity with one core per process, the primary variant beside
-    the sequencer for each multicast share."""
+    each sequencer baseline for each scenario."""
     measured = [(r, RunCost.from_dict(r.info.cost)) for r in data.results if r.info.cost]
     if not measured:
         return []
@@ -546,24 +562,26 @@ def _costs(data: ReportInput) -> list[str]:
     if missing:
         lines += [f"Not measured over a whole window: {', '.join(missing)}.", ""]
     by_key = {(r.info.scenario, r.info.variant): cost for r, cost in measured}
-    shares = []
+    baselines = [b.value for b in Baseline if any(r.info.variant == b.value for r, _ in measured)]
+    rows: list[ProjectionRow] = []
     for result, cost in measured:
         info = result.info
         if info.variant != data.primary:
             continue
-        label = f"{info.scenario} ({info.multicast_percent} %)"
-        bare = by_key.get((info.scenario, "kafka"))
-        shares.append((label, cost, by_key.get((info.scenario, "sequencer")), bare))
-    if shares:
+        label = f"{info.scenario} ({_load_of(info)})"
+        theirs = {b: by_key.get((info.scenario, b)) for b in baselines}
+        rows.append((label, cost, theirs, by_key.get((info.scenario, "kafka"))))
+    if rows:
         lines += [
-            f"## Projected capacity with one core per process ({data.primary}, the sequencer)",
+            f"## Projected capacity with one core per process ({data.primary}, the baselines)",
             "",
             "**A projection, not a measurement.** "
             f"{PROJECTION_FORMULA[0].upper()}{PROJECTION_FORMULA[1:]}. "
             f"{BROKER_FORMULA[0].upper()}{BROKER_FORMULA[1:]}; Kafka spreads that over its "
-            "brokers by partition, except that the sequencer's one partition lives on one.",
+            "brokers by partition, except that a sequencer's one partition lives on one.",
             "",
-            *_table(*projection_table(shares)),
+            *_table(*projection_table(rows, baselines)),
+            *_baseline_notes(baselines),
         ]
     lines += [
         "### Records and bytes per delivered message, by type",
@@ -571,6 +589,21 @@ def _costs(data: ReportInput) -> list[str]:
         *_table(*traffic_table(labelled)),
     ]
     return lines
+
+
+def _load_of(info: RunInfo) -> str:
+    """A run's load in a few words: its multicast share, or its many-topic mix."""
+    if info.mix:  # the mix in words is in the summary's load lines
+        return f"{len(info.topics)} topics, many-topic workload"
+    return f"{info.multicast_percent} % multicast"
+
+
+def _baseline_notes(names: Sequence[str]) -> list[str]:
+    """What each baseline shown promises: every table says which is which."""
+    if not names:
+        return []
+    notes = "; ".join(f"`{b}`: {Baseline(b).promise}" for b in names)
+    return [f"Baselines: {notes}. AtomicKafka's runs are exactly-once.", ""]
 
 
 def _definitions(data: ReportInput) -> list[str]:
@@ -636,6 +669,9 @@ def render_report(out_dir: Path, data: ReportInput) -> Path:
         ]
         plots[run] = [p for p in made if p is not None]
     across = plot_vs_share(data.results, plot_dir)
+    projection = plot_projection(data.results, plot_dir)
+    if projection is not None:
+        across.append(projection)
     lines = [
         "# AtomicKafka evaluation (thesis chapter 5)",
         "",

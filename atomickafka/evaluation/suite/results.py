@@ -60,6 +60,8 @@ class RunInfo:
     #: destination count (``""``: every topic; ``"2-5"``: drawn from 2 to 5).
     record_size: int = 0
     fanout: str = ""
+    #: The many-topic workload's destination mix, in words (``""``: a thesis scenario).
+    mix: str = ""
     #: The run's cost over its measured window
     #: (:meth:`~atomickafka.evaluation.cost.accounting.RunCost.to_dict`), when it was measured.
     cost: dict[str, Any] | None = None

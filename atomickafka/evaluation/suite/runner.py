@@ -1,7 +1,7 @@
 """One run of the suite: a scenario through one variant, checked and recorded.
 
 A run gets fresh topic names, starts its system (one AtomicKafka node per topic under
-``running_cluster``, or the sequencer's fan-out process) and the live audit beside it
+``running_cluster``, or a sequencer baseline's fan-out process) and the live audit beside it
 (:mod:`~atomickafka.evaluation.suite.run_audit`), sends one unmeasured warm-up multicast
 through every topic, then starts the client processes together and counts deliveries as
 they arrive (a progress bar per run) until every destination of every message has
@@ -50,11 +50,12 @@ from atomickafka.evaluation.cost.topic_scan import (
 )
 from atomickafka.evaluation.errors import RunError
 from atomickafka.evaluation.load.bare import BARE_ID, UNORDERED
+from atomickafka.evaluation.load.baselines import Baseline, running_baseline
 from atomickafka.evaluation.load.clients import ClientJob, ClientResult, client_process, make_sender
 from atomickafka.evaluation.load.clients import payload as measured_value
+from atomickafka.evaluation.load.destinations import DestinationMix
 from atomickafka.evaluation.load.measuring import WARMUP_VALUE, DeliveryCounter, warm_up
 from atomickafka.evaluation.load.scenarios import ClientPlan, Scenario, plan_clients
-from atomickafka.evaluation.load.sequencer import SEQUENCER_ID, running_sequencer
 from atomickafka.evaluation.load.variants import System, Variant
 from atomickafka.evaluation.suite.recording import (
     RecordedTopic,
@@ -72,6 +73,7 @@ from atomickafka.kafka.topics import (
     Layout,
     delivery_topic,
 )
+from atomickafka.localkafka.errors import BrokerError
 from atomickafka.node.config import ClusterConfig, NodeConfig
 from atomickafka.node.launch import cluster_keys, running_cluster
 from atomickafka.verify.checker import check, deliveries_from_client, sent_from_pairs
@@ -82,9 +84,10 @@ log = logging.getLogger("atomickafka.eval.runner")
 
 
 #: What ends a run as failed (reported in its RunInfo) while the suite goes on: the
-#: run's own failures, Kafka's, time-outs and I/O, writes the broker did not accept, and
-#: a destination whose node went away. Anything else is a bug and is raised.
-_RUN_FAILURES = (RunError, KafkaException, OSError, DeliveryError, DestinationError)
+#: run's own failures, Kafka's, time-outs and I/O, writes the broker did not accept, a
+#: destination whose node went away, and a Kafka Streams baseline that could not be
+#: built or started. Anything else is a bug and is raised.
+_RUN_FAILURES = (RunError, KafkaException, OSError, DeliveryError, DestinationError, BrokerError)
 
 #: What the order check of the bare pipe says first: it is held to less.
 _BARE_PIPE_CHECK = (
@@ -119,6 +122,8 @@ class RunSpec:
     record_size: int = 0
     fanout: tuple[int, int] | None = None
     seed: int = 0
+    #: The many-topic workload: each message's destinations drawn from this mix.
+    mix: DestinationMix | None = None
     #: Signing secrets (§4.14): AtomicKafka's nodes and clients sign, its readers verify.
     secret_file: str | None = None
     #: AtomicKafka's nodes read proposals from control logs (§7).
@@ -127,7 +132,8 @@ class RunSpec:
     @property
     def signing(self) -> str | None:
         """The secret file this run's nodes, clients and readers use: the baselines
-        (sequencer, bare pipe) are no AtomicKafka members and write nothing signed."""
+        (the sequencers, the bare pipe) are no AtomicKafka members and write nothing
+        signed."""
         return self.secret_file if self.variant.system is System.ATOMICKAFKA else None
 
     @property
@@ -147,11 +153,12 @@ class RunSpec:
             self.messages_per_client,
             fanout=self.fanout,
             seed=self.seed,
+            mix=self.mix,
         )
 
     @property
     def sequencer_topic(self) -> str:
-        """The baseline's one-partition topic (used by the sequencer variant only)."""
+        """The one-partition topic of a sequencer baseline (used by those variants only)."""
         return f"{self.topics[0].rsplit('-', 1)[0]}-seq"
 
     @property
@@ -165,8 +172,9 @@ class RunSpec:
 
     def recorded_topics(self, status_start: int) -> list[RecordedTopic]:
         """Every Kafka topic the run writes, with its owner and role."""
-        if self.variant.system is System.SEQUENCER:
-            return sequencer_topics(self.sequencer_topic, SEQUENCER_ID, self.topics)
+        baseline = self.variant.system.baseline
+        if baseline is not None:
+            return sequencer_topics(self.sequencer_topic, baseline.sender_id, self.topics)
         if self.variant.system is System.KAFKA:
             return destination_topics(self.topics)
         return cluster_topics(
@@ -186,14 +194,18 @@ def _running_system(spec: RunSpec, meter: CpuMeter) -> Iterator[None]:
         ensure_topics(admin_client(spec.connection), spec.topics)
         yield
         return
-    if algorithm is None:  # the sequencer
+    baseline = spec.variant.system.baseline
+    if baseline is not None:  # a sequencer
         where = spec.connection
         ensure_topics(admin_client(where), [spec.sequencer_topic, *spec.topics])
-        with running_sequencer(where, spec.sequencer_topic) as proc:
+        work_dir = spec.run_dir / baseline.value
+        with running_baseline(baseline, where, spec.sequencer_topic, work_dir) as proc:
             if proc.pid is not None:
-                meter.track(proc.pid, ProcessRole.SEQUENCER, "sequencer")
+                role = ProcessRole.STREAMS if baseline.jvm else ProcessRole.SEQUENCER
+                meter.track(proc.pid, role, baseline.value)
             yield
         return
+    assert algorithm is not None
     node = NodeConfig(
         spec.connection.bootstrap,
         spec.topics[0],
@@ -370,7 +382,10 @@ def _drive_clients(
 
 
 #: Who writes a baseline's deliveries (AtomicKafka's are its nodes' and mergers').
-_BASELINE_WRITERS: Final = {System.SEQUENCER: (SEQUENCER_ID,), System.KAFKA: (BARE_ID,)}
+_BASELINE_WRITERS: Final = {
+    **{System(b.value): (b.sender_id,) for b in Baseline},
+    System.KAFKA: (BARE_ID,),
+}
 
 
 def _read_deliveries(
@@ -550,6 +565,7 @@ def run_one(spec: RunSpec) -> RunInfo:
         pace_ms=spec.pace_ms,
         record_size=spec.record_size,
         fanout="" if spec.fanout is None else f"{spec.fanout[0]}-{spec.fanout[1]}",
+        mix="" if spec.mix is None else spec.mix.describe(),
         sent=sum(len(p.destinations) for p in plans),
         expected_deliveries=sum(len(d) for p in plans for d in p.destinations),
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
