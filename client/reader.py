@@ -173,7 +173,7 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
             if not backlog:
                 if self._consumer is None:
                     return  # closed while the caller held this iterator
-                if until_offset is not None and self._passed(until_offset):
+                if until_offset is not None and self.passed(until_offset):
                     return
                 self.commit()
                 backlog.extend(usable(consume_batch(consumer, 1000, 0.1)))
@@ -195,10 +195,12 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
                 if timeout_s is not None:
                     idle_deadline = time.monotonic() + timeout_s
 
-    def _passed(self, offset: int) -> bool:
-        """True when the consumer's position is at or past ``offset``: every record
-        below it was read (librdkafka moves the position past transaction markers)."""
-        assert self._consumer is not None
+    def passed(self, offset: int) -> bool:
+        """True when this reader has read every record below ``offset`` of the delivery
+        topic (its consumer's position is there: librdkafka moves it past transaction
+        markers and aborted records too)."""
+        if self._consumer is None:
+            raise ClosedError(f"the reader of {self.topic} is closed")
         if self._position is not None and self._position >= offset:
             return True
         (part,) = self._consumer.position([self._part])
