@@ -11,15 +11,7 @@ from typing import Any
 
 import orjson
 import pytest
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-)
+from pyspark.sql import types as T  # noqa: N812 (the usual spelling)
 
 from atomickafka.client import Delivery
 from atomickafka.core.wire import MessageError
@@ -103,19 +95,21 @@ def test_a_read_is_split_into_ordered_ranges_each_primed_from_the_records_before
     ]
 
 
-SCHEMA = StructType(
+SCHEMA = T.StructType(
     [
-        StructField("value", StringType()),
-        StructField("destinations", StringType()),
-        StructField("key", BinaryType()),
-        StructField(
+        T.StructField("value", T.StringType()),
+        T.StructField("destinations", T.StringType()),
+        T.StructField("key", T.BinaryType()),
+        T.StructField(
             "headers",
-            ArrayType(
-                StructType([StructField("key", StringType()), StructField("value", StringType())])
+            T.ArrayType(
+                T.StructType(
+                    [T.StructField("key", T.StringType()), T.StructField("value", T.StringType())]
+                )
             ),
         ),
-        StructField("sentAt", LongType()),
-        StructField("other", IntegerType()),
+        T.StructField("sentAt", T.LongType()),
+        T.StructField("other", T.IntegerType()),
     ]
 )
 
@@ -167,8 +161,11 @@ def test_rows_become_messages_whose_ids_the_same_rows_give_again() -> None:
 
 
 def test_values_are_json_text_or_bytes_as_the_column_and_valueformat_say() -> None:
-    binary = StructType(
-        [StructField("value", BinaryType()), StructField("destinations", ArrayType(StringType()))]
+    binary = T.StructType(
+        [
+            T.StructField("value", T.BinaryType()),
+            T.StructField("destinations", T.ArrayType(T.StringType())),
+        ]
     )
     raw = _written(RowShape.of(binary, {}), [(bytearray(b"\xff"), ["a"])]).batches[0]
     assert raw["values"] == [b"\xff"] and raw["sent_at_ms"] is None
@@ -187,11 +184,11 @@ def test_values_are_json_text_or_bytes_as_the_column_and_valueformat_say() -> No
 
 def test_a_schema_the_sink_cannot_write_fails_before_any_task() -> None:
     with pytest.raises(ConfigError, match="needs a value column"):
-        RowShape.of(StructType([StructField("v", StringType())]), {"destinations": "a"})
+        RowShape.of(T.StructType([T.StructField("v", T.StringType())]), {"destinations": "a"})
     with pytest.raises(ConfigError, match="column value is int; the sink takes binary or string"):
-        RowShape.of(StructType([StructField("value", IntegerType())]), {"destinations": "a"})
+        RowShape.of(T.StructType([T.StructField("value", T.IntegerType())]), {"destinations": "a"})
     with pytest.raises(ConfigError, match="option destinations is required"):
-        RowShape.of(StructType([StructField("value", StringType())]), {})
+        RowShape.of(T.StructType([T.StructField("value", T.StringType())]), {})
     with pytest.raises(ConfigError, match="valueFormat must be json or bytes"):
         RowShape.of(SCHEMA, {"valueFormat": "xml"})
 
