@@ -18,10 +18,15 @@ read, so neither side pays for Spark's start-up or its Python workers' in the fi
 Rows per second are rows over the wall-clock time of the Spark action. Prints a table
 and asserts nothing.
 
+It runs the installed package (and so do the nodes it starts and Spark's Python
+workers): ``.venv/bin/python`` the checkout's pure-Python core, the compiled wheel's
+interpreter (``deploy/compiled.sh``, ``.venv-compiled``) with ``PYTHONSAFEPATH=1`` the
+compiled one, as ``pip install`` gives it. The first line says which.
+
 Usage (under the heavy-run lock, with the embedded broker or any Kafka)::
 
-    flock /tmp/atomickafka-heavy.lock .venv/bin/python eval/bench_spark.py \\
-        --bootstrap-server 127.0.0.1:19092 --rows 50000 --rounds 2
+    flock /tmp/atomickafka-heavy.lock env PYTHONSAFEPATH=1 .venv-compiled/bin/python \\
+        eval/bench_spark.py --bootstrap-server 127.0.0.1:19092 --rows 30000 --rounds 2
 """
 
 from __future__ import annotations
@@ -35,8 +40,6 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the usual spelling)
