@@ -1,7 +1,8 @@
 """The streaming query of ``tests/integration/test_spark.py``, run as its own process so
 that the test can kill its driver: it reads one topic's deliveries, turns each into
 ``{"i": ..., "twice": ..., "from": <its messageID>}`` and multicasts that to two topics,
-exactly once per micro-batch, until it is killed.
+exactly once per micro-batch, until it is killed. The test restarts it from its
+checkpoint in its own SparkSession (:func:`start`).
 
     python -m tests.integration.spark_pipeline BOOTSTRAP SOURCE A,B CHECKPOINT
 """
@@ -11,17 +12,18 @@ from __future__ import annotations
 import os
 import sys
 
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the usual spelling)
+from pyspark.sql.streaming.query import StreamingQuery
 
 from atomickafka.evaluation.suite.spark import session
 from atomickafka.spark import register
 
 
-def main(bootstrap: str, source: str, destinations: str, checkpoint: str) -> None:
-    """Run the query until the process is killed."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # the workers import atomickafka
-    spark = session("local[2]", app_name="atomickafka-spark-pipeline")
-    register(spark)
+def start(
+    spark: SparkSession, bootstrap: str, source: str, destinations: str, checkpoint: str
+) -> StreamingQuery:
+    """Start the query in ``spark`` (the data source registered), from ``checkpoint``."""
     deliveries = (
         spark.readStream.format("atomickafka")
         .option("kafka.bootstrap.servers", bootstrap)
@@ -35,7 +37,7 @@ def main(bootstrap: str, source: str, destinations: str, checkpoint: str) -> Non
             F.struct(i.alias("i"), (i * 2).alias("twice"), F.col("messageID").alias("from"))
         ).alias("value")
     )
-    query = (
+    return (
         results.writeStream.format("atomickafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("destinations", destinations)
@@ -43,7 +45,14 @@ def main(bootstrap: str, source: str, destinations: str, checkpoint: str) -> Non
         .trigger(processingTime="300 milliseconds")
         .start()
     )
-    query.awaitTermination()
+
+
+def main(bootstrap: str, source: str, destinations: str, checkpoint: str) -> None:
+    """Run the query until the process is killed."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # the workers import atomickafka
+    spark = session("local[2]", app_name="atomickafka-spark-pipeline")
+    register(spark)
+    start(spark, bootstrap, source, destinations, checkpoint).awaitTermination()
 
 
 if __name__ == "__main__":
