@@ -246,7 +246,7 @@ def _batches(folder: Path) -> set[int]:
 
 
 def _wait_for_commit(checkpoint: Path, batch: int, log: Path) -> None:
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + 300  # a first batch starts Spark's Python workers
     while batch not in _batches(checkpoint / "commits"):
         assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
         time.sleep(0.1)
