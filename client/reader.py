@@ -20,7 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaExcepti
 from confluent_kafka import Message as KafkaMessage
 
 from atomickafka.client.delivery import Delivery
-from atomickafka.client.errors import ClosedError, MessageError
+from atomickafka.client.errors import ClosedError, ConfigError, MessageError
 from atomickafka.core.reader import Unaccepted, delivery_of, delivery_order_key, delivery_writers
 from atomickafka.core.wire import Message, is_valid_topic_name
 from atomickafka.kafka.connection import Connection, connection_of
@@ -109,7 +109,7 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
         if not is_valid_topic_name(topic):
             raise MessageError("topic", "not a valid topic name", topic)
         if start_offset is not None and (start_offset < 0 or group is not None):
-            raise ValueError("start_offset is an offset (>= 0), for a reader without a group")
+            raise ConfigError("start_offset is an offset (>= 0), for a reader without a group")
         connection = connection_of(bootstrap_servers, config)
         refuse_unsafe(connection.settings, node=False)  # e.g. isolation.level=read_uncommitted
         self.topic = topic
