@@ -20,7 +20,7 @@ import uuid
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Final, NamedTuple, cast
+from typing import Any, Final, Literal, NamedTuple, cast
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import Message as KafkaMessage
@@ -309,6 +309,8 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         key: str | bytes | None = None,
         headers: UserHeaders | None = None,
         on_delivery: OnDelivery | None = None,
+        message_ids: Sequence[str] | None = None,
+        sent_at_ms: int | Literal["now"] | None = "now",
     ) -> list[str]:
         """Publish each of ``values`` to every topic in ``destinations``, as :meth:`send`
         would one by one; return their messageIDs, in order.
@@ -330,8 +332,19 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         (:class:`~atomickafka.client.QueueFullError`) leaves the messages before it
         written. Each record is byte for byte the one :meth:`send` writes for the same
         messageID and send time.
+
+        ``message_ids`` (one per value) gives the messages ids of the caller's making
+        instead of this client's: a producer that sends the same messages again after a
+        failure (a replayed Spark batch, :mod:`atomickafka.spark`) gives them the same
+        ids, and the nodes take the second copy for the first (docs/DESIGN.md §4.13,
+        within the memory window). A message is its id *and* its version, so such a
+        resend must carry the same send time: ``sent_at_ms`` states it (ms since the
+        epoch), or ``None`` states none (then no copy is ever late, §4.13); ``"now"``,
+        the default, is this client's clock.
         """
-        sent = self._publish(values, destinations, via, key, headers, on_delivery, 0)
+        sent = self._publish(
+            values, destinations, via, key, headers, on_delivery, 0, message_ids, sent_at_ms
+        )
         return [message[0] for message in sent]
 
     def _publish(
@@ -343,10 +356,17 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         headers: UserHeaders | None,
         on_delivery: OnDelivery | None,
         first_index: int | None,
+        message_ids: Sequence[str] | None = None,
+        sent_at_ms: int | Literal["now"] | None = "now",
     ) -> list[_Encoded]:
         """:meth:`send_batch`, and :meth:`send` with one value: the messages written;
         ``first_index``: the index of the first value that errors name (``None``: none,
         as :meth:`send`)."""
+        if message_ids is not None:
+            values = list(values)
+            if len(message_ids) != len(values):
+                reason = f"{len(message_ids)} ids for {len(values)} values"
+                raise MessageError("message_ids", reason, list(message_ids)[:3])
         topics = parse_destinations(destinations)
         if via is not None and not is_valid_topic_name(via):
             raise MessageError("via", "not a valid topic name", via)
@@ -355,8 +375,8 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         if route.lagging:  # a destination's node lags more than max_lag_s behind its input
             self._hold_back([*topics, via] if via is not None else list(topics))
         record_key = key.encode() if isinstance(key, str) else key
-        records = self._records(topics, record_key, _user_headers(headers))
-        encoded = self._encode(values, records, route.partitions, first_index)
+        records = self._records(topics, record_key, _user_headers(headers), sent_at_ms)
+        encoded = self._encode(values, records, route.partitions, first_index, message_ids)
         producer = self._ensure_producer()
         if self._rerouted:
             self._send_rerouted()
@@ -391,11 +411,20 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         return encoded
 
     def _records(
-        self, topics: tuple[str, ...], key: bytes | None, headers: tuple[Header, ...]
+        self,
+        topics: tuple[str, ...],
+        key: bytes | None,
+        headers: tuple[Header, ...],
+        sent_at_ms: int | Literal["now"] | None = "now",
     ) -> ClientRecords:
         """What builds the records of messages to ``topics`` with this key and these
         headers sent now (raw form, docs/DESIGN.md §3.8): the headers they all carry,
-        built once per millisecond (the send time's unit), not per :meth:`send`."""
+        built once per millisecond (the send time's unit), not per :meth:`send`. A send
+        time of the caller's (``sent_at_ms``) gets a builder of its own."""
+        if sent_at_ms != "now":
+            return ClientRecords(
+                topics, self.client_id, sent_at=sent_at_ms, key=key, headers=headers
+            )
         sent_at = int(time.time() * 1000)
         if sent_at != self._records_at:
             self._records_at = sent_at
@@ -414,6 +443,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         records: ClientRecords,
         partitions: int,
         first_index: int | None,
+        message_ids: Sequence[str] | None = None,
     ) -> list[_Encoded]:
         """Each value's messageID and record, in order, all before any is written: a
         :class:`MessageError` (naming the value's index unless ``first_index`` is
@@ -430,9 +460,13 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
                 layer = zlib.crc32(records.key) % partitions
         for offset, value in enumerate(values):
             seq = next(seqs)
-            message_id = f"{prefix}-{seq}"
-            if spread:
-                layer = seq % spread
+            message_id = f"{prefix}-{seq}" if message_ids is None else message_ids[offset]
+            if spread:  # a caller's id: the same layer whenever it is sent again
+                layer = (
+                    seq % spread
+                    if message_ids is None
+                    else zlib.crc32(message_id.encode()) % spread
+                )
             try:
                 _, payload, record_headers = records.record(message_id, value, layer)
             except MessageError as exc:

@@ -66,6 +66,8 @@ class Delivery:
     #: The value's bytes as they were sent; ``value`` is them read as JSON, unless they
     #: were sent as bytes (then ``value`` is these bytes too).
     raw: bytes = b""
+    #: When the sender sent it (its clock, ms since the epoch), when it said so.
+    sentAt: int | None = None
 
     @property
     def is_bytes(self) -> bool:
@@ -92,6 +94,7 @@ class Delivery:
             key=message.key,
             headers=message.headers,
             raw=raw,
+            sentAt=message.sentAt,
         )
 
     def to_json_dict(self) -> dict[str, Any]:

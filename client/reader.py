@@ -20,7 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaExcepti
 from confluent_kafka import Message as KafkaMessage
 
 from atomickafka.client.delivery import Delivery
-from atomickafka.client.errors import ClosedError, MessageError
+from atomickafka.client.errors import ClosedError, ConfigError, MessageError
 from atomickafka.core.reader import Unaccepted, delivery_of, delivery_order_key, delivery_writers
 from atomickafka.core.wire import Message, is_valid_topic_name
 from atomickafka.kafka.connection import Connection, connection_of
@@ -79,6 +79,9 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
 
     A group's reader commits, with its position, the key of the last delivery it
     handed out, and resumes after it: its committed key is always one it accepted.
+    ``start_offset`` (a reader without a group) starts at that offset of the delivery
+    topic instead; with :meth:`deliveries`' ``until_offset`` it reads one range (the
+    Spark source, :mod:`atomickafka.spark`).
 
     ``bootstrap_servers`` is where the brokers are, or a
     :class:`~atomickafka.kafka.connection.Connection`; ``config`` holds librdkafka
@@ -101,9 +104,12 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
         writers: Iterable[str] | None = None,
         ordered: bool = True,
         committed_only: bool = False,
+        start_offset: int | None = None,
     ) -> None:
         if not is_valid_topic_name(topic):
             raise MessageError("topic", "not a valid topic name", topic)
+        if start_offset is not None and (start_offset < 0 or group is not None):
+            raise ConfigError("start_offset is an offset (>= 0), for a reader without a group")
         connection = connection_of(bootstrap_servers, config)
         refuse_unsafe(connection.settings, node=False)  # e.g. isolation.level=read_uncommitted
         self.topic = topic
@@ -139,13 +145,22 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
         start = OFFSET_BEGINNING if from_beginning else OFFSET_END
         if group is not None:
             start = self._resume_point(start)
+        elif start_offset is not None:
+            start = start_offset
         assign_from(self._consumer, [TopicPartition(self._part.topic, 0, start)])
 
     def deliveries(
-        self, *, timeout_s: float | None = None, max_messages: int | None = None
+        self,
+        *,
+        timeout_s: float | None = None,
+        max_messages: int | None = None,
+        until_offset: int | None = None,
     ) -> Iterator[Delivery]:
         """Yield the next deliveries in order. Stops after ``max_messages`` of them, or
-        once none arrived for ``timeout_s`` seconds (``None``: wait until closed)."""
+        once none arrived for ``timeout_s`` seconds (``None``: wait until closed), or --
+        ``until_offset`` -- once the reader has passed every record below that offset
+        (a range's end: transaction markers and aborted records included); with it,
+        ``timeout_s`` counts from the last record read, delivery or not."""
         if self._consumer is None:
             raise ClosedError(f"the reader of {self.topic} is closed")
         consumer, topic = self._consumer, self.topic
@@ -158,10 +173,17 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
             if not backlog:
                 if self._consumer is None:
                     return  # closed while the caller held this iterator
+                if until_offset is not None and self.passed(until_offset):
+                    return
                 self.commit()
                 backlog.extend(usable(consume_batch(consumer, 1000, 0.1)))
+                if backlog and until_offset is not None and timeout_s is not None:
+                    idle_deadline = time.monotonic() + timeout_s
             while backlog:
-                record = backlog.popleft()
+                record = backlog[0]
+                if until_offset is not None and (record.offset() or 0) >= until_offset:
+                    return  # left in the backlog: the range ends before it
+                backlog.popleft()
                 self._position = (record.offset() or 0) + 1
                 message = self._take(record)
                 if message is None:
@@ -172,6 +194,17 @@ class DeliveryReader(AbstractContextManager["DeliveryReader"]):
                     return
                 if timeout_s is not None:
                     idle_deadline = time.monotonic() + timeout_s
+
+    def passed(self, offset: int) -> bool:
+        """True when this reader has read every record below ``offset`` of the delivery
+        topic (its consumer's position is there: librdkafka moves it past transaction
+        markers and aborted records too)."""
+        if self._consumer is None:
+            raise ClosedError(f"the reader of {self.topic} is closed")
+        if self._position is not None and self._position >= offset:
+            return True
+        (part,) = self._consumer.position([self._part])
+        return part.offset >= offset
 
     def _resume_point(self, default: int) -> int:
         """Where a group's reader goes on: after the last delivery it handed out before,

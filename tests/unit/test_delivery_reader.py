@@ -8,7 +8,7 @@ from typing import Any, cast
 
 import pytest
 
-from atomickafka.client import DeliveryReader
+from atomickafka.client import ConfigError, DeliveryReader
 from atomickafka.client.reader import WARN_EVERY_S
 from atomickafka.core.engine import Engine
 from atomickafka.core.reader import DELIVERY_LEAD_US, PlainRecord
@@ -132,3 +132,11 @@ def test_an_exact_repeat_is_one_of_the_recent_deliveries_again() -> None:
     with DeliveryReader(NOWHERE, "A") as reader:
         assert _taken(reader, [*records, *again, changed]) == ["g0", "g1", "g2", "g3"]
         assert (reader.repeats, reader.out_of_order) == (2, 1)
+
+
+def test_a_range_reader_starts_at_an_offset_and_never_in_a_group() -> None:
+    """``start_offset`` (the Spark source's ranges) is an offset, for a reader without a
+    group; anything else is refused with a ConfigError, before a consumer is made."""
+    for bad in ({"start_offset": -1}, {"start_offset": 3, "group": "g"}):
+        with pytest.raises(ConfigError, match="start_offset is an offset"):
+            DeliveryReader(NOWHERE, "A", **bad)

@@ -26,6 +26,7 @@ ALLOWED = {
     "config": {"kafka"},
     "doctor": {"core", "kafka", "node"},
     "client": {"core", "kafka"},
+    "spark": {"core", "kafka", "config", "client"},
     "evaluation": {"core", "kafka", "audit", "client", "localkafka", "node", "verify"},
     "cli": {
         "core",
@@ -38,6 +39,7 @@ ALLOWED = {
         "config",
         "doctor",
         "client",
+        "spark",
         "evaluation",
     },
 }

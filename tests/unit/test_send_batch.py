@@ -295,3 +295,35 @@ def test_messages_of_one_millisecond_keep_their_own_destinations_key_and_headers
         (None, b"3", b"A"),
         (b"k1", b"1", b"A"),
     ]
+
+
+def test_a_callers_ids_and_send_time_make_the_same_records_again() -> None:
+    """A producer that sends a batch again after a failure (a replayed Spark batch) gives
+    the messages the same ids and send time: a second client writes the same records,
+    byte for byte, so every node takes them for the same messages (DESIGN §4.13)."""
+    ids = ["spark-q-0-0-a", "spark-q-0-0-b", "spark-q-0-0-c"]
+    written = []
+    for _ in range(2):
+        sender, producer = client(["A", "B"], partitions=3)
+        sent = sender.send_batch(
+            ["x", b"y", {"z": 1}], ["A", "B"], message_ids=ids, sent_at_ms=None
+        )
+        assert sent == ids
+        written.append(producer.written)
+    assert written[0] == written[1]
+    assert [dict(w[4])["atomickafka-id"].decode() for w in written[0][::2]] == ids
+    assert all(H_SENT not in dict(w[4]) for w in written[0])  # none stated
+    layers = [w[3] for w in written[0][::2]]
+    assert layers == [zlib.crc32(i.encode()) % 3 for i in ids]  # by id, not by sequence
+    sender, producer = client(["A"])
+    sender.send_batch(["x"], ["A"], message_ids=["m-1"], sent_at_ms=1_764_000_000_000)
+    assert dict(producer.written[0][4])[H_SENT] == b"1764000000000"
+
+
+def test_a_callers_ids_must_be_one_per_value_and_valid() -> None:
+    sender, producer = client(["A"])
+    with pytest.raises(MessageError, match="2 ids for 3 values"):
+        sender.send_batch(["a", "b", "c"], ["A"], message_ids=["m-1", "m-2"])
+    with pytest.raises(MessageError, match="messageID"):
+        sender.send_batch(["a"], ["A"], message_ids=[""])
+    assert producer.written == []

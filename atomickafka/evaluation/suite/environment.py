@@ -9,6 +9,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from atomickafka.core import core_form
 from atomickafka.kafka.connection import Connection
 from atomickafka.kafka.settings import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS
 
@@ -106,6 +107,8 @@ def describe_environment(connection: Connection, *, embedded: bool) -> list[tupl
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     return [
         ("atomickafka", f"{_package('atomickafka')}, commit {_git_commit()}"),
+        # the nodes a suite starts run this interpreter and import the same package
+        ("ordering core", f"{core_form()} (this run and the nodes it starts)"),
         ("python", f"{platform.python_implementation()} {sys.version.split()[0]}"),
         ("platform", platform.platform()),
         (
