@@ -77,6 +77,11 @@ class RoleShell(Stoppable):
     def _log(self) -> logging.Logger:
         return logging.getLogger(f"atomickafka.{self.kind}")
 
+    def holds_lease(self) -> bool:
+        """Whether this instance holds its role's lease now (what its writer asks before
+        it takes the role's transactional producer again after a failure)."""
+        return self._lease is not None and self._lease.held
+
     def _prepare_topics(self) -> None:
         """Create or check the topics the role needs, before anything else starts."""
         raise NotImplementedError

@@ -470,6 +470,7 @@ class NodeRuntime(RoleShell):
                 on_unwritable=self._unwritable,
                 on_wait=self._heartbeat,
                 on_written=self._wrote,
+                holds_role=self.holds_lease,
             )
         low, high, committed = self._log_bounds(consumer)
         batch, source = self._followed_batch(committed, low), "standby state"
