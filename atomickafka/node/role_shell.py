@@ -209,6 +209,7 @@ class RoleShell(Stoppable):
             return status
         except FencedError as exc:
             self._log.error("%s stops: %s", name, exc)
+            self.metrics.stopped_fenced()
             return EXIT_FENCED
         except ClientWedgedError as exc:
             self._log.error("%s: %s; exiting at once so that a restart recovers it", name, exc)
