@@ -123,6 +123,10 @@ TXN_RETRY_S: Final = 120.0
 #: role; they are never closed, so they are kept) before it exits (exit status 5,
 #: :class:`ClientWedgedError`): its restart starts clean.
 MAX_HUNG_PRODUCERS: Final = 3
+#: How long a writer waits for its instance to hold the lease again before it takes a
+#: new producer (s): longer than the shell waits for a lost lease (three sessions, at
+#: least 20 s), which stops the instance first when the lease went elsewhere.
+LEASE_WAIT_S: Final = 60.0
 #: Back-off between retries (s): doubling from the first to the last.
 _RETRY_BACKOFF_S: Final = (0.1, 2.0)
 
@@ -359,6 +363,10 @@ class TransactionalWriter(Writer):
     #: Producers replaced after a failed transaction, and commits of unknown outcome.
     replaced: int = 0
     unknown_outcomes: int = 0
+    #: The input offsets the last transaction committed (``None``: not known yet): after
+    #: a failure the group's must be these or the failed transaction's, else another
+    #: instance wrote as this role (:meth:`_recover`).
+    committed_before: OffsetCommit | None = None
 
     def __init__(
         self,
@@ -443,6 +451,8 @@ class TransactionalWriter(Writer):
         while True:
             try:
                 self._transaction(records, commit, deadline)
+                if commit:
+                    self.committed_before = dict(commit)
                 break
             except _TxnFailedError as failed:
                 if failed.hung is None and time.monotonic() + backoff >= deadline:
@@ -554,10 +564,10 @@ class TransactionalWriter(Writer):
             self._hung.append(self._producer)  # never touched again: a call could hang too
         else:
             _retire(self._producer)
-        if self.holds_role is not None and not self.holds_role():
+        if not self._still_holds_role():
             raise FencedError(
-                f"{failed}; the role's lease is lost meanwhile: this instance stops rather "
-                "than take the role's producer back from the one that took over"
+                f"{failed}; the role's lease was lost meanwhile and did not come back: this "
+                "instance stops rather than take the role's producer from the one that took over"
             )
         log.warning(
             "%s; going on with a new producer of the role (a producer is never used "
@@ -566,29 +576,73 @@ class TransactionalWriter(Writer):
         )
         self._producer = self._new_producer()
         self.replaced += 1
-        if not failed.unknown:
-            return False
-        self.unknown_outcomes += 1
+        if failed.unknown:
+            self.unknown_outcomes += 1
+        return self._landed(failed, commit, deadline)
+
+    def _landed(
+        self, failed: _TxnFailedError, commit: OffsetCommit | None, deadline: float
+    ) -> bool:
+        """Whether the failed transaction committed, told by the group's offsets (read
+        after the new producer's init): the failed transaction's (it did), the last
+        one's (it did not), or others (another instance wrote: :class:`FencedError`)."""
         if not commit:
+            if not failed.unknown:
+                return False
             raise BatchWriteError(
                 f"{failed}: whether that transaction committed is unknown, and it holds "
                 "no input offsets to tell; exiting so that the restart recovers"
             )
-        landed = self._committed(commit, deadline)
-        log.warning(
-            "the transaction whose commit failed %s",
-            "had committed" if landed else "had not committed: writing it again",
-        )
+        found = self._committed_offsets(commit, deadline)
+        before = self.committed_before
+        landed = found == commit
+        if before is None:
+            unchanged = all(found.get(p, 0) < o for p, o in commit.items())
+        else:
+            unchanged = found == {p: before.get(p, 0) for p in commit}
+        if landed and unchanged and failed.unknown:
+            raise BatchWriteError(
+                f"{failed}: whether that transaction committed is unknown, and its input "
+                "offsets are the last transaction's; exiting so that the restart recovers"
+            )
+        if not (unchanged or (landed and failed.unknown)):
+            raise FencedError(
+                f"{failed}; the role's committed offsets are {found}, neither this "
+                f"transaction's {commit} nor the last one's {before}: another instance "
+                "wrote as this role meanwhile"
+            )
+        landed = landed and not unchanged
+        if failed.unknown:
+            log.warning(
+                "the transaction whose commit failed %s",
+                "had committed" if landed else "had not committed: writing it again",
+            )
+        if landed:
+            self.committed_before = dict(commit)
         return landed
 
-    def _committed(self, commit: OffsetCommit, deadline: float) -> bool:
-        """Whether the input offsets ``commit`` are the group's committed ones (read
-        after the new producer's init ended any open transaction of the role)."""
+    def _still_holds_role(self) -> bool:
+        """Whether the instance holds its lease; while it does not, wait (up to
+        :data:`LEASE_WAIT_S`) for the shell to find it back -- a group coordinator on a
+        broker cut off loses every member's lease for a while."""
+        holds = self.holds_role
+        if holds is None:
+            return True
+        until = time.monotonic() + LEASE_WAIT_S
+        while not holds():
+            if time.monotonic() >= until:
+                return False
+            self._wait(HEARTBEAT_S)
+        return True
+
+    def _committed_offsets(self, commit: OffsetCommit, deadline: float) -> OffsetCommit:
+        """The group's committed offsets of ``commit``'s partitions (0: none), read
+        after the new producer's init ended any open transaction of the role."""
         asked = [TopicPartition(self._input, p) for p in commit]
         while True:
             try:
                 found = self._consumer.committed(asked, timeout=SEND_OFFSETS_TIMEOUT_S)
-                return all(tp.offset >= commit[tp.partition] for tp in found)
+                return {tp.partition: max(0, tp.offset) for tp in found}
             except KafkaException as exc:
                 if time.monotonic() >= deadline:
                     raise BatchWriteError(
@@ -679,6 +733,8 @@ class TransactionalWriter(Writer):
                 self.broken = False
                 raise _TxnFailedError("a write into the transaction failed", unknown=False)
             self._commit(self._producer, commit, deadline)
+            if commit:
+                self.committed_before = dict(commit)
         except _TxnFailedError as failed:
             _log_retry("aborted", "transaction failed (%s); writing the batches again", failed)
             if not self._recover(failed, commit, deadline):
@@ -841,6 +897,7 @@ class SplitWriter(Writer):
         the node replays up to it, and commits above it."""
         self._tracker = OffsetsTracker(committed)
         self._acked = committed
+        self._txn.committed_before = {self._partition: committed}
 
     # ------------------------------------------------------------------ writing
 

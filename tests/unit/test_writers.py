@@ -263,6 +263,22 @@ def test_a_commit_that_timed_out_but_landed_is_not_written_twice(
     assert fresh.calls == [] and writer.unknown_outcomes == 1
 
 
+def test_offsets_that_another_instance_committed_stop_the_instance_as_fenced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After the new producer's init the group's offsets are neither the failed
+    transaction's nor the last one's: another instance took the role and wrote (this
+    one was cut off, its lease lost and given back meanwhile). Writing the batch again
+    would write its deliveries twice and move the offsets back."""
+    old = FlakyProducer(commit=[TIMED_OUT])
+    writer, _ = _quick(old, monkeypatch)
+    writer.committed_before = {0: 3}
+    writer._consumer = GroupConsumer(committed=12)  # type: ignore[assignment]
+    _replaced_by(writer, FlakyProducer())
+    with pytest.raises(FencedError, match="another instance wrote as this role"):
+        writer.write([RECORD], {0: 7})
+
+
 def test_an_unknown_outcome_without_offsets_to_tell_ends_the_instance(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -280,13 +296,28 @@ def test_a_lost_lease_stops_the_instance_instead_of_taking_the_producer_back(
 ) -> None:
     """A node cut off from the brokers lost its lease long before its commit timed out;
     a new producer's init would fence the instance that took over. It stops as fenced."""
+    monkeypatch.setattr(writers, "LEASE_WAIT_S", 0.05)
     old = FlakyProducer(commit=[TIMED_OUT])
     writer, _ = _quick(old, monkeypatch)
     writer.holds_role = lambda: False
     _replaced_by(writer, FlakyProducer())
-    with pytest.raises(FencedError, match="lease is lost"):
+    with pytest.raises(FencedError, match="lease was lost meanwhile and did not come back"):
         writer.write([RECORD], {0: 7})
     assert writer.replaced == 0
+
+
+def test_a_lease_that_comes_back_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broker cut off with the lease group's coordinator: every member loses its
+    lease for a while, and gets it back. The writer waits for the shell to find it
+    ours again, then goes on with a new producer (no exit, no takeover)."""
+    answers = iter([False, False, True])
+    old, fresh = FlakyProducer(commit=[TIMED_OUT]), FlakyProducer()
+    writer, _ = _quick(old, monkeypatch)
+    writer._consumer = GroupConsumer(committed=3)  # type: ignore[assignment]
+    writer.holds_role = lambda: next(answers)
+    _replaced_by(writer, fresh)
+    writer.write([RECORD], {0: 7})
+    assert fresh.calls == ONCE and writer.replaced == 1
 
 
 def test_an_abortable_error_writes_the_batch_again_with_a_new_producer(
