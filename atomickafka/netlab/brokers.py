@@ -21,6 +21,7 @@ to partitions it followed stall for seconds, not half a minute, once it is cut o
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -210,7 +211,9 @@ class NetBrokers:
         from confluent_kafka import KafkaException  # noqa: PLC0415 (only when used)
         from confluent_kafka.admin import AdminClient  # noqa: PLC0415
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        quiet = logging.getLogger("atomickafka.netlab.brokers")  # refused while they start
+        quiet.setLevel(logging.ERROR)
+        admin = AdminClient({"bootstrap.servers": self.bootstrap}, logger=quiet)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for host, child in self._children.items():
