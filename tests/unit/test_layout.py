@@ -51,6 +51,7 @@ EVALUATION = {
     "bench": {"cost", "load"},
     "suite": {"cost", "load"},
     "soak": {"cost", "load", "bench"},
+    "nemesis": set(),
 }
 #: Modules every layer may import: they import nothing of AtomicKafka themselves.
 EVERYWHERE = {"errors", "jsonnames", "logs", "spark_raw"}
