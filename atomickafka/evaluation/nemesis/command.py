@@ -185,7 +185,11 @@ def _run(
             f"stuck: {', '.join(stuck)}" if stuck else f"{PROBES} probes delivered at every topic",
         ),
         check_takeovers(
-            nemesis.applied, recorder.takeovers, settings.lease_s, settings.takeover_margin_s
+            nemesis.applied,
+            recorder.takeovers,
+            logs,
+            settings.lease_s,
+            settings.takeover_margin_s,
         ),
         check_fences(nemesis.applied, logs, metrics),
         Verdict(
