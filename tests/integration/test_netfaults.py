@@ -38,7 +38,7 @@ from atomickafka.node.runtime import NodeRuntime
 from atomickafka.node.writers import TransactionalWriter
 from tests.integration.test_faults import assert_plain_consumers_see_each_delivery_once
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 #: Kafka's API key of EndTxn: the request that commits (or aborts) a transaction.
 END_TXN = 26

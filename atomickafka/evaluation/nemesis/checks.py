@@ -198,7 +198,7 @@ def check_takeovers(
 
 
 #: What a node's log says when it stops because another instance took its role.
-_STOPS_FENCED = re.compile(r"stops: (fenced|the role's lease|.*lease is lost)")
+_STOPS_FENCED = re.compile(r"stops: [^\n]*(fenced|lease|another instance)")
 
 
 def _fenced_total(metrics: str) -> float:
