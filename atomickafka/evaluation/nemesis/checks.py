@@ -41,6 +41,7 @@ __all__ = [
     "check_order",
     "check_plain_consumers",
     "check_takeovers",
+    "metric_total",
     "read_deliveries",
 ]
 
@@ -147,12 +148,14 @@ def check_takeovers(
     applied: Sequence[Applied],
     takeovers: Sequence[Takeover],
     logs: Mapping[str, str],
+    metrics: Mapping[str, str],
     lease_s: float,
     margin_s: float,
 ) -> Verdict:
     """After each node host cut, every topic active there went to another host in time:
     its lease taken (the new instance's log) within the lease plus 2 s, and the new
-    instance live (its first status) within that plus ``margin_s``."""
+    instance live (its first status) within that plus ``margin_s``; and the host that
+    took over counts it (``atomickafka_node_takeovers_total``)."""
     bound = lease_s + 2.0
     taken_s: list[float] = []
     live_s: list[float] = []
@@ -179,6 +182,9 @@ def check_takeovers(
                 problems.append(f"{topic}: no instance on another host took over from {a.target}")
                 continue
             live = after[0].at - a.started
+            host = after[0].after.host or ""
+            if metric_total(metrics.get(host, ""), "atomickafka_node_takeovers_total") < 1:
+                problems.append(f"{topic}: {host}'s metrics count no takeover")
             taken_s.append(round(took, 2))
             live_s.append(round(live, 2))
             if took > bound:
@@ -201,11 +207,12 @@ def check_takeovers(
 _STOPS_FENCED = re.compile(r"stops: [^\n]*(fenced|lease|another instance)")
 
 
-def _fenced_total(metrics: str) -> float:
+def metric_total(metrics: str, name: str) -> float:
+    """The sum of a counter's series in a Prometheus text page."""
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in metrics.splitlines()
-        if line.startswith("atomickafka_node_fenced_total{")
+        if line.startswith(f"{name}{{")
     )
 
 
@@ -226,7 +233,7 @@ def check_fences(
     problems, figures = [], {}
     for host, wanted in sorted(expected.items()):
         logged = len(_STOPS_FENCED.findall(logs.get(host, "")))
-        counted = _fenced_total(metrics.get(host, ""))
+        counted = metric_total(metrics.get(host, ""), "atomickafka_node_fenced_total")
         figures[host] = {"expected_at_least": wanted, "logged": logged, "metric": counted}
         if logged < 1 or counted < 1:
             problems.append(f"{host}: {logged} fenced stops logged, metric {counted:g}")

@@ -28,6 +28,7 @@ from atomickafka.evaluation.nemesis.checks import (
     check_order,
     check_plain_consumers,
     check_takeovers,
+    metric_total,
     wait_delivered,
 )
 from atomickafka.evaluation.nemesis.deployment import Deployment
@@ -188,6 +189,7 @@ def _run(
             nemesis.applied,
             recorder.takeovers,
             logs,
+            metrics,
             settings.lease_s,
             settings.takeover_margin_s,
         ),
@@ -217,6 +219,13 @@ def _run(
         "sends": sends,
         "delivery_times": {t: d.timestamps for t, d in delivered.items()},
         "producers_replaced": {h: logs[h].count("going on with a new producer") for h in logs},
+        "metrics": {
+            h: {
+                name: metric_total(metrics[h], f"atomickafka_{name}_total")
+                for name in ("node_takeovers", "node_fenced", "cluster_restarts")
+            }
+            for h in metrics
+        },
     }
     write_results(out, results)
     plot_timeline(out, results)
