@@ -132,6 +132,25 @@ def summary_markdown(results: Mapping[str, Any]) -> str:
         f"Sent {order['sent']} ({order['acknowledged']} acknowledged, "
         f"{order['unacknowledged']} not, {order['refused']} refused by the client), "
         f"delivered {order['delivered']}; violations: {order['violations'] or 'none'}.",
+    ]
+    takeovers = next(v for v in results["checks"] if v["name"] == "takeovers")
+    if takeovers.get("live_s"):
+        lines += [
+            "",
+            f"After each node host cut, the lease was taken after {takeovers['lease_taken_s']} s "
+            f"and the new instance was live after {takeovers['live_s']} s "
+            f"(bound {takeovers['bound_s']:g} s).",
+        ]
+    lines += ["", "| host | takeovers | fenced stops | restarts |", "|---|---|---|---|"]
+    for host, m in sorted(results.get("metrics", {}).items()):
+        lines.append(
+            f"| {host} | {m['node_takeovers']:g} | {m['node_fenced']:g} | "
+            f"{m['cluster_restarts']:g} |"
+        )
+    replaced = sum(results.get("producers_replaced", {}).values())
+    lines += [
+        "",
+        f"Transactional producers replaced after a failed transaction: {replaced}.",
         "",
         "![timeline](timeline.png)",
         "",
