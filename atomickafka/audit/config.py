@@ -47,6 +47,9 @@ class AuditConfig:
     #: The sender ids whose deliveries are audited; ``None``: each topic's node and
     #: merger (the evaluation's baselines name theirs).
     writers: tuple[str, ...] | None = None
+    #: The nodes write exactly-once (their default): an exact repeat of a delivery is
+    #: then an ``aborted-read`` violation, not a crash repeat (docs/DESIGN.md §10.1).
+    exactly_once: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "topics", tuple(dict.fromkeys(self.topics)))

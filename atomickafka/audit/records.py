@@ -37,6 +37,16 @@ class Kind(StrEnum):
     MISSING = "missing"
     #: Rule 4: a topic delivered a message a second time, not as an exact repeat.
     DUPLICATE = "duplicate"
+    #: Rule 5 (exactly-once nodes): a ``read_committed`` read of a topic met a delivery
+    #: a second time, identical: a record of an aborted transaction was read (Jepsen's
+    #: *aborted read*), or the delivery was committed twice.
+    ABORTED_READ = "aborted-read"
+    #: Rule 6: one offset of a delivery topic read twice held two different records
+    #: (the log was cut and written again: what was read at that offset is lost).
+    OFFSET_TWO_VALUES = "offset-two-values"
+    #: Rule 6: a delivery read at an offset was not there when the offsets around it
+    #: were read again (read, and then gone: a lost write).
+    GONE_AFTER_READ = "gone-after-read"
 
 
 @dataclass(frozen=True, slots=True)

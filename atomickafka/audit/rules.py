@@ -15,6 +15,15 @@ that time passes the end of the second of its first delivery plus the bound: an
 incomplete message is then reported ``missing`` at every destination still to
 deliver it, and remembered ``forget_after`` longer so that a late delivery is not taken
 for a new message. Nothing here does I/O.
+
+Two more rules name the anomalies Jepsen's 2024 analysis found in Kafka's transactions,
+where a reader can see them (issue 39). With ``exactly_once`` (the nodes write their
+deliveries in transactions and the audit reads ``read_committed``), an exact repeat is
+not a node's crash repeat but an ``aborted-read`` (rule 5). With ``offsets``, the
+offset each delivery was read at is kept while its message is: a record read again at
+an offset that held another is ``offset-two-values``, and a delivery that a second read
+of its partition passes over is ``gone-after-read`` (rule 6; a second read happens when
+the consumer's position is reset, as after the log was cut).
 """
 
 from __future__ import annotations
@@ -43,6 +52,10 @@ FORGET_FACTOR: Final = 10
 #: Expiry works on whole seconds of event time: a message first delivered at ``t``
 #: expires once the time passes ``expiry_bucket(t)`` end + the bound.
 BUCKET_MS: Final = 1000
+
+#: The most offsets one record of a second read may pass over that are checked for
+#: deliveries gone (a gap of transaction markers and aborted records is a few offsets).
+_GAP_SCAN: Final = 10_000
 
 _OPEN: Final = 0  # still waiting for a destination
 _DONE: Final = 1  # every audited destination delivered it
@@ -85,6 +98,7 @@ class _Message:
         "first_partition",
         "first_topic",
         "layer",
+        "offsets",
         "phase",
         "timestamp",
         "variants",
@@ -108,6 +122,8 @@ class _Message:
         #: Topics whose delivery of it differs from the first one (or that are not
         #: among its destinations), with what they delivered.
         self.variants: dict[str, _Content] | None = None
+        #: Where it was read (with ``offsets``): forgotten with it.
+        self.offsets: list[tuple[str, int, int]] | None = None
 
     def content(self) -> _Content:
         return (self.timestamp, self.layer, self.digest, self.destinations)
@@ -139,8 +155,16 @@ class AuditRules:
         bound_s: float = DEFAULT_BOUND_S,
         *,
         forget_after_s: float | None = None,
+        exactly_once: bool = False,
+        offsets: bool = False,
     ) -> None:
         self.topics: tuple[str, ...] = tuple(dict.fromkeys(topics))
+        self.exactly_once = exactly_once
+        #: With ``offsets``: what was read where, and each partition's furthest offset
+        #: read and, while it is read again below that, the last offset read again.
+        self._at: dict[tuple[str, int, int], tuple[str, str]] | None = {} if offsets else None
+        self._furthest: dict[tuple[str, int], int] = {}
+        self._again: dict[tuple[str, int], int] = {}
         if not self.topics:
             raise ConfigError("the audit needs at least one topic")
         if bound_s <= 0:
@@ -181,6 +205,13 @@ class AuditRules:
         topic = self._audited.get(delivery.topic)
         if topic is None:
             return _CLEAN
+        anomalies: list[Violation] = []
+        if self._at is not None:  # rule 6
+            reread, anomalies = self._offset_rules(delivery)
+            if reread:
+                return (
+                    _REPEAT if not anomalies or replay else Observation(violations=tuple(anomalies))
+                )
         message = self._messages.get(delivery.message_id)
         if message is None:
             found = self._first_sight(delivery, topic)
@@ -189,17 +220,23 @@ class AuditRules:
             earlier = message.delivered_at(topic)
             if earlier is not None:  # rule 4
                 if earlier == _content(delivery):
+                    if self.exactly_once and not replay:  # rule 5
+                        return Observation(violations=(*anomalies, self._aborted_read(delivery)))
                     return _REPEAT
                 if replay:
                     return _CLEAN
-                return Observation(violations=(self._duplicate(delivery, message, earlier),))
+                return Observation(
+                    violations=(*anomalies, self._duplicate(delivery, message, earlier))
+                )
             late = message.phase == _MISSING and topic in message.waiting
             found = self._next_sight(delivery, topic, message)
+        self._remember_offset(delivery)
         if replay:
             return _CLEAN
         order = self._order(delivery, topic)  # rule 1
         if order is not None:
             found = [*found, order]
+        found = [*anomalies, *found]
         if found:
             return Observation(late=late, violations=tuple(found))
         return _LATE if late else _CLEAN
@@ -299,7 +336,103 @@ class AuditRules:
             if message.due > bucket:
                 self._schedule(message_id, message.due)
                 return
+        if self._at is not None and message.offsets:
+            for where in message.offsets:
+                self._at.pop(where, None)
         del self._messages[message_id]
+
+    # ------------------------------------------------------------------ rules 5 and 6
+
+    def _remember_offset(self, delivery: AuditedDelivery) -> None:
+        if self._at is None:
+            return
+        message = self._messages.get(delivery.message_id)
+        if message is None:
+            return
+        where = (delivery.topic, delivery.partition, delivery.offset)
+        self._at[where] = (delivery.message_id, delivery.digest)
+        if message.offsets is None:
+            message.offsets = []
+        message.offsets.append(where)
+
+    def _offset_rules(self, delivery: AuditedDelivery) -> tuple[bool, list[Violation]]:
+        """Rule 6 on a record: whether it is at an offset read before (a second read of
+        its partition), and what the second read shows."""
+        assert self._at is not None
+        part = (delivery.topic, delivery.partition)
+        offset = delivery.offset
+        furthest = self._furthest.get(part)
+        if furthest is None or offset > furthest:
+            found = self._passed_over(part, self._again.pop(part, None), furthest)
+            self._furthest[part] = offset
+            return False, found
+        # read again: what lay between the last offset read again and this one is gone
+        last = self._again.get(part)
+        found = self._passed_over(part, last, offset - 1)
+        self._again[part] = offset
+        before = self._at.get((*part, offset))
+        if before is not None and before != (delivery.message_id, delivery.digest):
+            found.append(self._two_values(delivery, before))
+        return True, found
+
+    def _passed_over(
+        self, part: tuple[str, int], after: int | None, upto: int | None
+    ) -> list[Violation]:
+        """Deliveries read before at offsets in ``(after, upto]`` of ``part`` that a
+        second read went past (``after`` ``None``: no second read is going on)."""
+        assert self._at is not None
+        if after is None or upto is None or upto <= after:
+            return []
+        found = []
+        for offset in range(after + 1, min(upto, after + _GAP_SCAN) + 1):
+            gone = self._at.pop((*part, offset), None)
+            if gone is not None:
+                found.append(self._gone(part, offset, gone))
+        return found
+
+    def _aborted_read(self, delivery: AuditedDelivery) -> Violation:
+        return Violation(
+            Kind.ABORTED_READ,
+            delivery.topic,
+            delivery.message_id,
+            f"{delivery.topic} delivered {delivery.message_id!r} again, identical, at "
+            f"offset {delivery.offset}: exactly-once nodes commit each delivery once, so "
+            "a read_committed reader read a record of an aborted transaction (an aborted "
+            "read), or the delivery was committed twice",
+            delivery.partition,
+            delivery.offset,
+            delivery.time_ms,
+            delivery.key,
+        )
+
+    def _two_values(self, delivery: AuditedDelivery, before: tuple[str, str]) -> Violation:
+        return Violation(
+            Kind.OFFSET_TWO_VALUES,
+            delivery.topic,
+            delivery.message_id,
+            f"offset {delivery.offset} of {delivery.topic}[{delivery.partition}] held "
+            f"{before[0]!r} (digest {before[1]}) when read before and holds "
+            f"{delivery.message_id!r} (digest {delivery.digest}) now: the log was cut and "
+            "written again, and what was read there is lost",
+            delivery.partition,
+            delivery.offset,
+            delivery.time_ms,
+            delivery.key,
+            {"messageID": before[0], "digest": before[1]},
+        )
+
+    def _gone(self, part: tuple[str, int], offset: int, gone: tuple[str, str]) -> Violation:
+        return Violation(
+            Kind.GONE_AFTER_READ,
+            part[0],
+            gone[0],
+            f"{part[0]}[{part[1]}] held {gone[0]!r} at offset {offset} when read before, "
+            "and a second read of the partition passed that offset without it: a delivery "
+            "read and then gone (a lost write)",
+            part[1],
+            offset,
+            reference={"digest": gone[1]},
+        )
 
     def _missing(self, message_id: str, message: _Message, topic: str) -> Violation:
         delivered = [t for t in message.destinations if t not in message.waiting]

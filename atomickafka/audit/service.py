@@ -102,7 +102,9 @@ class LiveAudit:
         self.config = config
         self._signer = load_signer(config.secret_file)
         self._writers = None if config.writers is None else frozenset(config.writers)
-        self.rules = AuditRules(config.topics, config.bound_s)
+        self.rules = AuditRules(
+            config.topics, config.bound_s, exactly_once=config.exactly_once, offsets=True
+        )
         self.clock = EventClock()  # its partitions are known once started
         self.metrics = metrics if metrics is not None else AuditMetrics()
         self.report = AuditReport()

@@ -57,6 +57,7 @@ _COMMAND_MODULES = (
     "bench_cmd",
     "demo_cmd",
     "eval_cmd",
+    "soak_cmd",
 )
 #: Commands that run nodes: every guarantee rule applies to their settings.
 _RUNS_NODES: Final = frozenset({"node", "cluster", "eval", "bench", "demo"})

@@ -275,6 +275,7 @@ def _run_cluster(args: argparse.Namespace) -> int:
             overrides=node.overrides,
             log_level=node.log_level,
             secret_file=node.secret_file,
+            exactly_once=node.exactly_once,
         )
     supervisor = Supervisor(ClusterConfig(topics, node, audit=audit, standby=args.standby))
     reach(args)

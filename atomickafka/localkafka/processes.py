@@ -23,6 +23,7 @@ __all__ = [
     "exit_note",
     "format_storage",
     "is_our_broker",
+    "java_command",
     "log_tail",
     "spawn",
     "terminate",
@@ -105,7 +106,9 @@ def log_tail(data_dir: Path, node_id: int) -> str:
     return "\n".join(parts) or f"  (no log in {folder})"
 
 
-def _java_cmd(java: str, lib: Path, folder: Path, main: str, *args: str) -> list[str]:
+def java_command(java: str, lib: Path, folder: Path, main: str, *args: str) -> list[str]:
+    """The JVM command line running ``main`` of the Kafka jars in ``lib`` with the
+    broker files (``log4j2.xml``, ``logs/``) of ``folder``."""
     return [
         java,
         *JVM_OPTS,
@@ -125,7 +128,7 @@ def format_storage(java: str, lib: Path, data_dir: Path, state: ClusterState) ->
         folder = broker_dir(data_dir, spec.node_id)
         if (folder / "data" / "meta.properties").exists():
             continue
-        cmd = _java_cmd(
+        cmd = java_command(
             java, lib, folder, "kafka.tools.StorageTool", "format",
             "-t", state.cluster_id, "-c", str(folder / "server.properties"),
             "--ignore-formatted",
@@ -150,7 +153,7 @@ def format_storage(java: str, lib: Path, data_dir: Path, state: ClusterState) ->
 def spawn(java: str, lib: Path, data_dir: Path, spec: BrokerSpec) -> int:
     """Start the broker ``spec`` detached (own session, output to ``stdout.log``); its PID."""
     folder = broker_dir(data_dir, spec.node_id)
-    cmd = _java_cmd(java, lib, folder, "kafka.Kafka", str(folder / "server.properties"))
+    cmd = java_command(java, lib, folder, "kafka.Kafka", str(folder / "server.properties"))
     with (folder / "stdout.log").open("ab") as out:
         proc = subprocess.Popen(
             cmd,

@@ -143,6 +143,16 @@ class ShellMetrics:
         self.active = gauge(
             "active", "1 for the active instance of the role, 0 for a standby", "liveall"
         )
+        self.takeovers = counter(
+            "takeovers",
+            "Times an instance took the role's lease and became active (its first start, "
+            "and every takeover from an instance that died, paused or was cut off)",
+        )
+        self.fenced = counter(
+            "fenced",
+            "Times an instance stopped because another took the role over (exit status 4): "
+            "it was fenced by the broker, or learnt from its lease group that it lost the lease",
+        )
         self.replayed: Counter | None = None
         self.input_buffered: Gauge | None = None
         self.input_behind: Gauge | None = None
@@ -251,6 +261,11 @@ class ShellMetrics:
     def became_active(self) -> None:
         """This instance took the role's lease."""
         self.active.labels(*self._labels).set(1)
+        self.takeovers.labels(*self._labels).inc()
+
+    def stopped_fenced(self) -> None:
+        """This instance stops: another took the role over."""
+        self.fenced.labels(*self._labels).inc()
 
     def recovered(self, seconds: float, protocol_mismatches: int = 0) -> None:
         """The replay ended ``seconds`` after taking the lease, with the engine's

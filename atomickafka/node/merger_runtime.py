@@ -192,6 +192,7 @@ class MergerRuntime(RoleShell):
                 commit_interval_s=cfg.commit_interval_s,
                 on_wait=self._heartbeat,
                 on_written=self._wrote,
+                holds_role=self.holds_lease,
             )
         else:
             self._writer = GaplessWriter(cfg.connection)

@@ -67,6 +67,7 @@ class RoleShell(Stoppable):
         self._metrics_server: MetricsServer | None = None
         self._stopped_cleanly = False  # set when the loop ends on a stop request
         self._wedged = False  # a Kafka client hung (ClientWedgedError)
+        self._lease_unconfirmed = False  # lost, and not yet found ours again
 
     @property
     def role_key(self) -> str:
@@ -76,6 +77,14 @@ class RoleShell(Stoppable):
     @property
     def _log(self) -> logging.Logger:
         return logging.getLogger(f"atomickafka.{self.kind}")
+
+    def holds_lease(self) -> bool:
+        """Whether this instance holds its role's lease now, and has not lost it since
+        it was last confirmed (what its writer asks, from its commit thread, before it
+        takes the role's transactional producer again after a failure: that fences
+        whoever holds the role, so a lease that came back counts only once
+        :meth:`_lease_back` has found that no other instance wrote meanwhile)."""
+        return self._lease is not None and self._lease.held and not self._lease_unconfirmed
 
     def _prepare_topics(self) -> None:
         """Create or check the topics the role needs, before anything else starts."""
@@ -158,11 +167,13 @@ class RoleShell(Stoppable):
             "to get it back, writing nothing meanwhile", name, limit,
         )  # fmt: skip
         deadline = time.monotonic() + limit
+        self._lease_unconfirmed = True
         while time.monotonic() < deadline and not self.stopping:
             if lease.poll(0.2):
                 if not self._still_ours():
                     return False
                 self._log.info("%s: the lease is back; going on", name)
+                self._lease_unconfirmed = False
                 return True
         return False
 
@@ -204,6 +215,7 @@ class RoleShell(Stoppable):
             return status
         except FencedError as exc:
             self._log.error("%s stops: %s", name, exc)
+            self.metrics.stopped_fenced()
             return EXIT_FENCED
         except ClientWedgedError as exc:
             self._log.error("%s: %s; exiting at once so that a restart recovers it", name, exc)

@@ -469,6 +469,7 @@ class NodeRuntime(RoleShell):
                 on_unwritable=self._unwritable,
                 on_wait=self._heartbeat,
                 on_written=self._wrote,
+                holds_role=self.holds_lease,
             )
         low, high, committed = self._log_bounds(consumer)
         batch, source = self._followed_batch(committed, low), "standby state"
@@ -523,10 +524,21 @@ class NodeRuntime(RoleShell):
         """After the lease came back: False when the node's group has committed past
         this instance's position -- another instance processed the log meanwhile (with
         ``--at-least-once`` nothing else fences this one)."""
-        consumer = self._consumer
-        if consumer is None:
+        if self._consumer is None:
             return True
-        committed = self._committed_offset(consumer)
+        # The last committed offset, not a stable one: an instance that took over and
+        # was cut off in turn keeps its transaction (and its offsets) open until the
+        # transaction times out, and a stable read waits that long (60 s) -- with the
+        # lease held and nothing written (seen with network partitions, issue 39).
+        offsets = make_consumer(
+            self.config.connection,
+            node_group(self.config.topic, self.config.layer),
+            **{"isolation.level": "read_uncommitted"},
+        )
+        try:
+            committed = self._committed_offset(offsets)
+        finally:
+            offsets.close()
         if committed > self.batch.position:
             log.warning(
                 "node %s: its group committed offset %d, past this instance's %d: another "

@@ -28,6 +28,7 @@ local queue), built from the node's :class:`~atomickafka.kafka.connection.Connec
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -122,6 +123,10 @@ TXN_RETRY_S: Final = 120.0
 #: role; they are never closed, so they are kept) before it exits (exit status 5,
 #: :class:`ClientWedgedError`): its restart starts clean.
 MAX_HUNG_PRODUCERS: Final = 3
+#: How long a writer waits for its instance to hold the lease again before it takes a
+#: new producer (s): longer than the shell waits for a lost lease (three sessions, at
+#: least 20 s), which stops the instance first when the lease went elsewhere.
+LEASE_WAIT_S: Final = 60.0
 #: Back-off between retries (s): doubling from the first to the last.
 _RETRY_BACKOFF_S: Final = (0.1, 2.0)
 
@@ -282,31 +287,86 @@ def _log_retry(kind: str, text: str, exc: BaseException) -> None:
         log.warning(text + (f" ({held} more retries since)" if held else ""), exc)
 
 
-class _AbortedError(Exception):
-    """The batch's transaction was aborted (an abortable error, or a retriable one past
-    what retrying in place allows): nothing of it is visible, it may be written again."""
+class _TxnFailedError(Exception):
+    """A transaction failed short of a fence or a fatal error: its producer is not used
+    again (:meth:`TransactionalWriter._recover`). ``unknown``: the commit may have
+    reached the coordinator (a timeout, a broken connection, no answer); otherwise
+    nothing of it became visible. ``hung``: a call on the producer never returned."""
+
+    def __init__(
+        self, reason: str, *, unknown: bool, hung: ClientWedgedError | None = None
+    ) -> None:
+        super().__init__(reason)
+        self.unknown = unknown
+        self.hung = hung
+
+
+#: Errors by which a coordinator refuses a request outright (it moves or loads): the
+#: request did nothing, and the call is made again on the same producer. Every other
+#: failure -- a timeout, a broken connection, an abort -- may leave a request of the
+#: transaction on its way, and the producer is replaced.
+_REFUSED_CODES: Final = frozenset(
+    {
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.CONCURRENT_TRANSACTIONS,
+    }
+)
+
+
+def _retire(producer: RecordProducer) -> None:
+    """Destroy a transactional producer that failed, on a daemon thread (librdkafka's
+    destroy waits for its broker threads; a partitioned link must not hold the node).
+    The new producer's ``init_transactions`` has fenced it already or is about to."""
+
+    def destroy() -> None:
+        with contextlib.suppress(Exception):  # whatever it says: it is gone either way
+            producer.close(0)
+
+    threading.Thread(target=destroy, name="retired-producer", daemon=True).start()
 
 
 class TransactionalWriter(Writer):
     """One transaction per batch; fenced by a newer instance of the same role.
 
-    A batch's transaction survives Kafka's routine events (docs/DESIGN.md §6.3): a
-    call that fails with a retriable error (a coordinator moving or loading, a leader
-    election, librdkafka's own timeout) is called again; an error that requires an abort
-    aborts the transaction, which is then written again from its first record -- as
-    librdkafka's transactional API prescribes, and safe, since an aborted transaction
-    is visible to no ``read_committed`` reader. Both for at most :data:`TXN_RETRY_S` per
-    batch, with a back-off; a fatal error, a fence, or a batch still unwritten then ends
-    the instance (exit status 1 or 4; the restart or the standby recovers). While it
-    waits, ``on_wait`` is called about every :data:`HEARTBEAT_S` (the shell publishes its
-    status, so that clients do not take a node waiting out a failover for a dead one).
+    A batch's transaction survives Kafka's routine events (docs/DESIGN.md §6.3). A call
+    that a coordinator refuses outright (it moves or loads: :data:`_REFUSED_CODES`) is
+    made again. Any other failure -- a timeout, a broken connection, an error that
+    requires an abort, a call that never returns -- ends that producer's use: a new
+    producer of the role takes over (its ``init_transactions`` fences the old one and
+    ends its transaction) and writes the batch again from its first record, unless the
+    failed commit is found to have committed (the group's committed offsets tell,
+    :meth:`_recover`). A producer is never used for another transaction after such a
+    failure: librdkafka lacks KIP-890's client side, so a request of the failed
+    transaction still on its way (a delayed commit, a produce of an aborted
+    transaction) would land in the producer's next one (Jepsen's 2024 analysis of
+    Kafka's transactions); after the new producer's init the broker refuses it. All
+    for at most :data:`TXN_RETRY_S` per batch, with a back-off; a fatal error, a fence,
+    a lease lost meanwhile (``holds_role``), or a batch still unwritten then ends the
+    instance (exit status 1 or 4; the restart or the standby recovers). While it
+    waits, ``on_wait`` is called about every :data:`HEARTBEAT_S` (the shell publishes
+    its status, so that clients do not take a node waiting out a failover for a dead
+    one).
     """
 
     #: The callback while waiting (class defaults: a writer is built without one too).
     on_wait: Callable[[], None] | None = None
     retry_s: float = TXN_RETRY_S
+    #: librdkafka's bound on a commit (s; ``None``: :data:`COMMIT_TIMEOUT_S`).
+    commit_timeout_s: float | None = None
     #: A write into the open transaction failed: :meth:`finish` writes it again.
     broken: bool = False
+    #: Whether this instance still holds its role's lease (``None``: not asked); a
+    #: producer is replaced only while it does (:meth:`_recover`).
+    holds_role: Callable[[], bool] | None = None
+    #: Producers replaced after a failed transaction, and commits of unknown outcome.
+    replaced: int = 0
+    unknown_outcomes: int = 0
+    #: The input offsets the last transaction committed (``None``: not known yet): after
+    #: a failure the group's must be these or the failed transaction's, else another
+    #: instance wrote as this role (:meth:`_recover`).
+    committed_before: OffsetCommit | None = None
 
     def __init__(
         self,
@@ -317,8 +377,10 @@ class TransactionalWriter(Writer):
         *,
         init_timeout_s: float = 60.0,
         on_wait: Callable[[], None] | None = None,
+        holds_role: Callable[[], bool] | None = None,
     ) -> None:
         self.on_wait = on_wait
+        self.holds_role = holds_role
         self._consumer = consumer
         # The consumer's group metadata, read once: its consumers are assigned their
         # partitions (never subscribed), so it never changes. Asked at every commit, the
@@ -374,9 +436,9 @@ class TransactionalWriter(Writer):
         *,
         snapshot_offset: int | None = None,
     ) -> None:
-        """Write ``records`` and commit ``commit`` in one transaction (retried through
-        retriable and abortable errors, see the class); a snapshot among ``records``
-        commits with them (``snapshot_offset`` is not needed)."""
+        """Write ``records`` and commit ``commit`` in one transaction (written again
+        through failures, each with a new producer, see the class); a snapshot among
+        ``records`` commits with them (``snapshot_offset`` is not needed)."""
         del snapshot_offset
         if not records and commit is None:
             return
@@ -389,28 +451,30 @@ class TransactionalWriter(Writer):
         while True:
             try:
                 self._transaction(records, commit, deadline)
+                if commit:
+                    self.committed_before = dict(commit)
                 break
-            except ClientWedgedError as exc:
-                if len(self._hung) >= MAX_HUNG_PRODUCERS or time.monotonic() >= deadline:
-                    self.wedged = True
-                    raise
-                self._replace(exc)
-            except _AbortedError as exc:
-                if time.monotonic() + backoff >= deadline:
+            except _TxnFailedError as failed:
+                if failed.hung is None and time.monotonic() + backoff >= deadline:
                     raise BatchWriteError(
-                        f"a batch's transaction was aborted {attempts} times over "
-                        f"{self.retry_s:.0f} s; the last: {exc}"
+                        f"a batch's transaction failed {attempts} times over "
+                        f"{self.retry_s:.0f} s; the last: {failed}"
                     ) from None
-                _log_retry("aborted", "transaction aborted (%s); writing the batch again", exc)
-                self._wait(backoff)
-                backoff = min(_RETRY_BACKOFF_S[1], 2 * backoff)
+                if failed.hung is None:
+                    _log_retry(
+                        "aborted", "transaction failed (%s); writing the batch again", failed
+                    )
+                    self._wait(backoff)
+                    backoff = min(_RETRY_BACKOFF_S[1], 2 * backoff)
+                if self._recover(failed, commit, deadline):
+                    break
                 attempts += 1
         self._last_commit = time.monotonic()
 
     def _transaction(
         self, records: Sequence[OutRecord], commit: OffsetCommit | None, deadline: float
     ) -> None:
-        """One try at the batch's transaction; :class:`_AbortedError` when it was aborted."""
+        """One try at the batch's transaction; :class:`_TxnFailedError` when it failed."""
         producer = self._producer
         try:
             producer.begin_transaction()
@@ -420,7 +484,7 @@ class TransactionalWriter(Writer):
             self._abort(deadline)
             raise exc from None
         except KafkaException as exc:
-            self._failed(exc, "writing a batch", deadline)
+            self._failed(exc, "writing a batch", deadline, committing=False)
         self._commit(producer, commit, deadline)
 
     def _commit(
@@ -437,60 +501,175 @@ class TransactionalWriter(Writer):
                 SEND_OFFSETS_TIMEOUT_S,
                 "adding the input offsets to the transaction",
                 deadline,
+                committing=False,
             )
+        timeout_s = self.commit_timeout_s or COMMIT_TIMEOUT_S
         self._call(
-            lambda: producer.commit_transaction(COMMIT_TIMEOUT_S),
-            COMMIT_TIMEOUT_S,
+            lambda: producer.commit_transaction(timeout_s),
+            timeout_s,
             "committing the transaction",
             deadline,
+            committing=True,
         )
 
     def _call(
-        self, call: Callable[[], object], timeout_s: float, doing: str, deadline: float
+        self,
+        call: Callable[[], object],
+        timeout_s: float,
+        doing: str,
+        deadline: float,
+        *,
+        committing: bool,
     ) -> None:
-        """A transactional call (bounded, :func:`bounded_call`: not returned by its own
-        timeout plus :data:`WEDGE_MARGIN_S`, :class:`ClientWedgedError`), called again
-        while it fails with a retriable error and the batch's time lasts."""
+        """A transactional call, bounded (:func:`bounded_call`). Called again in place
+        only while it is refused outright (:data:`_REFUSED_CODES`: a coordinator that
+        moves or loads) before the commit; any other failure is
+        :class:`_TxnFailedError` (an unknown outcome when ``committing``)."""
         backoff = _RETRY_BACKOFF_S[0]
         while True:
             try:
                 bounded_call(call, timeout_s + WEDGE_MARGIN_S, doing, self.on_wait)
                 return
+            except ClientWedgedError as exc:
+                raise _TxnFailedError(str(exc), unknown=committing, hung=exc) from exc
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
-                retriable = isinstance(error, KafkaError) and error.retriable()
-                if not retriable or time.monotonic() + backoff >= deadline:
-                    self._failed(exc, doing, deadline)
-                _log_retry(doing, f"{doing} failed, retrying (a Kafka failover?): %s", exc)
+                refused = isinstance(error, KafkaError) and error.code() in _REFUSED_CODES
+                if committing or not refused or time.monotonic() + backoff >= deadline:
+                    self._failed(exc, doing, deadline, committing=committing)
+                _log_retry(doing, f"{doing} refused, retrying (a Kafka failover?): %s", exc)
                 self._wait(backoff)
                 backoff = min(_RETRY_BACKOFF_S[1], 2 * backoff)
 
-    def _replace(self, hung: ClientWedgedError) -> None:
-        """Leave the producer a call hung on, untouched, and go on with a new one of the
-        role: its ``init_transactions`` fences the hung one and aborts its transaction,
-        so the batch is written again from its first record -- what a restart of the
-        process would do, without the restart. librdkafka keeps a group coordinator
-        that left the cluster cached, and its offsets request then waits for a broker
-        state change that may never come (librdkafka issue #5511); a new producer finds
-        the new coordinator."""
-        log.warning("%s; going on with a new producer of the role", hung)
-        self._hung.append(self._producer)
-        self._producer = self._new_producer()
+    def _recover(
+        self, failed: _TxnFailedError, commit: OffsetCommit | None, deadline: float
+    ) -> bool:
+        """After a failed transaction: leave its producer (a hung one untouched, kept;
+        another destroyed), go on with a new producer of the role -- whose
+        ``init_transactions`` fences the old one, bumping the epoch, and ends its
+        transaction (aborted, or committed if the commit had reached the coordinator)
+        -- and, when the commit's outcome is unknown, tell whether it committed. True
+        when it did (nothing to write again).
 
-    def _failed(self, exc: KafkaException, doing: str, deadline: float) -> NoReturn:
+        Never calling a producer again after such a failure is the client's defence
+        against Kafka's transaction anomalies (Jepsen's 2024 analysis; KIP-890, whose
+        client side librdkafka lacks): a request of the failed transaction that is
+        still on its way -- a commit delayed by a partition, a produce of an aborted
+        transaction -- would otherwise land in the producer's next transaction, which
+        has the same epoch; after the new producer's init it is refused as fenced."""
+        if failed.hung is not None:
+            if len(self._hung) >= MAX_HUNG_PRODUCERS or time.monotonic() >= deadline:
+                self.wedged = True
+                raise failed.hung
+            self._hung.append(self._producer)  # never touched again: a call could hang too
+        else:
+            _retire(self._producer)
+        if not self._still_holds_role():
+            raise FencedError(
+                f"{failed}; the role's lease was lost meanwhile and did not come back: this "
+                "instance stops rather than take the role's producer from the one that took over"
+            )
+        log.warning(
+            "%s; going on with a new producer of the role (a producer is never used "
+            "again after a failed transaction)",
+            failed,
+        )
+        self._producer = self._new_producer()
+        self.replaced += 1
+        if failed.unknown:
+            self.unknown_outcomes += 1
+        return self._landed(failed, commit, deadline)
+
+    def _landed(
+        self, failed: _TxnFailedError, commit: OffsetCommit | None, deadline: float
+    ) -> bool:
+        """Whether the failed transaction committed, told by the group's offsets (read
+        after the new producer's init): the failed transaction's (it did), the last
+        one's (it did not), or others (another instance wrote: :class:`FencedError`)."""
+        if not commit:
+            if not failed.unknown:
+                return False
+            raise BatchWriteError(
+                f"{failed}: whether that transaction committed is unknown, and it holds "
+                "no input offsets to tell; exiting so that the restart recovers"
+            )
+        found = self._committed_offsets(commit, deadline)
+        before = self.committed_before
+        landed = found == commit
+        if before is None:
+            unchanged = all(found.get(p, 0) < o for p, o in commit.items())
+        else:
+            unchanged = found == {p: before.get(p, 0) for p in commit}
+        if landed and unchanged and failed.unknown:
+            raise BatchWriteError(
+                f"{failed}: whether that transaction committed is unknown, and its input "
+                "offsets are the last transaction's; exiting so that the restart recovers"
+            )
+        if not (unchanged or (landed and failed.unknown)):
+            raise FencedError(
+                f"{failed}; the role's committed offsets are {found}, neither this "
+                f"transaction's {commit} nor the last one's {before}: another instance "
+                "wrote as this role meanwhile"
+            )
+        landed = landed and not unchanged
+        if failed.unknown:
+            log.warning(
+                "the transaction whose commit failed %s",
+                "had committed" if landed else "had not committed: writing it again",
+            )
+        if landed:
+            self.committed_before = dict(commit)
+        return landed
+
+    def _still_holds_role(self) -> bool:
+        """Whether the instance holds its lease; while it does not, wait (up to
+        :data:`LEASE_WAIT_S`) for the shell to find it back -- a group coordinator on a
+        broker cut off loses every member's lease for a while."""
+        holds = self.holds_role
+        if holds is None:
+            return True
+        until = time.monotonic() + LEASE_WAIT_S
+        while not holds():
+            if time.monotonic() >= until:
+                return False
+            self._wait(HEARTBEAT_S)
+        return True
+
+    def _committed_offsets(self, commit: OffsetCommit, deadline: float) -> OffsetCommit:
+        """The group's committed offsets of ``commit``'s partitions (0: none), read
+        after the new producer's init ended any open transaction of the role."""
+        asked = [TopicPartition(self._input, p) for p in commit]
+        while True:
+            try:
+                found = self._consumer.committed(asked, timeout=SEND_OFFSETS_TIMEOUT_S)
+                return {tp.partition: max(0, tp.offset) for tp in found}
+            except KafkaException as exc:
+                if time.monotonic() >= deadline:
+                    raise BatchWriteError(
+                        f"reading the committed offsets to tell whether a transaction "
+                        f"committed failed: {exc}"
+                    ) from exc
+                self._wait(_RETRY_BACKOFF_S[1])
+
+    def _failed(
+        self, exc: KafkaException, doing: str, deadline: float, *, committing: bool
+    ) -> NoReturn:
         """The transaction failed with ``exc``: raise :class:`FencedError` when another
         instance took over; :class:`BatchWriteError` when the producer cannot go on (a
-        fatal error); otherwise abort it and raise :class:`_AbortedError`. A producer fenced
-        meanwhile fails its next call with a plain fatal error (``produce``: "Local: Fatal
-        error"), and the abort names the cause: then the instance stops as fenced."""
+        fatal error); otherwise :class:`_TxnFailedError`, the producer to be replaced
+        (an unknown outcome when ``committing`` and the error does not say the
+        transaction must be aborted). A producer fenced meanwhile fails its next call
+        with a plain fatal error (``produce``: "Local: Fatal error"), and the abort
+        names the cause: then the instance stops as fenced."""
         error = _classified(exc, doing)
         if isinstance(error, FencedError):
             raise error from exc
-        self._abort(deadline)
         kafka_error = exc.args[0] if exc.args else None
         if isinstance(kafka_error, KafkaError) and kafka_error.fatal():
+            self._abort(deadline)
             raise error from exc
-        raise _AbortedError(f"{doing}: {exc}") from exc
+        abortable = isinstance(kafka_error, KafkaError) and kafka_error.txn_requires_abort()
+        raise _TxnFailedError(f"{doing}: {exc}", unknown=committing and not abortable) from exc
 
     def _abort(self, deadline: float) -> None:
         """Abort the open transaction, again while it fails with a retriable error (and
@@ -530,7 +709,7 @@ class TransactionalWriter(Writer):
             error = _classified(exc, "beginning a transaction")
             if isinstance(error, FencedError):
                 raise error from exc
-            self.broken = True  # finish() aborts it and writes it again
+            self.broken = True  # finish() writes it again with a new producer
 
     def produce(self, record: OutRecord) -> None:
         """Put ``record`` into the transaction :meth:`begin` opened."""
@@ -546,24 +725,20 @@ class TransactionalWriter(Writer):
 
     def finish(self, records: Sequence[OutRecord], commit: OffsetCommit | None) -> None:
         """Commit the transaction holding ``records`` (put there with :meth:`produce`)
-        and ``commit``: retried as :meth:`write` is; a transaction that had to be aborted
-        is written again from ``records``."""
+        and ``commit``; a transaction that failed is written again from ``records`` by
+        a new producer, as :meth:`write` does, unless it is found committed."""
         deadline = time.monotonic() + self.retry_s
         try:
             if self.broken:
                 self.broken = False
-                self._abort(deadline)
-                raise _AbortedError("a write into it failed")
+                raise _TxnFailedError("a write into the transaction failed", unknown=False)
             self._commit(self._producer, commit, deadline)
-        except _AbortedError as exc:
-            _log_retry("aborted", "transaction aborted (%s); writing the batches again", exc)
-            self.write(records, commit)
-        except ClientWedgedError as exc:
-            if len(self._hung) >= MAX_HUNG_PRODUCERS:
-                self.wedged = True
-                raise
-            self._replace(exc)
-            self.write(records, commit)
+            if commit:
+                self.committed_before = dict(commit)
+        except _TxnFailedError as failed:
+            _log_retry("aborted", "transaction failed (%s); writing the batches again", failed)
+            if not self._recover(failed, commit, deadline):
+                self.write(records, commit)
         self._last_commit = time.monotonic()
 
     def send_dead_letter(self, ticket: Ticket, record: OutRecord) -> None:
@@ -679,6 +854,7 @@ class SplitWriter(Writer):
         on_wait: Callable[[], None] | None = None,
         on_written: Callable[[Sequence[OutRecord]], None] | None = None,
         init_timeout_s: float = 60.0,
+        holds_role: Callable[[], bool] | None = None,
     ) -> None:
         self._partition = partition
         self._on_written = on_written
@@ -695,6 +871,7 @@ class SplitWriter(Writer):
             input_topic,
             init_timeout_s=init_timeout_s,
             on_wait=on_wait,
+            holds_role=holds_role,
         )
         self._txn.on_wait = None  # its commits run on a thread: the loop goes on anyway
         self.failed: str | None = None
@@ -720,6 +897,7 @@ class SplitWriter(Writer):
         the node replays up to it, and commits above it."""
         self._tracker = OffsetsTracker(committed)
         self._acked = committed
+        self._txn.committed_before = {self._partition: committed}
 
     # ------------------------------------------------------------------ writing
 

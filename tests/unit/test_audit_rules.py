@@ -417,3 +417,51 @@ def test_a_mismatch_is_reported_at_the_later_delivery_whatever_was_read_first() 
         found = observe_all(AuditRules(TOPICS, BOUND_S), order)
         assert {v.identity for v in found} == {("mismatch", "A", "m1", 3)}, order
         assert len(found) == 1
+
+
+# ------------------------------------------------ rules 5 and 6: Kafka's own anomalies
+
+
+def test_an_exact_repeat_is_an_aborted_read_when_the_nodes_write_exactly_once() -> None:
+    """Issue 39: with exactly-once nodes a read_committed reader never meets a delivery
+    twice; an identical second one means a record of an aborted transaction was read
+    (Jepsen's aborted read) or the delivery was committed twice. At-least-once nodes
+    write such repeats after a crash: dropped, as before."""
+    first, again = dlv("A", "m1", 5, ["A"], offset=3), dlv("A", "m1", 5, ["A"], offset=7)
+    assert observe_all(AuditRules(TOPICS), [first, again]) == []
+    found = observe_all(AuditRules(TOPICS, exactly_once=True), [first, again])
+    assert kinds(found) == [("aborted-read", "A", "m1")] and found[0].offset == 7
+    assert observe_all(AuditRules(TOPICS, exactly_once=True, offsets=True), [first, first]) == []
+
+
+def test_one_offset_read_twice_with_two_values_is_reported() -> None:
+    """The log was cut (an unclean election, a lost write) and written again: the
+    consumer's position reset, and the offset read before now holds another record."""
+    rules = AuditRules(TOPICS, offsets=True)
+    read = [dlv("A", f"m{i}", i, ["A"], offset=i) for i in range(1, 4)]
+    assert observe_all(rules, read) == []
+    rewritten = dlv("A", "x2", 9, ["A"], offset=2)
+    found = observe_all(rules, [read[0], rewritten])
+    assert ("offset-two-values", "A", "x2") in kinds(found)
+    assert found[-1].reference == {"messageID": "m2", "digest": "digest-m2"}
+
+
+def test_a_delivery_a_second_read_passes_over_is_gone_after_read() -> None:
+    rules = AuditRules(TOPICS, offsets=True)
+    read = [dlv("A", f"m{i}", i, ["A"], offset=i) for i in range(1, 6)]
+    assert observe_all(rules, read) == []
+    # read again from offset 1: offsets 2 and 3 are gone, 4 is there again
+    found = observe_all(rules, [read[0], read[3]])
+    assert kinds(found) == [("gone-after-read", "A", "m2"), ("gone-after-read", "A", "m3")]
+    assert [v.offset for v in found] == [2, 3]
+    # the second read goes past the first one's end: 5 was never read again
+    found = observe_all(rules, [dlv("A", "m6", 6, ["A"], offset=6)])
+    assert kinds(found) == [("gone-after-read", "A", "m5")]
+
+
+def test_offsets_are_forgotten_with_their_messages() -> None:
+    rules = AuditRules(TOPICS, offsets=True)
+    observe_all(rules, [dlv("A", "m1", 1, ["A"], offset=1, at=1_000)])
+    rules.advance(1_000 + 100 * BOUND_MS)
+    assert rules.tracked_messages == 0
+    assert observe_all(rules, [dlv("A", "y", 2, ["A"], offset=1, at=200_000)]) == []

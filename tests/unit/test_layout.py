@@ -23,11 +23,12 @@ ALLOWED = {
     "metrics": {"core"},
     "node": {"core", "kafka", "logs", "audit", "metrics"},
     "localkafka": set(),
+    "netlab": {"localkafka"},
     "config": {"kafka"},
     "doctor": {"core", "kafka", "node"},
     "client": {"core", "kafka"},
     "spark": {"core", "kafka", "config", "client"},
-    "evaluation": {"core", "kafka", "audit", "client", "localkafka", "node", "verify"},
+    "evaluation": {"core", "kafka", "audit", "client", "localkafka", "netlab", "node", "verify"},
     "cli": {
         "core",
         "verify",
@@ -36,6 +37,7 @@ ALLOWED = {
         "metrics",
         "node",
         "localkafka",
+        "netlab",
         "config",
         "doctor",
         "client",
@@ -51,6 +53,7 @@ EVALUATION = {
     "bench": {"cost", "load"},
     "suite": {"cost", "load"},
     "soak": {"cost", "load", "bench"},
+    "nemesis": set(),
 }
 #: Modules every layer may import: they import nothing of AtomicKafka themselves.
 EVERYWHERE = {"errors", "jsonnames", "logs", "spark_raw"}

@@ -1,6 +1,8 @@
 """The transactional writer's guard against a librdkafka call that never returns
 (librdkafka issues #5456 and #5511: ``send_offsets_to_transaction`` can block for ever
-once the group coordinator's broker dies); no Kafka: the producer is a stand-in."""
+once the group coordinator's broker dies), and its rule that a producer is never used
+again after a failed transaction (issue 39: Kafka's transaction anomalies); no Kafka:
+the producer is a stand-in (tests/integration/test_netfaults.py delays a real commit)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from atomickafka.node import writers
 from atomickafka.node.batch import OutKind, OutRecord
@@ -76,10 +78,22 @@ class HangingProducer:
         self.calls.append("flush")
         return 0
 
+    def close(self, *_: Any) -> int:
+        self.calls.append("close")
+        return 0
+
 
 class GroupConsumer:
+    """The node's consumer: its group metadata, and the group's committed offset."""
+
+    def __init__(self, committed: int = -1001) -> None:
+        self.offset = committed
+
     def consumer_group_metadata(self) -> object:
         return object()
+
+    def committed(self, partitions: list[TopicPartition], **_: Any) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, self.offset) for tp in partitions]
 
 
 def _writer(producer: object) -> TransactionalWriter:
@@ -201,28 +215,122 @@ def _quick(
 
 
 def test_a_moving_coordinator_is_waited_out_not_an_exit(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 26, item 3: COORDINATOR_LOAD_IN_PROGRESS and NOT_COORDINATOR (retriable)
-    from adding the offsets, and a retriable commit timeout, are retried in place: the
-    batch is written once, nothing aborted, and the shell was called back meanwhile."""
-    timeout = KafkaError(KafkaError._TIMED_OUT, "commit timed out", retriable=True)
-    producer = FlakyProducer(send_offsets=[LOADING, NOT_COORDINATOR], commit=[timeout])
+    """Issue 26, item 3: COORDINATOR_LOAD_IN_PROGRESS and NOT_COORDINATOR (a coordinator
+    refusing the request outright) from adding the offsets are retried in place: the
+    batch is written once, by the one producer, and the shell was called back meanwhile."""
+    producer = FlakyProducer(send_offsets=[LOADING, NOT_COORDINATOR])
     writer, beats = _quick(producer, monkeypatch)
     writer.write([RECORD], {0: 7})
     assert producer.calls == [
         "begin", "produce out", "send_offsets", "send_offsets", "send_offsets", "commit",
-        "commit",
     ]  # fmt: skip
-    assert beats and not writer.wedged
+    assert beats and not writer.wedged and writer.replaced == 0
 
 
-def test_an_abortable_error_aborts_and_writes_the_batch_again(
+TIMED_OUT = KafkaError(KafkaError._TIMED_OUT, "commit timed out", retriable=True)
+ONCE = ["begin", "produce out", "send_offsets", "commit"]
+
+
+def _replaced_by(writer: TransactionalWriter, fresh: HangingProducer) -> None:
+    writer._new_producer = lambda: fresh  # type: ignore[method-assign,assignment,return-value]
+
+
+def test_a_commit_that_timed_out_is_never_retried_on_that_producer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    producer = FlakyProducer(commit=[ABORTABLE], abort=[LOADING])
-    writer, _ = _quick(producer, monkeypatch)
+    """Issue 39, item 3: a commit that timed out may still reach the coordinator; called
+    again on the same producer (as before), its delayed request could commit a later
+    transaction of the same epoch. The producer is left, a new one of the role (which
+    fences it) finds the offsets not committed and writes the batch again."""
+    old, fresh = FlakyProducer(commit=[TIMED_OUT]), FlakyProducer()
+    writer, _ = _quick(old, monkeypatch)
+    writer._consumer = GroupConsumer(committed=3)  # type: ignore[assignment]
+    _replaced_by(writer, fresh)
     writer.write([RECORD], {0: 7})
-    once = ["begin", "produce out", "send_offsets", "commit"]
-    assert producer.calls == [*once, "abort", "abort", *once]  # the abort retried too
+    assert old.calls[:4] == ONCE and old.calls.count("commit") == 1
+    assert fresh.calls == ONCE
+    assert (writer.replaced, writer.unknown_outcomes) == (1, 1)
+
+
+def test_a_commit_that_timed_out_but_landed_is_not_written_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    old, fresh = FlakyProducer(commit=[TIMED_OUT]), FlakyProducer()
+    writer, _ = _quick(old, monkeypatch)
+    writer._consumer = GroupConsumer(committed=7)  # type: ignore[assignment]
+    _replaced_by(writer, fresh)
+    writer.write([RECORD], {0: 7})
+    assert fresh.calls == [] and writer.unknown_outcomes == 1
+
+
+def test_offsets_that_another_instance_committed_stop_the_instance_as_fenced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After the new producer's init the group's offsets are neither the failed
+    transaction's nor the last one's: another instance took the role and wrote (this
+    one was cut off, its lease lost and given back meanwhile). Writing the batch again
+    would write its deliveries twice and move the offsets back."""
+    old = FlakyProducer(commit=[TIMED_OUT])
+    writer, _ = _quick(old, monkeypatch)
+    writer.committed_before = {0: 3}
+    writer._consumer = GroupConsumer(committed=12)  # type: ignore[assignment]
+    _replaced_by(writer, FlakyProducer())
+    with pytest.raises(FencedError, match="another instance wrote as this role"):
+        writer.write([RECORD], {0: 7})
+
+
+def test_an_unknown_outcome_without_offsets_to_tell_ends_the_instance(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A merger's transactions hold no input offsets: its restart, which resumes after
+    the last delivery it finds in ``T``, tells instead."""
+    old = FlakyProducer(commit=[TIMED_OUT])
+    writer, _ = _quick(old, monkeypatch)
+    _replaced_by(writer, FlakyProducer())
+    with pytest.raises(BatchWriteError, match="whether that transaction committed is unknown"):
+        writer.write([RECORD], None)
+
+
+def test_a_lost_lease_stops_the_instance_instead_of_taking_the_producer_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node cut off from the brokers lost its lease long before its commit timed out;
+    a new producer's init would fence the instance that took over. It stops as fenced."""
+    monkeypatch.setattr(writers, "LEASE_WAIT_S", 0.05)
+    old = FlakyProducer(commit=[TIMED_OUT])
+    writer, _ = _quick(old, monkeypatch)
+    writer.holds_role = lambda: False
+    _replaced_by(writer, FlakyProducer())
+    with pytest.raises(FencedError, match="lease was lost meanwhile and did not come back"):
+        writer.write([RECORD], {0: 7})
+    assert writer.replaced == 0
+
+
+def test_a_lease_that_comes_back_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broker cut off with the lease group's coordinator: every member loses its
+    lease for a while, and gets it back. The writer waits for the shell to find it
+    ours again, then goes on with a new producer (no exit, no takeover)."""
+    answers = iter([False, False, True])
+    old, fresh = FlakyProducer(commit=[TIMED_OUT]), FlakyProducer()
+    writer, _ = _quick(old, monkeypatch)
+    writer._consumer = GroupConsumer(committed=3)  # type: ignore[assignment]
+    writer.holds_role = lambda: next(answers)
+    _replaced_by(writer, fresh)
+    writer.write([RECORD], {0: 7})
+    assert fresh.calls == ONCE and writer.replaced == 1
+
+
+def test_an_abortable_error_writes_the_batch_again_with_a_new_producer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The aborted transaction's producer is not reused: a produce of it still on its
+    way would land in the next transaction of the same epoch (Jepsen's aborted read)."""
+    old, fresh = FlakyProducer(commit=[ABORTABLE]), FlakyProducer()
+    writer, _ = _quick(old, monkeypatch)
+    _replaced_by(writer, fresh)
+    writer.write([RECORD], {0: 7})
+    assert old.calls[:4] == ONCE and fresh.calls == ONCE
+    assert (writer.replaced, writer.unknown_outcomes) == (1, 0)
 
 
 def test_retries_are_bounded_and_a_fatal_error_is_not_retried(
@@ -233,7 +341,7 @@ def test_retries_are_bounded_and_a_fatal_error_is_not_retried(
     writer.retry_s = 0.2
     with pytest.raises(BatchWriteError, match="adding the input offsets"):
         writer.write([RECORD], {0: 7})
-    assert forever.calls[-1] == "abort" and "commit" not in forever.calls
+    assert "commit" not in forever.calls and writer.replaced == 0
     fatal = FlakyProducer(commit=[FATAL])
     writer, _ = _quick(fatal, monkeypatch)
     with pytest.raises(BatchWriteError, match="Fatal error"):

@@ -1,0 +1,266 @@
+"""The nemesis's checks, once everything is healed: each a :class:`Verdict`.
+
+- ``order``: the order checker (:mod:`atomickafka.verify.checker`) on every delivery
+  topic as a plain ``read_committed`` consumer reads it, against every send: an
+  acknowledged send must be delivered at every destination (else ``lost``), one never
+  acknowledged at all of them or at none (``all_or_none``), nothing twice, in one order;
+- ``plain-consumers``: each delivery topic holds each delivery once, in increasing
+  order of its key (what a consumer without AtomicKafka's filter sees);
+- ``not-stuck``: messages sent to every topic after the heal are delivered;
+- ``takeovers``: after every node host cut, each topic active there was taken over by
+  an instance on another host within the lease plus 2 s (plus ``margin_s`` for a busy
+  machine: statuses come once a second);
+- ``fenced``: every cut-off or paused instance that lost its role stopped as fenced
+  once it could reach the brokers again (its host's log and metrics say so);
+- ``every-kind``: the run applied every fault kind (for a run meant to).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from atomickafka.core.reader import delivery_order_key, read_delivery
+from atomickafka.evaluation.nemesis.faults import Applied
+from atomickafka.evaluation.nemesis.observe import Takeover
+from atomickafka.evaluation.nemesis.schedule import FaultKind
+from atomickafka.kafka.consumer import read_to_end
+from atomickafka.kafka.topics import delivery_topic
+from atomickafka.verify.checker import SentMessage, check, deliveries_from_wire
+
+__all__ = [
+    "Delivered",
+    "Verdict",
+    "check_fences",
+    "check_order",
+    "check_plain_consumers",
+    "check_takeovers",
+    "metric_total",
+    "read_deliveries",
+]
+
+
+@dataclass
+class Verdict:
+    """One check's outcome."""
+
+    name: str
+    ok: bool
+    detail: str
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON."""
+        return {"name": self.name, "ok": self.ok, "detail": self.detail, **self.figures}
+
+
+@dataclass
+class Delivered:
+    """A delivery topic as a plain ``read_committed`` consumer reads it: the parsed
+    deliveries in log order and the Kafka timestamps (ms) of their records."""
+
+    messages: list[Any]
+    timestamps: list[int]
+
+
+def read_deliveries(bootstrap: str, topics: Sequence[str]) -> dict[str, Delivered]:
+    """Every delivery of every topic, read ``read_committed`` from the start."""
+    out = {}
+    for topic in topics:
+        records = read_to_end(bootstrap, delivery_topic(topic), [0], timeout_s=120)
+        got = Delivered([], [])
+        for record in records:
+            message = read_delivery(record)
+            if message is not None:
+                got.messages.append(message)
+                got.timestamps.append(record.timestamp()[1])
+        out[topic] = got
+    return out
+
+
+def check_order(sends: Sequence[Mapping[str, Any]], delivered: Mapping[str, Delivered]) -> Verdict:
+    """The order checker over everything sent (see the module)."""
+    written = [s for s in sends if s.get("id") is not None]
+    unacknowledged = {s["id"] for s in written if s.get("ack") is None}
+    sent = [SentMessage(s["id"], frozenset(s["to"]), s.get("value")) for s in written]
+    logs = deliveries_from_wire({t: d.messages for t, d in delivered.items()})
+    report = check(sent, logs, all_or_none=unacknowledged)
+    partial = [
+        mid
+        for mid in unacknowledged
+        if any(mid in {m.messageID for m in d.messages} for d in delivered.values())
+    ]
+    figures = {
+        "sent": len(written),
+        "acknowledged": len(written) - len(unacknowledged),
+        "unacknowledged": len(unacknowledged),
+        "refused": len(sends) - len(written),
+        "delivered": {t: len(d.messages) for t, d in delivered.items()},
+        "violations": {k.value: n for k, n in report.counts.items()},
+        "unacknowledged_delivered_somewhere": len(partial),
+    }
+    detail = "passed" if report.ok else str(report)[:2000]
+    return Verdict("order", report.ok, detail, figures)
+
+
+def check_plain_consumers(delivered: Mapping[str, Delivered]) -> Verdict:
+    """Each delivery once, in increasing order, in every topic."""
+    problems = []
+    for topic, got in delivered.items():
+        keys = [delivery_order_key(m) for m in got.messages]
+        repeats = len(keys) - len({k[2] for k in keys})
+        if repeats:
+            problems.append(f"{topic}: {repeats} repeated")
+        if keys != sorted(keys):
+            problems.append(f"{topic}: not in increasing order")
+    return Verdict(
+        "plain-consumers",
+        not problems,
+        "; ".join(problems) or "each delivery once, in order, in every topic",
+        {"topics": len(delivered)},
+    )
+
+
+def lease_takings(logs: Mapping[str, str]) -> list[tuple[float, str, str]]:
+    """When an instance took a topic's lease, by the node logs: (wall time, topic, host)."""
+    out = []
+    for host, text in logs.items():
+        for line in text.splitlines():
+            if _TAKING_OVER not in line:
+                continue
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                entry = json.loads(line)
+                out.append((float(entry["ts"]), str(entry["node"]), host))
+    return sorted(out)
+
+
+#: What a node's log says when it takes its role's lease.
+_TAKING_OVER = "the lease is ours; taking over"
+
+
+def check_takeovers(
+    applied: Sequence[Applied],
+    takeovers: Sequence[Takeover],
+    logs: Mapping[str, str],
+    metrics: Mapping[str, str],
+    lease_s: float,
+    margin_s: float,
+) -> Verdict:
+    """After each node host cut, every topic active there went to another host in time:
+    its lease taken (the new instance's log) within the lease plus 2 s, and the new
+    instance live (its first status) within that plus ``margin_s``; and the host that
+    took over counts it (``atomickafka_node_takeovers_total``)."""
+    bound = lease_s + 2.0
+    taken_s: list[float] = []
+    live_s: list[float] = []
+    problems: list[str] = []
+    takings = lease_takings(logs)
+    for a in applied:
+        if a.fault.kind is not FaultKind.NODE_HOST_CUT:
+            continue
+        for topic in a.detail.get("active", []):
+            took = next(
+                (
+                    t - a.started
+                    for t, k, h in takings
+                    if k == topic and h != a.target and t >= a.started
+                ),
+                None,
+            )
+            after = [
+                t
+                for t in takeovers
+                if t.topic == topic and t.at >= a.started and t.after.host not in (a.target, None)
+            ]
+            if took is None or not after:
+                problems.append(f"{topic}: no instance on another host took over from {a.target}")
+                continue
+            live = after[0].at - a.started
+            host = after[0].after.host or ""
+            if metric_total(metrics.get(host, ""), "atomickafka_node_takeovers_total") < 1:
+                problems.append(f"{topic}: {host}'s metrics count no takeover")
+            taken_s.append(round(took, 2))
+            live_s.append(round(live, 2))
+            if took > bound:
+                problems.append(
+                    f"{topic}: lease taken {took:.1f} s after the cut (bound {bound:g} s)"
+                )
+            if live > bound + margin_s:
+                problems.append(f"{topic}: live {live:.1f} s after the cut (bound {bound:g} s)")
+    figures = {"lease_taken_s": taken_s, "live_s": live_s, "bound_s": bound, "margin_s": margin_s}
+    detail = "; ".join(problems) or (
+        f"{len(live_s)} takeovers: lease taken after {max(taken_s):.2f} s at most, the new "
+        f"instance live after {max(live_s):.2f} s at most (bound {bound:g} s)"
+        if live_s
+        else "no node host was cut while it held a role"
+    )
+    return Verdict("takeovers", not problems, detail, figures)
+
+
+#: What a node's log says when it stops because another instance took its role.
+_STOPS_FENCED = re.compile(r"stops: [^\n]*(fenced|lease|another instance)")
+
+
+def metric_total(metrics: str, name: str) -> float:
+    """The sum of a counter's series in a Prometheus text page."""
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith(f"{name}{{")
+    )
+
+
+def check_fences(
+    applied: Sequence[Applied], logs: Mapping[str, str], metrics: Mapping[str, str]
+) -> Verdict:
+    """Every host whose instance lost its role to a cut or a pause logged a fenced stop,
+    and its metrics count it."""
+    expected = Counter(
+        a.target
+        for a in applied
+        if a.target is not None
+        and (
+            (a.fault.kind is FaultKind.NODE_HOST_CUT and a.detail.get("active"))
+            or a.fault.kind is FaultKind.NODE_PAUSED
+        )
+    )
+    problems, figures = [], {}
+    for host, wanted in sorted(expected.items()):
+        logged = len(_STOPS_FENCED.findall(logs.get(host, "")))
+        counted = metric_total(metrics.get(host, ""), "atomickafka_node_fenced_total")
+        figures[host] = {"expected_at_least": wanted, "logged": logged, "metric": counted}
+        if logged < 1 or counted < 1:
+            problems.append(f"{host}: {logged} fenced stops logged, metric {counted:g}")
+    return Verdict(
+        "fenced",
+        not problems,
+        "; ".join(problems) or "every instance that lost its role stopped as fenced",
+        {"hosts": figures},
+    )
+
+
+def wait_delivered(
+    bootstrap: str,
+    sends: Sequence[Mapping[str, Any]],
+    topics: Sequence[str],
+    timeout_s: float,
+) -> dict[str, Delivered]:
+    """Read the delivery topics until every acknowledged send is delivered at every
+    destination (or ``timeout_s``); what was read last."""
+    want = {
+        t: {s["id"] for s in sends if s.get("ack") is not None and t in s["to"]} for t in topics
+    }
+    deadline = time.monotonic() + timeout_s
+    while True:
+        delivered = read_deliveries(bootstrap, topics)
+        if all(want[t] <= {m.messageID for m in delivered[t].messages} for t in topics):
+            return delivered
+        if time.monotonic() >= deadline:
+            return delivered
+        time.sleep(3.0)

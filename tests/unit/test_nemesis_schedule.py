@@ -1,0 +1,69 @@
+"""The nemesis's schedule (issue 39): reproducible from its seed, every fault kind in a
+short run, one fault at a time within the run; and the fault proxy's request framing,
+by which it holds a transaction's commit."""
+
+from __future__ import annotations
+
+import struct
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from atomickafka.evaluation.nemesis.schedule import (
+    FaultKind,
+    ScheduleSettings,
+    draw_schedule,
+    schedule_seconds,
+)
+from atomickafka.netlab.proxy import LinkFaults, _Frames
+
+TOPICS = ("a", "b", "c")
+
+
+@given(st.integers(0, 10_000), st.floats(10, 3_000))
+def test_a_schedule_is_a_function_of_its_seed_and_fits_its_run(seed: int, seconds: float) -> None:
+    settings = ScheduleSettings(seconds, TOPICS)
+    schedule = draw_schedule(settings, seed)
+    assert schedule == draw_schedule(settings, seed)
+    ends = [settings.lead_s - settings.gap_s] + [f.end_s for f in schedule]
+    for fault, previous_end in zip(schedule, ends, strict=False):
+        assert fault.start_s >= previous_end + settings.gap_s - 0.11  # one at a time
+        assert fault.end_s <= seconds
+        if fault.kind in (FaultKind.NODE_HOST_CUT, FaultKind.NODE_PAUSED):
+            assert fault.duration_s > settings.lease_s  # long enough for a takeover
+
+
+@given(st.integers(0, 10_000))
+def test_the_shortest_run_sees_every_kind_once(seed: int) -> None:
+    base = ScheduleSettings(1, TOPICS)
+    schedule = draw_schedule(ScheduleSettings(schedule_seconds(base, seed), TOPICS), seed)
+    assert sorted(f.kind for f in schedule) == sorted(FaultKind)
+
+
+def test_another_seed_draws_another_schedule() -> None:
+    settings = ScheduleSettings(600, TOPICS)
+    assert draw_schedule(settings, 1) != draw_schedule(settings, 2)
+
+
+def _request(api_key: int, body: bytes = b"xyz") -> bytes:
+    payload = struct.pack(">hhi", api_key, 3, 7) + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def test_the_proxy_cuts_a_stream_into_requests_however_it_arrives() -> None:
+    stream = _request(0, b"p" * 100) + _request(26) + _request(25, b"")
+    for cut in (1, 3, 7, 50, len(stream)):
+        frames, got = _Frames(), []
+        for i in range(0, len(stream), cut):
+            got += frames.feed(stream[i : i + cut])
+        assert [k for k, _ in got] == [0, 26, 25]
+        assert b"".join(f for _, f in got) == stream
+
+
+def test_a_loss_stalls_for_a_retransmission_timeout() -> None:
+    import random  # noqa: PLC0415
+
+    rng = random.Random(1)
+    assert LinkFaults(delay_ms=50).lag_s(rng) == 0.05
+    lags = [LinkFaults(loss=1.0).lag_s(rng) for _ in range(100)]
+    assert all(0.2 <= lag <= 1.0 for lag in lags)
