@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from atomickafka.errors import AtomicKafkaError
+from atomickafka.errors import AtomicKafkaError, ConfigError
 
 __all__ = ["FaultProxy", "LinkFaults", "ProxyControl", "ProxyError", "start_proxy"]
 
@@ -293,7 +293,7 @@ class FaultProxy:
         elif op == "clear":
             self.clear()
         elif op != "stats":
-            raise ValueError(f"unknown op {op!r}")
+            raise ConfigError(f"unknown op {op!r}")
         return {"stats": {h: vars(s) for h, s in self.stats.items()}}
 
 

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Final
 
+from atomickafka.errors import ConfigError
 from atomickafka.netlab.brokers import NetBrokers
 from atomickafka.netlab.hosts import Lab
 from atomickafka.netlab.proxy import ProxyControl, start_proxy
@@ -55,7 +56,7 @@ class Deployment:
         log_level: str = "info",
     ) -> None:
         if node_hosts not in (2, 3):
-            raise ValueError("the nemesis runs 2 or 3 node hosts")
+            raise ConfigError("the nemesis runs 2 or 3 node hosts")
         self.workdir = workdir
         self.topics = tuple(topics)
         self.lease_s = lease_s
