@@ -112,6 +112,16 @@ class _Route(NamedTuple):
     lanes: frozenset[str]
 
 
+def _one_id_each(values: Iterable[Any], message_ids: Sequence[str]) -> list[Any]:
+    """``values`` as a list, when ``message_ids`` names one id for each of them
+    (:meth:`AtomicKafkaClient.send_batch`); else :class:`MessageError`."""
+    values = list(values)
+    if len(message_ids) != len(values):
+        reason = f"{len(message_ids)} ids for {len(values)} values"
+        raise MessageError("message_ids", reason, list(message_ids)[:3])
+    return values
+
+
 class _Pending:
     """Counts the records of one sent message until all are acknowledged."""
 
@@ -222,19 +232,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         self.connection = connection_of(bootstrap_servers, config)
         self.bootstrap_servers = self.connection.bootstrap
         self.failover_wait_s = failover_wait_s
-        #: Back-pressure (docs/DESIGN.md §5.3): send() waits while a destination's node
-        #: lags more than ``max_lag_s`` behind its input (``None``: never), at most
-        #: ``max_block_s``, then raises QueueFullError. ``held_back_s``: time waited.
-        self.max_lag_s = max_lag_s
-        self.max_block_s = max_block_s
-        self.held_back_s = 0.0
-        self._lane = DirectLane(direct_rate)
-        #: Copies written to a destination's control log (the direct lane).
-        self.direct_copies = 0
-        #: Why the direct lane closed, if it did: a control log refused a copy (no
-        #: Write on ``atomickafka-ctl.*``); from then on every copy goes to an input log.
-        self.lane_refused: str | None = None
-        self._rerouted: list[_LaneCopy] = []  # refused lane copies to write again
+        self._set_up_flow(max_lag_s, max_block_s, direct_rate)
         #: Per topic, the time of the late status it was refused on after a wait: the
         #: same status is refused at once, without waiting again.
         self._given_up: dict[str, float] = {}
@@ -255,6 +253,28 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         self.idempotent = idempotent
         self._failures: list[tuple[str, KafkaError]] = []
         refuse_unsafe(self.connection.settings, node=False)  # ConfigError, before anything
+        self._set_up_sending()
+
+    def _set_up_flow(self, max_lag_s: float | None, max_block_s: float, direct_rate: float) -> None:
+        """Back-pressure and the direct lane: when sends wait, and which copies go
+        straight to a control log."""
+        #: Back-pressure (docs/DESIGN.md §5.3): send() waits while a destination's node
+        #: lags more than ``max_lag_s`` behind its input (``None``: never), at most
+        #: ``max_block_s``, then raises QueueFullError. ``held_back_s``: time waited.
+        self.max_lag_s = max_lag_s
+        self.max_block_s = max_block_s
+        self.held_back_s = 0.0
+        self._lane = DirectLane(direct_rate)
+        #: Copies written to a destination's control log (the direct lane).
+        self.direct_copies = 0
+        #: Why the direct lane closed, if it did: a control log refused a copy (no
+        #: Write on ``atomickafka-ctl.*``); from then on every copy goes to an input log.
+        self.lane_refused: str | None = None
+        self._rerouted: list[_LaneCopy] = []  # refused lane copies to write again
+
+    def _set_up_sending(self) -> None:
+        """What sending keeps: the message counter, the producer, the status watch, the
+        judged routes and the record builders."""
         self._seq = itertools.count()
         self._producer: RecordProducer | None = None
         self._watch: StatusWatch | None = None
@@ -363,10 +383,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         ``first_index``: the index of the first value that errors name (``None``: none,
         as :meth:`send`)."""
         if message_ids is not None:
-            values = list(values)
-            if len(message_ids) != len(values):
-                reason = f"{len(message_ids)} ids for {len(values)} values"
-                raise MessageError("message_ids", reason, list(message_ids)[:3])
+            values = _one_id_each(values, message_ids)
         topics = parse_destinations(destinations)
         if via is not None and not is_valid_topic_name(via):
             raise MessageError("via", "not a valid topic name", via)

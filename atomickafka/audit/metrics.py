@@ -88,6 +88,12 @@ class AuditMetrics:
             ["topic"],
             registry=r,
         )
+        self._set_up_record_counters(r)
+        self._set_up_gauges(r)
+
+    def _set_up_record_counters(self, r: CollectorRegistry) -> None:
+        """What the delivery records read were: checked, repeats, late, or not audited
+        (not deliveries, foreign, forged)."""
         self.checked = Counter(
             "atomickafka_audit_checked", "Delivery records checked, by topic", ["topic"], registry=r
         )
@@ -121,6 +127,9 @@ class AuditMetrics:
             ["topic"],
             registry=r,
         )
+
+    def _set_up_gauges(self, r: CollectorRegistry) -> None:
+        """The gauges: how far behind the audit reads, and the messages it holds."""
         self.lag = Gauge(
             "atomickafka_audit_lag_seconds",
             "Age of the last record read, while the topic has more to read (else 0)",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +27,7 @@ from atomickafka.errors import ConfigError
 from atomickafka.kafka.topics import Layout
 
 if TYPE_CHECKING:
-    from atomickafka.evaluation.bench.command import BenchResult
+    from atomickafka.evaluation.bench.command import BenchResult, BenchSetup
 
 
 def register(subparsers: Any) -> None:
@@ -38,6 +38,15 @@ def register(subparsers: Any) -> None:
     )
     add_bootstrap(parser, local_fallback=True)
     add_overrides(parser)
+    _add_scenario_options(parser)
+    _add_node_mode_options(parser)
+    _add_run_options(parser)
+    _add_workload_options(parser)
+    parser.set_defaults(func=guarded("bench", _run))
+
+
+def _add_scenario_options(parser: argparse.ArgumentParser) -> None:
+    """The load and the deployment of every scenario: messages, shape, topics, protocol."""
     parser.add_argument("--messages", type=int, default=20_000, help="messages per scenario")
     add_load_shape(parser, record_size=200)
     parser.add_argument(
@@ -54,6 +63,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--layout", choices=[x.value for x in Layout], default=Layout.SPLIT.value, help="layout"
     )
+
+
+def _add_node_mode_options(parser: argparse.ArgumentParser) -> None:
+    """How the nodes run: exactly-once or at-least-once, with control logs or not."""
     add_delivery_mode(
         parser,
         "run the nodes in exactly-once mode, the default (as cluster)",
@@ -66,6 +79,10 @@ def register(subparsers: Any) -> None:
         help="run the nodes with control logs of their own, the default (as node; "
         "--no-control-log: one log each)",
     )
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The run's output file, its warm-up and the sequencer baselines beside it."""
     parser.add_argument("--json", dest="json_out", default=None, help="also write results here")
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up pass")
     parser.add_argument(
@@ -79,6 +96,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(  # its old name
         "--no-sequencer", dest="no_baselines", action="store_true", help=argparse.SUPPRESS
     )
+
+
+def _add_workload_options(parser: argparse.ArgumentParser) -> None:
+    """The workloads (standard, many-topic), their plot, pacing and delivery formats."""
     parser.add_argument(
         "--workload",
         default="standard",
@@ -115,7 +136,6 @@ def register(subparsers: Any) -> None:
         help="the nodes' delivery format: raw, json, or both (raw,json: the unpaced "
         "multicast runs once per format, the first for the rest)",
     )
-    parser.set_defaults(func=guarded("bench", _run))
 
 
 def _row(r: BenchResult, baseline: BenchResult | None) -> str:
@@ -302,11 +322,7 @@ def _scenario_count(
 
 def _run(args: argparse.Namespace) -> int:
     # imported here: only this command needs the bench (and the client it drives)
-    from atomickafka.evaluation.bench.command import (  # noqa: PLC0415
-        BenchSetup,
-        run_bench,
-        run_many_topics,
-    )
+    from atomickafka.evaluation.bench.command import BenchSetup  # noqa: PLC0415
     from atomickafka.evaluation.load.baselines import check_reachable  # noqa: PLC0415
 
     try:
@@ -340,6 +356,27 @@ def _run(args: argparse.Namespace) -> int:
         delivery_format=formats[0],
         control_log=args.control_log,
     )
+    results = _run_workloads(args, setup, shares, formats, baselines, workloads, counts, show)
+    progress.close()
+    return _report(args, results, baselines)
+
+
+def _run_workloads(
+    args: argparse.Namespace,
+    setup: BenchSetup,
+    shares: Sequence[float],
+    formats: Sequence[str],
+    baselines: Any,
+    workloads: set[str],
+    counts: Sequence[int],
+    show: Callable[[BenchResult], None],
+) -> list[BenchResult]:
+    """Run the standard workload, then the many-topic one, as asked; every row to show."""
+    from atomickafka.evaluation.bench.command import (  # noqa: PLC0415
+        run_bench,
+        run_many_topics,
+    )
+
     results: list[BenchResult] = []
     if "standard" in workloads:
         results += run_bench(
@@ -369,7 +406,11 @@ def _run(args: argparse.Namespace) -> int:
             on_result=show,
             warmup=not args.no_warmup,
         )
-    progress.close()
+    return results
+
+
+def _report(args: argparse.Namespace, results: list[BenchResult], baselines: Any) -> int:
+    """The JSON file, the legend, the hop and cost tables, the plot; 1 if a run fell short."""
     if args.json_out:
         with open(args.json_out, "wb") as fh:
             fh.write(orjson.dumps([r.to_dict() for r in results], option=orjson.OPT_INDENT_2))

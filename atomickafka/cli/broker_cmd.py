@@ -139,6 +139,15 @@ def register(subparsers: Any) -> None:
     actions.required = True
 
     data_dir_help = "cluster folder (default: $ATOMICKAFKA_HOME/run or ~/.cache/atomickafka/run)"
+    _add_start(actions, data_dir_help)
+    _add_stop(actions, data_dir_help)
+    _add_status(actions, data_dir_help)
+    _add_fetch(actions)
+    _add_tool(actions)
+
+
+def _add_start(actions: Any, data_dir_help: str) -> None:
+    """The ``start`` action: brokers, data dir, port, timeout, SASL and ACLs."""
     start = actions.add_parser("start", help="start brokers unless running; print bootstrap")
     start.add_argument(
         "--brokers",
@@ -168,16 +177,25 @@ def register(subparsers: Any) -> None:
     )
     start.set_defaults(func=_guarded(_start))
 
+
+def _add_stop(actions: Any, data_dir_help: str) -> None:
+    """The ``stop`` action: data dir, purge, timeout."""
     stop = actions.add_parser("stop", help="stop the brokers started from the data dir")
     stop.add_argument("--data-dir", type=Path, help=data_dir_help)
     stop.add_argument("--purge", action="store_true", help="also delete the cluster's data")
     stop.add_argument("--timeout", type=float, default=30.0, help="seconds before SIGKILL (30)")
     stop.set_defaults(func=_guarded(_stop))
 
+
+def _add_status(actions: Any, data_dir_help: str) -> None:
+    """The ``status`` action: its data dir."""
     status = actions.add_parser("status", help="show brokers; exit 1 unless all run")
     status.add_argument("--data-dir", type=Path, help=data_dir_help)
     status.set_defaults(func=_guarded(_status))
 
+
+def _add_fetch(actions: Any) -> None:
+    """The ``fetch`` action: Spark's Kafka jars, Kafka's tools, the Streams baseline."""
     fetch = actions.add_parser("fetch", help="only download the Kafka jars (Maven)")
     fetch.add_argument(
         "--spark",
@@ -196,6 +214,9 @@ def register(subparsers: Any) -> None:
     )
     fetch.set_defaults(func=_guarded(_fetch))
 
+
+def _add_tool(actions: Any) -> None:
+    """The ``tool`` action: a Kafka command-line tool's name and its arguments."""
     tool = actions.add_parser(
         "tool",
         help="run one of Kafka's command-line tools (kafka-console-consumer, ...) from its jars",

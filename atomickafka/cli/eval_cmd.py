@@ -50,6 +50,15 @@ def register(subparsers: Any) -> None:
     add_bootstrap(parser, local_fallback=True)
     add_overrides(parser)
     add_secret_file(parser)
+    _add_load_options(parser)
+    _add_variant_options(parser)
+    _add_run_options(parser)
+    add_log_level(parser, default="warning")
+    parser.set_defaults(func=guarded("eval", _run))
+
+
+def _add_load_options(parser: argparse.ArgumentParser) -> None:
+    """The load: scenarios, messages per client, clients, topics, shape and pace."""
     parser.add_argument(
         "--scenarios",
         default="baseline,90-10,80-20,70-30,60-40,50-50",
@@ -64,6 +73,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--pace-ms", type=float, default=0.0, help="ms between a client's sends (0: unthrottled)"
     )
+
+
+def _add_variant_options(parser: argparse.ArgumentParser) -> None:
+    """The variants run: protocol, partitions, layout, the compared ones, many topics."""
     parser.add_argument(
         "--algorithm",
         choices=[a.value for a in Algorithm],
@@ -94,6 +107,10 @@ def register(subparsers: Any) -> None:
         default="5,10,20",
         help="topic counts of the many-topic workload (--compare many-topics)",
     )
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The run: report folder, Spark, rate window, stall timeout, control logs, warm-up."""
     parser.add_argument(
         "--out",
         type=Path,
@@ -121,8 +138,6 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="print the path of the PySpark metrics job (for spark-submit) and exit",
     )
-    add_log_level(parser, default="warning")
-    parser.set_defaults(func=guarded("eval", _run))
 
 
 def _row(info: RunInfo) -> str:

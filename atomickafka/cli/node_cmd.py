@@ -78,6 +78,19 @@ def register(subparsers: Any) -> None:
 def _add_node_options(parser: argparse.ArgumentParser) -> None:
     add_overrides(parser)
     add_secret_file(parser)
+    _add_protocol_options(parser)
+    _add_durability_options(parser)
+    _add_format_options(parser)
+    _add_takeover_options(parser)
+    _add_metrics_options(parser)
+    parser.add_argument(
+        "--max-seconds", type=float, default=None, help="stop after this long (for scripts)"
+    )
+    add_log_level(parser)
+
+
+def _add_protocol_options(parser: argparse.ArgumentParser) -> None:
+    """The protocol and its shape: algorithm, layout, partitions, batches, stuck warning."""
     parser.add_argument(
         "--algorithm",
         choices=[a.value for a in Algorithm],
@@ -109,6 +122,10 @@ def _add_node_options(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_STUCK_AFTER_S,
         help="warn when a message has held the queue head this long (seconds)",
     )
+
+
+def _add_durability_options(parser: argparse.ArgumentParser) -> None:
+    """What survives a crash: delivery mode, snapshots, the memory of settled ids."""
     add_delivery_mode(
         parser,
         "the default: each batch's outputs, snapshot and input offsets in one Kafka "
@@ -141,6 +158,10 @@ def _add_node_options(parser: argparse.ArgumentParser) -> None:
         help="how long settled message ids are remembered; a client copy may arrive half "
         "of it late (default 60)",
     )
+
+
+def _add_format_options(parser: argparse.ArgumentParser) -> None:
+    """How the node writes: delivery format, control format, its control log."""
     parser.add_argument(
         "--delivery-format",
         choices=["raw", "json"],
@@ -170,6 +191,10 @@ def _add_node_options(parser: argparse.ArgumentParser) -> None:
         "--no-control-log: one log, as releases before it. Every node of a deployment "
         "runs with it or none does",
     )
+
+
+def _add_takeover_options(parser: argparse.ArgumentParser) -> None:
+    """Restarts and standbys: --reconfigure, --takeover-after."""
     parser.add_argument(
         "--reconfigure",
         action="store_true",
@@ -185,11 +210,6 @@ def _add_node_options(parser: argparse.ArgumentParser) -> None:
         help="a standby takes over once the active instance has been silent this long "
         "(the lease group's session timeout; default 6)",
     )
-    _add_metrics_options(parser)
-    parser.add_argument(
-        "--max-seconds", type=float, default=None, help="stop after this long (for scripts)"
-    )
-    add_log_level(parser)
 
 
 def _add_metrics_options(parser: argparse.ArgumentParser) -> None:

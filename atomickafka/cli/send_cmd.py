@@ -70,6 +70,26 @@ def register(subparsers: Any) -> None:
         default=Layout.SPLIT.value,
         help="the nodes' layout (where the input logs are)",
     )
+    _add_record_options(parser)
+    parser.add_argument(
+        "--allow-offline",
+        action="store_true",
+        help="send even to topics no live node serves (their other destinations wait)",
+    )
+    parser.add_argument(
+        "--json",
+        dest="json_out",
+        action="store_true",
+        help="print each sent message as a JSON line (messageID, topic, value): the "
+        "SENT.jsonl that atomickafka check reads; default: the messageID alone",
+    )
+    _add_backpressure_options(parser)
+    parser.add_argument("value", nargs="?", default=None, metavar="VALUE")
+    parser.set_defaults(func=guarded("send", _run))
+
+
+def _add_record_options(parser: argparse.ArgumentParser) -> None:
+    """What every delivery record carries: the value as JSON, a key, headers."""
     parser.add_argument(
         "--json-value", action="store_true", help="parse VALUE / each line as JSON, not a string"
     )
@@ -90,18 +110,10 @@ def register(subparsers: Any) -> None:
         help="a Kafka record header every delivery carries (repeatable, as kcat's -H; "
         "names starting atomickafka- are reserved). Default: none",
     )
-    parser.add_argument(
-        "--allow-offline",
-        action="store_true",
-        help="send even to topics no live node serves (their other destinations wait)",
-    )
-    parser.add_argument(
-        "--json",
-        dest="json_out",
-        action="store_true",
-        help="print each sent message as a JSON line (messageID, topic, value): the "
-        "SENT.jsonl that atomickafka check reads; default: the messageID alone",
-    )
+
+
+def _add_backpressure_options(parser: argparse.ArgumentParser) -> None:
+    """Back-pressure: how much lag to wait behind, and for how long."""
     parser.add_argument(
         "--max-lag",
         type=float,
@@ -118,8 +130,6 @@ def register(subparsers: Any) -> None:
         help="how long to wait for a lagging destination before giving up "
         f"(default {DEFAULT_MAX_BLOCK_S:g})",
     )
-    parser.add_argument("value", nargs="?", default=None, metavar="VALUE")
-    parser.set_defaults(func=guarded("send", _run))
 
 
 def sent_record(message_id: str, destinations: Sequence[str], value: Any) -> dict[str, Any]:

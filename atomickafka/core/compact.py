@@ -652,10 +652,7 @@ def _entry(
     """One entry of a bundle (``previous``: what the timestamp and seq offset are
     relative to, updated)."""
     code = cursor.byte("messageType")
-    type_code = code & _TYPE_MASK
-    if type_code >= len(_TYPES):
-        raise MessageError("messageType", "unknown type code", type_code)
-    kind = _TYPES[type_code]
+    kind = _entry_type(code)
     index = cursor.varint("messageID")
     if index >= len(versions):
         raise MessageError("messageID", "names no message of the record's table", index)
@@ -668,16 +665,7 @@ def _entry(
     value = cursor.blob("value") if code & _HAS_VALUE else None
     if value is None and kind is MessageType.CLIENT:
         raise MessageError("value", "required on a ClientMessage")
-    seq: tuple[int, int] | None = None
-    if code & _HAS_SEQ:
-        offset = previous.offset = cursor.delta("seq", previous.offset)
-        seq = (offset, cursor.varint("seq"))
-    answers: tuple[int, int] | None = None
-    if code & _HAS_ANSWERS:
-        answers = (
-            cursor.varint("answers"),
-            cursor.varint("answers"),
-        )
+    seq, answers = _seq_and_answers(cursor, code, previous)
     key: bytes | None = None
     headers = _NO_HEADERS
     encoding: str | None = None
@@ -715,6 +703,32 @@ def _entry(
         ),
     )
     return message
+
+
+def _entry_type(code: int) -> MessageType:
+    """The message type an entry's first byte names."""
+    type_code = code & _TYPE_MASK
+    if type_code >= len(_TYPES):
+        raise MessageError("messageType", "unknown type code", type_code)
+    return _TYPES[type_code]
+
+
+def _seq_and_answers(
+    cursor: _Cursor, code: int, previous: _Previous
+) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+    """An entry's ``seq`` (its offset relative to ``previous``, updated) and
+    ``answers``, when its first byte says it has them."""
+    seq: tuple[int, int] | None = None
+    if code & _HAS_SEQ:
+        offset = previous.offset = cursor.delta("seq", previous.offset)
+        seq = (offset, cursor.varint("seq"))
+    answers: tuple[int, int] | None = None
+    if code & _HAS_ANSWERS:
+        answers = (
+            cursor.varint("answers"),
+            cursor.varint("answers"),
+        )
+    return seq, answers
 
 
 def _extras(cursor: _Cursor) -> tuple[bytes | None, tuple[tuple[str, bytes], ...], str | None]:

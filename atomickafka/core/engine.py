@@ -439,18 +439,7 @@ class Engine:
         if released and record.origin is not None:
             result.released.append(record.origin)  # until it is kept again, below
         if timed and self._held_too_long(record):
-            state.stats.late += 1
-            state.stats.rejected += 1
-            result.rejected.append(
-                Rejection(
-                    position,
-                    record,
-                    f"held until the log's time reached its timestamp, longer than the "
-                    f"{self.window.max_age_ms} ms a record may be late (§4.11, §4.13): "
-                    "a stray, not a proposal anyone waits for",
-                    Reason.STRAY,
-                )
-            )
+            self._refuse_late(position, record, result)
             return
         try:
             outputs = handler(record)
@@ -475,6 +464,23 @@ class Engine:
                 state.links.take(*link)
             state.awaiting.append((awaiting.until_ms, record))
             self._kept(position, record, result, released)
+
+    def _refuse_late(self, position: int | None, record: Message, result: Step) -> None:
+        """Refuse ``record``, held until the log's time reached its timestamp for longer
+        than a record may be late: a stray (§4.11, §4.13)."""
+        state = self.state
+        state.stats.late += 1
+        state.stats.rejected += 1
+        result.rejected.append(
+            Rejection(
+                position,
+                record,
+                f"held until the log's time reached its timestamp, longer than the "
+                f"{self.window.max_age_ms} ms a record may be late (§4.11, §4.13): "
+                "a stray, not a proposal anyone waits for",
+                Reason.STRAY,
+            )
+        )
 
     @staticmethod
     def _kept(position: int | None, record: Message, result: Step, released: bool) -> None:

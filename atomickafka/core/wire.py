@@ -515,30 +515,48 @@ def decode_record(
         raise MessageError(None, "a Bundle must start with its header line")
     _format_version(obj)
     if kind in (MessageType.TICK, MessageType.WATERMARK):
-        return [
-            Message(
-                messageID=_check_id("messageID", obj.get("messageID", str(kind))),
-                messageType=kind,
-                topic=(),
-                senderID=_sender(obj),
-                timeStamp=_timestamp(obj, True, kind),
-                partitionID=_optional_partition(obj),
-                logTime=log_time,
-                origin=origin,
-            )
-        ]
+        return [_tick_message(obj, kind, log_time, origin)]
     if kind is MessageType.MEMBERS:
-        return [
-            Message(
-                messageID=_check_id("messageID", obj.get("messageID", str(kind))),
-                messageType=kind,
-                topic=parse_destinations(obj.get("topic")),
-                senderID=_sender(obj),
-                protocol=_optional_str(obj, "protocol"),
-                logTime=log_time,
-                origin=origin,
-            )
-        ]
+        return [_members_message(obj, kind, log_time, origin)]
+    return [_addressed_message(obj, kind, log_time, origin)]
+
+
+def _tick_message(
+    obj: dict[str, Any], kind: MessageType, log_time: int | None, origin: int | None
+) -> Message:
+    """A Tick or Watermark of a JSON record."""
+    return Message(
+        messageID=_check_id("messageID", obj.get("messageID", str(kind))),
+        messageType=kind,
+        topic=(),
+        senderID=_sender(obj),
+        timeStamp=_timestamp(obj, True, kind),
+        partitionID=_optional_partition(obj),
+        logTime=log_time,
+        origin=origin,
+    )
+
+
+def _members_message(
+    obj: dict[str, Any], kind: MessageType, log_time: int | None, origin: int | None
+) -> Message:
+    """A members record (§4.9.5) of a JSON record."""
+    return Message(
+        messageID=_check_id("messageID", obj.get("messageID", str(kind))),
+        messageType=kind,
+        topic=parse_destinations(obj.get("topic")),
+        senderID=_sender(obj),
+        protocol=_optional_str(obj, "protocol"),
+        logTime=log_time,
+        origin=origin,
+    )
+
+
+def _addressed_message(
+    obj: dict[str, Any], kind: MessageType, log_time: int | None, origin: int | None
+) -> Message:
+    """A message of a JSON record that names an id and its destinations: a
+    ClientMessage, Delivery or control message."""
     if "messageID" not in obj:
         raise MessageError("messageID", "is missing")
     message_id = _check_id("messageID", obj["messageID"])
@@ -561,26 +579,24 @@ def decode_record(
         if value is not None
         else _optional_str(obj, "digest")
     )
-    return [
-        Message(
-            messageID=message_id,
-            messageType=kind,
-            topic=destinations,
-            value=value,
-            senderID=_sender(obj),
-            sentFromTopic=sent_from,
-            timeStamp=_timestamp(obj, kind in _TIMESTAMPED, kind),
-            partitionID=_optional_partition(obj),
-            digest=digest,
-            protocol=_optional_str(obj, "protocol"),
-            sentAt=sent_at,
-            logTime=log_time,
-            origin=origin,
-            key=extras.key,
-            headers=extras.headers,
-            encoding=extras.encoding,
-        )
-    ]
+    return Message(
+        messageID=message_id,
+        messageType=kind,
+        topic=destinations,
+        value=value,
+        senderID=_sender(obj),
+        sentFromTopic=sent_from,
+        timeStamp=_timestamp(obj, kind in _TIMESTAMPED, kind),
+        partitionID=_optional_partition(obj),
+        digest=digest,
+        protocol=_optional_str(obj, "protocol"),
+        sentAt=sent_at,
+        logTime=log_time,
+        origin=origin,
+        key=extras.key,
+        headers=extras.headers,
+        encoding=extras.encoding,
+    )
 
 
 class _Extras(NamedTuple):

@@ -78,29 +78,47 @@ def _one(
                 "node-missing", Severity.FAIL, key, "no node has ever published a status", start
             )
         ]
+    not_live = _not_live(key, status, facts, start)
+    if not_live is not None:
+        return [not_live]
+    out = _progress(key, status, stuck_after_s) + _refused_input(key, status)
+    out += _lag(key, status, facts, bootstrap, max_lag)
+    if not out:
+        out.append(
+            Finding(
+                "node",
+                Severity.OK,
+                key,
+                f"live, {status.algorithm} protocol, {status.pending} pending",
+            )
+        )
+    return out
+
+
+def _not_live(key: str, status: Status, facts: DeploymentFacts, start: str) -> Finding | None:
+    """Why the node of ``key`` does not run now, if it does not: stopped, or stale."""
     age = status.age_s(facts.now)
     if status.is_stopped:
-        return [
-            Finding(
-                "node-stopped",
-                Severity.FAIL,
-                key,
-                f"stopped cleanly {age:.0f} s ago: messages to its topic wait, and clients "
-                "refuse it",
-                start,
-            )
-        ]
+        return Finding(
+            "node-stopped",
+            Severity.FAIL,
+            key,
+            f"stopped cleanly {age:.0f} s ago: messages to its topic wait, and clients refuse it",
+            start,
+        )
     if not status.live(facts.now):
-        return [
-            Finding(
-                "node-stale",
-                Severity.FAIL,
-                key,
-                f"last status {age:.0f} s ago (pid {status.pid}): not running, or cannot "
-                "reach Kafka",
-                f"look at its log; {start}",
-            )
-        ]
+        return Finding(
+            "node-stale",
+            Severity.FAIL,
+            key,
+            f"last status {age:.0f} s ago (pid {status.pid}): not running, or cannot reach Kafka",
+            f"look at its log; {start}",
+        )
+    return None
+
+
+def _progress(key: str, status: Status, stuck_after_s: float) -> list[Finding]:
+    """How the node of ``key`` gets on: replaying after a start, or a head that is stuck."""
     out = []
     if status.replaying:
         out.append(
@@ -120,6 +138,13 @@ def _one(
                 "a topic that will never run again: docs/operators.md, 'Recover'",
             )
         )
+    return out
+
+
+def _refused_input(key: str, status: Status) -> list[Finding]:
+    """What the node of ``key`` sets aside that an operator must see to: records of
+    another secret, of a newer format, of another protocol."""
+    out = []
     for sender, count in sorted(status.bad_signatures.items()):
         out.append(
             Finding(
@@ -153,16 +178,6 @@ def _one(
                 key,
                 f"{status.protocol_mismatches} records of another protocol set aside",
                 "run every node with one --algorithm (docs/operators.md, 'Change the protocol')",
-            )
-        )
-    out += _lag(key, status, facts, bootstrap, max_lag)
-    if not out:
-        out.append(
-            Finding(
-                "node",
-                Severity.OK,
-                key,
-                f"live, {status.algorithm} protocol, {status.pending} pending",
             )
         )
     return out
@@ -224,21 +239,7 @@ def _consistent(deployment: Deployment, statuses: Mapping[str, Status]) -> list[
     ]
     if not mine:
         return []
-    out = []
-    algorithms = sorted({s.algorithm.value for s in mine})
-    if len(algorithms) > 1:
-        by = {a: sorted(s.key for s in mine if s.algorithm == a) for a in algorithms}
-        shown = "; ".join(f"{a}: {', '.join(keys)}" for a, keys in by.items())
-        out.append(
-            Finding(
-                "protocol",
-                Severity.FAIL,
-                "nodes",
-                f"nodes run different protocols ({shown}): a message to topics of two "
-                "protocols is set aside",
-                "run every node with one --algorithm (docs/operators.md, 'Change the protocol')",
-            )
-        )
+    out = _protocols_agree(mine)
     for key, (theirs, usual) in sorted(odd_signers(mine).items()):
         out.append(
             Finding(
@@ -266,6 +267,44 @@ def _consistent(deployment: Deployment, statuses: Mapping[str, Status]) -> list[
                 "run every node with the same --layout and --partitions",
             )
         )
+    out += _control_logs_agree(mine)
+    versions = sorted({s.format_version for s in mine})
+    if len(versions) > 1:
+        out.append(
+            Finding(
+                "versions",
+                Severity.WARN,
+                "nodes",
+                f"nodes write status format versions {versions}: an upgrade in progress?",
+                "finish the upgrade (docs/operators.md, 'Upgrade')",
+            )
+        )
+    return out
+
+
+def _protocols_agree(mine: list[Status]) -> list[Finding]:
+    """The running nodes ``mine`` all run one protocol."""
+    out = []
+    algorithms = sorted({s.algorithm.value for s in mine})
+    if len(algorithms) > 1:
+        by = {a: sorted(s.key for s in mine if s.algorithm == a) for a in algorithms}
+        shown = "; ".join(f"{a}: {', '.join(keys)}" for a, keys in by.items())
+        out.append(
+            Finding(
+                "protocol",
+                Severity.FAIL,
+                "nodes",
+                f"nodes run different protocols ({shown}): a message to topics of two "
+                "protocols is set aside",
+                "run every node with one --algorithm (docs/operators.md, 'Change the protocol')",
+            )
+        )
+    return out
+
+
+def _control_logs_agree(mine: list[Status]) -> list[Finding]:
+    """The running nodes ``mine`` all read control logs, or none does."""
+    out = []
     with_log = sorted(s.key for s in mine if s.control_log)
     if with_log and len(with_log) < len(mine):
         without = sorted(s.key for s in mine if not s.control_log)
@@ -279,17 +318,6 @@ def _consistent(deployment: Deployment, statuses: Mapping[str, Status]) -> list[
                 "logs is never read, and the messages they share wait",
                 "run every node of the deployment with --control-log, or none "
                 "(docs/DESIGN.md §7, Switching)",
-            )
-        )
-    versions = sorted({s.format_version for s in mine})
-    if len(versions) > 1:
-        out.append(
-            Finding(
-                "versions",
-                Severity.WARN,
-                "nodes",
-                f"nodes write status format versions {versions}: an upgrade in progress?",
-                "finish the upgrade (docs/operators.md, 'Upgrade')",
             )
         )
     return out

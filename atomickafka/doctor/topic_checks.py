@@ -241,28 +241,7 @@ def _settings(
                 set_config_command(bootstrap, name, "unclean.leader.election.enable=false"),
             )
         )
-    policy = configs.get("cleanup.policy", "delete")
-    if kind in _NO_COMPACTION and "compact" in policy:
-        out.append(
-            Finding(
-                "cleanup-policy",
-                Severity.FAIL,
-                name,
-                f"cleanup.policy={policy}: compaction deletes records by key, and every record "
-                f"of the {kind} counts",
-                set_config_command(bootstrap, name, "cleanup.policy=delete"),
-            )
-        )
-    if kind is TopicKind.STATUS and "compact" not in policy:
-        out.append(
-            Finding(
-                "cleanup-policy",
-                Severity.WARN,
-                name,
-                f"cleanup.policy={policy}: statuses (one a second per node) are not compacted",
-                set_config_command(bootstrap, name, "cleanup.policy=compact"),
-            )
-        )
+    out += _cleanup_policy(name, kind, configs, bootstrap)
     if kind in _REPLAYED:
         out += _retention(topic, facts, bootstrap, create, deployment)
     if kind is TopicKind.INPUT and configs.get("message.timestamp.type") != LOG_APPEND_TIME:
@@ -287,6 +266,37 @@ def _settings(
                 f"max.message.bytes={max_bytes}: AtomicKafka writes records and batches of up "
                 "to 1,000,000 bytes",
                 set_config_command(bootstrap, name, f"max.message.bytes={MIN_MESSAGE_BYTES}"),
+            )
+        )
+    return out
+
+
+def _cleanup_policy(
+    name: str, kind: TopicKind, configs: Mapping[str, str], bootstrap: str
+) -> list[Finding]:
+    """The topic's ``cleanup.policy``: never compacted where every record counts, compacted
+    for the statuses."""
+    out = []
+    policy = configs.get("cleanup.policy", "delete")
+    if kind in _NO_COMPACTION and "compact" in policy:
+        out.append(
+            Finding(
+                "cleanup-policy",
+                Severity.FAIL,
+                name,
+                f"cleanup.policy={policy}: compaction deletes records by key, and every record "
+                f"of the {kind} counts",
+                set_config_command(bootstrap, name, "cleanup.policy=delete"),
+            )
+        )
+    if kind is TopicKind.STATUS and "compact" not in policy:
+        out.append(
+            Finding(
+                "cleanup-policy",
+                Severity.WARN,
+                name,
+                f"cleanup.policy={policy}: statuses (one a second per node) are not compacted",
+                set_config_command(bootstrap, name, "cleanup.policy=compact"),
             )
         )
     return out

@@ -305,18 +305,31 @@ def ensure_broker(
                 acls,
             )
             _check_not_ephemeral(state)
-        _check_ports_free(state, data, reused=previous is not None)
-        java = find_java()
-        lib = fetch_kafka(log) if state.kafka_version == kafka_version() else None
-        if lib is None:
-            raise BrokerError(
-                f"{data} was created with Kafka {state.kafka_version}, this installation pins "
-                f"{kafka_version()}; `atomickafka broker stop --purge --data-dir {data}` first"
-            )
-        write_configs(data, state)
-        log(f"starting {brokers} broker(s), Kafka {state.kafka_version}, data dir {data}")
-        format_storage(java, lib, data, state)
-        return _spawn(java, lib, data, state, list(state.brokers), deadline, log).bootstrap
+        return _start_brokers(data, state, previous, brokers, deadline, log)
+
+
+def _start_brokers(
+    data: Path,
+    state: ClusterState,
+    previous: ClusterState | None,
+    brokers: int,
+    deadline: float,
+    log: Log,
+) -> str:
+    """Check the ports, fetch the jars, write the configs, format the storage and start
+    the brokers of ``state``; their bootstrap."""
+    _check_ports_free(state, data, reused=previous is not None)
+    java = find_java()
+    lib = fetch_kafka(log) if state.kafka_version == kafka_version() else None
+    if lib is None:
+        raise BrokerError(
+            f"{data} was created with Kafka {state.kafka_version}, this installation pins "
+            f"{kafka_version()}; `atomickafka broker stop --purge --data-dir {data}` first"
+        )
+    write_configs(data, state)
+    log(f"starting {brokers} broker(s), Kafka {state.kafka_version}, data dir {data}")
+    format_storage(java, lib, data, state)
+    return _spawn(java, lib, data, state, list(state.brokers), deadline, log).bootstrap
 
 
 def stop_broker(

@@ -17,7 +17,7 @@ standby).
 from __future__ import annotations
 
 from collections import Counter as Tally
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, Literal, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -123,6 +123,23 @@ class ShellMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self._set_up_queue_gauges(gauge, what)
+        self._set_up_role_metrics(counter, gauge)
+        self.replayed: Counter | None = None
+        self.input_buffered: Gauge | None = None
+        self.input_behind: Gauge | None = None
+        self.protocol_mismatches: Counter | None = None
+        self.bad_signatures: Counter | None = None
+        self._bad_seen: dict[str, int] = {}
+        if role == "node":
+            self._set_up_node_metrics(counter, gauge)
+        self._latency = BatchObserver(self.latency.labels(*self._labels))
+        self._mismatches_seen: int | None = None
+        self._prepare()
+
+    def _set_up_queue_gauges(self, gauge: Callable[..., Gauge], what: str) -> None:
+        """How much the instance (the ``what``) holds, how far behind it is, and how long
+        its last start took."""
         # A gauge of a role is the largest of its live processes' (a standby sets none
         # but ``active``, which is kept per process).
         self.pending = gauge(
@@ -140,6 +157,11 @@ class ShellMetrics:
             "recovery_seconds",
             "How long the last start took, from taking the lease to the end of the replay",
         )
+
+    def _set_up_role_metrics(
+        self, counter: Callable[..., Counter], gauge: Callable[..., Gauge]
+    ) -> None:
+        """Which instance holds the role: active or standby, takeovers, fencings."""
         self.active = gauge(
             "active", "1 for the active instance of the role, 0 for a standby", "liveall"
         )
@@ -153,41 +175,37 @@ class ShellMetrics:
             "Times an instance stopped because another took the role over (exit status 4): "
             "it was fenced by the broker, or learnt from its lease group that it lost the lease",
         )
-        self.replayed: Counter | None = None
-        self.input_buffered: Gauge | None = None
-        self.input_behind: Gauge | None = None
-        self.protocol_mismatches: Counter | None = None
-        self.bad_signatures: Counter | None = None
-        self._bad_seen: dict[str, int] = {}
-        if role == "node":
-            self.bad_signatures = counter(
-                "bad_signatures",
-                "Records set aside for their signature, by whom they claim to come from "
-                "(a member's topic: it signs with a secret this node does not hold)",
-                "sender",
-            )
-            self.input_buffered = gauge(
-                "input_buffered_records",
-                "With a control log (--control-log): input-log records read and not yet "
-                "applied (they apply where the node's markers come back)",
-            )
-            self.input_behind = gauge(
-                "input_behind_seconds",
-                "How far behind its input the node is: the longer of how long its oldest "
-                "unread record has waited and how long its unread records would take; "
-                "clients hold back past their max_lag_s (1 s)",
-            )
-            self.replayed = counter(
-                "records_replayed",
-                "Input records re-read on recovery (their outputs were written before)",
-            )
-            self.protocol_mismatches = counter(
-                "protocol_mismatches",
-                "Control messages from a node running another protocol (since the replay)",
-            )
-        self._latency = BatchObserver(self.latency.labels(*self._labels))
-        self._mismatches_seen: int | None = None
-        self._prepare()
+
+    def _set_up_node_metrics(
+        self, counter: Callable[..., Counter], gauge: Callable[..., Gauge]
+    ) -> None:
+        """A node's own: bad signatures, its input log's backlog (with a control log),
+        replays, protocol mismatches."""
+        self.bad_signatures = counter(
+            "bad_signatures",
+            "Records set aside for their signature, by whom they claim to come from "
+            "(a member's topic: it signs with a secret this node does not hold)",
+            "sender",
+        )
+        self.input_buffered = gauge(
+            "input_buffered_records",
+            "With a control log (--control-log): input-log records read and not yet "
+            "applied (they apply where the node's markers come back)",
+        )
+        self.input_behind = gauge(
+            "input_behind_seconds",
+            "How far behind its input the node is: the longer of how long its oldest "
+            "unread record has waited and how long its unread records would take; "
+            "clients hold back past their max_lag_s (1 s)",
+        )
+        self.replayed = counter(
+            "records_replayed",
+            "Input records re-read on recovery (their outputs were written before)",
+        )
+        self.protocol_mismatches = counter(
+            "protocol_mismatches",
+            "Control messages from a node running another protocol (since the replay)",
+        )
 
     def _prepare(self) -> None:
         """Show the series from the start (at 0): those without a variable label, and

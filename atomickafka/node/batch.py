@@ -213,6 +213,28 @@ class NodeBatch(SnapshotTaker):
             engine.state.input_ms = 0  # a fresh engine, or an older snapshot's (§7.1)
         #: The next committed-log offset to process.
         self.position = position
+        self._set_up_reading(applied)
+        #: Outputs of records below this offset were written before a restart.
+        self.replay_until = replay_until
+        self.snapshot_seq = snapshot_seq
+        self._set_up_counters()
+        self._schedule = SnapshotSchedule(spec.snapshot_every_records, spec.snapshot_every_s)
+        self._encode_bundle, self._encode_tick = control_encoders(spec.control_format)
+        self._last_tick_s: float | None = None
+        self._watermark_sent = -1
+        # what the recovered state already knows needs no new record (§4.9.5)
+        known = engine.members
+        self._members_written: set[str] | None = None if known is None else set(known)
+        self._deferred = DeferredRecords(DEFERRED_KEEP_BYTES)
+        self._snapshot_due = False
+        #: A node that writes again the outputs of records processed before (its last
+        #: process could not: it held another secret) skips the deliveries at or below
+        #: the last one its topic holds: those were written (§6.6).
+        self.delivered_up_to: tuple[int, int, str] | None = None
+
+    def _set_up_reading(self, applied: int) -> None:
+        """Where the node reads its logs and what it holds of them: the input log's
+        offsets, the records read and not applied, its markers, the step budget."""
         #: With a control log: the next unapplied input-log offset, and the next one to
         #: read (everything below it was read).
         self.applied = applied
@@ -236,9 +258,9 @@ class NodeBatch(SnapshotTaker):
         self._blocked: KafkaRecord | None = None
         #: When (wall time) the node last ticked its input log, or began to write.
         self._input_tick_ms: int | None = None
-        #: Outputs of records below this offset were written before a restart.
-        self.replay_until = replay_until
-        self.snapshot_seq = snapshot_seq
+
+    def _set_up_counters(self) -> None:
+        """The counts of what the node set aside, and why."""
         self.dead_letters = 0
         self.unsigned = 0
         #: Records set aside for being in a log their writer never writes them to (a
@@ -251,19 +273,6 @@ class NodeBatch(SnapshotTaker):
         #: Records of a newer format than this node reads, by whom they come from: a
         #: member of a newer release writing a format this one cannot read (upgrade it).
         self.newer_formats: dict[str, int] = {}
-        self._schedule = SnapshotSchedule(spec.snapshot_every_records, spec.snapshot_every_s)
-        self._encode_bundle, self._encode_tick = control_encoders(spec.control_format)
-        self._last_tick_s: float | None = None
-        self._watermark_sent = -1
-        # what the recovered state already knows needs no new record (§4.9.5)
-        known = engine.members
-        self._members_written: set[str] | None = None if known is None else set(known)
-        self._deferred = DeferredRecords(DEFERRED_KEEP_BYTES)
-        self._snapshot_due = False
-        #: A node that writes again the outputs of records processed before (its last
-        #: process could not: it held another secret) skips the deliveries at or below
-        #: the last one its topic holds: those were written (§6.6).
-        self.delivered_up_to: tuple[int, int, str] | None = None
 
     # ------------------------------------------------------------------ starting
 

@@ -443,21 +443,7 @@ class NodeRuntime(RoleShell):
         the committed offset read after fencing."""
         cfg = self.config
         started = time.monotonic()
-        small_queue = (
-            {
-                "queued.max.messages.kbytes": LOCAL_QUEUE_KBYTES,
-                "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
-            }
-            if self.ordering.marked  # the input log paused, the control log never behind it
-            else {}
-        )
-        consumer = make_consumer(
-            cfg.connection,
-            node_group(cfg.topic, cfg.layer),
-            **{"isolation.level": "read_committed"},
-            **small_queue,
-        )
-        self._consumer = consumer
+        consumer = self._open_consumer()
         if cfg.exactly_once:  # fences older instances before the committed offset is read
             self._writer = SplitWriter(
                 cfg.connection,
@@ -471,16 +457,7 @@ class NodeRuntime(RoleShell):
                 on_written=self._wrote,
                 holds_role=self.holds_lease,
             )
-        low, high, committed = self._log_bounds(consumer)
-        batch, source = self._followed_batch(committed, low), "standby state"
-        if batch is None:
-            snapshot = self._usable_snapshot(low, high)
-            batch = NodeBatch.recover(self.spec, snapshot, committed)
-            source = "snapshot " + ("none" if snapshot is None else str(snapshot.seq))
-        self.batch = batch
-        if self._rewrite and batch.replay_until > batch.position:
-            batch.replay_until = batch.position  # write again what followed the snapshot
-            batch.delivered_up_to = self._last_own_delivery(consumer)
+        source = self._recover_batch(consumer)
         if not cfg.exactly_once:  # nothing to fence: opened once the batch recovered
             self._writer = AckedWriter(
                 cfg.connection,
@@ -490,13 +467,7 @@ class NodeRuntime(RoleShell):
                 commit_interval_s=cfg.commit_interval_s,
                 on_unwritable=self._unwritable,
             )
-        assert self._writer is not None
-        self._writer.start_at(self.batch.replay_until)
-        self.batch.step_budget = cfg.batch_size  # steps that write every so often
-        reader = LogReader(consumer, self.ordering, self._partition)
-        reader.assign(self.batch)
-        self._reader = reader
-        reader.check_start(self.batch)
+        self._start_reading(consumer)
         if self._membership is None:
             self._membership = Membership(cfg.connection)
             self._membership.poll(2.0)
@@ -519,6 +490,53 @@ class NodeRuntime(RoleShell):
             "exactly-once" if cfg.exactly_once else "at-least-once",
             extra={"fields": {"offset": self.batch.position}},
         )
+
+    def _open_consumer(self) -> Consumer:
+        """The node's read_committed consumer, with a small local queue when the input log
+        is paused behind the control log."""
+        cfg = self.config
+        small_queue = (
+            {
+                "queued.max.messages.kbytes": LOCAL_QUEUE_KBYTES,
+                "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
+            }
+            if self.ordering.marked  # the input log paused, the control log never behind it
+            else {}
+        )
+        consumer = make_consumer(
+            cfg.connection,
+            node_group(cfg.topic, cfg.layer),
+            **{"isolation.level": "read_committed"},
+            **small_queue,
+        )
+        self._consumer = consumer
+        return consumer
+
+    def _recover_batch(self, consumer: Consumer) -> str:
+        """Take up the standby's batch or recover one from the newest usable snapshot,
+        from the committed offset; where it came from."""
+        low, high, committed = self._log_bounds(consumer)
+        batch, source = self._followed_batch(committed, low), "standby state"
+        if batch is None:
+            snapshot = self._usable_snapshot(low, high)
+            batch = NodeBatch.recover(self.spec, snapshot, committed)
+            source = "snapshot " + ("none" if snapshot is None else str(snapshot.seq))
+        self.batch = batch
+        if self._rewrite and batch.replay_until > batch.position:
+            batch.replay_until = batch.position  # write again what followed the snapshot
+            batch.delivered_up_to = self._last_own_delivery(consumer)
+        return source
+
+    def _start_reading(self, consumer: Consumer) -> None:
+        """Start the writer at the batch's replay point and assign the log reader."""
+        cfg = self.config
+        assert self._writer is not None
+        self._writer.start_at(self.batch.replay_until)
+        self.batch.step_budget = cfg.batch_size  # steps that write every so often
+        reader = LogReader(consumer, self.ordering, self._partition)
+        reader.assign(self.batch)
+        self._reader = reader
+        reader.check_start(self.batch)
 
     def _still_ours(self) -> bool:
         """After the lease came back: False when the node's group has committed past

@@ -61,6 +61,7 @@ import random  # noqa: F401  (the module doctest uses it)
 from collections import Counter, deque
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import pairwise
 from typing import Any, Final
 
@@ -378,31 +379,28 @@ class LayeredSimulator:
             raise ConfigError(f"at least one layer, not {layers}")
         self.chooser: Chooser = chooser if chooser is not None else RandomChooser(0)
         self.clock = SimClock()
-
-        def layer_of_topics(layer: int, chosen: Mapping[str, Algorithm | str] | None) -> Simulator:
-            return Simulator(
-                topics,
-                algorithm=algorithm,
-                chooser=self.chooser,
-                chaos=chaos,
-                exactly_once=exactly_once,
-                commit_lag=commit_lag,
-                protocols=chosen,
-                signer=signer,
-                snapshot_every=snapshot_every,
-                record_trace=record_trace,
-                layer=layer,
-                clock=self.clock,
-                members_known=members_known,
-                delivery_format=delivery_format,
-                engine_factory=engine_factory,
-                control_logs=control_logs,
-                direct_lane=direct_lane,
-                max_lag_s=max_lag_s,
-            )
-
-        first = layer_of_topics(0, protocols)  # a topic's layers all run one protocol
-        self.sims = [first] + [layer_of_topics(n, first.protocols) for n in range(1, layers)]
+        layer_of_topics = partial(  # a layer's simulator, given its number and protocols
+            Simulator,
+            topics,
+            algorithm=algorithm,
+            chooser=self.chooser,
+            chaos=chaos,
+            exactly_once=exactly_once,
+            commit_lag=commit_lag,
+            signer=signer,
+            snapshot_every=snapshot_every,
+            record_trace=record_trace,
+            clock=self.clock,
+            members_known=members_known,
+            delivery_format=delivery_format,
+            engine_factory=engine_factory,
+            control_logs=control_logs,
+            direct_lane=direct_lane,
+            max_lag_s=max_lag_s,
+        )
+        first = layer_of_topics(layer=0, protocols=protocols)
+        others = range(1, layers)  # a topic's layers all run one protocol: the first's
+        self.sims = [first] + [layer_of_topics(layer=n, protocols=first.protocols) for n in others]
         self.topics = first.topics
         self.layers = layers
         self.algorithm = Algorithm(algorithm)
@@ -411,7 +409,15 @@ class LayeredSimulator:
         self.exactly_once = exactly_once
         self.write_ticks = write_ticks
         self.signer = signer
-        topics = self.topics
+        self._set_up_mergers(first.control_formats, snapshot_every, delivery_format)
+        self._set_up_records(record_trace)
+
+    def _set_up_mergers(
+        self, control_formats: Mapping[str, str], snapshot_every: int, delivery_format: str
+    ) -> None:
+        """One merger per topic (its ticks to the layers in ``control_formats``, the
+        form the first layer's node writes), and a client's reader of what it delivers."""
+        topics, layers, signer = self.topics, self.layers, self.signer
         self.mergers: dict[str, _Merger] = {}
         for topic in topics:
             spec = MergerSpec(
@@ -427,10 +433,16 @@ class LayeredSimulator:
                 signer=signer,
                 delivery_format=delivery_format,
                 # its ticks to the layers: in the form the first layer's node writes
-                control_format=first.control_formats[topic],
+                control_format=control_formats[topic],
             )
             self.mergers[topic] = _Merger(spec, Log(topic, 0, self.clock))
         self.readers = {t: StreamReader(t, self.mergers[t].target, signer) for t in topics}
+
+    def _set_up_records(self, record_trace: bool) -> None:
+        """What the run keeps account of: the mergers' set-asides, pauses, ticks and
+        losses, events, the trace, when each copy was written and arrived, the merge
+        delays, and the clients' queues."""
+        topics = self.topics
         self.merger_rejected: dict[str, list[Rejected]] = {t: [] for t in topics}
         self.merger_dead_letters: dict[str, int] = dict.fromkeys(topics, 0)
         self.merger_paused_until: dict[str, int] = dict.fromkeys(topics, 0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import orjson
@@ -68,23 +68,7 @@ def fill_old_statuses(
     producer = RecordProducer(where, **{"linger.ms": 50})
     producer.queue_wait_s = timeout_s  # how long one send may wait for room in the queue
     try:
-        for i in range(count):
-            name = names[i % len(names)]
-            taken = then + i / max(count, 1)
-            status = replace(
-                template, key=name, topic=name, node_id=f"node-{name}", time=taken, records_in=i
-            )
-            try:
-                producer.send(
-                    STATUS_TOPIC,
-                    orjson.dumps(status.to_dict()),
-                    key=name.encode(),
-                    on_delivery=report,
-                    timestamp_ms=int(taken * 1000),
-                )
-            except QueueFullError:
-                raise TimedOutError(f"filling the status topic: queue full after {i}") from None
-            producer.poll(0)
+        _send_aged(producer, template, names, count, then, report)
         left = producer.flush(max(1.0, deadline - time.monotonic()))
     finally:
         producer.close(0)  # what the flush left unacknowledged is reported below
@@ -94,3 +78,31 @@ def fill_old_statuses(
             + (f" (first: {errors[0]})" if errors else "")
         )
     return names
+
+
+def _send_aged(
+    producer: RecordProducer,
+    template: Status,
+    names: Sequence[str],
+    count: int,
+    then: float,
+    report: Callable[[KafkaError | None, object], None],
+) -> None:
+    """Queue the ``count`` statuses, the names in turn, spread over a second from ``then``."""
+    for i in range(count):
+        name = names[i % len(names)]
+        taken = then + i / max(count, 1)
+        status = replace(
+            template, key=name, topic=name, node_id=f"node-{name}", time=taken, records_in=i
+        )
+        try:
+            producer.send(
+                STATUS_TOPIC,
+                orjson.dumps(status.to_dict()),
+                key=name.encode(),
+                on_delivery=report,
+                timestamp_ms=int(taken * 1000),
+            )
+        except QueueFullError:
+            raise TimedOutError(f"filling the status topic: queue full after {i}") from None
+        producer.poll(0)

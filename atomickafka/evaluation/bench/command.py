@@ -58,7 +58,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -68,7 +68,13 @@ from atomickafka.core.reader import KafkaRecord
 from atomickafka.evaluation.bench.merge_delay import kafka_merge_delays
 from atomickafka.evaluation.bench.relay import running_relays, write_warm_up
 from atomickafka.evaluation.cost.accounting import RunCost
-from atomickafka.evaluation.cost.processes import CpuMeter, ProcessRole, track_broker, track_cluster
+from atomickafka.evaluation.cost.processes import (
+    CpuMeter,
+    CpuWindow,
+    ProcessRole,
+    track_broker,
+    track_cluster,
+)
 from atomickafka.evaluation.cost.topic_scan import (
     RecordedTopic,
     Role,
@@ -358,6 +364,13 @@ def _run_measured(
     finally:
         done.set()
         reader.join(30)
+    return _summed_up(connection, how, outcome, window)
+
+
+def _summed_up(
+    connection: Connection, how: _Measured, outcome: dict[str, Any], window: CpuWindow
+) -> BenchResult:
+    """The result of one measured run: what the reader saw, the traffic, the CPU spent."""
     pairs = [(ms, bool(m)) for ms, m in outcome["latencies"]]
     lat = sorted(ms for ms, _ in pairs)
     multicast = sorted(ms for ms, m in pairs if m)
@@ -629,6 +642,19 @@ def _sequenced(
             return _run_measured(where, how, load.messages, send, timeout_s)
 
 
+class _BenchRun(NamedTuple):
+    """What every scenario of one :func:`run_bench` shares: where, how long, its
+    baselines, its topics' names, its loads and where its results go."""
+
+    setup: BenchSetup
+    timeout_s: float
+    warmup: bool
+    baselines: Sequence[Baseline]
+    names: Callable[[str], list[str]]
+    load: Callable[..., BenchLoad]
+    record: Callable[[BenchResult], None]
+
+
 #: The fixed rate of the first paced runs (msg/s): issue 19's latency target.
 LOW_RATE = 1000.0
 
@@ -683,6 +709,17 @@ def run_bench(
     # Bare Kafka moves a burst of N records in a fraction of a second; five times as
     # many make its rate less a matter of scheduling luck.
     record(_bare_kafka(setup.connection, 5 * messages, record_size, timeout_s))
+    run = _BenchRun(setup, timeout_s, warmup, baselines, names, load, record)
+    _unpaced_runs(run, shares, others, messages)
+    _paced_runs(run, results, shares, messages, record_size, paced_rate, low_rate, overload)
+    return results
+
+
+def _unpaced_runs(
+    run: _BenchRun, shares: Sequence[float], others: Sequence[str], messages: int
+) -> None:
+    """Every share as fast as it goes: AtomicKafka, its other formats, each baseline."""
+    setup, timeout_s, warmup, baselines, names, load, record = run
     for share in shares:
         tag = str(round(share * 100))
         record(_amcast(names(tag), setup, load(messages, share), timeout_s))
@@ -694,6 +731,20 @@ def run_bench(
             scenario = load(messages, share)
             topics_of = names(f"{baseline}{tag}")
             record(_sequenced(topics_of, setup, scenario, timeout_s, baseline, jvm_warm_up=warmup))
+
+
+def _paced_runs(
+    run: _BenchRun,
+    results: Sequence[BenchResult],
+    shares: Sequence[float],
+    messages: int,
+    record_size: int,
+    paced_rate: float | None,
+    low_rate: float | None,
+    overload: bool,
+) -> None:
+    """The paced runs at ``low_rate`` and half the capacity, then the ``@2x`` overload."""
+    setup, timeout_s, warmup, baselines, names, load, record = run
     worst = max(shares)
     saturated = next(r for r in results if r.name == f"amcast-{round(worst * 100)}%")
     half = paced_rate or saturated.messages_per_s / 2
@@ -728,7 +779,6 @@ def run_bench(
         rate = 2 * saturated.messages_per_s
         count = max(1000, min(messages, int(rate * 10)))
         record(_amcast(names("2x"), setup, load(count, worst, rate), timeout_s, "@2x"))
-    return results
 
 
 def run_many_topics(

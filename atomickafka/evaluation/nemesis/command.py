@@ -23,6 +23,7 @@ from typing import Any
 from atomickafka.client import AtomicKafkaClient
 from atomickafka.evaluation.errors import RunError
 from atomickafka.evaluation.nemesis.checks import (
+    Delivered,
     Verdict,
     check_fences,
     check_order,
@@ -36,6 +37,7 @@ from atomickafka.evaluation.nemesis.faults import Nemesis
 from atomickafka.evaluation.nemesis.observe import StatusRecorder
 from atomickafka.evaluation.nemesis.report import plot_timeline, summary_markdown, write_results
 from atomickafka.evaluation.nemesis.schedule import (
+    Fault,
     FaultKind,
     ScheduleSettings,
     draw_schedule,
@@ -134,40 +136,11 @@ def _run(
             raise RunError("not every topic got an active node within 120 s")
         load_s = schedule_settings.seconds + settings.tail_s
         sends_path = out / "sends.jsonl"
-        sender_args = {
-            "--bootstrap-server": deployment.bootstrap,
-            "--topics": ",".join(topics),
-            "--rate": f"{settings.rate:g}",
-            "--seconds": f"{load_s:g}",
-            "--seed": str(settings.seed),
-            "--out": str(sends_path),
-        }
-        sender = deployment.run_client(
-            [
-                "atomickafka.evaluation.nemesis.sender",
-                *(x for kv in sender_args.items() for x in kv),
-            ],
-            "sender.log",
+        nemesis, load_started = _load_under_faults(
+            settings, deployment, recorder, schedule, load_s, sends_path
         )
-        load_started, started = time.time(), time.monotonic()
-        nemesis = Nemesis(deployment, recorder)
-        try:
-            nemesis.run(schedule, started, started + load_s)
-        finally:
-            nemesis.heal_everything()
-        if sender.wait(load_s + 300) != 0:
-            raise RunError(f"the sender failed (exit {sender.returncode}); see sender.log")
         sends = _read_sends(sends_path)
-        delivered = wait_delivered(deployment.bootstrap, sends, topics, settings.settle_s)
-        probes = _probe(deployment.bootstrap, topics)
-        after = wait_delivered(deployment.bootstrap, probes, topics, 90)
-        stuck = [
-            t
-            for t in topics
-            if not {p["id"] for p in probes} <= {m.messageID for m in after[t].messages}
-        ]
-        sends += probes
-        delivered = wait_delivered(deployment.bootstrap, sends, topics, 30)
+        delivered, stuck = _delivered_and_stuck(settings, deployment, sends)
         logs = {
             h: deployment.log_path(h).read_text(errors="replace") for h in deployment.node_hosts
         }
@@ -176,6 +149,100 @@ def _run(
             inspect(deployment, sends)
     finally:
         recorder.stop()
+    checks = _checks(settings, nemesis, recorder, sends, delivered, stuck, logs, metrics)
+    results: dict[str, Any] = {
+        "ok": all(c.ok for c in checks),
+        "seed": settings.seed,
+        "topics": list(topics),
+        "node_hosts": settings.node_hosts,
+        "rate": settings.rate,
+        "lease_s": settings.lease_s,
+        "load_seconds": schedule_settings.seconds + settings.tail_s,
+        "load_started": load_started,
+        "timeline_seconds": time.time() - load_started,
+        "wall_s": time.monotonic() - wall,
+        "schedule": [f.to_dict() for f in schedule],
+        "faults": [a.to_dict() for a in nemesis.applied],
+        "takeovers": [t.to_dict() for t in recorder.takeovers],
+        "checks": [c.to_dict() for c in checks],
+        "sends": sends,
+        "delivery_times": {t: d.timestamps for t, d in delivered.items()},
+        "producers_replaced": {h: logs[h].count("going on with a new producer") for h in logs},
+        "metrics": _metric_totals(metrics),
+    }
+    write_results(out, results)
+    plot_timeline(out, results)
+    (out / "summary.md").write_text(summary_markdown(results), encoding="utf-8")
+    return results
+
+
+def _load_under_faults(
+    settings: NemesisSettings,
+    deployment: Deployment,
+    recorder: StatusRecorder,
+    schedule: list[Fault],
+    load_s: float,
+    sends_path: Path,
+) -> tuple[Nemesis, float]:
+    """Start the sender, apply ``schedule`` while it sends, heal, wait for it to end;
+    the nemesis and when the load started (wall clock)."""
+    topics = settings.topics
+    sender_args = {
+        "--bootstrap-server": deployment.bootstrap,
+        "--topics": ",".join(topics),
+        "--rate": f"{settings.rate:g}",
+        "--seconds": f"{load_s:g}",
+        "--seed": str(settings.seed),
+        "--out": str(sends_path),
+    }
+    sender = deployment.run_client(
+        [
+            "atomickafka.evaluation.nemesis.sender",
+            *(x for kv in sender_args.items() for x in kv),
+        ],
+        "sender.log",
+    )
+    load_started, started = time.time(), time.monotonic()
+    nemesis = Nemesis(deployment, recorder)
+    try:
+        nemesis.run(schedule, started, started + load_s)
+    finally:
+        nemesis.heal_everything()
+    if sender.wait(load_s + 300) != 0:
+        raise RunError(f"the sender failed (exit {sender.returncode}); see sender.log")
+    return nemesis, load_started
+
+
+def _delivered_and_stuck(
+    settings: NemesisSettings, deployment: Deployment, sends: list[dict[str, Any]]
+) -> tuple[dict[str, Delivered], list[str]]:
+    """Wait for the sends, then probe every topic (the probes join ``sends``); what was
+    delivered, and the topics the probes did not get through."""
+    topics = settings.topics
+    delivered = wait_delivered(deployment.bootstrap, sends, topics, settings.settle_s)
+    probes = _probe(deployment.bootstrap, topics)
+    after = wait_delivered(deployment.bootstrap, probes, topics, 90)
+    stuck = [
+        t
+        for t in topics
+        if not {p["id"] for p in probes} <= {m.messageID for m in after[t].messages}
+    ]
+    sends += probes
+    delivered = wait_delivered(deployment.bootstrap, sends, topics, 30)
+    return delivered, stuck
+
+
+def _checks(
+    settings: NemesisSettings,
+    nemesis: Nemesis,
+    recorder: StatusRecorder,
+    sends: list[dict[str, Any]],
+    delivered: dict[str, Delivered],
+    stuck: list[str],
+    logs: dict[str, str],
+    metrics: dict[str, str],
+) -> list[Verdict]:
+    """The run's verdicts: order, plain consumers, not stuck, takeovers, fences, kinds."""
     kinds = {a.fault.kind for a in nemesis.applied}
     checks: list[Verdict] = [
         check_order(sends, delivered),
@@ -201,33 +268,15 @@ def _run(
             + ("" if kinds == set(FaultKind) else f"; missing {sorted(set(FaultKind) - kinds)}"),
         ),
     ]
-    results: dict[str, Any] = {
-        "ok": all(c.ok for c in checks),
-        "seed": settings.seed,
-        "topics": list(topics),
-        "node_hosts": settings.node_hosts,
-        "rate": settings.rate,
-        "lease_s": settings.lease_s,
-        "load_seconds": schedule_settings.seconds + settings.tail_s,
-        "load_started": load_started,
-        "timeline_seconds": time.time() - load_started,
-        "wall_s": time.monotonic() - wall,
-        "schedule": [f.to_dict() for f in schedule],
-        "faults": [a.to_dict() for a in nemesis.applied],
-        "takeovers": [t.to_dict() for t in recorder.takeovers],
-        "checks": [c.to_dict() for c in checks],
-        "sends": sends,
-        "delivery_times": {t: d.timestamps for t, d in delivered.items()},
-        "producers_replaced": {h: logs[h].count("going on with a new producer") for h in logs},
-        "metrics": {
-            h: {
-                name: metric_total(metrics[h], f"atomickafka_{name}_total")
-                for name in ("node_takeovers", "node_fenced", "cluster_restarts")
-            }
-            for h in metrics
-        },
+    return checks
+
+
+def _metric_totals(metrics: dict[str, str]) -> dict[str, dict[str, float]]:
+    """Per host, the totals of its takeovers, fencings and cluster restarts."""
+    return {
+        h: {
+            name: metric_total(metrics[h], f"atomickafka_{name}_total")
+            for name in ("node_takeovers", "node_fenced", "cluster_restarts")
+        }
+        for h in metrics
     }
-    write_results(out, results)
-    plot_timeline(out, results)
-    (out / "summary.md").write_text(summary_markdown(results), encoding="utf-8")
-    return results

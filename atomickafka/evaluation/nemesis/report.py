@@ -67,6 +67,25 @@ def plot_timeline(out: Path, results: Mapping[str, Any]) -> Path:
         for takeover in results["takeovers"]:
             if takeover["from"] is not None:
                 axis.axvline(float(takeover["at"]) - start, color="k", lw=0.8, ls="--")
+    _label_faults_and_takeovers(top, bottom, results, start)
+    top.set_ylabel("sends / s (client)")
+    bottom.set_ylabel("deliveries / s (committed)")
+    bottom.set_xlabel("seconds since the load started (bands: faults; dashed: takeovers)")
+    top.legend(loc="upper right", fontsize=7, ncol=len(topics))
+    bottom.legend(loc="upper right", fontsize=7, ncol=len(topics))
+    verdicts = ", ".join(f"{v['name']} {'ok' if v['ok'] else 'FAILED'}" for v in results["checks"])
+    top.set_title(f"nemesis, seed {results['seed']}: {verdicts}", fontsize=9)
+    fig.tight_layout()
+    path = out / "timeline.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _label_faults_and_takeovers(
+    top: Any, bottom: Any, results: Mapping[str, Any], start: float
+) -> None:
+    """Name every fault (kind, target) on the top plot, every takeover on the bottom one."""
     ymax = top.get_ylim()[1]
     for fault in results["faults"]:
         top.text(
@@ -88,18 +107,6 @@ def plot_timeline(out: Path, results: Mapping[str, Any]) -> Path:
                 va="top",
                 rotation=90,
             )
-    top.set_ylabel("sends / s (client)")
-    bottom.set_ylabel("deliveries / s (committed)")
-    bottom.set_xlabel("seconds since the load started (bands: faults; dashed: takeovers)")
-    top.legend(loc="upper right", fontsize=7, ncol=len(topics))
-    bottom.legend(loc="upper right", fontsize=7, ncol=len(topics))
-    verdicts = ", ".join(f"{v['name']} {'ok' if v['ok'] else 'FAILED'}" for v in results["checks"])
-    top.set_title(f"nemesis, seed {results['seed']}: {verdicts}", fontsize=9)
-    fig.tight_layout()
-    path = out / "timeline.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 def summary_markdown(results: Mapping[str, Any]) -> str:

@@ -530,22 +530,7 @@ def compute(
                 "run string, start_ms long, end_ms long, bucket_ms long",
             )
         )
-        since = F.col("ts") - F.col("start_ms")
-        cells = _Cells()
-        for row in (
-            _events(records, measured, windows)
-            .join(windows, "run")
-            .groupBy(
-                "run",
-                "kind",
-                "node",
-                F.floor(since / F.col("bucket_ms")).alias("fi"),
-                F.floor(since / window_ms).alias("ci"),
-            )
-            .agg(F.sum("n").alias("n"), F.sum("r").alias("r"))
-            .collect()
-        ):
-            cells.add(row)
+        cells = _event_cells(records, measured, windows, window_ms)
         ts = F.col("kafka_ts_ms")
         types = (
             records.where(F.col("role") != "status")
@@ -577,6 +562,43 @@ def compute(
         records.unpersist()
         measured.unpersist()
 
+    return _run_rows(sizes, bounds, cells, types, latency, window_ms, window_s)
+
+
+def _event_cells(
+    records: DataFrame, measured: DataFrame, windows: DataFrame, window_ms: int
+) -> _Cells:
+    """Every run's events per kind and node, counted in its fine buckets and its
+    ``window_ms`` windows."""
+    since = F.col("ts") - F.col("start_ms")
+    cells = _Cells()
+    for row in (
+        _events(records, measured, windows)
+        .join(windows, "run")
+        .groupBy(
+            "run",
+            "kind",
+            "node",
+            F.floor(since / F.col("bucket_ms")).alias("fi"),
+            F.floor(since / window_ms).alias("ci"),
+        )
+        .agg(F.sum("n").alias("n"), F.sum("r").alias("r"))
+        .collect()
+    ):
+        cells.add(row)
+    return cells
+
+
+def _run_rows(
+    sizes: list[Any],
+    bounds: dict[str, tuple[int, int]],
+    cells: _Cells,
+    types: list[Any],
+    latency: dict[tuple[str, str], dict[str, Any]],
+    window_ms: int,
+    window_s: float,
+) -> list[dict[str, Any]]:
+    """One JSON-ready row per run, in the order of the runs' names."""
     out = []
     for row in sorted(sizes, key=lambda r: r["run"]):
         run = row["run"]

@@ -254,30 +254,7 @@ def _against_thesis(data: ReportInput) -> list[str]:
     or labelled as what it is (capacity, another pace)."""
     lines: list[str] = []
     for pacing, runs in _by_pacing(_primary_runs(data)).items():
-        rows = []
-        sizes: set[int] = set()
-        for result in runs:
-            m = result.metrics
-            thesis = THESIS_RUNS.get(result.info.scenario)
-            if thesis is None:
-                continue
-            ours = compare_with_thesis(result.info, m) if m else None
-            if ours is not None and not ours.same_size:
-                sizes.add(ours.messages)
-            rows.append(
-                [
-                    result.info.scenario,
-                    thesis.table,
-                    _num(thesis.run_time_s, 0),
-                    _num(ours.run_time_s, 2) if ours else "-",
-                    _run_time_factor(ours),
-                    _num(thesis.messages_per_s, 1),
-                    _num(ours.messages_per_s, 0) if ours else "-",
-                    _num(thesis.deliveries_per_s, 1),
-                    _num(ours.deliveries_per_s, 0) if ours else "-",
-                    _ratio(ours.deliveries_factor) if ours else "-",
-                ]
-            )
+        rows, sizes = _thesis_rows(runs)
         if not rows:
             continue
         headers = [
@@ -311,6 +288,36 @@ def _against_thesis(data: ReportInput) -> list[str]:
             "",
         ]
     return lines
+
+
+def _thesis_rows(runs: list[RunResult]) -> tuple[list[list[str]], set[int]]:
+    """A row per run the thesis has a table of, beside the thesis's figures; and the
+    message counts of our runs not of the thesis's size."""
+    rows = []
+    sizes: set[int] = set()
+    for result in runs:
+        m = result.metrics
+        thesis = THESIS_RUNS.get(result.info.scenario)
+        if thesis is None:
+            continue
+        ours = compare_with_thesis(result.info, m) if m else None
+        if ours is not None and not ours.same_size:
+            sizes.add(ours.messages)
+        rows.append(
+            [
+                result.info.scenario,
+                thesis.table,
+                _num(thesis.run_time_s, 0),
+                _num(ours.run_time_s, 2) if ours else "-",
+                _run_time_factor(ours),
+                _num(thesis.messages_per_s, 1),
+                _num(ours.messages_per_s, 0) if ours else "-",
+                _num(thesis.deliveries_per_s, 1),
+                _num(ours.deliveries_per_s, 0) if ours else "-",
+                _ratio(ours.deliveries_factor) if ours else "-",
+            ]
+        )
+    return rows, sizes
 
 
 def _run_time_factor(ours: ThesisComparison | None) -> str:

@@ -551,25 +551,7 @@ def run_one(spec: RunSpec) -> RunInfo:
     spec.run_dir.mkdir(parents=True, exist_ok=True)
     variant = spec.variant
     plans = spec.plans
-    info = RunInfo(
-        run=spec.run,
-        scenario=spec.scenario.name,
-        multicast_percent=spec.scenario.multicast_percent,
-        variant=variant.label,
-        system=variant.system.value,
-        algorithm=variant.algorithm.value if variant.algorithm is not None else "",
-        layout=variant.layout.value,
-        topics=list(spec.topics),
-        clients=spec.clients,
-        messages_per_client=spec.messages_per_client,
-        pace_ms=spec.pace_ms,
-        record_size=spec.record_size,
-        fanout="" if spec.fanout is None else f"{spec.fanout[0]}-{spec.fanout[1]}",
-        mix="" if spec.mix is None else spec.mix.describe(),
-        sent=sum(len(p.destinations) for p in plans),
-        expected_deliveries=sum(len(d) for p in plans for d in p.destinations),
-        started_at=datetime.now(UTC).isoformat(timespec="seconds"),
-    )
+    info = _new_info(spec, variant, plans)
     started = time.monotonic()
     fields = {"run": spec.run, "topics": list(spec.topics)}
     log.info("run starting", extra={"fields": fields})
@@ -615,3 +597,26 @@ def run_one(spec: RunSpec) -> RunInfo:
     level = logging.INFO if info.ok else logging.ERROR
     log.log(level, "run finished", extra={"fields": {**fields, "verdict": info.verdict}})
     return info
+
+
+def _new_info(spec: RunSpec, variant: Variant, plans: Sequence[ClientPlan]) -> RunInfo:
+    """The run's record before it runs: what it is, what it will send, when it began."""
+    return RunInfo(
+        run=spec.run,
+        scenario=spec.scenario.name,
+        multicast_percent=spec.scenario.multicast_percent,
+        variant=variant.label,
+        system=variant.system.value,
+        algorithm=variant.algorithm.value if variant.algorithm is not None else "",
+        layout=variant.layout.value,
+        topics=list(spec.topics),
+        clients=spec.clients,
+        messages_per_client=spec.messages_per_client,
+        pace_ms=spec.pace_ms,
+        record_size=spec.record_size,
+        fanout="" if spec.fanout is None else f"{spec.fanout[0]}-{spec.fanout[1]}",
+        mix="" if spec.mix is None else spec.mix.describe(),
+        sent=sum(len(p.destinations) for p in plans),
+        expected_deliveries=sum(len(d) for p in plans for d in p.destinations),
+        started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
