@@ -57,9 +57,12 @@ def nodes(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 @pytest.fixture(scope="module")
 def spark(nodes: str) -> Iterator[SparkSession]:
-    """One local SparkSession for the module, the data source registered."""
+    """One local SparkSession for the module, the data source registered. With the
+    Kafka connector on its jars: the first session of a process starts Spark's JVM, whose
+    driver classpath later sessions in the same test worker (test_sasl's Kafka source)
+    cannot add to."""
     os.environ["PYSPARK_PYTHON"] = sys.executable  # the workers import atomickafka
-    active = session("local[2]", app_name="atomickafka-spark-test")
+    active = session("local[2]", kafka_source=True, app_name="atomickafka-spark-test")
     register(active)
     yield active
     active.stop()
