@@ -108,8 +108,11 @@ def session(
     master: str = DEFAULT_MASTER, *, kafka_source: bool = False, app_name: str = "atomickafka-eval"
 ) -> SparkSession:
     """The SparkSession (the running one, if any): the job's builder, in local mode
-    by default, with the Kafka connector on ``spark.jars`` when ``kafka_source``."""
-    jars = kafka_source_jars() if kafka_source else []
+    by default, with the Kafka connector on ``spark.jars`` when ``kafka_source`` (and
+    whenever its jars are fetched: the first session of a process starts Spark's JVM,
+    and a later session in that process cannot add to its driver's classpath)."""
+    fetched = spark_kafka_lib_dir(metadata.version("pyspark")).is_dir()
+    jars = kafka_source_jars() if kafka_source or fetched else []
     spark: SparkSession = load_job().build_session(master, jars, app_name)
     return spark
 
