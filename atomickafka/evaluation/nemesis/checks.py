@@ -160,7 +160,8 @@ def check_takeovers(
     taken_s: list[float] = []
     live_s: list[float] = []
     problems: list[str] = []
-    takings = lease_takings(logs)
+    late: list[str] = []
+    takeover_times = lease_takings(logs)
     for a in applied:
         if a.fault.kind is not FaultKind.NODE_HOST_CUT:
             continue
@@ -168,7 +169,7 @@ def check_takeovers(
             took = next(
                 (
                     t - a.started
-                    for t, k, h in takings
+                    for t, k, h in takeover_times
                     if k == topic and h != a.target and t >= a.started
                 ),
                 None,
@@ -188,12 +189,20 @@ def check_takeovers(
             taken_s.append(round(took, 2))
             live_s.append(round(live, 2))
             if took > bound:
-                problems.append(
-                    f"{topic}: lease taken {took:.1f} s after the cut (bound {bound:g} s)"
-                )
+                late.append(f"{topic}: lease taken {took:.1f} s after the cut (bound {bound:g} s)")
             if live > bound + margin_s:
-                problems.append(f"{topic}: live {live:.1f} s after the cut (bound {bound:g} s)")
-    figures = {"lease_taken_s": taken_s, "live_s": live_s, "bound_s": bound, "margin_s": margin_s}
+                late.append(f"{topic}: live {live:.1f} s after the cut (bound {bound:g} s)")
+    figures = {
+        "lease_taken_s": taken_s,
+        "live_s": live_s,
+        "bound_s": bound,
+        "margin_s": margin_s,
+        # the takeovers that happened but later than the bound: a figure of the machine's
+        # speed as much as of the deployment's (the report's verdict; tests print it)
+        "late": late,
+        "taken_over": not problems,
+    }
+    problems += late
     detail = "; ".join(problems) or (
         f"{len(live_s)} takeovers: lease taken after {max(taken_s):.2f} s at most, the new "
         f"instance live after {max(live_s):.2f} s at most (bound {bound:g} s)"
