@@ -88,6 +88,7 @@ from atomickafka.node.merger_batch import MergerBatch, MergerSpec, own_delivery_
 from atomickafka.node.snapshots import LoadedSnapshot, newest_snapshots
 from atomickafka.verify.checker import CheckReport, SentMessage, check, deliveries_from_wire
 from atomickafka.verify.hostile import foreign_delivery_records
+from atomickafka.verify.sim.chaos import FaultWindow
 from atomickafka.verify.simulator import (
     CALM,
     SNAPSHOT_EVERY,
@@ -456,7 +457,7 @@ class LayeredSimulator:
         self._stream_seen: dict[tuple[str, int], int] = {}
         self.delays: list[MergeDelay] = []
         self._queues: dict[str, deque[LayerSend]] = {}
-        self._chaos_until: int | None = None
+        self._faults = FaultWindow(self.chaos)
 
     @property
     def step_count(self) -> int:
@@ -588,7 +589,7 @@ class LayeredSimulator:
         for client, sends in workload.clients.items():
             queue = self._queues.setdefault(client, deque())
             queue.extend(_layered(send) for send in sends)
-        self._chaos_until = None
+        self._faults = FaultWindow(self.chaos)
 
     def advance(self, max_steps: int) -> bool:
         """Schedule until quiescent (every send made, every log and stream read to its
@@ -597,8 +598,6 @@ class LayeredSimulator:
         chaos = self.chaos
         while self.clock.step < max_steps:
             waiting = [c for c, q in self._queues.items() if q]
-            if not waiting and self._chaos_until is None:
-                self._chaos_until = self.clock.step + chaos.tail_steps
             if not waiting and self._quiet() and not self._retry_blocked():
                 return True
             # back-pressure: a client waits while a node of its next message's layer lags
@@ -607,10 +606,11 @@ class LayeredSimulator:
                 for c in waiting
                 if not self.sims[self._queues[c][0].layer].held_back(self._queues[c][0])
             ]
+            self._faults.observe(self.clock.step, len(waiting), len(waiting) - len(senders))
             step = self.clock.advance()
             for sim in self.sims:
                 sim.settle()
-            if self._chaos_until is None or step <= self._chaos_until:
+            if self._faults.active(step):
                 self._misbehave()
             nodes = [
                 (layer, t)
@@ -629,7 +629,7 @@ class LayeredSimulator:
                 continue  # everything with work is paused: time passes
             pick = chooser.integer(0, choices - 1)
             if pick < len(senders):
-                partial = self._chaos_until is None and chooser.chance(chaos.partial_write)
+                partial = self._faults.sending() and chooser.chance(chaos.partial_write)
                 send = self._queues[senders[pick]].popleft()
                 self.send(self.sims[send.layer].misaddressed(send), partial=partial)
             elif pick < len(senders) + len(nodes):

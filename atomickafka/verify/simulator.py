@@ -111,7 +111,7 @@ import random  # noqa: F401  (the module doctest uses it)
 from collections import Counter, deque
 
 from atomickafka.verify.choosers import Chooser, DataChooser, RandomChooser
-from atomickafka.verify.sim.chaos import CALM, Chaos
+from atomickafka.verify.sim.chaos import CALM, Chaos, FaultWindow
 from atomickafka.verify.sim.clients import ABSENT_TOPIC, Clients
 from atomickafka.verify.sim.misbehaviour import Misbehaviour
 from atomickafka.verify.sim.node import (
@@ -182,18 +182,17 @@ class Simulator(Misbehaviour, Clients):
         queues = {client: deque(sends) for client, sends in workload.clients.items()}
         chooser = self.chooser
         chaos = self.chaos
-        chaos_until: int | None = None
+        faults = FaultWindow(chaos)
         while self.clock.step < max_steps:
             waiting = [c for c, q in queues.items() if q]
-            if not waiting and chaos_until is None:
-                chaos_until = self.clock.step + chaos.tail_steps
             if not waiting and self.quiet():
                 break
             senders = [c for c in waiting if not self.held_back(queues[c][0])]
             self.events["held_back"] += len(waiting) - len(senders)
+            faults.observe(self.clock.step, len(waiting), len(waiting) - len(senders))
             step = self.clock.advance()
             self.settle()
-            if chaos_until is None or step <= chaos_until:
+            if faults.active(step):
                 self.misbehave()
             runnable = [t for t in self.topics if self.paused_until[t] < step and self.has_work(t)]
             n_choices = len(senders) + len(runnable)
@@ -202,7 +201,7 @@ class Simulator(Misbehaviour, Clients):
                 continue  # every node with work is paused: time passes
             pick = chooser.integer(0, n_choices - 1)
             if pick < len(senders):
-                partial = chaos_until is None and chooser.chance(chaos.partial_write)
+                partial = faults.sending() and chooser.chance(chaos.partial_write)
                 self.send(self.misaddressed(queues[senders[pick]].popleft()), partial=partial)
             else:
                 topic = runnable[pick - len(senders)]

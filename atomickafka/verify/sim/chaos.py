@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["CALM", "Chaos"]
+__all__ = ["CALM", "Chaos", "FaultWindow"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -12,7 +12,9 @@ class Chaos:
     """How hostile the schedule is; the probabilities are per step.
 
     ``max_batch`` bounds how many records a node consumes in one step. Misbehaviour is
-    only scheduled while clients are sending and ``tail_steps`` steps after.
+    only scheduled while clients are sending and ``tail_steps`` steps after, and pauses
+    while every client with a send left has been held back ``storm_steps`` steps in a
+    row (:class:`FaultWindow`).
     ``duplicate`` appends a copy of a recent record; ``unsequenced`` a copy of a recent
     bundle without its messages' ``seq`` (as a node of a release before §4.12 wrote
     them), so that rule 5 is tested beneath the de-duplication by ``seq``. The
@@ -32,6 +34,12 @@ class Chaos:
     max_delay: int = 20
     duplicate_window: int = 20
     tail_steps: int = 50
+    #: Faults pause once every client with a send left has been held back by
+    #: back-pressure this many steps in a row: the nodes cannot keep up under them (a
+    #: duplicate every few steps outgrows nodes that read a record a step and crash
+    #: often), so without a pause the clients would wait, and the faults go on, forever.
+    #: They resume as soon as a client may send again.
+    storm_steps: int = 2_000
     unsequenced: float = 0.0
     stray: float = 0.0
     producer_gap: float = 0.0
@@ -73,3 +81,43 @@ class Chaos:
 
 #: No misbehaviour at all, just interleavings.
 CALM = Chaos(duplicate=0.0, delay=0.0, crash=0.0, checkpoint=0.0, partial_write=0.0)
+
+
+class FaultWindow:
+    """When a run's misbehaviour is scheduled: while clients have sends left and
+    ``tail_steps`` steps after the last, except while every client with a send left
+    has been held back ``storm_steps`` steps in a row (then the nodes are left to catch
+    up; the faults resume with the first send let through). Without the pause, a run
+    whose faults make more work than its nodes do would never end: back-pressure holds
+    the clients until the nodes catch up, and the faults go on while clients wait."""
+
+    __slots__ = ("_held_since", "_storm_steps", "_tail_steps", "until")
+
+    def __init__(self, chaos: Chaos) -> None:
+        self._tail_steps = chaos.tail_steps
+        self._storm_steps = chaos.storm_steps
+        self._held_since: int | None = None
+        #: The last step with faults once the clients are done (``None`` before).
+        self.until: int | None = None
+
+    def sending(self) -> bool:
+        """True while clients have sends left."""
+        return self.until is None
+
+    def observe(self, step: int, waiting: int, held: int) -> None:
+        """Step ``step`` begins with ``waiting`` clients with sends left, ``held`` of them
+        held back."""
+        if waiting == 0:
+            if self.until is None:
+                self.until = step + self._tail_steps
+            return
+        if held < waiting:
+            self._held_since = None
+        elif self._held_since is None:
+            self._held_since = step
+
+    def active(self, step: int) -> bool:
+        """Whether faults are scheduled at ``step``."""
+        if self.until is not None:
+            return step <= self.until
+        return self._held_since is None or step - self._held_since < self._storm_steps
