@@ -644,6 +644,19 @@ class Engine:
         return None if due is None else -(-due // 1000)
 
     @property
+    def next_orphan_due_ms(self) -> int | None:
+        """The log time (ms) at which the oldest entry a peer's Ack made for a message
+        this node has not heard of (``poc``) is abandoned (rule 9), or ``None``. Until the
+        log's time reaches it, the entry holds back every later message of the other
+        destinations, so an idle node ticks its log then (the shell, §4.11)."""
+        pending = self.state.pending
+        for due, mid in self.state.orphans:
+            entry = pending.get(mid)
+            if entry is not None and entry.local is None:
+                return due
+        return None
+
+    @property
     def remembered_count(self) -> int:
         """Settled ids and refused versions remembered now (§4.13)."""
         return len(self.state.memory)

@@ -968,9 +968,14 @@ class NodeBatch(SnapshotTaker):
         """§4.11: while messages are held until the log's time reaches their timestamp,
         the node ticks its own log so that the log's time moves on even when nothing else
         is written to it. (Messages waiting for members need no tick: the shell writes
-        its members record every second while they wait, §4.9.5.)"""
+        its members record every second while they wait, §4.9.5.) And once the log's
+        time should have reached the deadline of an entry a peer's Ack made for a message
+        this node never heard of (``poc``, rule 9): nothing else may come to move the time
+        on, and the entry holds the other destinations' later messages until abandoned."""
         if self.engine.next_due_ms is None:
-            return
+            orphan_due = self.engine.next_orphan_due_ms
+            if orphan_due is None or wall_s * 1000 < orphan_due:
+                return
         if self._last_tick_s is not None and wall_s - self._last_tick_s < self.spec.tick_every_s:
             return
         self._last_tick_s = wall_s

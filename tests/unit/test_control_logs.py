@@ -133,6 +133,16 @@ def test_control_logs_keep_atomic_multicast(
     assert_correct(result)
 
 
+def test_an_acks_entry_for_a_copy_that_never_came_is_abandoned_in_an_idle_run() -> None:
+    """Rule 9 (found by the test above, 2026-11-29): a client died between its copies
+    of ``c0-11`` (to T3, T4, T5), writing only T4's; T4's proposal made entries at T3 and
+    T5, abandoned a memory window later -- but the run fell idle first, nothing moved
+    their logs' time, and T4 held ``c0-6`` behind ``c0-11`` for ever. A node with such an
+    entry now ticks its log once the deadline has passed."""
+    _, result = run(Algorithm.POC, 398193521, HOSTILE, exactly_once=True, direct=(0.0, 0))
+    assert_correct(result)
+
+
 #: Restarts with another protocol (§6.6), over two logs: the node's members records are
 #: in its control log, so that is where its replay must refuse.
 WRONG = Chaos(wrong_restart=0.05, checkpoint=0.1, duplicate=0.05, delay=0.03, commit=0.3)

@@ -273,11 +273,13 @@ class SimState:
         return logs
 
     def holding(self) -> bool:
-        """True while some node holds a message for the log's time to catch up, has a
-        transaction open, goes on as a zombie, or waits at a marker for input offsets
+        """True while some node holds a message for the log's time to catch up (or an
+        Ack's entry for a message it never heard of, until abandoned), has a transaction
+        open, goes on as a zombie, or waits at a marker for input offsets
         nobody wrote yet (§7.1: it ticks its input log when the marker is old enough)."""
         return any(
             n.batch.engine.held_count
+            or n.batch.engine.next_orphan_due_ms is not None
             or n.txn
             or n.txn_commit is not None
             or n.zombie
@@ -298,11 +300,11 @@ class SimState:
 
     def next_due_ms(self, topic: str) -> int | None:
         """When ``topic``'s node next has something to do without new input: a held
-        message comes due (§4.11), its shell writes its members record (after its
-        first round, and every second while messages wait for members, §4.9.5), or it
-        ticks its input log (§7.1)."""
+        message comes due (§4.11) or an Ack's entry is abandoned (rule 9), its shell
+        writes its members record (after its first round, and every second while
+        messages wait for members, §4.9.5), or it ticks its input log (§7.1)."""
         node = self.nodes[topic]
-        dues = [node.batch.engine.next_due_ms]
+        dues = [node.batch.engine.next_due_ms, node.batch.engine.next_orphan_due_ms]
         if not node.batch.replaying:
             dues.append(node.batch.next_input_tick_ms)  # (wall time: the simulated clock's)
         if not node.batch.replaying:
