@@ -25,7 +25,7 @@ from atomickafka.doctor.findings import Finding, Severity
 from atomickafka.doctor.gather import gather_snapshots, gather_topics
 from atomickafka.doctor.topic_checks import check_topics
 from atomickafka.errors import ConfigError
-from atomickafka.kafka.admin import TopicSpec, admin_client, ensure_topics
+from atomickafka.kafka.admin import TopicSpec, admin_client, await_configs, ensure_topics
 from atomickafka.kafka.topics import Layout
 
 __all__ = ["describe_row", "register"]
@@ -118,6 +118,9 @@ def _create(args: argparse.Namespace) -> int:
     specs = _aligned(deployment.specs(), before, args.min_insync_replicas)
     admin = admin_client(connection(args))
     created = set(ensure_topics(admin, specs, replication_factor=args.replication_factor))
+    # each broker applies the change a moment after Kafka accepts it: return only once
+    # every one shows it, or a check run next may read the old values from one that lags
+    await_configs(admin, {name: spec.configs for name, spec in specs.items()})
     after = gather_topics(connection(args), deployment.kafka_topics())
     findings = _findings(args, deployment, after, len(metadata.brokers))
     for name, spec in specs.items():

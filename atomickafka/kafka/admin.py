@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
@@ -17,18 +18,24 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from atomickafka.errors import ConfigError
+from atomickafka.errors import ConfigError, TimedOutError
 from atomickafka.kafka.connection import Where, connection_of
 from atomickafka.kafka.consumer import retry_transient
 from atomickafka.kafka.settings import LIBRDKAFKA_LOGGER
 
 __all__ = [
     "MIN_MESSAGE_BYTES",
+    "VISIBLE_TIMEOUT_S",
+    "BrokerView",
+    "ConfigLag",
     "TopicSpec",
     "admin_client",
+    "await_configs",
+    "config_lag",
     "ensure_topics",
     "partition_count",
     "too_small",
+    "wait_visible",
 ]
 
 log = logging.getLogger(__name__)
@@ -180,3 +187,134 @@ def _ready(admin: AdminClient, names: list[str]) -> None:
     resources = [ConfigResource(ResourceType.TOPIC, n) for n in names]
     for future in admin.describe_configs(resources).values():
         future.result(timeout=10)
+
+
+#: How long :func:`await_configs` waits for every broker to show the configs just set.
+VISIBLE_TIMEOUT_S: Final = 30.0
+
+#: One broker's view of some topics' configs: each topic's ``key -> value``, or the
+#: text of the error that kept it from being read (a topic the broker does not know
+#: yet, a broker that did not answer).
+BrokerView = Mapping[str, Mapping[str, str | None] | str]
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigLag:
+    """A config of ``topic`` that ``broker`` does not show as set (yet): ``stale`` when
+    it shows another value, else it could not be read (``what`` says why)."""
+
+    broker: int
+    topic: str
+    what: str
+    stale: bool
+
+    def __str__(self) -> str:
+        return f"broker {self.broker}: {self.topic} {self.what}"
+
+
+def _same(shown: str | None, wanted: str) -> bool:
+    """Whether a value read back is the one set: Kafka answers its canonical form (lists
+    joined by ``,`` without spaces), so case and spaces do not count."""
+    if shown is None:
+        return False
+    return shown.replace(" ", "").lower() == wanted.replace(" ", "").lower()
+
+
+def config_lag(
+    wanted: Mapping[str, Mapping[str, str]], views: Mapping[int, BrokerView]
+) -> list[ConfigLag]:
+    """What of ``wanted`` (topic -> key -> value) the brokers of ``views`` do not show:
+    empty when every broker reads back every value set."""
+    out = []
+    for broker, view in sorted(views.items()):
+        for topic, configs in wanted.items():
+            if not configs:
+                continue
+            seen = view.get(topic, "not described")
+            if isinstance(seen, str):
+                out.append(ConfigLag(broker, topic, f"unreadable ({seen})", stale=False))
+                continue
+            for key, value in configs.items():
+                if not _same(seen.get(key), value):
+                    what = f"{key}={seen.get(key, '(unset)')} (set: {value})"
+                    out.append(ConfigLag(broker, topic, what, stale=True))
+    return out
+
+
+def wait_visible(
+    read: Callable[[], Mapping[int, BrokerView]],
+    wanted: Mapping[str, Mapping[str, str]],
+    timeout_s: float = VISIBLE_TIMEOUT_S,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[ConfigLag]:
+    """Read the brokers' views (``read``) until each shows every config of ``wanted``.
+
+    Kafka accepts a config change once its controller has committed it; each broker
+    applies it from the metadata log a moment later and until then describes the old
+    value (one describe, served by a broker that lags, then contradicts the change).
+    Raise :class:`~atomickafka.errors.TimedOutError` when a broker still shows another
+    value after ``timeout_s``; return what could not be read then (a broker that does
+    not answer is not one that disagrees: the caller may warn of it).
+    """
+    deadline = clock() + timeout_s
+    delay = 0.05
+    while True:
+        lag = config_lag(wanted, read())
+        if not lag:
+            return []
+        if clock() + delay > deadline:
+            stale = [x for x in lag if x.stale]
+            if stale:
+                raise TimedOutError(
+                    f"configs set, but after {timeout_s:g} s not every broker shows them: "
+                    + "; ".join(map(str, stale))
+                )
+            return lag
+        sleep(delay)
+        delay = min(1.0, delay * 2)
+
+
+def _views(admin: AdminClient, topics: Iterable[str]) -> dict[int, BrokerView]:
+    """Each live broker's own view of ``topics``' configs: a describe that names a broker
+    resource goes to that broker, and it answers the topics of the same request from its
+    metadata (a describe without one goes to whichever broker the client picks)."""
+    names = list(dict.fromkeys(topics))
+    views: dict[int, BrokerView] = {}
+    for broker in sorted(admin.list_topics(timeout=10).brokers):
+        resources = [ConfigResource(ResourceType.BROKER, str(broker))]
+        resources += [ConfigResource(ResourceType.TOPIC, name) for name in names]
+        futures = admin.describe_configs(resources, request_timeout=10)
+        view: dict[str, Mapping[str, str | None] | str] = {}
+        for resource, future in futures.items():
+            if resource.restype != ResourceType.TOPIC:
+                continue
+            try:
+                entries = future.result(timeout=15)
+            except (KafkaException, TimeoutError) as exc:
+                view[resource.name] = str(exc) or type(exc).__name__
+                continue
+            view[resource.name] = {
+                key: None if entry.value is None else str(entry.value)
+                for key, entry in entries.items()
+            }
+        views[broker] = view
+    return views
+
+
+def await_configs(
+    admin: AdminClient,
+    wanted: Mapping[str, Mapping[str, str]],
+    timeout_s: float = VISIBLE_TIMEOUT_S,
+) -> None:
+    """Return once every live broker describes each topic of ``wanted`` with the configs
+    set (``topic -> key -> value``), so that a check run next reads them wherever it
+    lands; :class:`~atomickafka.errors.TimedOutError` if one still shows another value
+    after ``timeout_s``. Brokers that could not be read are logged, not waited for."""
+    todo = {topic: configs for topic, configs in wanted.items() if configs}
+    if not todo:
+        return
+    unread = wait_visible(lambda: _views(admin, todo), todo, timeout_s)
+    for lag in unread:
+        log.warning("configs not confirmed on %s", lag)

@@ -20,6 +20,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from atomickafka.kafka.admin import await_configs
 from atomickafka.kafka.topics import dead_letter_topic, input_topic
 from tests.integration.harness import run_cli, running_cluster
 
@@ -27,11 +28,14 @@ pytestmark = pytest.mark.integration
 
 
 def set_topic_config(bootstrap: str, topic: str, key: str, value: str) -> None:
+    """Set ``key`` of ``topic``, and wait until every broker shows it: a describe
+    served by a broker that has not applied it yet would still read the old value."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     entry = ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(timeout=30)
+    await_configs(admin, {topic: {key: value}})
 
 
 def doctor(
