@@ -369,11 +369,9 @@ class TransactionalWriter(Writer):
     retry_s: float = TXN_RETRY_S
     #: librdkafka's bound on a commit (s; ``None``: :data:`COMMIT_TIMEOUT_S`).
     commit_timeout_s: float | None = None
-    #: A write into the open transaction failed: :meth:`finish` writes it again, or
-    #: stops the instance when the error is fatal (a fence surfaces so), as
-    #: :meth:`write` does. ``_broken_by``: that error.
+    #: A write into the open transaction failed (not fatally): :meth:`finish` writes it
+    #: again.
     broken: bool = False
-    _broken_by: KafkaException | None = None
     #: The instance stops without a clean stop (:meth:`abandon`): every wait ends with
     #: :class:`BatchWriteError`, and no new producer of the role is taken.
     abandoned: bool = False
@@ -740,10 +738,7 @@ class TransactionalWriter(Writer):
         try:
             self._producer.begin_transaction()
         except KafkaException as exc:
-            error = _classified(exc, "beginning a transaction")
-            if isinstance(error, FencedError):
-                raise error from exc
-            self.broken, self._broken_by = True, exc  # finish() tells what to do
+            self._broke(exc, "beginning a transaction")
 
     def produce(self, record: OutRecord) -> None:
         """Put ``record`` into the transaction :meth:`begin` opened."""
@@ -752,25 +747,30 @@ class TransactionalWriter(Writer):
         try:
             _send(self._producer, record, None)
         except KafkaException as exc:
-            error = _classified(exc, "writing to a transaction")
-            if isinstance(error, FencedError):
-                raise error from exc
-            self.broken, self._broken_by = True, exc
+            self._broke(exc, "writing to a transaction")
+
+    def _broke(self, exc: KafkaException, doing: str) -> None:
+        """A write into the open transaction failed (on the shell's thread: no commit
+        runs meanwhile). A fence or a fatal error stops the instance now, as in
+        :meth:`write` (:meth:`_failed`): as fenced when the error or the abort names a
+        fence -- a producer fenced while its instance was paused fails its next call
+        with a plain fatal error -- else as a failed write; not after the commit thread
+        has waited for a lease that went to the instance that fenced it. Any other error
+        marks the transaction broken: :meth:`finish` writes it again."""
+        kafka_error = exc.args[0] if exc.args else None
+        fatal = isinstance(kafka_error, KafkaError) and kafka_error.fatal()
+        if fatal or isinstance(_classified(exc, doing), FencedError):
+            self._failed(exc, doing, time.monotonic() + self.retry_s, committing=False)
+        self.broken = True
 
     def finish(self, records: Sequence[OutRecord], commit: OffsetCommit | None) -> None:
         """Commit the transaction holding ``records`` (put there with :meth:`produce`)
         and ``commit``; a transaction that failed is written again from ``records`` by
-        a new producer, as :meth:`write` does, unless it is found committed. A write
-        into it that failed with a fatal error stops the instance, as in :meth:`write`:
-        as fenced when the abort names a fence (a producer fenced while its instance was
-        paused fails its next ``produce`` with a plain fatal error), else as a failed
-        write -- not after waiting for a lease that went to the instance that fenced it."""
+        a new producer, as :meth:`write` does, unless it is found committed."""
         deadline = time.monotonic() + self.retry_s
         try:
             if self.broken:
-                broken_by, self.broken, self._broken_by = self._broken_by, False, None
-                if broken_by is not None:
-                    self._failed(broken_by, "writing to a transaction", deadline, committing=False)
+                self.broken = False
                 raise _TxnFailedError("a write into the transaction failed", unknown=False)
             self._commit(self._producer, commit, deadline)
             if commit:

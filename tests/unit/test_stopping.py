@@ -79,22 +79,22 @@ class Released:
         return 0
 
 
-def test_a_fatal_write_into_a_split_transaction_stops_as_fenced_without_a_new_producer(
+def test_a_fatal_write_into_a_split_transaction_stops_as_fenced_at_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The zombie of the fault test, on the split writer's path (begin, produce, finish
-    on the commit thread): its first write after waking fails with a plain fatal error.
-    The abort names the fence, so it stops as fenced at once -- before, the transaction
-    was only marked broken, and the commit thread waited up to a minute for a lease that
-    had gone to the instance that fenced it, holding the stop up."""
+    """The zombie of the fault test, on the split writer's path (begin and produce on
+    the shell's thread, finish on the commit thread): its first write after waking
+    fails with a plain fatal error, and the abort names the fence, so it stops as fenced
+    there and then. Before, the transaction was only marked broken, and the commit
+    thread retired the producer and waited up to a minute for a lease that had gone to
+    the instance that fenced it, holding the stop up."""
     monkeypatch.setattr(writers, "LEASE_WAIT_S", FOREVER_S)
     producer = FencedProducer()
     writer = _txn_writer(producer)
     waiting, taken = _lease_gone(writer)
     writer.begin()
-    writer.produce(RECORD)
     with pytest.raises(FencedError, match="another instance of this role took over"):
-        writer.finish([RECORD], {0: 7})
+        writer.produce(RECORD)
     assert producer.calls == ["begin", "produce out", "abort"]
     assert not waiting.is_set() and taken == []  # no wait for the lease, nor a producer
 
