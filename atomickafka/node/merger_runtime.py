@@ -109,7 +109,6 @@ class MergerRuntime(RoleShell):
         self.foreign = 0  # records in T that are not this merger's
         self.rates = Rates(1)  # deliveries per second
         self._consumer: Consumer | None = None
-        self._writer: Writer | None = None
         self._replay_ends: dict[int, int] = {}
         self._blocked_since: float | None = None
         self.recovery_s: float | None = None
@@ -331,11 +330,11 @@ class MergerRuntime(RoleShell):
         """``records`` were written (a transaction's once it committed): the metrics."""
         self.metrics.wrote(records, time.time())
 
-    def _close_io(self) -> None:
+    def _close_io(self, *, abandon: bool) -> None:
         self._drop_snapshots()
         if self._writer is not None:
             try:
-                self._writer.close()
+                self._writer.close(abandon=abandon)
             except KafkaException as exc:
                 log.error("closing the writer: %s", exc)
         if self._consumer is not None:

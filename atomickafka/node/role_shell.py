@@ -5,11 +5,15 @@ gets it is ready); join the lease group and stand by until the lease is this
 instance's; open (fencing any older instance) and loop; stop at once
 when fenced or when a write failed (exit status 4 or 1: the restart or the standby
 recovers); and close what was opened -- the last status saying "stopped" only after a
-requested stop. Each role says how it prepares, opens, loops and closes its I/O."""
+requested stop; after any other stop without committing or waiting for anything, and
+within :data:`STOP_BOUND_S` whatever a Kafka client does. Each role says how it
+prepares, opens, loops and closes its I/O."""
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 from collections.abc import Sequence
 from typing import ClassVar, Final, Protocol
@@ -28,9 +32,9 @@ from atomickafka.node.config import NodeConfig
 from atomickafka.node.heap import return_large_blocks
 from atomickafka.node.lease import Lease
 from atomickafka.node.lifecycle import Stoppable
-from atomickafka.node.writers import BatchWriteError, ClientWedgedError, FencedError
+from atomickafka.node.writers import BatchWriteError, ClientWedgedError, FencedError, Writer
 
-__all__ = ["EXIT_FENCED", "EXIT_WEDGED", "RoleShell"]
+__all__ = ["EXIT_FENCED", "EXIT_WEDGED", "STOP_BOUND_S", "RoleShell"]
 
 #: The exit status of an instance that stopped because another one took its role.
 EXIT_FENCED: Final = 4
@@ -39,6 +43,19 @@ EXIT_FENCED: Final = 4
 EXIT_WEDGED: Final = 5
 #: How long, at least, an instance that lost its lease waits to get it back (s).
 LEASE_BACK_MIN_S: Final = 20.0
+#: How long an instance that stops without a clean stop (fenced, a failed write, an
+#: unexpected error) may take to release its clients before its process ends at once
+#: with its exit status (s). Releasing them commits and waits for nothing (the writer is
+#: abandoned) and takes well under a second; a librdkafka close or destroy that hangs
+#: (a coordinator's broker gone) must not keep an instance that lost its role alive --
+#: the supervisor restarts it only once it exited.
+STOP_BOUND_S: Final = 10.0
+
+
+def _exit_now(status: int) -> None:
+    """End the process at once (``os._exit``: no interpreter shutdown, which could wait
+    on a Kafka client too; each log line was written out when logged)."""
+    os._exit(status)
 
 
 class BatchLayer(Protocol):
@@ -64,6 +81,8 @@ class RoleShell(Stoppable):
         self.active = False
         self._status: RecordProducer | None = None
         self._lease: Lease | None = None
+        #: What the role writes through, once it opened (the active instance's).
+        self._writer: Writer | None = None
         self._metrics_server: MetricsServer | None = None
         self._stopped_cleanly = False  # set when the loop ends on a stop request
         self._wedged = False  # a Kafka client hung (ClientWedgedError)
@@ -94,8 +113,9 @@ class RoleShell(Stoppable):
         """Become the active instance: open the writer (fencing older ones), recover."""
         raise NotImplementedError
 
-    def _close_io(self) -> None:
-        """Close the role's writer and consumers (whatever was opened)."""
+    def _close_io(self, *, abandon: bool) -> None:
+        """Close the role's writer and consumers (whatever was opened); ``abandon``: a
+        stop that is not a clean one -- the writer commits and waits for nothing."""
         raise NotImplementedError
 
     def status(self) -> Status:
@@ -169,6 +189,8 @@ class RoleShell(Stoppable):
         deadline = time.monotonic() + limit
         self._lease_unconfirmed = True
         while time.monotonic() < deadline and not self.stopping:
+            if self._writer is not None:  # a fence its commit met: stop now, not later
+                self._writer.raise_failure()
             if lease.poll(0.2):
                 if not self._still_ours():
                     return False
@@ -195,9 +217,13 @@ class RoleShell(Stoppable):
         self._status = RecordProducer(cfg.connection)
         self._start_clock(cfg.status_interval_s, max_seconds)
         self._retitle("starting")
+        # the exit status of a stop that is not a clean one (None: a clean one); until
+        # the run ends otherwise, an unexpected exception, with which the process exits 1
+        failed: int | None = 1
         try:
             self._start_standby()
             if not self._catch_up():
+                failed = None
                 return 0
             self._lease = Lease(
                 cfg.connection,
@@ -205,6 +231,7 @@ class RoleShell(Stoppable):
                 session_timeout_ms=cfg.session_timeout_ms,
             )
             if not self._await_lease():
+                failed = None
                 return 0
             self._open()
             self._retitle("active")
@@ -212,20 +239,23 @@ class RoleShell(Stoppable):
             self._tick(time.monotonic())
             status = self._loop()
             self._stopped_cleanly = True
+            failed = None
             return status
         except FencedError as exc:
             self._log.error("%s stops: %s", name, exc)
             self.metrics.stopped_fenced()
-            return EXIT_FENCED
+            failed = EXIT_FENCED
+            return failed
         except ClientWedgedError as exc:
             self._log.error("%s: %s; exiting at once so that a restart recovers it", name, exc)
             self._wedged = True
-            return EXIT_WEDGED
+            failed = EXIT_WEDGED
+            return failed
         except BatchWriteError as exc:
             self._log.error("%s: %s; exiting so that a restart recovers it", name, exc)
             return 1
         finally:
-            self._shutdown()
+            self._shutdown(failed)
 
     def _await_lease(self) -> bool:
         """Wait until this instance is the role's active one, standing by meanwhile;
@@ -260,12 +290,40 @@ class RoleShell(Stoppable):
         assert self._lease is not None
         self._lease.poll(0.2)
 
-    def _shutdown(self) -> None:
+    def _shutdown(self, failed: int | None) -> None:
+        """Close what was opened. ``failed``: the exit status of a stop that is not a
+        clean one (``None``: a clean one) -- the writer is abandoned, and should closing
+        hang, the process ends with that status after :data:`STOP_BOUND_S`."""
         if self._wedged:  # closing a hung client could hang too: the process just exits
             if self._metrics_server is not None:
                 self._metrics_server.close()
             return
-        self._close_io()
+        watchdog = None if failed is None else self._bound_the_stop(failed)
+        try:
+            self._close_clients(abandon=failed is not None)
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+
+    def _bound_the_stop(self, status: int) -> threading.Timer:
+        """A timer that ends the process with ``status`` unless cancelled within
+        :data:`STOP_BOUND_S` (a daemon: it never holds the process up)."""
+        name = f"{self.kind} {self.role_key}"
+
+        def expire() -> None:
+            self._log.error(
+                "%s: its Kafka clients did not close within %.0f s; exiting at once (%d)",
+                name, STOP_BOUND_S, status,
+            )  # fmt: skip
+            _exit_now(status)
+
+        timer = threading.Timer(STOP_BOUND_S, expire)
+        timer.daemon = True
+        timer.start()
+        return timer
+
+    def _close_clients(self, *, abandon: bool) -> None:
+        self._close_io(abandon=abandon)
         if self._lease is not None:
             self._lease.close()
         if self._status is not None:

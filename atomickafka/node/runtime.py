@@ -113,7 +113,6 @@ from atomickafka.node.snapshots import (
 from atomickafka.node.writers import (
     AckedWriter,
     SplitWriter,
-    Writer,
 )
 
 __all__ = [
@@ -305,7 +304,6 @@ class NodeRuntime(RoleShell):
         self._reader: LogReader | None = None
         self._partition = config.partition
         self._consumer: Consumer | None = None
-        self._writer: Writer | None = None
         self._status_count = 0
         self._mismatch_logged: set[str] = set()
         self._bad_logged: set[str] = set()
@@ -822,13 +820,13 @@ class NodeRuntime(RoleShell):
             fields = {"offset": int(offset)} if offset is not None and offset.isdigit() else {}
             log.warning("set aside in %s: %s", record.topic, text, extra={"fields": fields})
 
-    def _close_io(self) -> None:
+    def _close_io(self, *, abandon: bool) -> None:
         writer, consumer = self._writer, self._consumer
         if self._follower is not None:
             self._follower.close()
         if writer is not None:
             try:
-                writer.close()
+                writer.close(abandon=abandon)
             except KafkaException as exc:
                 log.error("closing the writer: %s", exc)
         if consumer is not None:
@@ -836,8 +834,8 @@ class NodeRuntime(RoleShell):
         if self._membership is not None:
             self._membership.close()
 
-    def _shutdown(self) -> None:
-        super()._shutdown()
+    def _shutdown(self, failed: int | None) -> None:
+        super()._shutdown(failed)
         log.info("node %s stopped", self.config.key)
 
     # ------------------------------------------------------------------ status

@@ -129,6 +129,8 @@ MAX_HUNG_PRODUCERS: Final = 3
 LEASE_WAIT_S: Final = 60.0
 #: Back-off between retries (s): doubling from the first to the last.
 _RETRY_BACKOFF_S: Final = (0.1, 2.0)
+#: Why an abandoned writer's wait ended (:meth:`TransactionalWriter.abandon`).
+_ABANDONED: Final = "the instance stops: its open transaction is abandoned"
 
 
 class _CallThread:
@@ -252,8 +254,20 @@ class Writer(Protocol):
         sooner)."""
         ...
 
-    def close(self) -> None:
-        """Finish (bounded) and release the producer."""
+    def raise_failure(self) -> None:
+        """Raise what a write running in the background failed with, if it did
+        (:class:`FencedError`, :class:`BatchWriteError`), writing nothing: what the shell
+        asks while it waits, writing nothing, for a lost lease (by default: nothing runs
+        in the background)."""
+        return
+
+    def close(self, *, abandon: bool = False) -> None:
+        """Finish (bounded) and release the producer. ``abandon``: the instance stops
+        without a clean stop (fenced, a failed write, an unexpected error): nothing more
+        is committed or waited for -- what was not committed is written again by the
+        restart or by the instance that took over -- and a transactional producer is
+        never taken again (no ``init_transactions``, which would fence the instance that
+        took over)."""
         ...
 
 
@@ -355,8 +369,12 @@ class TransactionalWriter(Writer):
     retry_s: float = TXN_RETRY_S
     #: librdkafka's bound on a commit (s; ``None``: :data:`COMMIT_TIMEOUT_S`).
     commit_timeout_s: float | None = None
-    #: A write into the open transaction failed: :meth:`finish` writes it again.
+    #: A write into the open transaction failed (not fatally): :meth:`finish` writes it
+    #: again.
     broken: bool = False
+    #: The instance stops without a clean stop (:meth:`abandon`): every wait ends with
+    #: :class:`BatchWriteError`, and no new producer of the role is taken.
+    abandoned: bool = False
     #: Whether this instance still holds its role's lease (``None``: not asked); a
     #: producer is replaced only while it does (:meth:`_recover`).
     holds_role: Callable[[], bool] | None = None
@@ -412,6 +430,8 @@ class TransactionalWriter(Writer):
         """A transactional producer of the role, initialised: this fences any older one
         of the role (another instance's, or this instance's hung one), aborting its open
         transaction."""
+        if self.abandoned:
+            raise BatchWriteError(_ABANDONED)
         producer = RecordProducer(self._connection, **self._settings)
         timeout_s = self._init_timeout_s
         try:
@@ -692,12 +712,24 @@ class TransactionalWriter(Writer):
                 backoff = min(_RETRY_BACKOFF_S[1], 2 * backoff)
 
     def _wait(self, seconds: float) -> None:
-        """Sleep ``seconds``, calling ``on_wait`` about every :data:`HEARTBEAT_S`."""
+        """Sleep ``seconds``, calling ``on_wait`` about every :data:`HEARTBEAT_S`; raise
+        :class:`BatchWriteError` once the writer is abandoned (every retry and every wait
+        for the lease goes through here, so an abandoned writer's commit thread ends
+        within a heartbeat of its last call on the broker)."""
         until = time.monotonic() + seconds
         while (left := until - time.monotonic()) > 0:
+            if self.abandoned:
+                raise BatchWriteError(_ABANDONED)
             time.sleep(min(HEARTBEAT_S, left))
             if self.on_wait is not None:
                 self.on_wait()
+        if self.abandoned:
+            raise BatchWriteError(_ABANDONED)
+
+    def abandon(self) -> None:
+        """The instance stops without a clean stop: end every wait and retry (from
+        another thread too) and never take a new producer of the role."""
+        self.abandoned = True
 
     # -------------------------------------------------- a transaction over several batches
 
@@ -706,10 +738,7 @@ class TransactionalWriter(Writer):
         try:
             self._producer.begin_transaction()
         except KafkaException as exc:
-            error = _classified(exc, "beginning a transaction")
-            if isinstance(error, FencedError):
-                raise error from exc
-            self.broken = True  # finish() writes it again with a new producer
+            self._broke(exc, "beginning a transaction")
 
     def produce(self, record: OutRecord) -> None:
         """Put ``record`` into the transaction :meth:`begin` opened."""
@@ -718,10 +747,21 @@ class TransactionalWriter(Writer):
         try:
             _send(self._producer, record, None)
         except KafkaException as exc:
-            error = _classified(exc, "writing to a transaction")
-            if isinstance(error, FencedError):
-                raise error from exc
-            self.broken = True
+            self._broke(exc, "writing to a transaction")
+
+    def _broke(self, exc: KafkaException, doing: str) -> None:
+        """A write into the open transaction failed (on the shell's thread: no commit
+        runs meanwhile). A fence or a fatal error stops the instance now, as in
+        :meth:`write` (:meth:`_failed`): as fenced when the error or the abort names a
+        fence -- a producer fenced while its instance was paused fails its next call
+        with a plain fatal error -- else as a failed write; not after the commit thread
+        has waited for a lease that went to the instance that fenced it. Any other error
+        marks the transaction broken: :meth:`finish` writes it again."""
+        kafka_error = exc.args[0] if exc.args else None
+        fatal = isinstance(kafka_error, KafkaError) and kafka_error.fatal()
+        if fatal or isinstance(_classified(exc, doing), FencedError):
+            self._failed(exc, doing, time.monotonic() + self.retry_s, committing=False)
+        self.broken = True
 
     def finish(self, records: Sequence[OutRecord], commit: OffsetCommit | None) -> None:
         """Commit the transaction holding ``records`` (put there with :meth:`produce`)
@@ -752,10 +792,13 @@ class TransactionalWriter(Writer):
         del idle
         self._producer.poll(0)
 
-    def close(self) -> None:
+    def close(self, *, abandon: bool = False) -> None:
         """Release the producer (an open transaction, if any, is aborted by the broker);
-        a wedged one is left alone (the process is about to exit)."""
-        if not self.wedged:
+        a wedged one is left alone (the process is about to exit), and an abandoned one
+        is not waited for."""
+        if abandon:
+            self.abandon()
+        elif not self.wedged:
             self._producer.flush(5)
 
 
@@ -1022,8 +1065,24 @@ class SplitWriter(Writer):
         self._waiting, self._waiting_target = [], None
         self._add(waiting, target)
 
-    def close(self) -> None:
-        """Commit what is open (bounded), flush the control records, release."""
+    def raise_failure(self) -> None:
+        """Raise what the commit running on the thread failed with, once it ended."""
+        job = self._job
+        if job is not None and job.done.is_set() and job.error is not None:
+            self._job = None
+            raise job.error
+
+    def close(self, *, abandon: bool = False) -> None:
+        """Commit what is open (bounded), flush the control records, release. Abandoned:
+        nothing is committed or waited for -- not the commit running on the thread (an
+        abandoned transactional writer ends its retries and waits, and takes no new
+        producer), nor the control records, which the restart or the instance that took
+        over writes again (their offsets were not committed) -- so that the instance
+        stops at once."""
+        if abandon:
+            self._txn.abandon()
+            self._control.close(0)
+            return
         if self.wedged:
             return
         try:
@@ -1159,8 +1218,14 @@ class AckedWriter(Writer):
         ticket.sent()
         _send(self._producer, record, ticket.on_delivery)
 
-    def close(self) -> None:
-        """Wait (bounded) for what is queued, commit what became safe, release."""
+    def close(self, *, abandon: bool = False) -> None:
+        """Wait (bounded) for what is queued, commit what became safe, release.
+        Abandoned: nothing is waited for nor committed -- a fenced instance's commit
+        would move the offset of the group another instance now commits (the restart or
+        the new instance writes again what was not committed; receivers drop repeats)."""
+        if abandon:
+            self._producer.close(0)
+            return
         remaining = self._producer.flush(30)
         if remaining:
             log.error("%d outputs not acknowledged at shutdown", remaining)
@@ -1223,7 +1288,11 @@ class GaplessWriter(Writer):
         if self.failed is not None:
             raise BatchWriteError(self.failed)
 
-    def close(self) -> None:
-        """Wait (bounded) for what is queued."""
+    def close(self, *, abandon: bool = False) -> None:
+        """Wait (bounded) for what is queued; abandoned, for nothing (the restart resumes
+        after the last delivery it finds in ``T``)."""
+        if abandon:
+            self._producer.close(0)
+            return
         if self._producer.flush(30):
             log.error("outputs not acknowledged at shutdown")
