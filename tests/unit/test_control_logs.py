@@ -143,6 +143,17 @@ def test_an_acks_entry_for_a_copy_that_never_came_is_abandoned_in_an_idle_run() 
     assert_correct(result)
 
 
+def test_a_notify_rewritten_after_downtime_may_find_its_message_abandoned_everywhere() -> None:
+    """CI, 2026-11-29: T3 wrote two of the four Notifies of a multicast and crashed;
+    T2's Ack made an entry at T5, and before T3 wrote T5's Notify again the nodes were
+    down longer than the memory window (DOWNTIME): T5 abandoned the entry (rule 9) and
+    the message was aborted everywhere. All-or-none holds; what a copy written more than
+    half a window late may lose (§4.13), a Notify written that late may lose too."""
+    _, result = run(Algorithm.POC, 362605, HOSTILE, exactly_once=True, direct=(2000.0, 200))
+    assert_correct(result)
+    assert "c0-4" not in {m.messageID for t in result.topics for m in result.deliveries[t]}
+
+
 #: Restarts with another protocol (§6.6), over two logs: the node's members records are
 #: in its control log, so that is where its replay must refuse.
 WRONG = Chaos(wrong_restart=0.05, checkpoint=0.1, duplicate=0.05, delay=0.03, commit=0.3)

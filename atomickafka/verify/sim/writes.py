@@ -23,6 +23,8 @@ __all__ = ["Hold", "Writes"]
 _CONTROL_KINDS: Final = frozenset({OutKind.CONTROL, OutKind.TICK})
 #: A commit whose batch's writes are not acknowledged yet takes effect at no step.
 _UNACKNOWLEDGED: Final = 2**62
+#: The records that may reach a log too late for a message (:meth:`_note_late_relays`).
+_LATE_KINDS: Final = frozenset({MessageType.CLIENT, MessageType.NOTIFY})
 
 
 class Hold(StrEnum):
@@ -190,13 +192,15 @@ class Writes(Outages):
     def _note_late_relays(self, target: str, value: bytes) -> None:
         """A relay's copies that reach ``target``'s log more than half the memory
         window after their clients sent them (their relay was down, DOWNTIME) are late
-        there (§4.13): such a message may be delivered nowhere, but only everywhere or
-        nowhere."""
+        there (§4.13), and so is a ``poc`` Notify written that late (its writer failed
+        between its Notifies and was down): a peer's Ack may have made an entry there
+        that was abandoned a window after (rule 9). Such a message may be delivered
+        nowhere, but only everywhere or nowhere."""
         window = self.nodes[target].spec.window_ms
         if decode_marker(value) is not None:
             return
         for message in decode_any(value):
             sent_at = message.sentAt
-            client = message.messageType is MessageType.CLIENT
-            if client and sent_at is not None and self.clock.now_ms - sent_at > window // 2:
+            late_kind = message.messageType in _LATE_KINDS
+            if late_kind and sent_at is not None and self.clock.now_ms - sent_at > window // 2:
                 self._stray_hit.add(message.messageID)
