@@ -9,7 +9,10 @@ import struct
 from hypothesis import given
 from hypothesis import strategies as st
 
+from atomickafka.evaluation.nemesis.checks import check_fences
+from atomickafka.evaluation.nemesis.faults import Applied
 from atomickafka.evaluation.nemesis.schedule import (
+    Fault,
     FaultKind,
     ScheduleSettings,
     draw_schedule,
@@ -67,3 +70,19 @@ def test_a_loss_stalls_for_a_retransmission_timeout() -> None:
     assert LinkFaults(delay_ms=50).lag_s(rng) == 0.05
     lags = [LinkFaults(loss=1.0).lag_s(rng) for _ in range(100)]
     assert all(0.2 <= lag <= 1.0 for lag in lags)
+
+
+def test_a_pause_owes_a_fence_unless_the_instance_got_its_lease_back() -> None:
+    """CI, 2026-11-29: a 6.8 s pause; the standby took the lease but had not opened when
+    the paused instance came back, which found its lease back and went on -- nothing was
+    fenced, and the check must not ask for a fenced stop there."""
+    pause = Fault(FaultKind.NODE_PAUSED, 35.6, 6.8, {"topic": "nema"})
+    applied = [Applied(pause, "n2", 1000.0, detail={"topic": "nema", "pid": 7})]
+    kept = '{"ts":1010.5,"level":"info","msg":"node nema: the lease is back; going on"}\n'
+    assert check_fences(applied, {"n2": kept}, {}).ok
+    earlier = kept.replace("1010.5", "990.0")  # before this pause: no proof for it
+    missed = check_fences(applied, {"n2": earlier}, {})
+    assert not missed.ok and "n2: 0 fenced stops logged" in missed.detail
+    fenced = '{"ts":1011,"msg":"node nema stops: fenced while committing: ..."}\n'
+    metric = 'atomickafka_node_fenced_total{topic="nema"} 1.0\n'
+    assert check_fences(applied, {"n2": fenced}, {"n2": metric}).ok
