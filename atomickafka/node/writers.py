@@ -119,6 +119,10 @@ COMMIT_TIMEOUT_S: Final = 60.0
 #: (its restart replays it). A failover on three loopback brokers stalled transactions
 #: ~20 s (docs/DESIGN.md §6.3); twice the transaction timeout covers several.
 TXN_RETRY_S: Final = 120.0
+#: How long, at least, the group's committed offsets are read again (through a group
+#: coordinator that moves) to tell whether a transaction with an unknown outcome
+#: committed (s).
+COMMITTED_READ_S: Final = 60.0
 #: How many producers an instance may leave hung (each replaced by a new one of the
 #: role; they are never closed, so they are kept) before it exits (exit status 5,
 #: :class:`ClientWedgedError`): its restart starts clean.
@@ -657,8 +661,13 @@ class TransactionalWriter(Writer):
 
     def _committed_offsets(self, commit: OffsetCommit, deadline: float) -> OffsetCommit:
         """The group's committed offsets of ``commit``'s partitions (0: none), read
-        after the new producer's init ended any open transaction of the role."""
+        after the new producer's init ended any open transaction of the role. The read
+        writes nothing, and without it the instance exits: it is retried for at least
+        :data:`COMMITTED_READ_S` even when the batch's retries used its time up (CI,
+        2026-11-29: a group coordinator moving back to a restarted broker answered
+        ``NOT_COORDINATOR`` just after a batch's 120 s had gone to the failover)."""
         asked = [TopicPartition(self._input, p) for p in commit]
+        deadline = max(deadline, time.monotonic() + COMMITTED_READ_S)
         while True:
             try:
                 found = self._consumer.committed(asked, timeout=SEND_OFFSETS_TIMEOUT_S)
