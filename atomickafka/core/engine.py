@@ -1032,6 +1032,34 @@ class Engine:
             self.state.stats.late += 1
             raise _Refused(why)
 
+    def _check_forgotten(self, record: Message) -> None:
+        """§4.13: a peer's proposal that would make this node take up a message it does
+        not know, written late (its writer was down between reading the message and
+        writing it), may be about a version this node aborted and has forgotten since;
+        taken up, this node would propose for a version it refused, after its peers
+        dropped theirs on its Abort, and the writer would decide with their stale
+        proposals. So it is refused, answered with an Abort (rule 9), when it reached
+        the log more than half a window after it was sent, as a late client copy, and
+        was sent no later than an abort forgotten here expired."""
+        arrived = record.arrived
+        reached = record.logTime if arrived is None else arrived
+        sent_at = record.sentAt
+        if not self.state.memory.may_have_aborted(sent_at) or reached is None:
+            return
+        assert sent_at is not None
+        age = reached - sent_at
+        if age <= self.window.max_age_ms:
+            return
+        self.state.stats.late += 1
+        self._refuse_version(
+            record,
+            Reason.LATE,
+            f"a {record.messageType.value} of a message sent {age} ms before it reached "
+            f"this log, more than the {self.window.max_age_ms} ms a copy may take, and no "
+            "later than an abort this node has forgotten (§4.13): a proposal for a "
+            "version this node may have refused",
+        )
+
     def _answer_settled(self, record: Message) -> list[Output]:
         """A peer's record about a message settled here. If this node aborted or
         refused that version, the peer may be waiting for it: tell it again (the Abort
@@ -1154,6 +1182,7 @@ class Engine:
             return self._answer_settled(record)
         entry = self.state.pending.get(mid)
         if entry is None or entry.local is None:  # first hearing: this node will propose
+            self._check_forgotten(record)
             self._check_members(record)
             self._check_value(record)
             self._check_can_propose(record, ts)

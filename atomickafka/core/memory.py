@@ -24,6 +24,15 @@ sent, and the message was first heard of here at least ``max_skew`` before it wa
 (by the log's clock), so no more than ``window`` after that; by then it is still
 remembered. The same bound holds for a relay's copies, which keep the client's
 ``sentAt``. An id reused after ``window`` names a new message everywhere.
+
+Control records can be late too: a peer that was down between reading a message and
+writing its proposal writes its first Notify for it as late as it was down, and no
+window covers that. A node that aborted the message and forgot it would take it up
+again and propose for a version it refused (and its peers dropped on its Abort), so
+:attr:`SettledMemory.forgot_aborted` keeps the latest expiry of an abort forgotten here:
+a version aborted here was sent before it expired (``sentAt`` is at most ``max_skew``
+after the first hearing), so a late proposal sent no later than that may be about one
+(§4.13).
 """
 
 from __future__ import annotations
@@ -117,6 +126,9 @@ class SettledMemory:
         self._settled: dict[str, _Entry] = {}
         self._refused: dict[tuple[str, Version], int] = {}
         self._expiry: deque[tuple[int, str, Any]] = deque()
+        #: The latest expiry (log time) of an aborted id or refused version forgotten
+        #: here, if any: a message sent no later may have been aborted here (§4.13).
+        self.forgot_aborted: int | None = None
 
     def __len__(self) -> int:
         return len(self._settled) + len(self._refused)
@@ -161,16 +173,26 @@ class SettledMemory:
                 if entry is not None and entry.expires == expires:
                     del self._settled[key]
                     forgotten += 1
+                    if entry.outcome is Outcome.ABORTED:
+                        self.forgot_aborted = expires
             elif self._refused.get(key) == expires:
                 del self._refused[key]
                 forgotten += 1
+                self.forgot_aborted = expires
         return forgotten
+
+    def may_have_aborted(self, sent_at: int | None) -> bool:
+        """True when a message sent at ``sent_at`` may have been aborted here and
+        forgotten since: it was sent no later than such an abort expired."""
+        horizon = self.forgot_aborted
+        return horizon is not None and sent_at is not None and sent_at <= horizon
 
     # ------------------------------------------------------------------ snapshots
 
     def to_data(self) -> dict[str, Any]:
-        """Plain JSON data (see :meth:`from_data`)."""
-        return {
+        """Plain JSON data (see :meth:`from_data`); ``forgot_aborted`` only once an abort
+        was forgotten (the format is otherwise that of snapshots before it)."""
+        data: dict[str, Any] = {
             "window_ms": self.window_ms,
             "settled": [
                 [mid, e.outcome.value, list(e.version[0]), e.version[1], e.expires]
@@ -181,6 +203,9 @@ class SettledMemory:
                 for (mid, version), expires in self._refused.items()
             ],
         }
+        if self.forgot_aborted is not None:
+            data["forgot_aborted"] = self.forgot_aborted
+        return data
 
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> SettledMemory:
@@ -197,6 +222,8 @@ class SettledMemory:
             entries.append((int(expires), "r", key))
         entries.sort(key=lambda e: e[0])
         memory._expiry.extend(entries)
+        horizon = data.get("forgot_aborted")  # (absent from snapshots before it)
+        memory.forgot_aborted = None if horizon is None else int(horizon)
         return memory
 
 

@@ -154,6 +154,19 @@ def test_a_notify_rewritten_after_downtime_may_find_its_message_abandoned_everyw
     assert "c0-4" not in {m.messageID for t in result.topics for m in result.deliveries[t]}
 
 
+def test_a_late_notify_is_not_taken_up_where_its_message_was_aborted_and_forgotten() -> None:
+    """§4.13 (found by the hostile test above, 2026-11-29): a stray Notify naming
+    ``optimized`` made T2 abort ``c0-8`` (to T1..T5, ``direct``); T3, T4 and T5, which had
+    proposed, dropped it on T2's answers. T1 was down and wrote its Notifies 88 s after
+    the send: T2 and T3 had forgotten the abort, took the message up again and proposed,
+    and T1 decided with T2's new proposal and the others' dropped ones -- delivered at
+    T1 only. A late proposal sent before an abort forgotten there expired is now refused
+    and answered with an Abort, which drops the message at its writer too."""
+    _, result = run(Algorithm.DIRECT, 571762917, HOSTILE, exactly_once=False, direct=(0.0, 0))
+    assert_correct(result)
+    assert "c0-8" not in {m.messageID for t in result.topics for m in result.deliveries[t]}
+
+
 #: Restarts with another protocol (§6.6), over two logs: the node's members records are
 #: in its control log, so that is where its replay must refuse.
 WRONG = Chaos(wrong_restart=0.05, checkpoint=0.1, duplicate=0.05, delay=0.03, commit=0.3)

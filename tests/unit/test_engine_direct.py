@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import pytest
 
 from atomickafka.core.engine import Algorithm, Engine, Output, Waiting
+from atomickafka.core.reasons import Reason
 from atomickafka.core.wire import Message, MessageType, value_digest
 from atomickafka.verify.simulator import Send, Simulator
 from tests.unit.engine_helpers import delivered, kinds, state
@@ -364,3 +365,28 @@ def test_rule9_an_abort_before_the_message_keeps_it_from_being_taken_up() -> Non
         ("B", "AbortMessage", "m", None)
     ]
     assert node.pending_count == 0 and not node.is_delivered("m")
+
+
+def test_rule13_a_late_notify_is_refused_where_an_abort_sent_after_it_was_forgotten() -> None:
+    """§4.13: C aborted ``m`` (A's Abort came first) and forgot it a window later; B was
+    down between reading ``m`` and writing its Notify, which comes 90 s after the send.
+    Taken up, C would propose for a version it refused; it answers with an Abort that
+    echoes B's Notify (which drops ``m`` at B). A Notify as late finds a node that
+    forgot no abort, and one sent after the abort expired finds C, taking it up."""
+    t0, sent = 1_000_000, 999_900
+    late = at(t0 + 90_000, peer_notify("m", "ABC", "B", 3)._replace(sentAt=sent, seq=(7, 0)))
+    node = direct("C")
+    node.step([at(t0, abort("m", "ABC", "A"))])
+    node.step([at(t0 + 61_000, client("x", "C"))])  # the abort is forgotten
+    assert node.state.memory.outcome_of("m") is None
+    step = node.step([late])
+    assert [r.code for r in step.rejected] == [Reason.LATE]
+    assert {(o.topic, o.message.messageType.value, o.message.answers) for o in step.outputs} == {
+        ("A", "AbortMessage", None),
+        ("B", "AbortMessage", (7, 0)),
+    }
+    assert node.pending_count == 0
+    fresh = direct("C")
+    assert ("B", "NotifyMessage", "m", 4) in [t[:4] for t in kinds(fresh.step([late]).outputs)]
+    after = late._replace(messageID="n", sentAt=t0 + 60_001)
+    assert ("A", "NotifyMessage", "n", 4) in kinds(node.step([after]).outputs)
