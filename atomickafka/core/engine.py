@@ -1063,18 +1063,32 @@ class Engine:
     def _answer_settled(self, record: Message) -> list[Output]:
         """A peer's record about a message settled here. If this node aborted or
         refused that version, the peer may be waiting for it: tell it again (the Abort
-        is idempotent). Otherwise it changes nothing."""
+        is idempotent). If this node delivered that version, a proposal for it (with a
+        ``seq``: rule 12 let it through, so no replay) was written by a peer that took
+        the message up again after forgetting it (§4.13: a stray's Notify, or a copy
+        written again after the window, reached it first): this node never proposes
+        for it again while it remembers, so that entry is decided nowhere -- answer the
+        proposal with an Abort, or the peer holds it at its queue head for good (rule
+        9). Otherwise it changes nothing."""
         mid = record.messageID
         settled = self.state.memory.outcome(mid)
         version = _version(record)
         sender = record.sentFromTopic
+        # (not ``settled == (Outcome.ABORTED, version)``: mypyc's == of nested tuples
+        # reads uninitialised memory when the first items differ)
+        same = settled is not None and settled[1] == version
         refused = self.state.memory.is_refused(mid, version) or (
-            # (not ``settled == (Outcome.ABORTED, version)``: mypyc's == of nested tuples
-            # reads uninitialised memory when the first items differ)
-            settled is not None and settled[0] is Outcome.ABORTED and settled[1] == version
+            same and settled is not None and settled[0] is Outcome.ABORTED
+        )
+        retaken = (
+            same
+            and settled is not None
+            and settled[0] is Outcome.DELIVERED
+            and record.seq is not None
+            and record.messageType in _PROPOSAL_TYPES
         )
         self.state.stats.duplicates += 1
-        if not refused or sender is None or self.state.topic not in record.topic:
+        if not (refused or retaken) or sender is None or self.state.topic not in record.topic:
             return []
         return [Output(sender, self._abort(mid, version, record.sentAt, record.seq))]
 

@@ -167,6 +167,19 @@ def test_a_late_notify_is_not_taken_up_where_its_message_was_aborted_and_forgott
     assert "c0-8" not in {m.messageID for t in result.topics for m in result.deliveries[t]}
 
 
+def test_a_message_taken_up_again_is_aborted_by_a_peer_that_remembers_delivering_it() -> None:
+    """Rule 9, §4.13 (found by the hostile runs above, 2026-11-29): T5 read a backlog
+    across a downtime jump, delivering ``c2-5`` at its old log time and forgetting it a
+    window later within the same step; a stray's Notify about ``c2-5`` "from" T4 (no
+    ``seq``) then made T5 take it up again and ack T4, which still remembered
+    delivering it and set the Ack aside as a duplicate -- T5 held ``c2-5``, and
+    ``c2-11`` behind it, for good. A node that remembers delivering a version now
+    answers a peer's new proposal for it with an Abort."""
+    _, result = run(Algorithm.OPTIMIZED, 1306647817, HOSTILE, exactly_once=True, direct=(0.0, 0))
+    assert_correct(result)
+    assert result.engines["T5"].state.pending.get("c2-5") is None
+
+
 #: Restarts with another protocol (§6.6), over two logs: the node's members records are
 #: in its control log, so that is where its replay must refuse.
 WRONG = Chaos(wrong_restart=0.05, checkpoint=0.1, duplicate=0.05, delay=0.03, commit=0.3)

@@ -711,3 +711,31 @@ def test_a_peer_that_writes_to_this_log_is_a_member(algorithm: Algorithm) -> Non
     assert len(node.awaiting_members) == 0
     late = node.step([at(NOW + MEMBERS_GRACE_MS + 1, tick(0, topic="A"))])
     assert not [r for r in late.rejected if "has no node" in r.reason]
+
+
+def test_a_proposal_for_a_version_delivered_here_is_answered_with_an_abort() -> None:
+    """Rule 9, §4.13 (found by ``test_control_logs``, 2026-11-29): a peer that forgot a
+    message after the window and took it up again (a stray's Notify about it reached
+    it first) proposes for it anew; this node, which still remembers delivering that
+    version, never proposes for it again, so the peer's entry is decided nowhere.
+    Answering the proposal with an Abort releases it -- in silence, the peer held it at
+    its queue head for good. Repeats (rule 12) and unsequenced strays stay unanswered."""
+    coordinator = Engine("A", algorithm=Algorithm.OPTIMIZED)
+    coordinator.step([at(NOW, client("m", "A", "B"), origin=0)])
+    first = ack("m", "AB", "B", 5)._replace(seq=(3, 0))
+    delivered = coordinator.step([at(NOW + 1, first)]).outputs
+    assert ("A", "DeliveryMessage", "m") in types(delivered)
+    again = ack("m", "AB", "B", 40)._replace(seq=(9, 0))  # B took m up again
+    out = coordinator.step([at(NOW + 2, again)]).outputs
+    assert types(out) == [("B", "AbortMessage", "m")] and out[0].message.answers == (9, 0)
+    assert coordinator.step([at(NOW + 3, first)]).outputs == []  # a repeat: dropped
+    assert coordinator.step([at(NOW + 4, ack("m", "AB", "B", 41))]).outputs == []
+    # The same at a destination that acked and delivered, for its coordinator's Notify.
+    destination = Engine("B", algorithm=Algorithm.OPTIMIZED)
+    destination.step([at(NOW, notify("m", "AB", "A", 4)._replace(seq=(2, 0)))])
+    final = decided("m", "AB", "A", 5)._replace(seq=(4, 0))
+    assert ("B", "DeliveryMessage", "m") in types(destination.step([at(NOW + 1, final)]).outputs)
+    retaken = notify("m", "AB", "A", 50)._replace(seq=(20, 0))
+    out = destination.step([at(NOW + 2, retaken)]).outputs
+    assert types(out) == [("A", "AbortMessage", "m")]
+    assert out[0].message.answers == (20, 0) and destination.pending_count == 0
