@@ -51,6 +51,7 @@ from atomickafka.core.compact import BINARY, COMPACT_VERSION, JSON, MAGIC, contr
 from atomickafka.core.engine import MEMBERS_GRACE_MS
 from atomickafka.core.marker import MAX_MARKER_RANGE, encode_marker
 from atomickafka.core.reader import DeadLetter, read_dead_letter
+from atomickafka.core.reasons import Reason
 from atomickafka.core.signing import SIGNATURE_HEADER, Signer
 from atomickafka.core.timebounds import CLOCK_HOLD_US
 from atomickafka.core.wire import (
@@ -162,7 +163,12 @@ KINDS: list[tuple[str, bool, Callable[[random.Random, str, str], bytes]]] = [
     (
         "colliding-id",
         True,
-        lambda r, a, b: _client("collide", [a, b] if r.random() < 0.5 else [a], r.randrange(5)),
+        # dated, so that an exact copy of the version delivered, written after the node
+        # forgot it (a busy run: more than the memory window later), is refused as late
+        # and never delivered again (§4.13); undated, it would be a new message then
+        lambda r, a, b: _client(
+            "collide", [a, b] if r.random() < 0.5 else [a], r.randrange(5), sentAt=_now_ms()
+        ),
     ),
     (
         "stray-tick",
@@ -425,7 +431,9 @@ def _repeat_delivered_collisions(
                 continue
             key = topic if partitions == 1 else f"{topic}/{delivery.layer or 0}"
             where[key] = []
-            value = _client("collide", list(delivery.destinations), delivery.value)
+            value = _client(
+                "collide", list(delivery.destinations), delivery.value, sentAt=delivery.sentAt
+            )
             log = input_topic(topic, "split")
             headers: list[tuple[str, str | bytes | None]] = list(
                 signer.signed_headers(log, None, value)
@@ -438,19 +446,38 @@ def _repeat_delivered_collisions(
 
 
 def _duplicates_grew(
-    bootstrap: str, before: dict[str, Status], grown: dict[str, list[str]], timeout_s: float = 15
-) -> dict[str, Status]:
-    """The statuses once every node key of ``grown`` counts its copies as duplicates (at
-    most ``timeout_s``), and one status interval more, so that nothing else is counted."""
+    bootstrap: str, before: dict[str, Status], grown: dict[str, list[str]], timeout_s: float = 60
+) -> tuple[dict[str, Status], set[str]]:
+    """The statuses once every node key of ``grown`` counts as duplicates each of its
+    copies that was not set aside as late (at most ``timeout_s``), one status interval
+    later, so that nothing else is counted; and the copies set aside as late. A copy
+    written more than the memory window after its version was delivered (a busy run)
+    finds the id forgotten and is late by its ``sentAt`` (§4.13)."""
     deadline = time.monotonic() + timeout_s
+    topics = sorted({_node_of(w.split("@")[0]).split("/")[0] for ws in grown.values() for w in ws})
     while True:
+        late = _late_letters(bootstrap, topics)
         now = read_statuses(bootstrap)
-        done = all(now[k].duplicates >= before[k].duplicates + len(w) for k, w in grown.items())
+        done = all(
+            now[k].duplicates >= before[k].duplicates + len([c for c in w if c not in late])
+            for k, w in grown.items()
+        )
         if done or time.monotonic() > deadline:
             break
         time.sleep(0.3)
     time.sleep(1.2)
-    return read_statuses(bootstrap)
+    return read_statuses(bootstrap), _late_letters(bootstrap, topics)
+
+
+def _late_letters(bootstrap: str, topics: list[str]) -> set[str]:
+    """Where the records ``topics``' nodes set aside as late were (``log/partition@offset``)."""
+    late = set()
+    for topic in topics:
+        for record in read_to_end(bootstrap, dead_letter_topic(topic), [0], timeout_s=180):
+            letter = read_dead_letter(record)
+            if letter.code is Reason.LATE and letter.source is not None:
+                late.add(f"{letter.source}@{letter.source_offset}")
+    return late
 
 
 def _letters_once_refused(
@@ -543,15 +570,16 @@ def test_ten_thousand_hostile_records_stop_nothing(
         time.sleep(max(0.0, fuzzed_at + MEMBERS_GRACE_MS / 1000 + 1.0 - time.monotonic()))
         settled = read_statuses(kafka_bootstrap)
         repeats = _repeat_delivered_collisions(kafka_bootstrap, got, partitions, fuzzer.signer)
-        statuses = _duplicates_grew(kafka_bootstrap, settled, repeats)
+        statuses, late = _duplicates_grew(kafka_bootstrap, settled, repeats)
         after = {k: s for k, s in statuses.items() if s.topic in topics}
         letters = _letters_once_refused(kafka_bootstrap, topics, fuzzer)
     restarts = [ln for ln in log.read_text().splitlines() if "restarting in" in ln]
     run = Run(fuzzer, sent, got, readers, in_t, before, after, letters, passed, restarts)
     _assert_nothing_stopped(run, topics, partitions)
     assert repeats, "no node delivered a version of the colliding id"
-    for key, copies in repeats.items():  # ignored, and counted exactly
-        assert after[key].duplicates == settled[key].duplicates + len(copies), key
+    for key, copies in repeats.items():  # ignored, and counted exactly, unless late
+        counted = [c for c in copies if c not in late]
+        assert after[key].duplicates == settled[key].duplicates + len(counted), (key, late)
         fuzzer.written += [("colliding-id-repeat", where) for where in copies]
     table = _assert_accounted(run, topics, partitions)
     path = tmp_path / f"fuzz-outcomes-{partitions}.md"
@@ -576,8 +604,8 @@ def _assert_nothing_stopped(run: Run, topics: list[str], partitions: int) -> Non
 
 
 _REPEAT_IGNORED: Final = (
-    f"ignored: a repeat of the version delivered; the node's status `duplicates` grew by "
-    f"exactly {REPEATS} per node"
+    "ignored: a repeat of the version delivered; the node's status `duplicates` grew by "
+    "exactly one per copy (a copy written after the memory window is set aside as late)"
 )
 
 
@@ -597,8 +625,8 @@ def _assert_accounted(run: Run, topics: list[str], partitions: int) -> str:
         log_name = where.split("@")[0]
         log_kind = "control logs" if log_name.startswith(CONTROL_PREFIX) else "input logs"
         node = _node_of(log_name)
-        if name == "colliding-id-repeat":  # must be ignored, not set aside
-            got = "UNACCOUNTED" if where in origins else _REPEAT_IGNORED
+        if name == "colliding-id-repeat":  # ignored; set aside only as late (§4.13)
+            got = _repeat_outcome(origins.get(where), topics)
         elif where in origins:
             got = _dead_lettered(origins[where], topics)
         elif name == "colliding-id" and node not in taken:
@@ -617,6 +645,14 @@ def _assert_accounted(run: Run, topics: list[str], partitions: int) -> str:
         assert run.after[key].duplicates >= count, (key, count, run.after[key].duplicates)
     _account_for_t(run, outcomes, partitions)
     return _table(outcomes)
+
+
+def _repeat_outcome(letter: DeadLetter | None, topics: list[str]) -> str:
+    """What an exact copy of a delivered version got: ignored (counted as a repeat), or,
+    written after its node forgot the id, set aside as late -- never anything else."""
+    if letter is None:
+        return _REPEAT_IGNORED
+    return _dead_lettered(letter, topics) if letter.code is Reason.LATE else "UNACCOUNTED"
 
 
 def _dead_lettered(letter: DeadLetter, topics: list[str]) -> str:
