@@ -479,7 +479,10 @@ class TransactionalWriter(Writer):
                     self.committed_before = dict(commit)
                 break
             except _TxnFailedError as failed:
-                if failed.hung is None and time.monotonic() + backoff >= deadline:
+                # no time for another try: judged with the longest back-off, the one a
+                # refused call in the transaction may have given up with (`_call`)
+                out_of_time = time.monotonic() + _RETRY_BACKOFF_S[1] >= deadline
+                if failed.hung is None and out_of_time:
                     raise BatchWriteError(
                         f"a batch's transaction failed {attempts} times over "
                         f"{self.retry_s:.0f} s; the last: {failed}"
