@@ -132,6 +132,8 @@ LOG_APPEND_TIME: Final = {"message.timestamp.type": "LogAppendTime"}
 #: How often a node writes its members record again, unchanged, while messages wait for
 #: members (§4.9.5): such a record is what refuses a destination that has no node.
 MEMBERS_AGAIN_S: Final = 1.0
+#: How long one read of the group's committed offset waits while the lease is lost (s).
+OVERTAKEN_READ_S: Final = 1.0
 #: The status's ``inputDrainSeconds`` at most (an interval that read a handful of
 #: records behind a long backlog would say hours; anything past this holds clients back).
 _DRAIN_CAP_S: Final = 60.0
@@ -304,6 +306,8 @@ class NodeRuntime(RoleShell):
         self._reader: LogReader | None = None
         self._partition = config.partition
         self._consumer: Consumer | None = None
+        #: Reads the group's committed offset while the lease is lost (:meth:`_overtaken`).
+        self._offsets_probe: Consumer | None = None
         self._status_count = 0
         self._mismatch_logged: set[str] = set()
         self._bad_logged: set[str] = set()
@@ -564,6 +568,32 @@ class NodeRuntime(RoleShell):
                 self.batch.position,
             )
             return False
+        return True
+
+    def _overtaken(self) -> bool:
+        """While the lease is lost: True once the node's group has committed past this
+        instance's position (another instance took the role and wrote). One quick read,
+        not retried: during a cut it fails or times out, and the wait goes on."""
+        if self._consumer is None:
+            return False
+        if self._offsets_probe is None:
+            self._offsets_probe = make_consumer(
+                self.config.connection,
+                node_group(self.config.topic, self.config.layer),
+                **{"isolation.level": "read_uncommitted"},
+            )
+        part = TopicPartition(self._input, self._partition)
+        try:
+            committed = self._offsets_probe.committed([part], timeout=OVERTAKEN_READ_S)[0].offset
+        except KafkaException:
+            return False
+        if committed <= self.batch.position:
+            return False
+        log.warning(
+            "node %s: while its lease was lost, its group committed offset %d, past this "
+            "instance's %d: another instance took the role",
+            self.config.key, committed, self.batch.position,
+        )  # fmt: skip
         return True
 
     def _last_own_delivery(self, consumer: Consumer) -> tuple[int, int, str] | None:
@@ -831,6 +861,8 @@ class NodeRuntime(RoleShell):
                 log.error("closing the writer: %s", exc)
         if consumer is not None:
             consumer.close()
+        if self._offsets_probe is not None:
+            self._offsets_probe.close()
         if self._membership is not None:
             self._membership.close()
 

@@ -4,13 +4,15 @@ by which it holds a transaction's commit."""
 
 from __future__ import annotations
 
+import json
 import struct
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from atomickafka.evaluation.nemesis.checks import check_fences
+from atomickafka.evaluation.nemesis.checks import check_fences, check_takeovers
 from atomickafka.evaluation.nemesis.faults import Applied
+from atomickafka.evaluation.nemesis.observe import Active, Takeover
 from atomickafka.evaluation.nemesis.schedule import (
     Fault,
     FaultKind,
@@ -19,6 +21,7 @@ from atomickafka.evaluation.nemesis.schedule import (
     schedule_seconds,
 )
 from atomickafka.netlab.proxy import LinkFaults, _Frames
+from atomickafka.node.role_shell import LEASE_AT_ONCE, LEASE_TAKEN_OVER
 
 TOPICS = ("a", "b", "c")
 
@@ -86,3 +89,24 @@ def test_a_pause_owes_a_fence_unless_the_instance_got_its_lease_back() -> None:
     fenced = '{"ts":1011,"msg":"node nema stops: fenced while committing: ..."}\n'
     metric = 'atomickafka_node_fenced_total{topic="nema"} 1.0\n'
     assert check_fences(applied, {"n2": fenced}, {"n2": metric}).ok
+
+
+def _taking(ts: float, topic: str, text: str) -> str:
+    return json.dumps({"ts": ts, "level": "info", "node": topic, "msg": f"node {topic}: {text}"})
+
+
+def test_a_takeover_is_timed_by_the_taking_of_its_own_cut() -> None:
+    """The 20-minute nemesis run (seed 7): an instance restarted on the other host took
+    the lease as it started and logged no "taking over" line, so the check timed the
+    takeover by a later fault's line, 51-159 s after the cut. A taking at once counts
+    too, and only one up to the cut's heal plus the bound belongs to that cut."""
+    cut = Fault(FaultKind.NODE_HOST_CUT, 10.0, 8.0, {})
+    applied = [Applied(cut, "n1", 1000.0, 1008.0, detail={"active": ["nema"]})]
+    moved = [Takeover("nema", 1005.0, Active(1, "n1", 900.0), Active(2, "n2", 1005.0))]
+    metrics = {"n2": 'atomickafka_node_takeovers_total{topic="nema"} 1.0\n'}
+    later = _taking(1300.0, "nema", LEASE_TAKEN_OVER)
+    at_once = _taking(1004.0, "nema", LEASE_AT_ONCE)
+    timed = check_takeovers(applied, moved, {"n2": f"{at_once}\n{later}\n"}, metrics, 3.0, 3.0)
+    assert timed.ok and timed.figures["lease_taken_s"] == [4.0], timed.detail
+    missing = check_takeovers(applied, moved, {"n2": later + "\n"}, metrics, 3.0, 3.0)
+    assert not missing.ok and "no instance on another host took over" in missing.detail

@@ -3,7 +3,8 @@ exit status (docs/DESIGN.md §6.3-6.4): a fence its commit thread met ends the w
 a lost lease; a stop that is not a clean one abandons the writer -- nothing committed,
 nothing waited for, no new producer of the role taken (its ``init_transactions``
 would fence the instance that took over) -- and should closing a Kafka client hang
-anyway, the process ends with the stop's status after ``STOP_BOUND_S``. No Kafka: the
+anyway, the process ends with the stop's status after ``STOP_BOUND_S``; one waiting for
+a lost lease stops once another instance wrote as its role. No Kafka: the
 clients are stand-ins. Nothing here asserts a duration: each would hang (until the
 test's own bound) or fail without the behaviour it pins."""
 
@@ -13,7 +14,7 @@ import threading
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from atomickafka.node import role_shell, writers
 from atomickafka.node.batch import OutKind, OutRecord
@@ -270,3 +271,70 @@ def test_a_stop_whose_clients_close_in_time_is_not_cut_short(
     node._shutdown(EXIT_FENCED)
     threading.Event().wait(0.2)  # past the bound: the cancelled timer never fires
     assert exits == []
+
+
+class Probe:
+    """The group's committed offset as an instance waiting for its lease reads it:
+    unreadable (a cut) ``unreadable`` times, then ``committed``."""
+
+    def __init__(self, committed: int, unreadable: int = 0) -> None:
+        self.committed_offset, self.unreadable, self.reads = committed, unreadable, 0
+
+    def committed(self, partitions: list[Any], **_: Any) -> list[Any]:
+        self.reads += 1
+        if self.reads <= self.unreadable:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        return [TopicPartition(tp.topic, tp.partition, self.committed_offset) for tp in partitions]
+
+    def close(self) -> None:
+        pass
+
+
+class BackAfter(LostLease):
+    """A lease that comes back at its ``polls``-th poll."""
+
+    def __init__(self, polls: int) -> None:
+        self.left = polls
+
+    def poll(self, _timeout_s: float = 0.0) -> bool:
+        self.left -= 1
+        return self.left <= 0
+
+
+def _waiting_node(probe: Probe, monkeypatch: pytest.MonkeyPatch) -> NodeRuntime:
+    monkeypatch.setattr(role_shell, "LEASE_BACK_MIN_S", FOREVER_S)
+    monkeypatch.setattr(role_shell, "OVERTAKEN_CHECK_S", 0.0)
+    node = _node()
+    node._consumer = object()  # type: ignore[assignment]  # an instance that was active
+    node._offsets_probe = probe  # type: ignore[assignment]
+    return node
+
+
+@pytest.mark.parametrize("unreadable", [0, 3], ids=["readable", "after-a-cut"])
+def test_an_instance_waiting_for_its_lease_stops_once_another_instance_wrote(
+    monkeypatch: pytest.MonkeyPatch, unreadable: int
+) -> None:
+    """Issue 39 (the 20-minute nemesis run): an instance that lost its lease waited up
+    to 20 s for it in the lease group although another instance had taken the role and
+    written; the group then gave the lease back to it when the new active instance's
+    host was cut, and it stopped only then, leaving the role without an active
+    instance until its restart joined (takeovers 0.3-0.9 s over the lease + 2 s). It
+    now stops as soon as the group's committed offset shows another writer; a read
+    that fails (the brokers out of reach) keeps it waiting."""
+    probe = Probe(committed=5, unreadable=unreadable)
+    node = _waiting_node(probe, monkeypatch)
+    assert node.batch.position < 5
+    assert node._lease_back(LostLease()) is False  # type: ignore[arg-type]
+    assert probe.reads == unreadable + 1
+
+
+def test_an_instance_no_other_overtook_gets_its_lease_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The group committed nothing past this instance: it keeps waiting, and goes on
+    when the lease comes back (a coordinator that moved)."""
+    probe = Probe(committed=0)
+    node = _waiting_node(probe, monkeypatch)
+    node._still_ours = lambda: True  # type: ignore[method-assign]
+    assert node._lease_back(BackAfter(polls=4)) is True  # type: ignore[arg-type]
+    assert probe.reads >= 2

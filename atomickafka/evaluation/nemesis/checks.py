@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from atomickafka.core.reader import delivery_order_key, read_delivery
 from atomickafka.evaluation.nemesis.faults import Applied
@@ -32,6 +33,7 @@ from atomickafka.evaluation.nemesis.observe import Takeover
 from atomickafka.evaluation.nemesis.schedule import FaultKind
 from atomickafka.kafka.consumer import read_to_end
 from atomickafka.kafka.topics import delivery_topic
+from atomickafka.node.role_shell import LEASE_AT_ONCE, LEASE_TAKEN_OVER
 from atomickafka.verify.checker import SentMessage, check, deliveries_from_wire
 
 __all__ = [
@@ -132,7 +134,7 @@ def lease_takings(logs: Mapping[str, str]) -> list[tuple[float, str, str]]:
     out = []
     for host, text in logs.items():
         for line in text.splitlines():
-            if _TAKING_OVER not in line:
+            if not any(marker in line for marker in _TAKING_OVER):
                 continue
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 entry = json.loads(line)
@@ -140,8 +142,9 @@ def lease_takings(logs: Mapping[str, str]) -> list[tuple[float, str, str]]:
     return sorted(out)
 
 
-#: What a node's log says when it takes its role's lease.
-_TAKING_OVER = "the lease is ours; taking over"
+#: What a node's log says when it takes its role's lease: after standing by, or as it
+#: started (a restarted instance that no other held the lease from).
+_TAKING_OVER: Final = (LEASE_TAKEN_OVER, LEASE_AT_ONCE)
 
 
 def check_takeovers(
@@ -157,6 +160,8 @@ def check_takeovers(
     instance live (its first status) within that plus ``margin_s``; and the host that
     took over counts it (``atomickafka_node_takeovers_total``)."""
     bound = lease_s + 2.0
+    # a taking counts for a cut only up to its heal plus the bound: one later belongs to
+    # another fault, and a missing one must show as missing, not as a late figure
     taken_s: list[float] = []
     live_s: list[float] = []
     problems: list[str] = []
@@ -170,7 +175,9 @@ def check_takeovers(
                 (
                     t - a.started
                     for t, k, h in takeover_times
-                    if k == topic and h != a.target and t >= a.started
+                    if k == topic
+                    and h != a.target
+                    and a.started <= t <= (math.inf if a.healed is None else a.healed + bound)
                 ),
                 None,
             )
