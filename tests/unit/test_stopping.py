@@ -338,3 +338,36 @@ def test_an_instance_no_other_overtook_gets_its_lease_back(
     node._still_ours = lambda: True  # type: ignore[method-assign]
     assert node._lease_back(BackAfter(polls=4)) is True  # type: ignore[arg-type]
     assert probe.reads >= 2
+
+
+class ClosingLease(LostLease):
+    """A lease that notes that it was closed (its member left the group)."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_stop_that_is_not_clean_leaves_the_lease_group_whatever_closing_the_writer_raises() -> (
+    None
+):
+    """The 20-minute nemesis run: a fenced instance's writer, abandoned, purged a gap-less
+    producer's records in flight, and librdkafka's fatal error surfaced as a SystemError
+    from a delivery callback. It escaped the stop: the process exited 1 instead of 4,
+    and its lease group waited out the member's session before the restart could take
+    the role. It is logged now; the stop keeps its status and leaves the group."""
+    node, writer, lease = _node(), Failing(), ClosingLease()
+
+    def purged(*, abandon: bool = False) -> None:
+        raise SystemError("<function Ticket.on_delivery> returned a result with an exception set")
+
+    writer.close = purged  # type: ignore[method-assign]
+    node._writer, node._lease = writer, lease  # type: ignore[assignment]
+    node._shutdown(EXIT_FENCED)
+    assert lease.closed
+    clean = _node()
+    clean._writer = writer  # type: ignore[assignment]
+    with pytest.raises(SystemError):  # a clean stop that fails to close says so
+        clean._shutdown(None)
