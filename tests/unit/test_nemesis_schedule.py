@@ -110,3 +110,14 @@ def test_a_takeover_is_timed_by_the_taking_of_its_own_cut() -> None:
     assert timed.ok and timed.figures["lease_taken_s"] == [4.0], timed.detail
     missing = check_takeovers(applied, moved, {"n2": later + "\n"}, metrics, 3.0, 3.0)
     assert not missing.ok and "no instance on another host took over" in missing.detail
+    # the second 20-minute run: the lease, lost on n1 to an earlier fault, went to n2
+    # 0.3 s before n1 was cut (n1's last status still said active): taken at 0 s
+    before = _taking(999.7, "nema", LEASE_TAKEN_OVER)
+    early = check_takeovers(applied, moved, {"n2": before + "\n"}, metrics, 3.0, 3.0)
+    assert early.ok and early.figures["lease_taken_s"] == [0.0], early.detail
+    # ... but not when the cut host took the role back after that
+    back = _taking(999.8, "nema", LEASE_AT_ONCE)
+    moved_back = check_takeovers(
+        applied, moved, {"n2": before + "\n", "n1": back + "\n"}, metrics, 3.0, 3.0
+    )
+    assert not moved_back.ok

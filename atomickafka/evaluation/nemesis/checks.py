@@ -160,8 +160,11 @@ def check_takeovers(
     instance live (its first status) within that plus ``margin_s``; and the host that
     took over counts it (``atomickafka_node_takeovers_total``)."""
     bound = lease_s + 2.0
-    # a taking counts for a cut only up to its heal plus the bound: one later belongs to
-    # another fault, and a missing one must show as missing, not as a late figure
+    # A taking counts for a cut from the bound before it (counted as 0 s: the role had
+    # left the host as the cut began -- which roles a host holds is read from statuses
+    # a second or more old, and a lease lost to an earlier fault may move just then) up
+    # to its heal plus the bound: one later belongs to another fault, and a missing one
+    # must show as missing, not as a late figure.
     taken_s: list[float] = []
     live_s: list[float] = []
     problems: list[str] = []
@@ -170,26 +173,29 @@ def check_takeovers(
     for a in applied:
         if a.fault.kind is not FaultKind.NODE_HOST_CUT:
             continue
+        since = a.started - bound
+        until = math.inf if a.healed is None else a.healed + bound
         for topic in a.detail.get("active", []):
+            # not before the cut host last took the role, if it did in the allowance
+            own = [t for t, k, h in takeover_times if k == topic and h == a.target]
+            since_t = max([since] + [t for t in own if t < a.started])
             took = next(
                 (
-                    t - a.started
+                    max(0.0, t - a.started)
                     for t, k, h in takeover_times
-                    if k == topic
-                    and h != a.target
-                    and a.started <= t <= (math.inf if a.healed is None else a.healed + bound)
+                    if k == topic and h != a.target and since_t <= t <= until
                 ),
                 None,
             )
             after = [
                 t
                 for t in takeovers
-                if t.topic == topic and t.at >= a.started and t.after.host not in (a.target, None)
+                if t.topic == topic and t.at >= since_t and t.after.host not in (a.target, None)
             ]
             if took is None or not after:
                 problems.append(f"{topic}: no instance on another host took over from {a.target}")
                 continue
-            live = after[0].at - a.started
+            live = max(0.0, after[0].at - a.started)
             host = after[0].after.host or ""
             if metric_total(metrics.get(host, ""), "atomickafka_node_takeovers_total") < 1:
                 problems.append(f"{topic}: {host}'s metrics count no takeover")
