@@ -23,6 +23,7 @@ from atomickafka.cli.options import (
     resolve_bootstrap,
 )
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
+from atomickafka.core.protocols import CARRIER, NOTIFY_VALUES
 from atomickafka.errors import ConfigError
 from atomickafka.kafka.topics import Layout
 
@@ -78,6 +79,12 @@ def _add_node_mode_options(parser: argparse.ArgumentParser) -> None:
         default=True,
         help="run the nodes with control logs of their own, the default (as node; "
         "--no-control-log: one log each)",
+    )
+    parser.add_argument(
+        "--notify-values",
+        choices=list(NOTIFY_VALUES),
+        default=CARRIER,
+        help="what the nodes' direct Notifies carry (as node): carrier, the default, or every",
     )
 
 
@@ -355,6 +362,7 @@ def _run(args: argparse.Namespace) -> int:
         exactly_once=args.exactly_once,
         delivery_format=formats[0],
         control_log=args.control_log,
+        notify_values=args.notify_values,
     )
     results = _run_workloads(args, setup, shares, formats, baselines, workloads, counts, show)
     progress.close()

@@ -25,6 +25,7 @@ from atomickafka.cli.options import (
 )
 from atomickafka.core.compact import BINARY, CONTROL_FORMATS
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
+from atomickafka.core.protocols import CARRIER, NOTIFY_VALUES
 from atomickafka.kafka.topics import Layout
 from atomickafka.logs import configure_logging
 from atomickafka.node.config import (
@@ -182,6 +183,17 @@ def _add_format_options(parser: argparse.ArgumentParser) -> None:
         "json until every node is upgraded (docs/operators.md, Upgrade). Both are read",
     )
     parser.add_argument(
+        "--notify-values",
+        choices=list(NOTIFY_VALUES),
+        default=CARRIER,
+        help="direct: carrier (the default), a Notify carries the value only from or to "
+        "the message's carrier destination, so a multicast to k topics writes its value "
+        "O(k) times, not O(k^2); every: the value in every Notify, the only form releases "
+        "before it accept: during a rolling upgrade from such a release, start upgraded "
+        "nodes with every until every node is upgraded (docs/operators.md, Upgrade). Both "
+        "are read",
+    )
+    parser.add_argument(
         "--control-log",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -250,6 +262,7 @@ def _node_config(args: argparse.Namespace, topic: str, layer: int | None) -> Nod
         metrics_host=args.metrics_host,
         delivery_format=args.delivery_format,
         control_format=args.control_format,
+        notify_values=args.notify_values,
         control_log=args.control_log,
         secret_file=None if args.secret_file is None else str(args.secret_file),
         reconfigure=args.reconfigure,

@@ -232,6 +232,10 @@ class Engine:
         #: each record's outputs are numbered apart from the other records' of its
         #: marker, as on one log. A setting of the node, not state.
         self.origin_shift = 0
+        #: ``direct``: a Notify carries the value only from or to the message's carrier
+        #: (§4.16), instead of to every destination. A setting of the node (what it
+        #: writes; every release since reads both), not state.
+        self.lean_notifies = False
         # Scratch of one step, never part of the state.
         self._check_due = False
         self._aborts: list[Aborted] = []
@@ -1157,9 +1161,22 @@ class Engine:
         return out
 
     def _notify_others(self, mid: str, entry: PendingMessage, proposal: int) -> list[Output]:
+        """This node's proposal to every other destination. With ``lean_notifies``
+        (``direct``, three or more destinations) only the Notifies from and to the
+        message's carrier carry the value (§4.16): O(k) copies of it, not O(k²)."""
         notify = self._control(MessageType.NOTIFY, mid, entry, proposal)
         own = self.state.topic
-        return [_new_tuple(Output, (t, notify)) for t in entry.destinations if t != own]
+        destinations = entry.destinations
+        if self.lean_notifies and len(destinations) > 2 and self._rules.notifies_are_proposals:
+            carrier = routed_by_id(destinations, mid)
+            if carrier != own:
+                lean = self._control(MessageType.NOTIFY, mid, entry, proposal, with_value=False)
+                return [
+                    _new_tuple(Output, (t, notify if t == carrier else lean))
+                    for t in destinations
+                    if t != own
+                ]
+        return [_new_tuple(Output, (t, notify)) for t in destinations if t != own]
 
     def _relay(self, record: Message) -> list[Output]:
         mid = record.messageID
@@ -1189,17 +1206,16 @@ class Engine:
         ts = record.timeStamp
         assert sender is not None and ts is not None
         self._check_peer(record)
-        if record.value is None:
+        lean = record.value is None
+        if lean and not self._rules.notifies_are_proposals:
             raise _Refused(refusal(Reason.INVALID_RECORD, "NotifyMessage carries no value"))
         if self._settled(mid):
             self._observe(ts)
             return self._answer_settled(record)
-        entry = self.state.pending.get(mid)
+        state = self.state
+        entry = state.pending.get(mid)
         if entry is None or entry.local is None:  # first hearing: this node will propose
-            self._check_forgotten(record)
-            self._check_members(record)
-            self._check_value(record)
-            self._check_can_propose(record, ts)
+            self._check_first_notify(record, ts, entry)
         self._observe(ts)
         entry = self._entry(record, entry)
         entry.proposals.setdefault(sender, ts)  # a Notify is a proposal too
@@ -1210,9 +1226,11 @@ class Engine:
             return []
         if entry.local is not None:
             return self._notify_again(mid, sender, entry, record)
+        if entry.value is None:  # a lean Notify (§4.16): propose once the value is here
+            return []
         proposal = self._propose()
         entry.local = proposal
-        entry.proposals[self.state.topic] = proposal
+        entry.proposals[state.topic] = proposal
         self._queue.add((proposal, mid))
         reply = self._rules.reply_to_notify
         if reply is Reply.NOTIFY_EVERY_OTHER:
@@ -1229,6 +1247,22 @@ class Engine:
         if self._complete(entry):
             out.extend(self._decide(mid, entry))
         return out
+
+    def _check_first_notify(self, record: Message, ts: int, entry: PendingMessage | None) -> None:
+        """The checks of a Notify about a message this node has not proposed for: it
+        makes this node propose, now or (a lean Notify, §4.16) once the value is here.
+        A lean one that starts an entry makes it an orphan until the value comes (with
+        the carrier's Notify or a client copy): one that never gets it within a window is
+        a stray's, refused then (:meth:`_abandon_orphans`)."""
+        self._check_forgotten(record)
+        self._check_members(record)
+        lean = record.value is None
+        if not lean:
+            self._check_value(record)
+        self._check_can_propose(record, ts)
+        if entry is None and lean:
+            state = self.state
+            state.orphans.append((state.now_ms + self.window.window_ms, record.messageID))
 
     def _notify_again(
         self, mid: str, sender: str, entry: PendingMessage, record: Message

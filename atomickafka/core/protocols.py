@@ -29,7 +29,24 @@ from typing import Final
 
 from atomickafka.core.engine_types import Algorithm
 
-__all__ = ["PROTOCOLS", "ProtocolRules", "Reply", "route", "routed_by_id"]
+__all__ = [
+    "CARRIER",
+    "EVERY",
+    "NOTIFY_VALUES",
+    "PROTOCOLS",
+    "ProtocolRules",
+    "Reply",
+    "route",
+    "routed_by_id",
+]
+
+#: What a ``direct`` node's Notifies carry (``--notify-values``, §4.16): the value only
+#: from and to the message's carrier (:func:`routed_by_id` of its destinations), the
+#: default; or the value in every Notify, the only form releases before it accept, for a
+#: rolling upgrade from such a release. Every node of this release reads both.
+CARRIER: Final = "carrier"
+EVERY: Final = "every"
+NOTIFY_VALUES: Final = (CARRIER, EVERY)
 
 
 class Reply(StrEnum):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
+from atomickafka.core.protocols import CARRIER
 from atomickafka.doctor.deployment import Deployment, committed_log
 from atomickafka.doctor.facts import DeploymentFacts, TopicFacts
 from atomickafka.doctor.findings import Finding, Severity
@@ -268,6 +269,7 @@ def _consistent(deployment: Deployment, statuses: Mapping[str, Status]) -> list[
             )
         )
     out += _control_logs_agree(mine)
+    out += _lean_notifies_are_read(mine)
     versions = sorted({s.format_version for s in mine})
     if len(versions) > 1:
         out.append(
@@ -321,3 +323,24 @@ def _control_logs_agree(mine: list[Status]) -> list[Finding]:
             )
         )
     return out
+
+
+def _lean_notifies_are_read(mine: list[Status]) -> list[Finding]:
+    """No node writes lean Notifies (``--notify-values carrier``, §4.16) while a node of
+    a release before the setting runs: that one refuses them and waits for good."""
+    lean = sorted(s.key for s in mine if s.notify_values == CARRIER)
+    older = sorted(s.key for s in mine if s.notify_values is None)
+    if not (lean and older):
+        return []
+    return [
+        Finding(
+            "notify-values",
+            Severity.FAIL,
+            "nodes",
+            f"nodes {', '.join(lean)} write Notifies without the value (--notify-values "
+            f"carrier) and {', '.join(older)} run a release before it, which refuses them: "
+            "the messages they share wait",
+            "run the upgraded nodes with --notify-values every until every node is "
+            "upgraded (docs/operators.md, Upgrade; docs/DESIGN.md §4.16)",
+        )
+    ]

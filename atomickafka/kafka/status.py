@@ -242,6 +242,9 @@ class Status:
     #: and not yet applied (they apply where its markers come back).
     control_log: bool = False
     input_buffered: int = 0
+    #: A node: what its ``direct`` Notifies carry (``--notify-values``, §4.16): ``carrier``
+    #: or ``every``; ``None``: a release before the setting, which refuses lean Notifies.
+    notify_values: str | None = None
     #: A node with signing on: records it set aside for their signature, by whom they
     #: claim to come from (a member's topic: that member signs with a secret this node
     #: does not hold, or this node with one the others do not).

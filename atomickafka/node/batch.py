@@ -78,6 +78,7 @@ from atomickafka.core.marker import (
     encode_marker,
 )
 from atomickafka.core.placement import misplaced
+from atomickafka.core.protocols import CARRIER
 from atomickafka.core.raw import decode_any, encode_raw_delivery
 from atomickafka.core.reader import (
     DEAD_LETTER_CODE_HEADER,
@@ -209,6 +210,7 @@ class NodeBatch(SnapshotTaker):
         self.engine = engine
         self.ordering = Ordering.of(spec)
         engine.origin_shift = self.ordering.origin_shift
+        engine.lean_notifies = spec.notify_values == CARRIER
         if self.ordering.marked and engine.state.input_ms is None:
             engine.state.input_ms = 0  # a fresh engine, or an older snapshot's (§7.1)
         #: The next committed-log offset to process.

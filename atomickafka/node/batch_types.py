@@ -12,6 +12,7 @@ from typing import Any, Final, Protocol
 
 from atomickafka.core.compact import BINARY
 from atomickafka.core.engine import Algorithm
+from atomickafka.core.protocols import CARRIER
 from atomickafka.core.reasons import Reason
 from atomickafka.core.signing import Signer
 from atomickafka.core.wire import MAX_RECORD_BYTES
@@ -142,6 +143,9 @@ class NodeSpec:
     #: How control records (bundles, ticks) are written (§3.9): ``binary`` (the compact
     #: form) or ``json`` (what releases before it read). Both are read either way.
     control_format: str = BINARY
+    #: What a ``direct`` node's Notifies carry (§4.16): ``carrier`` or ``every``. Both
+    #: are read either way.
+    notify_values: str = CARRIER
 
 
 class NodeStartError(AtomicKafkaError):

@@ -16,6 +16,7 @@ from atomickafka.audit.config import AuditConfig
 from atomickafka.core.compact import BINARY, CONTROL_FORMATS
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.core.memory import DEFAULT_WINDOW_MS
+from atomickafka.core.protocols import CARRIER, NOTIFY_VALUES
 from atomickafka.core.wire import MAX_VALUE_BYTES
 from atomickafka.errors import ConfigError
 from atomickafka.kafka.connection import Connection
@@ -94,6 +95,12 @@ class NodeConfig:
     #: upgrade from such a release runs the upgraded nodes with ``json`` until every
     #: node is upgraded, docs/operators.md *Upgrade*). Every node reads both.
     control_format: str = BINARY
+    #: What a ``direct`` node's Notifies carry (§4.16): ``carrier`` (the value only from
+    #: and to the message's carrier: O(k) copies of it per multicast, the default) or
+    #: ``every`` (the value in every Notify, the only form releases before it accept: a
+    #: rolling upgrade from such a release runs the upgraded nodes with ``every`` until
+    #: every node is upgraded, docs/operators.md *Upgrade*). Every node reads both.
+    notify_values: str = CARRIER
     #: Read peers' proposals from a control log of the node's own (§7): its peers'
     #: bundles, its ticks and members records and its apply markers go to
     #: ``atomickafka-ctl.T``, read before the client records of ``atomickafka-in.T``,
@@ -118,6 +125,8 @@ class NodeConfig:
             raise ConfigError(f"delivery format must be raw or json, not {self.delivery_format!r}")
         if self.control_format not in CONTROL_FORMATS:
             raise ConfigError(f"control format must be binary or json, not {self.control_format!r}")
+        if self.notify_values not in NOTIFY_VALUES:
+            raise ConfigError(f"notify values must be carrier or every, not {self.notify_values!r}")
         if self.layer is not None and not 0 <= self.layer < self.partitions:
             raise ConfigError(f"layer {self.layer} is not one of 0..{self.partitions - 1}")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:

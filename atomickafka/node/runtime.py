@@ -216,6 +216,7 @@ def node_spec(config: NodeConfig, signer: Signer | None) -> NodeSpec:
         delivery_format=config.delivery_format,
         reconfigure=config.reconfigure,
         control_format=config.control_format,
+        notify_values=config.notify_values,
         control_prefix=CONTROL_PREFIX if config.control_log else None,
         control_topic=control_topic(config.topic) if config.control_log else None,
     )
@@ -916,6 +917,7 @@ class NodeRuntime(RoleShell):
             bad_signatures=dict(self.batch.bad_signatures),
             newer_formats=dict(self.batch.newer_formats),
             control_log=self.ordering.marked,
+            notify_values=cfg.notify_values,
             input_buffered=self.batch.buffered,
             **self._lag(),
         )

@@ -171,6 +171,8 @@ class Simulator(Misbehaviour, Clients):
     ``json``, production's default, or ``raw``. ``control_format`` is how the nodes
     write bundles and ticks (§3.9): ``binary``, production's default, or ``json``;
     ``control_formats`` maps topics to others (a cluster amid a rolling upgrade).
+    ``notify_values`` is what the nodes' Notifies carry (§4.16): ``carrier``,
+    production's default, or ``every``; ``notify_values_by_topic`` maps topics to others.
     """
 
     # ------------------------------------------------------------------ running

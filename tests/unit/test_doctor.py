@@ -410,3 +410,20 @@ def test_topics_create_aligns_the_min_insync_replicas_doctor_fails() -> None:
     assert aligned_min_insync(3, "4") == "2"
     assert aligned_min_insync(3, "2") is None and aligned_min_insync(1, "1") is None
     assert aligned_min_insync(2, "2") is None  # a choice doctor only warns about
+
+
+def test_lean_notifies_toward_a_release_before_them_fail() -> None:
+    """§4.16: a node writing lean Notifies beside one of a release that refuses them (its
+    status has no notifyValues) fails; every node upgraded, any mix is fine."""
+    mixed = {"orders": status("orders", notify_values="carrier"), "audit": status("audit")}
+    findings = check_nodes(DEPLOYMENT, facts_with(mixed), B)
+    assert ("notify-values", "nodes") in codes(findings, Severity.FAIL)
+    finding = next(f for f in findings if f.code == "notify-values")
+    assert "orders" in finding.message and "audit" in finding.message
+    assert "--notify-values every" in finding.fix
+    upgraded = {
+        "orders": status("orders", notify_values="carrier"),
+        "audit": status("audit", notify_values="every"),
+    }
+    findings = check_nodes(DEPLOYMENT, facts_with(upgraded), B)
+    assert "notify-values" not in {f.code for f in findings}

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import pytest
 
 from atomickafka.core.engine import Algorithm, Engine, Output, Waiting
+from atomickafka.core.protocols import CARRIER, EVERY, routed_by_id
 from atomickafka.core.reasons import Reason
 from atomickafka.core.wire import Message, MessageType, value_digest
 from atomickafka.verify.simulator import Send, Simulator
@@ -38,9 +39,11 @@ def peer_notify(mid: str, destinations: str, sender: str, ts: int, value: object
     return notify(mid, destinations, sender, ts, alg=DIRECT, value=value)
 
 
-def run_by_hand(topics: Sequence[str], records: dict[str, list[Message]]) -> Simulator:
+def run_by_hand(
+    topics: Sequence[str], records: dict[str, list[Message]], notify_values: str = CARRIER
+) -> Simulator:
     """A direct simulation whose logs start with ``records``, drained."""
-    sim = Simulator(topics, algorithm=DIRECT)
+    sim = Simulator(topics, algorithm=DIRECT, notify_values=notify_values)
     for topic, messages in records.items():
         for message in messages:
             sim.append(topic, message)
@@ -289,14 +292,18 @@ def test_rule8_replaying_the_log_rebuilds_the_same_state_and_outputs() -> None:
 # ---------------------------------------------------------------------------- §4.9
 
 
-def test_rule9_a_partial_client_write_stalls_nobody() -> None:
-    """The client wrote m to A only and died: A's Notifies start B and C, whose
-    Notifies reach every destination; all three decide the same final."""
-    sim = run_by_hand(["A", "B", "C"], {"A": [client("m", "A", "B", "C", value="x")]})
+@pytest.mark.parametrize(("notify_values", "final"), [(EVERY, 2), (CARRIER, 3)])
+def test_rule9_a_partial_client_write_stalls_nobody(notify_values: str, final: int) -> None:
+    """The client wrote m to A only and died. ``every``: A's Notifies start B and C at
+    once. ``carrier`` (§4.16): A's Notify to the carrier C starts it, and C's starts B,
+    one hop later (so B proposes 3). Either way all three decide the same final."""
+    sim = run_by_hand(
+        ["A", "B", "C"], {"A": [client("m", "A", "B", "C", value="x")]}, notify_values
+    )
     result = sim.result()
     assert result.stuck() == {}
     got = {t: [(d.messageID, d.timeStamp, d.value) for d in result.deliveries[t]] for t in "ABC"}
-    assert got["A"] == got["B"] == got["C"] == [("m", 2, v("x"))]
+    assert got["A"] == got["B"] == got["C"] == [("m", final, v("x"))]
 
 
 def test_rule9_the_value_comes_with_the_notify_when_the_client_copy_never_does() -> None:
@@ -310,15 +317,92 @@ def test_rule9_the_value_comes_with_the_notify_when_the_client_copy_never_does()
     assert [(o.message.messageID, o.message.value) for o in out] == [("m", v({"pay": 3}))]
 
 
-def test_rule9_a_notify_without_its_value_is_refused_and_changes_nothing() -> None:
-    node = direct("B")
+def lean(message: Message) -> Message:
+    """``message`` (a Notify) as a lean one: its value's digest, not the value (§4.16)."""
+    return message._replace(value=None)
+
+
+def lean_direct(topic: str) -> Engine:
+    node = direct(topic)
+    node.lean_notifies = True
+    return node
+
+
+def carrier(mid: str, destinations: str) -> str:
+    return routed_by_id(tuple(destinations), mid)
+
+
+def test_rule16_a_lean_node_sends_the_value_only_to_the_carrier() -> None:
+    """Of {A, B, C}, m's carrier is C and m1's is A: A's Notify of m carries the value
+    to C only; of m1, to both (A is the carrier); with two destinations, always."""
+    assert (carrier("m", "ABC"), carrier("m1", "ABC")) == ("C", "A")
+    node = lean_direct("A")
+    out = node.step([client("m", "A", "B", "C"), client("m1", "A", "B", "C")]).outputs
+    valued = [(o.topic, o.message.messageID, o.message.value is not None) for o in out]
+    assert valued == [("B", "m", False), ("C", "m", True), ("B", "m1", True), ("C", "m1", True)]
+    assert all(o.message.digest == value_digest(v("v")) for o in out)  # the digest goes
+    out = node.step([client("m2", "A", "B")]).outputs
+    assert [o.message.value for o in out] == [v("v")]
+    node = direct("A")  # --notify-values every: the value in every Notify
+    out = node.step([client("m", "A", "B", "C")]).outputs
+    assert all(o.message.value == v("v") for o in out)
+
+
+def test_rule16_a_lean_notify_is_a_proposal_and_this_node_proposes_once_the_value_is_here() -> None:
+    """B hears of m (carrier C) first from A's lean Notify: it records A's proposal,
+    moves its clock (rule 2) and waits, with nothing in its queue. C's Notify brings the
+    value: B proposes above both and decides (it holds all three proposals)."""
+    node = lean_direct("B")
+    step = node.step([lean(peer_notify("m", "ABC", "A", 5))])
+    assert step.outputs == [] and step.rejected == []
+    assert node.clock == 5 and node.oldest_pending() is None and node.is_pending("m")
+    out = node.step([peer_notify("m", "ABC", "C", 7)]).outputs
+    assert kinds(out) == [
+        ("A", "NotifyMessage", "m", 8),
+        ("C", "NotifyMessage", "m", 8),
+        ("B", "DeliveryMessage", "m", 8),
+    ]
+    assert [o.message.value is not None for o in out] == [False, True, True]
+
+
+def test_rule16_a_client_copy_after_a_lean_notify_proposes_with_its_value() -> None:
+    node = lean_direct("B")
+    node.step([lean(peer_notify("m", "ABC", "A", 5))])
+    out = node.step([client("m", "A", "B", "C")]).outputs
+    assert kinds(out) == [("A", "NotifyMessage", "m", 6), ("C", "NotifyMessage", "m", 6)]
+    out = node.step([lean(peer_notify("m", "ABC", "C", 2))]).outputs
+    assert [(o.message.messageID, o.message.timeStamp, o.message.value) for o in out] == [
+        ("m", 6, v("v"))
+    ]
+
+
+def test_rule16_a_lean_notify_never_followed_by_its_value_is_aborted_a_window_later() -> None:
+    """No copy reached B and the carrier never wrote: after a memory window of log time
+    the entry is a stray's (§4.16, §4.13), refused, and its destinations are told (the
+    Abort to A echoes A's proposal, so A drops the version too: delivered nowhere)."""
+    node = lean_direct("B")
+    heard = at(0, lean(peer_notify("m", "ABC", "A", 5)))._replace(seq=(3, 0))
+    node.step([heard])
+    step = node.step([at(node.window.window_ms + 1, client("x", "B"))])
+    aborts = [(o.topic, o.message.messageType, o.message.answers) for o in step.outputs]
+    assert ("A", MessageType.ABORT, (3, 0)) in aborts and ("C", MessageType.ABORT, None) in aborts
+    assert not node.is_pending("m") and node.stats.forgotten == 1
+
+
+@pytest.mark.parametrize("algorithm", [Algorithm.POC, Algorithm.OPTIMIZED])
+def test_rule9_a_notify_without_its_value_is_refused_where_notifies_are_requests(
+    algorithm: Algorithm,
+) -> None:
+    """poc and optimized: a Notify asks its reader to propose and answer, so it must
+    carry the value (only direct's Notifies are proposals that may come lean)."""
+    node = Engine("B", algorithm=algorithm)
     node.step([client("m", "A", "B")])
     before = state(node)
     bare = Message("n", MessageType.NOTIFY, ("A", "B"), None, "node-A", "A", 3,
-                   digest=value_digest(v("v")), protocol="direct")  # fmt: skip
+                   digest=value_digest(v("v")), protocol=algorithm.value)  # fmt: skip
     step = node.step([bare])
     assert [r.reason for r in step.rejected] == ["NotifyMessage carries no value"]
-    assert step.outputs == [] and state(node) == before and node.clock == 1
+    assert step.outputs == [] and state(node) == before
 
 
 def test_rule9_an_id_reused_for_other_destinations_is_refused_and_aborted() -> None:

@@ -137,6 +137,7 @@ BESIDE_THE_STATE = frozenset(
         "_aborts",
         "_members_changed",
         "origin_shift",  # how the node's batch layer numbers origins (§7, control logs)
+        "lean_notifies",  # what the node's Notifies carry (§4.16): a setting, not state
     }
 )
 

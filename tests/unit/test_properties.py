@@ -99,6 +99,7 @@ chaos_settings = st.builds(
     zombie=st.sampled_from([0.0, 0.5, 1.0]),  # a fenced instance goes on writing control
     mixed_formats=st.booleans(),  # nodes writing JSON and binary control records (§3.9)
     upgrade=st.sampled_from([0.0, 0.0, 0.02]),  # restarts in the other control format
+    mixed_notify_values=st.booleans(),  # nodes writing lean Notifies and full ones (§4.16)
 )
 #: The delivery modes: exactly-once, or at-least-once with commits lagging 0 to 6 steps.
 delivery_modes = st.sampled_from([(True, 0), (False, 0), (False, 2), (False, 6)])

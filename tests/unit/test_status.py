@@ -76,6 +76,7 @@ def test_the_json_form_is_camel_case_and_reads_back() -> None:
     added = {"state", "duplicates", "signingKeys", "inputLag", "inputLagSeconds"}
     added |= {"badSignatures", "newerFormats"}  # members it cannot read (issue 26, item 1)
     added |= {"controlLog", "inputBuffered"}  # control logs (issue 24, item 3)
+    added |= {"notifyValues"}  # what direct Notifies carry (issue 38, item 1; §4.16)
     added |= {"inputDrainSeconds"}  # back-pressure that hears of a flood at once (issue 24)
     assert {json_name(k) for k in OLD_NODE} | added == set(data)
     assert data["signingKeys"] == []  # what a record without the field means: no signing

@@ -174,6 +174,8 @@ def _message(message: Message) -> str:
         text += f"@{message.timeStamp}"
     if message.messageType is MessageType.CLIENT:
         text += " {" + ",".join(message.topic) + "}"
+    if message.messageType is MessageType.NOTIFY and message.value is None:
+        text += " (no value)"  # a lean Notify (§4.16)
     return text
 
 

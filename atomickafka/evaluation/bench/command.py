@@ -64,6 +64,7 @@ import orjson
 
 from atomickafka.client import AtomicKafkaClient
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
+from atomickafka.core.protocols import CARRIER
 from atomickafka.core.reader import KafkaRecord
 from atomickafka.evaluation.bench.merge_delay import kafka_merge_delays
 from atomickafka.evaluation.bench.relay import running_relays, write_warm_up
@@ -483,6 +484,8 @@ class BenchSetup:
     delivery_format: str = "json"
     #: The nodes read proposals from control logs of their own (``--control-log``, §7).
     control_log: bool = True
+    #: What the nodes' ``direct`` Notifies carry (``--notify-values``, §4.16).
+    notify_values: str = CARRIER
 
     def node_config(self, topics: list[str]) -> NodeConfig:
         """The configuration the cluster's nodes share (the first topic's)."""
@@ -497,6 +500,7 @@ class BenchSetup:
             exactly_once=self.exactly_once,
             delivery_format=self.delivery_format,
             control_log=self.control_log,
+            notify_values=self.notify_values,
         )
 
     def cluster(self, topics: list[str]) -> Any:

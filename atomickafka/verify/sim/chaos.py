@@ -50,6 +50,9 @@ class Chaos:
     #: other one (a rolling upgrade, or its rollback, with messages in flight).
     mixed_formats: bool = False
     upgrade: float = 0.0
+    #: Each node's ``--notify-values`` drawn at random (carrier or every, §4.16) instead
+    #: of the simulator's; ``upgrade`` flips it too.
+    mixed_notify_values: bool = False
     takeover: float = 0.0
     follow: float = 0.5
     stray_in_flight: float = 0.0

@@ -8,6 +8,7 @@ from dataclasses import replace
 from atomickafka.core.compact import BINARY
 from atomickafka.core.compact import JSON as JSON_CONTROL
 from atomickafka.core.engine import Algorithm
+from atomickafka.core.protocols import CARRIER, EVERY
 from atomickafka.core.wire import MessageType
 from atomickafka.node.batch import NodeBatch, SettingsChangedError
 from atomickafka.verify.choosers import pick
@@ -52,13 +53,16 @@ class Outages(SimState):
         self.events[event] += 1
 
     def upgrade(self, topic: str) -> None:
-        """``topic``'s node restarts writing the other control format (§3.9): one step
-        of a rolling upgrade (binary) or of its rollback (JSON)."""
+        """``topic``'s node restarts writing the other control format (§3.9) and the
+        other Notify values (§4.16): one step of a rolling upgrade (binary, carrier) or
+        of its rollback (JSON, every)."""
         node = self.nodes[topic]
         other = BINARY if node.spec.control_format == JSON_CONTROL else JSON_CONTROL
-        node.spec = replace(node.spec, control_format=other)
+        values = EVERY if node.spec.notify_values == CARRIER else CARRIER
+        node.spec = replace(node.spec, control_format=other, notify_values=values)
         self.control_formats[topic] = other
-        self._note(f"{topic} restarts writing {other} control records")
+        self.notify_values[topic] = values
+        self._note(f"{topic} restarts writing {other} control records, {values} Notify values")
         self.events["upgrade"] += 1
         self.crash(topic)
 

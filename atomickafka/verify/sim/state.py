@@ -14,6 +14,7 @@ from atomickafka.client.plan import (
 from atomickafka.core.compact import BINARY, CONTROL_FORMATS
 from atomickafka.core.engine import Algorithm, Engine
 from atomickafka.core.placement import misplaced
+from atomickafka.core.protocols import CARRIER, NOTIFY_VALUES
 from atomickafka.core.raw import decode_any
 from atomickafka.core.signing import Signer
 from atomickafka.core.wire import Message, MessageError
@@ -68,6 +69,8 @@ class SimState:
         delivery_format: str = "json",
         control_format: str = BINARY,
         control_formats: Mapping[str, str] | None = None,
+        notify_values: str = CARRIER,
+        notify_values_by_topic: Mapping[str, str] | None = None,
         control_logs: bool = True,
         direct_lane: tuple[float, int] = (DEFAULT_DIRECT_RATE, DEFAULT_DIRECT_BURST),
         max_lag_s: float | None = DEFAULT_MAX_LAG_S,
@@ -87,6 +90,7 @@ class SimState:
         self.delivery_format = delivery_format
         self.protocols = self._protocols(protocols)
         self.control_formats = self._control_formats(control_format, control_formats)
+        self.notify_values = self._notify_values(notify_values, notify_values_by_topic)
         self.views = {t: tuple((views or {}).get(t, self.topics)) for t in self.topics}
         factory = engine_factory or (lambda topic, alg: Engine(topic, f"node-{topic}", alg))
         part = layer or 0
@@ -188,6 +192,13 @@ class SimState:
             return {t: pick(self.chooser, list(CONTROL_FORMATS)) for t in self.topics}
         return dict.fromkeys(self.topics, default)
 
+    def _notify_values(self, default: str, given: Mapping[str, str] | None) -> dict[str, str]:
+        if given is not None:
+            return {t: given.get(t, default) for t in self.topics}
+        if self.chaos.mixed_notify_values:
+            return {t: pick(self.chooser, list(NOTIFY_VALUES)) for t in self.topics}
+        return dict.fromkeys(self.topics, default)
+
     def _spec(self, engine: Engine, snapshot_every: int) -> NodeSpec:
         """The spec of ``engine``'s node: its settings are the engine's."""
         layer, topic = self.layer, engine.topic
@@ -214,6 +225,7 @@ class SimState:
             signer=self.signer,
             delivery_format=self.delivery_format,
             control_format=self.control_formats[topic],
+            notify_values=self.notify_values[topic],
         )
 
     # ------------------------------------------------------------------ introspection
