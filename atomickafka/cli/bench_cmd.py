@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 from atomickafka.cli.options import (
     add_bootstrap,
+    add_commit_interval,
     add_delivery_mode,
     add_load_shape,
     add_overrides,
@@ -25,6 +26,7 @@ from atomickafka.cli.options import (
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.errors import ConfigError
 from atomickafka.kafka.topics import Layout
+from atomickafka.node.config import DEFAULT_COMMIT_INTERVAL_S
 
 if TYPE_CHECKING:
     from atomickafka.evaluation.bench.command import BenchResult, BenchSetup
@@ -79,6 +81,7 @@ def _add_node_mode_options(parser: argparse.ArgumentParser) -> None:
         help="run the nodes with control logs of their own, the default (as node; "
         "--no-control-log: one log each)",
     )
+    add_commit_interval(parser, DEFAULT_COMMIT_INTERVAL_S, "the nodes (as node)")
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -355,6 +358,7 @@ def _run(args: argparse.Namespace) -> int:
         exactly_once=args.exactly_once,
         delivery_format=formats[0],
         control_log=args.control_log,
+        commit_interval_s=args.commit_interval,
     )
     results = _run_workloads(args, setup, shares, formats, baselines, workloads, counts, show)
     progress.close()

@@ -109,7 +109,7 @@ from atomickafka.kafka.topics import (
     Layout,
     delivery_topic,
 )
-from atomickafka.node.config import ClusterConfig, NodeConfig
+from atomickafka.node.config import DEFAULT_COMMIT_INTERVAL_S, ClusterConfig, NodeConfig
 from atomickafka.node.launch import cluster_keys, running_cluster
 
 __all__ = [
@@ -483,6 +483,8 @@ class BenchSetup:
     delivery_format: str = "json"
     #: The nodes read proposals from control logs of their own (``--control-log``, §7).
     control_log: bool = True
+    #: How often the nodes commit while records arrive (``--commit-interval``, §6.3).
+    commit_interval_s: float = DEFAULT_COMMIT_INTERVAL_S
 
     def node_config(self, topics: list[str]) -> NodeConfig:
         """The configuration the cluster's nodes share (the first topic's)."""
@@ -497,6 +499,7 @@ class BenchSetup:
             exactly_once=self.exactly_once,
             delivery_format=self.delivery_format,
             control_log=self.control_log,
+            commit_interval_s=self.commit_interval_s,
         )
 
     def cluster(self, topics: list[str]) -> Any:
