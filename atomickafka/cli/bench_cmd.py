@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 from atomickafka.cli.options import (
     add_bootstrap,
+    add_commit_interval,
     add_delivery_mode,
     add_load_shape,
     add_overrides,
@@ -26,6 +27,7 @@ from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
 from atomickafka.core.protocols import CARRIER, NOTIFY_VALUES
 from atomickafka.errors import ConfigError
 from atomickafka.kafka.topics import Layout
+from atomickafka.node.config import DEFAULT_COMMIT_INTERVAL_S
 
 if TYPE_CHECKING:
     from atomickafka.evaluation.bench.command import BenchResult, BenchSetup
@@ -86,6 +88,7 @@ def _add_node_mode_options(parser: argparse.ArgumentParser) -> None:
         default=CARRIER,
         help="what the nodes' direct Notifies carry (as node): carrier, the default, or every",
     )
+    add_commit_interval(parser, DEFAULT_COMMIT_INTERVAL_S, "the nodes (as node)")
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -363,6 +366,7 @@ def _run(args: argparse.Namespace) -> int:
         delivery_format=formats[0],
         control_log=args.control_log,
         notify_values=args.notify_values,
+        commit_interval_s=args.commit_interval,
     )
     results = _run_workloads(args, setup, shares, formats, baselines, workloads, counts, show)
     progress.close()

@@ -15,6 +15,7 @@ from atomickafka.audit.config import AuditConfig
 from atomickafka.audit.rules import DEFAULT_BOUND_S
 from atomickafka.cli.options import (
     add_bootstrap,
+    add_commit_interval,
     add_delivery_mode,
     add_log_level,
     add_overrides,
@@ -30,6 +31,7 @@ from atomickafka.kafka.topics import Layout
 from atomickafka.logs import configure_logging
 from atomickafka.node.config import (
     DEFAULT_BATCH_SIZE,
+    DEFAULT_COMMIT_INTERVAL_S,
     DEFAULT_STUCK_AFTER_S,
     ClusterConfig,
     NodeConfig,
@@ -137,6 +139,7 @@ def _add_durability_options(parser: argparse.ArgumentParser) -> None:
         "deliveries again after a crash (the client and tail hide them) and there is no "
         "broker fence, only the lease (default: --exactly-once)",
     )
+    add_commit_interval(parser, DEFAULT_COMMIT_INTERVAL_S, "the nodes")
     parser.add_argument(
         "--snapshot-every",
         type=int,
@@ -254,6 +257,7 @@ def _node_config(args: argparse.Namespace, topic: str, layer: int | None) -> Nod
         stuck_after_s=args.stuck_after,
         log_level=args.log_level,
         exactly_once=args.exactly_once,
+        commit_interval_s=args.commit_interval,
         snapshot_every_records=args.snapshot_every,
         snapshot_every_s=args.snapshot_interval,
         window_ms=int(args.memory_window * 1000),

@@ -155,6 +155,32 @@ def add_delivery_mode(
     )
 
 
+def add_commit_interval(parser: argparse.ArgumentParser, default: float, whose: str) -> None:
+    """``--commit-interval SECONDS`` into ``args.commit_interval`` (a node's writer commits
+    its transaction, or its offsets, this often while records arrive; docs/DESIGN.md §6.3)."""
+
+    def seconds(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        if not 0 < value <= 60:
+            raise argparse.ArgumentTypeError(f"must be above 0 and at most 60, not {text}")
+        return value
+
+    parser.add_argument(
+        "--commit-interval",
+        type=seconds,
+        default=default,
+        metavar="SECONDS",
+        help=f"how often {whose} commit their transaction (exactly-once) or input offsets "
+        "(at-least-once) while records arrive, and how soon after the last commit an idle "
+        "node commits: shorter lets read_committed readers (plain consumers, layered "
+        "mergers) see deliveries sooner at the cost of more transactions; the client, tail "
+        f"and bench do not wait for it (default {default:g})",
+    )
+
+
 def add_destinations(parser: argparse.ArgumentParser, *flags: str, required: bool = True) -> None:
     """A comma-separated destination list (``--to T1,T3``), checked as topic names."""
 

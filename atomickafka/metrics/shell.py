@@ -135,6 +135,12 @@ class ShellMetrics:
             self._set_up_node_metrics(counter, gauge)
         self._latency = BatchObserver(self.latency.labels(*self._labels))
         self._mismatches_seen: int | None = None
+        #: The children of the counters a node updates every round, by their last label
+        #: (``labels()`` takes a lock and builds a key: 4 of the 11 µs a one-record
+        #: round's ``read`` cost, issue 38).
+        self._in_by_type: dict[str, Counter] = {}
+        self._out_by_kind: dict[str, Counter] = {}
+        self._delivered = self.deliveries.labels(*self._labels)
         self._prepare()
 
     def _set_up_queue_gauges(self, gauge: Callable[..., Gauge], what: str) -> None:
@@ -223,23 +229,41 @@ class ShellMetrics:
 
     def read(self, records: Sequence[KafkaRecord], replayed: int = 0) -> None:
         """A batch of input records was processed; its first ``replayed`` were replays."""
-        labels = self._labels
         if replayed and self.replayed is not None:
-            self.replayed.labels(*labels).inc(replayed)
+            self.replayed.labels(*self._labels).inc(replayed)
+        if len(records) - replayed == 1:  # the usual round at a moderate rate
+            record = records[-1]
+            self._in_child(record_type(record.value(), record.headers())).inc()
+            return
         types = Tally(record_type(r.value(), r.headers()) for r in records[replayed:])
         for kind, n in types.items():
-            self.records_in.labels(*labels, kind).inc(n)
+            self._in_child(kind).inc(n)
+
+    def _in_child(self, kind: str) -> Counter:
+        child = self._in_by_type.get(kind)
+        if child is None:
+            child = self._in_by_type[kind] = self.records_in.labels(*self._labels, kind)
+        return child
+
+    def _out_child(self, kind: str) -> Counter:
+        child = self._out_by_kind.get(kind)
+        if child is None:
+            label = str(kind)  # (an OutKind: its value)
+            child = self._out_by_kind[kind] = self.records_out.labels(*self._labels, label)
+        return child
 
     def wrote(self, records: Sequence[WrittenRecord], wall_s: float) -> None:
         """``records`` were written at wall time ``wall_s`` (seconds since the epoch)."""
         if not records:
             return
         labels = self._labels
-        kinds = Tally(record.kind for record in records)
+        kinds: dict[str, int] = {}
         reasons: Tally[str] = Tally()
         latencies: list[float] = []
         for record in records:
-            if record.kind == DELIVERY:
+            kind = record.kind
+            kinds[kind] = kinds.get(kind, 0) + 1
+            if kind == DELIVERY:
                 sent = record.sent_at  # as the batch layer knew it, else from the bytes
                 if sent is None:
                     sent = sent_at_ms(record.value, record.headers)
@@ -248,10 +272,10 @@ class ShellMetrics:
             elif record.kind == DEAD_LETTER:
                 reasons[dead_letter_reason(record.reason)] += 1
         for kind, n in kinds.items():
-            self.records_out.labels(*labels, str(kind)).inc(n)
+            self._out_child(kind).inc(n)
         delivered = kinds.get(DELIVERY, 0)
         if delivered:
-            self.deliveries.labels(*labels).inc(delivered)
+            self._delivered.inc(delivered)
             self._latency.observe_all(latencies)
         for reason, n in reasons.items():
             self.dead_letters.labels(*labels, reason).inc(n)

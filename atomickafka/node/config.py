@@ -26,6 +26,7 @@ from atomickafka.kafka.topics import Layout, node_key
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
+    "DEFAULT_COMMIT_INTERVAL_S",
     "DEFAULT_POLL_TIMEOUT_S",
     "DEFAULT_STUCK_AFTER_S",
     "ClusterConfig",
@@ -37,6 +38,8 @@ DEFAULT_BATCH_SIZE: Final = 2000
 #: How long a node's poll waits for its first input record (s); it returns as soon as
 #: one is there (:func:`~atomickafka.kafka.consumer.consume_batch`).
 DEFAULT_POLL_TIMEOUT_S: Final = 0.05
+#: How often a node commits its transaction, or its offsets, while records arrive (s).
+DEFAULT_COMMIT_INTERVAL_S: Final = 0.1
 #: A queue head older than this (seconds) is logged as stuck, naming what it waits for.
 DEFAULT_STUCK_AFTER_S: Final = 10.0
 
@@ -62,7 +65,10 @@ class NodeConfig:
     batch_size: int = DEFAULT_BATCH_SIZE
     poll_timeout_s: float = DEFAULT_POLL_TIMEOUT_S
     status_interval_s: float = 1.0
-    commit_interval_s: float = 0.1
+    #: How often the writer commits its transaction (exactly-once) or the input offsets
+    #: (at-least-once) while records arrive, and how soon after the last commit an idle
+    #: node commits (s, §6.3): only ``read_committed`` readers wait for it.
+    commit_interval_s: float = DEFAULT_COMMIT_INTERVAL_S
     create_topics: bool = True
     max_value_bytes: int = MAX_VALUE_BYTES
     stuck_after_s: float = DEFAULT_STUCK_AFTER_S
@@ -117,6 +123,10 @@ class NodeConfig:
         object.__setattr__(self, "overrides", dict(self.overrides))
         if self.batch_size < 1:
             raise ConfigError(f"batch size must be at least 1, not {self.batch_size}")
+        if not 0 < self.commit_interval_s <= 60:
+            raise ConfigError(
+                f"commit interval must be above 0 and at most 60 s, not {self.commit_interval_s}"
+            )
         if self.partitions < 1:
             raise ConfigError(f"partitions must be at least 1, not {self.partitions}")
         if self.partitions > 1 and self.layout is Layout.SHARED:

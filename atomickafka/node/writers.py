@@ -821,9 +821,10 @@ _CONTROL_KINDS: Final = frozenset({OutKind.CONTROL, OutKind.TICK})
 #: arriving (s): a few transactions a second, whatever the rate (§6.3).
 COMMIT_INTERVAL_S: Final = 0.1
 #: How soon after the last commit an idle node commits what it has (s): as the
-#: interval. Readers with the repeat filter see deliveries before the commit, so only
-#: ``read_committed`` ones wait; committing each idle moment cost the broker (at 1,000
-#: msg/s a node is idle between most messages: ~100 transactions a second per node).
+#: interval (a writer's own ``commit_interval_s``). Readers with the repeat filter see
+#: deliveries before the commit, so only ``read_committed`` ones wait; committing each
+#: idle moment cost the broker (at 1,000 msg/s a node is idle between most messages:
+#: ~100 transactions a second per node).
 IDLE_COMMIT_GAP_S: Final = COMMIT_INTERVAL_S
 
 
@@ -916,6 +917,7 @@ class SplitWriter(Writer):
         self._tracker = OffsetsTracker(0)
         self._acked = 0
         self._interval_s = commit_interval_s
+        self._idle_gap_s = commit_interval_s  # as IDLE_COMMIT_GAP_S to the default
         self._on_unwritable = on_unwritable
         self._control = RecordProducer(connection, **{"enable.gapless.guarantee": True})
         # its producer is initialised here, fencing any older instance of the role
@@ -1051,7 +1053,7 @@ class SplitWriter(Writer):
         now = time.monotonic()
         if now - self._began >= self._interval_s:
             return True
-        return idle and now - self._last_commit >= IDLE_COMMIT_GAP_S
+        return idle and now - self._last_commit >= self._idle_gap_s
 
     def _start_commit(self) -> None:
         records, target, txn = self._records, self._target, self._txn

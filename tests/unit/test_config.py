@@ -397,3 +397,31 @@ def test_every_command_help_lists_every_default() -> None:
                 " ".join(words),
                 action.option_strings,
             )
+
+
+def test_the_commit_interval_reaches_the_nodes_of_node_cluster_and_bench(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 38: ``--commit-interval`` sets how often a node's writer commits (§6.3); the
+    default stays the writers' 0.1 s; zero or a negative interval is refused."""
+    from atomickafka.cli.node_cmd import _node_config  # noqa: PLC0415
+    from atomickafka.evaluation.bench.command import BenchSetup  # noqa: PLC0415
+    from atomickafka.kafka.connection import Connection  # noqa: PLC0415
+    from atomickafka.node.writers import COMMIT_INTERVAL_S  # noqa: PLC0415
+
+    parser = build_parser()
+    args = parser.parse_args(["node", "--bootstrap-server", "b:1", "--topic", "t"])
+    assert _node_config(args, "t", None).commit_interval_s == COMMIT_INTERVAL_S
+    for command in (["node", "--topic", "t"], ["cluster", "--topics", "t,u"]):
+        args = parser.parse_args(
+            [*command, "--bootstrap-server", "b:1", "--commit-interval", "0.2"]
+        )
+        assert _node_config(args, "t", None).commit_interval_s == 0.2
+    args = parser.parse_args(["bench", "--commit-interval", "0.05"])
+    setup = BenchSetup(Connection("b:1"), commit_interval_s=args.commit_interval)
+    assert setup.node_config(["t"]).commit_interval_s == 0.05
+    with pytest.raises(SystemExit):
+        parser.parse_args(["node", "--topic", "t", "--commit-interval", "0"])
+    assert "above 0" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="commit interval"):
+        NodeConfig("b:1", "t", commit_interval_s=-1.0)

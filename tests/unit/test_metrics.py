@@ -242,6 +242,28 @@ def test_replayed_records_are_counted_apart() -> None:
     assert value(metrics, "atomickafka_node_deliveries_total", **labels) == 1  # m3 only
 
 
+def test_one_record_rounds_count_as_batches_do() -> None:
+    """Issue 38: a round of one record (the usual one at a moderate rate) takes a path
+    of its own, and the counters' children are kept between rounds."""
+    spec = node_spec()
+    batch = NodeBatch(spec, NodeBatch.fresh_engine(spec))
+    metrics = ShellMetrics("node", "A")
+    labels = {"topic": "A", "layer": ""}
+    written: list[OutKind] = []
+    for record in in_log([single("m1"), b"not json", single("m2")]):
+        ready = batch.step([record], wall_s=0)
+        metrics.read([record], ready.replayed)
+        metrics.wrote(ready.records, NOW_MS / 1000)
+        written += [r.kind for r in ready.records]
+    metrics.read([], 0)
+    assert value(metrics, "atomickafka_node_records_in_total", **labels, type="ClientMessage") == 2
+    assert value(metrics, "atomickafka_node_records_in_total", **labels, type=UNKNOWN) == 1
+    assert value(metrics, "atomickafka_node_deliveries_total", **labels) == 2
+    for kind in set(written):
+        out = value(metrics, "atomickafka_node_records_out_total", **labels, kind=kind.value)
+        assert out == written.count(kind)
+
+
 def test_the_kinds_the_metrics_look_into_are_the_batch_layers() -> None:
     assert OutKind(DELIVERY) is OutKind.DELIVERY and OutKind(DEAD_LETTER) is OutKind.DEAD_LETTER
 

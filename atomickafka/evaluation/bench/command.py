@@ -110,7 +110,7 @@ from atomickafka.kafka.topics import (
     Layout,
     delivery_topic,
 )
-from atomickafka.node.config import ClusterConfig, NodeConfig
+from atomickafka.node.config import DEFAULT_COMMIT_INTERVAL_S, ClusterConfig, NodeConfig
 from atomickafka.node.launch import cluster_keys, running_cluster
 
 __all__ = [
@@ -486,6 +486,8 @@ class BenchSetup:
     control_log: bool = True
     #: What the nodes' ``direct`` Notifies carry (``--notify-values``, §4.16).
     notify_values: str = CARRIER
+    #: How often the nodes commit while records arrive (``--commit-interval``, §6.3).
+    commit_interval_s: float = DEFAULT_COMMIT_INTERVAL_S
 
     def node_config(self, topics: list[str]) -> NodeConfig:
         """The configuration the cluster's nodes share (the first topic's)."""
@@ -501,6 +503,7 @@ class BenchSetup:
             delivery_format=self.delivery_format,
             control_log=self.control_log,
             notify_values=self.notify_values,
+            commit_interval_s=self.commit_interval_s,
         )
 
     def cluster(self, topics: list[str]) -> Any:
