@@ -63,6 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psutil
 from confluent_kafka import OFFSET_END, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from atomickafka.evaluation.cost.processes import ProcessInfo, bootstrap_port, find_broker
 from atomickafka.kafka.admin import admin_client, ensure_topics
@@ -264,6 +265,8 @@ class Driver(threading.Thread):
             producer.poll(0)
             if batch:
                 began = self._read(batch, positions, began)
+        if began is not None:  # left open, it would hold readers back for its timeout
+            producer.abort_transaction(10)
 
     def _open(self, began: float | None, now: float) -> float:
         if began is None:
@@ -409,6 +412,14 @@ def _table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+def _delete(admin: AdminClient, topics: list[str]) -> None:
+    try:
+        for future in admin.delete_topics(topics).values():
+            future.result(timeout=30)
+    except KafkaException as exc:
+        print(f"warning: topics not deleted: {exc}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
@@ -434,37 +445,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     broker = None if port is None else find_broker(port, psutil.process_iter())
     if broker is None:
         print("warning: the broker is not on this machine; its CPU is not measured")
-    prefix = f"spike38-{uuid.uuid4().hex[:6]}"
-    topics = [f"{prefix}-{kind}.{i}" for kind in ("ctl", "out") for i in range(K)]
     admin = admin_client(bootstrap)
-    ensure_topics(admin, topics)
-    print(f"load average before: {os.getloadavg()}; topics {prefix}-*", flush=True)
+    print(f"load average before: {os.getloadavg()}", flush=True)
     results: list[Result] = []
-    try:
-        for repeat in range(repeats):
-            for rate in rates:
-                for variant in variants:
+    for repeat in range(repeats):
+        for rate in rates:
+            for variant in variants:
+                # fresh topics for each run: nothing a run left (an open transaction
+                # holds read_committed readers back) reaches the next
+                prefix = f"spike38-{uuid.uuid4().hex[:8]}"
+                topics = [f"{prefix}-{kind}.{i}" for kind in ("ctl", "out") for i in range(K)]
+                ensure_topics(admin, topics)
+                try:
                     result = measure(
                         variant, rate, bootstrap, prefix, broker, warm, window, seed=repeat
                     )
-                    results.append(result)
-                    print(
-                        f"[{repeat + 1}/{repeats}] {rate} msg/s {variant}: broker "
-                        f"{result.broker_us:.0f} µs/msg, clients {result.client_us:.0f} µs/msg, "
-                        f"records {result.counts.get('records', 0):.2f}/msg, "
-                        f"reads {result.counts.get('read', 0):.2f}/msg, "
-                        f"markers {result.counts.get('markers', 0):.2f}/msg, "
-                        f"requests {sum(result.requests.values()):.1f}/msg, "
-                        f"load {os.getloadavg()[0]:.2f}"
-                        + (f", ERROR {result.error}" if result.error else ""),
-                        flush=True,
-                    )
-    finally:
-        try:
-            for future in admin.delete_topics(topics).values():
-                future.result(timeout=30)
-        except KafkaException as exc:
-            print(f"warning: topics not deleted: {exc}")
+                finally:
+                    _delete(admin, topics)
+                results.append(result)
+                print(
+                    f"[{repeat + 1}/{repeats}] {rate} msg/s {variant}: broker "
+                    f"{result.broker_us:.0f} µs/msg, clients {result.client_us:.0f} µs/msg, "
+                    f"records {result.counts.get('records', 0):.2f}/msg, "
+                    f"reads {result.counts.get('read', 0):.2f}/msg, "
+                    f"markers {result.counts.get('markers', 0):.2f}/msg, "
+                    f"requests {sum(result.requests.values()):.1f}/msg, "
+                    f"load {os.getloadavg()[0]:.2f}"
+                    + (f", ERROR {result.error}" if result.error else ""),
+                    flush=True,
+                )
     print(f"load average after: {os.getloadavg()}")
     print(_table(results))
     if args.json is not None:
