@@ -26,7 +26,8 @@ from setuptools import Distribution, Extension, setup
 from setuptools.command.build_ext import build_ext
 
 #: The modules compiled: the whole pure core but its package ``__init__`` (which says
-#: which form runs, docs/DESIGN.md §2).
+#: which form runs, docs/DESIGN.md §2), then the node's batch layer, the per-record path
+#: between the consumer and the engine (``atomickafka.node.COMPILED_MODULES``).
 COMPILED = [
     "atomickafka/core/compact.py",
     "atomickafka/core/delivery_queue.py",
@@ -44,6 +45,9 @@ COMPILED = [
     "atomickafka/core/signing.py",
     "atomickafka/core/timebounds.py",
     "atomickafka/core/wire.py",
+    "atomickafka/node/batch.py",
+    "atomickafka/node/batch_support.py",
+    "atomickafka/node/batch_types.py",
 ]
 
 

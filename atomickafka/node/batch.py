@@ -66,6 +66,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
+from mypy_extensions import mypyc_attr
 
 from atomickafka.core.compact import control_encoders
 from atomickafka.core.engine import Engine, Output, Step
@@ -189,6 +190,8 @@ class Ordering:
         return ORIGIN_SHIFT if self.marked else 0
 
 
+# the simulators' mutation tests subclass it (a compiled class's methods cannot be patched)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class NodeBatch(SnapshotTaker):
     """One node's engine with the bookkeeping between its logs and the broker (see the
     module): :meth:`step` takes records of the committed log, :meth:`step_input`
@@ -754,7 +757,7 @@ class NodeBatch(SnapshotTaker):
             return []
         if not self.ordering.marked:
             return messages
-        problem = misplaced(messages, from_input=arrived is not None)
+        problem = self._misplaced(messages, arrived is not None)
         if problem is not None:
             self.misplaced += 1
             out.append(self._dead_letter(raw, problem, record))
@@ -762,6 +765,11 @@ class NodeBatch(SnapshotTaker):
         if arrived is None:
             return messages
         return [m._replace(arrived=arrived) for m in messages]
+
+    def _misplaced(self, messages: list[Message], from_input: bool) -> Refusal | None:
+        """Why ``messages`` do not belong in the log they were read from (§7.1), or
+        ``None`` (a method: the simulators' mutation tests override it)."""
+        return misplaced(messages, from_input=from_input)
 
     def _signature_problem(self, record: KafkaRecord) -> Refusal | None:
         signer = self.spec.signer
@@ -984,6 +992,9 @@ class NodeBatch(SnapshotTaker):
         spec = self.spec
         value = self._encode_tick(spec.node_id, 0, spec.layer)
         ready.records.append(self._own_log_record(value))
+
+    def _snapshot_spec(self) -> NodeSpec:
+        return self.spec
 
     def _snapshot_content(self) -> tuple[Mapping[int, int], dict[str, Any], int]:
         offsets = {self.spec.input_partition: self.position}

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, Protocol
 
+from mypy_extensions import mypyc_attr
+
 from atomickafka.core.compact import BINARY
 from atomickafka.core.engine import Algorithm
 from atomickafka.core.protocols import CARRIER
@@ -184,14 +186,20 @@ class _SnapshotSpec(Protocol):
     def signer(self) -> Signer | None: ...
 
 
+# the merger's batch layer (not compiled) subclasses it
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SnapshotTaker:
     """What the node's and the merger's batch layers share of taking snapshots (§6):
     when one is due, its sequence number, its signed records and the mark on
-    :class:`Ready`; each layer says what its state and offsets are."""
+    :class:`Ready`; each layer says what its spec, state and offsets are."""
 
-    spec: _SnapshotSpec
     snapshot_seq: int
     _schedule: SnapshotSchedule
+
+    def _snapshot_spec(self) -> _SnapshotSpec:
+        """The layer's spec (its own type: a compiled subclass may not narrow an
+        attribute's type, so this is no ``spec`` attribute)."""
+        raise NotImplementedError
 
     def _snapshot_content(self) -> tuple[Mapping[int, int], dict[str, Any], int]:
         """The input offsets the snapshot covers, its state, and the mark for
@@ -203,7 +211,7 @@ class SnapshotTaker:
             self._snapshot(ready, wall_s)
 
     def _snapshot(self, ready: Ready, wall_s: float) -> None:
-        spec = self.spec
+        spec = self._snapshot_spec()
         self.snapshot_seq += 1
         self._schedule.taken(wall_s)
         offsets, state, mark = self._snapshot_content()

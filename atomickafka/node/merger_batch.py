@@ -308,6 +308,9 @@ class MergerBatch(SnapshotTaker):
 
     # ------------------------------------------------------------------ snapshots
 
+    def _snapshot_spec(self) -> MergerSpec:
+        return self.spec
+
     def _snapshot_content(self) -> tuple[Mapping[int, int], dict[str, Any], int]:
         state = self.merger.snapshot()
         state["buffers"] = [  # payloads as their Delivery record's JSON text

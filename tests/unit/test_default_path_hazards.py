@@ -25,10 +25,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from atomickafka.core.engine import Algorithm, Engine, Step
-from atomickafka.core.marker import MAX_MARKER_RANGE, encode_marker
+from atomickafka.core.marker import MAX_MARKER_RANGE, Marker, encode_marker
 from atomickafka.core.memory import DEFAULT_WINDOW_MS
+from atomickafka.core.reasons import Refusal
 from atomickafka.core.wire import Message
-from atomickafka.node import batch as batch_module
 from atomickafka.node.batch import NodeBatch
 from atomickafka.verify.simulator import (
     Chaos,
@@ -38,6 +38,7 @@ from atomickafka.verify.simulator import (
     random_workload,
 )
 from atomickafka.verify.workload import Send
+from tests.unit.batch_mutants import use_batch_class
 from tests.unit.test_layered import TRICKLE, assert_merged_correct, three_topic_run
 
 #: Longer than a record may be late (half the memory window, §4.13).
@@ -303,13 +304,23 @@ def test_a_copy_timed_by_its_marker_is_caught() -> None:
     assert _caught(range(10), True, _TimedByMarker, chaos)
 
 
+class _TakesMisplaced(NodeBatch):
+    def _misplaced(self, messages: list[Message], from_input: bool) -> Refusal | None:
+        return None
+
+
+class _BelievesForgedMarkers(NodeBatch):
+    def _written_after(self, marker: Marker, marked_at: int | None) -> Refusal | None:
+        return None
+
+
 def test_a_misplaced_record_taken_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(batch_module, "misplaced", lambda messages, from_input: None)
+    use_batch_class(monkeypatch, _TakesMisplaced)
     chaos = replace(HAZARDS, late_members=0.0, downtime=0.0, forged_marker=0.0, misplaced=0.2)
     assert _caught(range(10), True, chaos=chaos)
 
 
 def test_a_forged_marker_believed_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(NodeBatch, "_written_after", lambda self, marker, at: None)
+    use_batch_class(monkeypatch, _BelievesForgedMarkers)
     chaos = replace(HAZARDS, late_members=0.0, downtime=0.0, forged_marker=0.05, misplaced=0.0)
     assert _caught(range(10), True, chaos=chaos)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import os
 import tomllib
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 import atomickafka
 from atomickafka.cli import main
 from atomickafka.core import COMPILED_MODULES, core_form
+from atomickafka.node import COMPILED_MODULES as COMPILED_NODE_MODULES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,7 +73,9 @@ def _setup_compiled() -> list[str]:
 def test_the_wheel_compiles_every_module_of_the_core_and_says_which_form_runs() -> None:
     core = sorted(p.stem for p in (ROOT / "atomickafka" / "core").glob("*.py"))
     assert sorted([*COMPILED_MODULES, "__init__"]) == core
-    assert _setup_compiled() == [f"atomickafka/core/{name}.py" for name in COMPILED_MODULES]
+    assert _setup_compiled() == [f"atomickafka/core/{name}.py" for name in COMPILED_MODULES] + [
+        f"atomickafka/node/{name}.py" for name in COMPILED_NODE_MODULES
+    ]
 
 
 def test_the_core_runs_in_the_form_this_run_expects() -> None:
@@ -83,3 +87,9 @@ def test_the_core_runs_in_the_form_this_run_expects() -> None:
         assert core_form() in ("pure Python", "compiled, mypyc")
         return
     assert core_form() == expected
+    # the batch layer's modules are compiled with the core, or none is
+    batch = [
+        (importlib.import_module(f"atomickafka.node.{name}").__file__ or "").endswith(".py")
+        for name in COMPILED_NODE_MODULES
+    ]
+    assert batch == [expected == "pure Python"] * len(batch), batch

@@ -17,6 +17,7 @@ import pytest
 
 from atomickafka.core.marker import decode_marker
 from atomickafka.node.batch import NodeBatch
+from tests.unit.batch_mutants import use_batch_class
 from tests.unit.transcript import TranscriptMismatchError, outputs_of, parse, run_transcript
 from tests.unit.transcript_commands import Cluster
 
@@ -100,19 +101,19 @@ def test_the_default_path_has_transcripts() -> None:
     } <= names, names
 
 
+class _AppliesAnyMarker(NodeBatch):
+    def _control_record(self, record: Any) -> Any:
+        marker = decode_marker(record.value())
+        if marker is not None and marker.start < self.applied:
+            self.applied = marker.start  # forgets that the range was applied
+        return super()._control_record(record)
+
+
 def test_a_broken_marker_rule_shows_as_a_readable_diff(monkeypatch: pytest.MonkeyPatch) -> None:
     """Put back a wrong marker rule (a marker applies its range whatever the next
     unapplied offset: a zombie's marker applies records a second time) and a control-log
     transcript fails with a diff that names the lines that changed."""
-    original = NodeBatch._control_record
-
-    def applies_any_marker(self: NodeBatch, record: Any) -> Any:
-        marker = decode_marker(record.value())
-        if marker is not None and marker.start < self.applied:
-            self.applied = marker.start  # forgets that the range was applied
-        return original(self, record)
-
-    monkeypatch.setattr(NodeBatch, "_control_record", applies_any_marker)
+    use_batch_class(monkeypatch, _AppliesAnyMarker)
     path = TESTDATA / "control-logs-markers.txt"
     with pytest.raises(TranscriptMismatchError) as failure:
         run_transcript(path, Cluster().run)
