@@ -28,7 +28,7 @@ what the client sent it since, in proportion (target over backlog, within
 :data:`PACE_CUT`), at most once per :data:`PACE_CUT_EVERY_S` (a cut shows in the
 statuses that long after); one below the target has it raised by a step
 (:data:`PACE_STEP`); one with no backlog at all and a rate far above what the client
-sends is no longer paced. Held back at a threshold alone, unpaced clients wrote seconds
+sends (something) is no longer paced. Held back at a threshold alone, unpaced clients wrote seconds
 of the nodes' work in the quarter second before the next status stopped them, and the
 nodes delivered in waves with seconds of almost nothing between (docs/performance.md).
 Pacing decides only when a copy is written, never where or what: no replay depends on
@@ -80,7 +80,7 @@ DIRECT_BEHIND_S: Final = 0.1
 PACE_TARGET_SHARE: Final = 0.5
 #: The least and most a rate is cut to, as a share of what the client sent: the target
 #: over the backlog, within these.
-PACE_CUT: Final = (0.25, 0.9)
+PACE_CUT: Final = (0.1, 0.9)
 #: A rate is cut at most once in this time (s): a status a quarter second old, read a
 #: quarter second later, shows a cut only then.
 PACE_CUT_EVERY_S: Final = 0.5
@@ -243,7 +243,8 @@ class Pace:
         :data:`PACE_CUT_EVERY_S`: a backlog that shrinks, or a client that sent nothing
         (held back), says the last cut is enough. At or below the target it is raised
         by a step (:data:`PACE_STEP`; twice that with no backlog at all: the nodes wait
-        for input); with no backlog and far above what is sent, dropped."""
+        for input); with no backlog and far above what was sent (not nothing: a client
+        held back sends nothing), dropped."""
         bucket = self._buckets.get(topic)
         if bucket is None:
             return None  # nothing sent there: nothing to pace
@@ -263,8 +264,11 @@ class Pace:
                 self._set(bucket, max(_PACE_FLOOR, base * share), now)
                 bucket.cut_at = now
         elif bucket.rate is not None:
-            if behind_s <= 0 and bucket.rate > _PACE_SLACK * max(sent_per_s, _PACE_FLOOR):
-                bucket.rate = None  # no backlog, and not near the rate: unpaced
+            if behind_s <= 0 and 0 < sent_per_s * _PACE_SLACK < bucket.rate:
+                # no backlog, and the client sends far below the rate: unpaced (one that
+                # sent nothing was held back, or idles: neither says the rate is not
+                # needed, and a rate not needed grows here until it is far above)
+                bucket.rate = None
             else:  # the same step for every client: their rates converge (AIMD)
                 self._set(bucket, bucket.rate + bucket.step * (2 if behind_s <= 0 else 1), now)
         return bucket.rate
