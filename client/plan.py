@@ -26,8 +26,8 @@ nodes drain. Each time the statuses are read, a destination whose nodes are more
 the *target* (:data:`PACE_TARGET_SHARE` of ``max_lag_s``) behind has its rate cut to
 what the client sent it since, in proportion (target over backlog, within
 :data:`PACE_CUT`), at most once per :data:`PACE_CUT_EVERY_S` (a cut shows in the
-statuses that long after); one below the target has it raised by a step
-(:data:`PACE_STEP`); one with no backlog at all and a rate far above what the client
+statuses that long after); one below the target has it raised, by up to
+:data:`PACE_RAISE` in proportion to the room left under the target; one with no backlog at all and a rate far above what the client
 sends (something) is no longer paced. Held back at a threshold alone, unpaced clients wrote seconds
 of the nodes' work in the quarter second before the next status stopped them, and the
 nodes delivered in waves with seconds of almost nothing between (docs/performance.md).
@@ -51,7 +51,7 @@ __all__ = [
     "DIRECT_BEHIND_S",
     "PACE_CUT",
     "PACE_CUT_EVERY_S",
-    "PACE_STEP",
+    "PACE_RAISE",
     "PACE_TARGET_SHARE",
     "Copy",
     "DirectLane",
@@ -80,15 +80,13 @@ DIRECT_BEHIND_S: Final = 0.1
 PACE_TARGET_SHARE: Final = 0.5
 #: The least and most a rate is cut to, as a share of what the client sent: the target
 #: over the backlog, within these.
-PACE_CUT: Final = (0.1, 0.9)
+PACE_CUT: Final = (0.5, 0.9)
 #: A rate is cut at most once in this time (s): a status a quarter second old, read a
 #: quarter second later, shows a cut only then.
 PACE_CUT_EVERY_S: Final = 0.5
-#: What a rate is raised by at once, when the nodes are at the target or below (twice
-#: that with no backlog): this share of what the client sent when it was first paced,
-#: the same step for clients alike, so their rates converge (additive increase,
-#: multiplicative decrease).
-PACE_STEP: Final = 0.05
+#: The most a rate is raised by at once (with no backlog at all); under the target, in
+#: proportion to the room left under it.
+PACE_RAISE: Final = 1.5
 #: A rate further above what the client sends than this (with no backlog) paces nothing.
 _PACE_SLACK: Final = 8.0
 #: The least rate a destination is paced at (msg/s).
@@ -197,12 +195,11 @@ class _Bucket:
     """One destination's pace: its rate (``None``: unpaced), tokens, and what was sent
     since its rate was last judged."""
 
-    __slots__ = ("at", "behind_s", "cut_at", "judged_at", "rate", "sent", "step", "tokens")
+    __slots__ = ("at", "behind_s", "cut_at", "judged_at", "rate", "sent", "tokens")
 
     def __init__(self, now: float) -> None:
         self.rate: float | None = None
         self.behind_s = 0.0  # how far behind the nodes were when last judged
-        self.step = _PACE_FLOOR  # what a raise adds (msg/s)
         self.tokens = 0.0
         self.at = self.judged_at = now
         self.cut_at = float("-inf")
@@ -242,8 +239,8 @@ class Pace:
         target over the backlog (within :data:`PACE_CUT`), at most once per
         :data:`PACE_CUT_EVERY_S`: a backlog that shrinks, or a client that sent nothing
         (held back), says the last cut is enough. At or below the target it is raised
-        by a step (:data:`PACE_STEP`; twice that with no backlog at all: the nodes wait
-        for input); with no backlog and far above what was sent (not nothing: a client
+        by up to :data:`PACE_RAISE` (all of it with no backlog: the nodes wait for
+        input; less the nearer the target); with no backlog and far above what was sent (not nothing: a client
         held back sends nothing), dropped."""
         bucket = self._buckets.get(topic)
         if bucket is None:
@@ -258,8 +255,6 @@ class Pace:
             if growing and sent_per_s > 0 and now - bucket.cut_at >= PACE_CUT_EVERY_S:
                 low, high = PACE_CUT
                 share = min(high, max(low, self.target_s / behind_s))
-                if bucket.rate is None:  # paced from now: its step, from what it sent
-                    bucket.step = max(_PACE_FLOOR, sent_per_s * PACE_STEP)
                 base = sent_per_s if bucket.rate is None else min(bucket.rate, sent_per_s)
                 self._set(bucket, max(_PACE_FLOOR, base * share), now)
                 bucket.cut_at = now
@@ -269,8 +264,9 @@ class Pace:
                 # sent nothing was held back, or idles: neither says the rate is not
                 # needed, and a rate not needed grows here until it is far above)
                 bucket.rate = None
-            else:  # the same step for every client: their rates converge (AIMD)
-                self._set(bucket, bucket.rate + bucket.step * (2 if behind_s <= 0 else 1), now)
+            else:  # in proportion to the room left under the target
+                room = 1.0 if behind_s <= 0 else 1.0 - behind_s / self.target_s
+                self._set(bucket, bucket.rate * (1.0 + (PACE_RAISE - 1.0) * room), now)
         return bucket.rate
 
     @staticmethod

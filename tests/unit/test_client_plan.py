@@ -201,7 +201,7 @@ def test_an_unpaced_destination_never_waits_and_a_message_waits_for_its_slowest(
     assert pace.judge("A", 1.0, 1.0) is not None  # 2,000 msg/s sent, 1 s behind: cut
     assert pace.judge("B", 0.05, 1.0) is None  # within the target: unpaced
     rate = pace.rate("A")
-    assert rate == pytest.approx(2_000 * 0.125)  # the target over the backlog
+    assert rate == pytest.approx(2_000 * PACE_CUT[0])  # 0.125 / 1.0, at most halved
     assert pace.take(["B"], 100, 1.0) == 0.0
     waited = pace.take(["A", "B"], 100, 1.0)  # B has no pace: A's wait
     assert waited == pytest.approx((100 - rate * 0.05) / rate)
@@ -213,14 +213,14 @@ def test_a_shrinking_backlog_or_a_held_back_client_is_not_cut_again() -> None:
     pace = Pace(TARGET_S)
     pace.take(["A"], 0, 0.0)
     pace.take(["A"], 1_000, 0.1)
-    first = pace.judge("A", 0.5, 0.25)  # 4,000 msg/s: cut to a quarter (0.125 / 0.5)
-    assert first == pytest.approx(1_000.0)
+    first = pace.judge("A", 0.5, 0.25)  # 4,000 msg/s: halved (0.125 / 0.5, at most)
+    assert first == pytest.approx(2_000.0)
     pace.take(["A"], 100, 0.5)
     assert pace.judge("A", 0.4, 1.0) == first  # shrinking: the cut was enough
     assert pace.judge("A", 0.6, 1.5) == first  # growing, but nothing sent (held back)
     pace.take(["A"], 400, 1.7)
     cut = pace.judge("A", 0.7, 2.0)  # growing: cut, from the 800 msg/s sent
-    assert cut == pytest.approx(800 * 0.125 / 0.7)
+    assert cut == pytest.approx(800 * PACE_CUT[0])
     behind_target = pace.judge("A", 0.05, 2.25)  # under the target: a step up
     assert behind_target is not None and behind_target > cut
     assert pace.judge("A", 0.0, 2.5) is not None  # nothing sent: held back, or idle
