@@ -27,10 +27,11 @@ the *target* (:data:`PACE_TARGET_SHARE` of ``max_lag_s``) behind has its rate cu
 what the client sent it since, in proportion (target over backlog, within
 :data:`PACE_CUT`), at most once per :data:`PACE_CUT_EVERY_S` (a cut shows in the
 statuses that long after); one below the target has it raised, by up to
-:data:`PACE_RAISE` in proportion to the room left under the target; one with no backlog at all and a rate far above what the client
-sends (something) is no longer paced. Held back at a threshold alone, unpaced clients wrote seconds
-of the nodes' work in the quarter second before the next status stopped them, and the
-nodes delivered in waves with seconds of almost nothing between (docs/performance.md).
+:data:`PACE_RAISE` in proportion to the room left under the target; one with no
+backlog at all and a rate far above what the client sends (something) is no longer
+paced. Held back at a threshold alone, unpaced clients wrote seconds of the nodes' work
+in the quarter second before the next status stopped them, and the nodes delivered in
+waves with seconds of almost nothing between (docs/performance.md).
 Pacing decides only when a copy is written, never where or what: no replay depends on
 it.
 """
@@ -240,8 +241,8 @@ class Pace:
         :data:`PACE_CUT_EVERY_S`: a backlog that shrinks, or a client that sent nothing
         (held back), says the last cut is enough. At or below the target it is raised
         by up to :data:`PACE_RAISE` (all of it with no backlog: the nodes wait for
-        input; less the nearer the target); with no backlog and far above what was sent (not nothing: a client
-        held back sends nothing), dropped."""
+        input; less the nearer the target); with no backlog and far above what was
+        sent (not nothing: a client held back sends nothing), dropped."""
         bucket = self._buckets.get(topic)
         if bucket is None:
             return None  # nothing sent there: nothing to pace
