@@ -38,11 +38,14 @@ from atomickafka.client.errors import (
 from atomickafka.client.plan import (
     DEFAULT_DIRECT_RATE,
     DEFAULT_MAX_LAG_S,
+    PACE_TARGET_SHARE,
     DirectLane,
     NodeView,
+    Pace,
     copies,
     lagging,
     lane_targets,
+    worst_behind,
 )
 from atomickafka.client.reader import DeliveryReader
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
@@ -75,6 +78,8 @@ _REFRESH_S = 0.25
 #: How long send() waits for a lagging destination before it raises QueueFullError.
 DEFAULT_MAX_BLOCK_S = 30.0
 _LAG_POLL_S = 0.25  # how often a held-back send() reads the statuses again
+#: A paced send() sleeps once it owes this long (s); less is carried to the next send.
+_PACE_SLEEP_S: Final = 0.002
 #: How long the first read of the status topic may wait for it to answer: a broker
 #: failover leaves its partition without a leader for about 10 s (the brokers' session).
 _STATUS_TIMEOUT_S = 30.0
@@ -264,6 +269,11 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         self.max_lag_s = max_lag_s
         self.max_block_s = max_block_s
         self.held_back_s = 0.0
+        #: Pacing (docs/DESIGN.md §5.3): per destination, a rate that follows what its
+        #: nodes drain, so that they stay below ``max_lag_s`` without holding back;
+        #: ``paced_s``: the part of ``held_back_s`` spent waiting for the pace.
+        self._pace = None if max_lag_s is None else Pace(max_lag_s * PACE_TARGET_SHARE)
+        self.paced_s = 0.0
         self._lane = DirectLane(direct_rate)
         #: Copies written to a destination's control log (the direct lane).
         self.direct_copies = 0
@@ -394,6 +404,8 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         record_key = key.encode() if isinstance(key, str) else key
         records = self._records(topics, record_key, _user_headers(headers), sent_at_ms)
         encoded = self._encode(values, records, route.partitions, first_index, message_ids)
+        if self._pace is not None:
+            self._paced([*topics, via] if via is not None else topics, len(encoded))
         producer = self._ensure_producer()
         if self._rerouted:
             self._send_rerouted()
@@ -530,6 +542,29 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
                     continue
         finally:
             self.held_back_s += time.monotonic() - started
+
+    def _paced(self, topics: Sequence[str], n: int) -> None:
+        """Pacing: wait until ``n`` messages to ``topics`` are within their destinations'
+        rates (:class:`~atomickafka.client.plan.Pace`); a wait shorter than
+        :data:`_PACE_SLEEP_S` is carried to the next send."""
+        assert self._pace is not None
+        wait = self._pace.take(topics, n, time.monotonic())
+        if wait >= _PACE_SLEEP_S:
+            wait = min(wait, self.max_block_s)  # a long batch owes the rest
+            if self._producer is not None:
+                self._producer.poll(0)
+            time.sleep(wait)
+            self.paced_s += wait
+            self.held_back_s += wait
+
+    def _judge_pace(self, statuses: Mapping[str, Status]) -> None:
+        """Set each paced destination's rate from statuses just read."""
+        assert self._pace is not None
+        views, now = _views(statuses, time.time()), time.monotonic()
+        for topic in self._pace.topics:
+            behind = worst_behind(topic, views)
+            if behind is not None:
+                self._pace.judge(topic, behind, now)
 
     def _lagging(
         self, topics: list[str], statuses: Mapping[str, Status]
@@ -756,6 +791,8 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
             self._watched_at = now
             self._routes.clear()  # judged again against what was read now
             statuses = self._watch.refresh()
+            if self._pace is not None:
+                self._judge_pace(statuses)
             self._polled_at = now  # and the delivery reports served meanwhile
             if self._producer is not None:
                 self._producer.poll(0)

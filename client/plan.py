@@ -20,7 +20,20 @@ a copy is applied, never what any replay decides.
 *Back-pressure.* A client holds back while a destination's node is more than
 ``max_lag_s`` behind its input (:func:`lagging`), judging each node by its status less
 the time since it was taken: a node working through its backlog is that much less
-behind each second since.
+behind each second since. Before it comes to that, it paces itself (:class:`Pace`, issue
+38 item 5): per destination a token bucket whose rate follows what the destination's
+nodes drain. Each time the statuses are read, a destination whose nodes are more than
+the *target* (:data:`PACE_TARGET_SHARE` of ``max_lag_s``) behind has its rate cut to
+what the client sent it since, in proportion (target over backlog, within
+:data:`PACE_CUT`), at most once per :data:`PACE_CUT_EVERY_S` (a cut shows in the
+statuses that long after); one below the target has it raised, by up to
+:data:`PACE_RAISE` in proportion to the room left under the target; one with no
+backlog at all and a rate far above what the client sends (something) is no longer
+paced. Held back at a threshold alone, unpaced clients wrote seconds of the nodes' work
+in the quarter second before the next status stopped them, and the nodes delivered in
+waves with seconds of almost nothing between (docs/performance.md).
+Pacing decides only when a copy is written, never where or what: no replay depends on
+it.
 """
 
 from __future__ import annotations
@@ -37,12 +50,18 @@ __all__ = [
     "DEFAULT_DIRECT_RATE",
     "DEFAULT_MAX_LAG_S",
     "DIRECT_BEHIND_S",
+    "PACE_CUT",
+    "PACE_CUT_EVERY_S",
+    "PACE_RAISE",
+    "PACE_TARGET_SHARE",
     "Copy",
     "DirectLane",
     "NodeView",
+    "Pace",
     "copies",
     "lagging",
     "lane_targets",
+    "worst_behind",
 ]
 
 #: Copies a second per destination a client may write to its control log.
@@ -57,6 +76,24 @@ DEFAULT_MAX_LAG_S: Final = 0.25
 #: A destination whose node is further behind than this (s, its status's
 #: :attr:`~atomickafka.kafka.status.Status.behind_s`) gets no direct copies.
 DIRECT_BEHIND_S: Final = 0.1
+#: Pacing (:class:`Pace`) aims to keep a destination's nodes at most this share of
+#: ``max_lag_s`` behind, below where holding back begins.
+PACE_TARGET_SHARE: Final = 0.5
+#: The least and most a rate is cut to, as a share of what the client sent: the target
+#: over the backlog, within these.
+PACE_CUT: Final = (0.5, 0.9)
+#: A rate is cut at most once in this time (s): a status a quarter second old, read a
+#: quarter second later, shows a cut only then.
+PACE_CUT_EVERY_S: Final = 0.5
+#: The most a rate is raised by at once (with no backlog at all); under the target, in
+#: proportion to the room left under it.
+PACE_RAISE: Final = 1.5
+#: A rate further above what the client sends than this (with no backlog) paces nothing.
+_PACE_SLACK: Final = 8.0
+#: The least rate a destination is paced at (msg/s).
+_PACE_FLOOR: Final = 10.0
+#: How many seconds of the rate a bucket holds (the burst a paced client may write).
+_PACE_BURST_S: Final = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +183,119 @@ def lagging(
             if node.live and node.behind_now_s > max_lag_s:
                 return topic, node.behind_now_s
     return None
+
+
+def worst_behind(topic: str, views: Mapping[str, Sequence[NodeView]]) -> float | None:
+    """How far the furthest behind live node of ``topic`` is now (as :func:`lagging`
+    judges it); ``None`` when no live node of it is known."""
+    behind = [max(0.0, n.behind_now_s) for n in views.get(topic, ()) if n.live]
+    return max(behind) if behind else None
+
+
+class _Bucket:
+    """One destination's pace: its rate (``None``: unpaced), tokens, and what was sent
+    since its rate was last judged."""
+
+    __slots__ = ("at", "behind_s", "cut_at", "judged_at", "rate", "sent", "tokens")
+
+    def __init__(self, now: float) -> None:
+        self.rate: float | None = None
+        self.behind_s = 0.0  # how far behind the nodes were when last judged
+        self.tokens = 0.0
+        self.at = self.judged_at = now
+        self.cut_at = float("-inf")
+        self.sent = 0
+
+
+class Pace:
+    """Per destination, a token bucket whose rate follows what the destination's nodes
+    drain (the module's *Back-pressure*): :meth:`judge` sets a rate from a fresh view
+    of the nodes, :meth:`take` says how long to wait before writing ``n`` more messages
+    to some destinations. ``target_s``: how far behind (s) the nodes are kept."""
+
+    __slots__ = ("_buckets", "target_s")
+
+    def __init__(self, target_s: float) -> None:
+        if target_s <= 0:
+            raise ConfigError(f"the pace's target must be above 0 s: {target_s}")
+        self.target_s = target_s
+        self._buckets: dict[str, _Bucket] = {}
+
+    def rate(self, topic: str) -> float | None:
+        """``topic``'s rate (msg/s), ``None`` while it is not paced."""
+        bucket = self._buckets.get(topic)
+        return None if bucket is None else bucket.rate
+
+    @property
+    def topics(self) -> list[str]:
+        """The destinations written to, whose rates :meth:`judge` keeps."""
+        return list(self._buckets)
+
+    def judge(self, topic: str, behind_s: float, now: float) -> float | None:
+        """Set ``topic``'s rate from how far behind its nodes are now (``behind_s``,
+        :func:`worst_behind`) and what was sent to it since it was last judged; return
+        the rate.
+
+        Above the target and not shrinking, the rate is cut to what was sent times the
+        target over the backlog (within :data:`PACE_CUT`), at most once per
+        :data:`PACE_CUT_EVERY_S`: a backlog that shrinks, or a client that sent nothing
+        (held back), says the last cut is enough. At or below the target it is raised
+        by up to :data:`PACE_RAISE` (all of it with no backlog: the nodes wait for
+        input; less the nearer the target); with no backlog and far above what was
+        sent (not nothing: a client held back sends nothing), dropped."""
+        bucket = self._buckets.get(topic)
+        if bucket is None:
+            return None  # nothing sent there: nothing to pace
+        elapsed = now - bucket.judged_at
+        if elapsed <= 0:
+            return bucket.rate
+        sent_per_s = bucket.sent / elapsed
+        growing = behind_s >= bucket.behind_s
+        bucket.judged_at, bucket.sent, bucket.behind_s = now, 0, behind_s
+        if behind_s > self.target_s:
+            if growing and sent_per_s > 0 and now - bucket.cut_at >= PACE_CUT_EVERY_S:
+                low, high = PACE_CUT
+                share = min(high, max(low, self.target_s / behind_s))
+                base = sent_per_s if bucket.rate is None else min(bucket.rate, sent_per_s)
+                self._set(bucket, max(_PACE_FLOOR, base * share), now)
+                bucket.cut_at = now
+        elif bucket.rate is not None:
+            if behind_s <= 0 and 0 < sent_per_s * _PACE_SLACK < bucket.rate:
+                # no backlog, and the client sends far below the rate: unpaced (one that
+                # sent nothing was held back, or idles: neither says the rate is not
+                # needed, and a rate not needed grows here until it is far above)
+                bucket.rate = None
+            else:  # in proportion to the room left under the target
+                room = 1.0 if behind_s <= 0 else 1.0 - behind_s / self.target_s
+                self._set(bucket, bucket.rate * (1.0 + (PACE_RAISE - 1.0) * room), now)
+        return bucket.rate
+
+    @staticmethod
+    def _set(bucket: _Bucket, rate: float, now: float) -> None:
+        if bucket.rate is None:  # paced from now: a full bucket
+            bucket.tokens, bucket.at = rate * _PACE_BURST_S, now
+        bucket.rate = rate
+
+    def take(self, topics: Iterable[str], n: int, now: float) -> float:
+        """Take ``n`` tokens of each of ``topics``' buckets at ``now`` (monotonic s);
+        return how long to wait (s) until they are earned, 0 when they were there. A
+        bucket holds at most :data:`_PACE_BURST_S` of its rate; what is taken beyond is
+        owed, and the wait pays it."""
+        wait = 0.0
+        for topic in topics:
+            bucket = self._buckets.get(topic)
+            if bucket is None:
+                bucket = self._buckets[topic] = _Bucket(now)
+            bucket.sent += n
+            rate = bucket.rate
+            if rate is None:
+                continue
+            full = max(1.0, rate * _PACE_BURST_S)
+            bucket.tokens = min(full, bucket.tokens + max(0.0, now - bucket.at) * rate) - n
+            bucket.at = now
+            if bucket.tokens < 0:
+                wait = max(wait, -bucket.tokens / rate)
+        return wait
 
 
 def copies(

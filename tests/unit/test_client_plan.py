@@ -1,21 +1,27 @@
 """Property tests of the client's pure plan (client/plan.py, DESIGN §5.3, §7.1): which
-copies a message makes, which take the direct lane, and when a client holds back. The
+copies a message makes, which take the direct lane, when a client holds back and how it
+paces itself (issue 38, item 5). The
 real client and the simulated clients both drive these functions, so their rules are
 tested once, here, over random statuses and clocks."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from atomickafka.core.protocols import routed_by_id
 from client.plan import (
     DIRECT_BEHIND_S,
+    PACE_CUT,
+    PACE_CUT_EVERY_S,
     DirectLane,
     NodeView,
+    Pace,
     copies,
     lagging,
     lane_targets,
+    worst_behind,
 )
 
 TOPICS = ("A", "B", "C", "D")
@@ -116,3 +122,116 @@ def test_a_closed_lane_takes_no_copy_again() -> None:
     assert not lane.open
     made = copies("m", ["A", "B"], False, {"A", "B"}, lane, now=10.0)
     assert [c.direct for c in made] == [False, False]
+
+
+TARGET_S = 0.125
+#: A judgment: seconds since the last one, how far behind the nodes are, and how many
+#: messages the client sent to the destination meanwhile.
+judgments = st.lists(
+    st.tuples(
+        st.floats(min_value=0.01, max_value=1.0, allow_nan=False),
+        st.floats(min_value=0.0, max_value=3.0, allow_nan=False),
+        st.integers(min_value=0, max_value=5_000),
+    ),
+    max_size=40,
+)
+
+
+@given(judgments)
+def test_a_rate_is_cut_only_for_a_growing_backlog_over_the_target_and_raised_only_under_it(
+    steps: list[tuple[float, float, int]],
+) -> None:
+    pace, now, last_behind, last_cut = Pace(TARGET_S), 0.0, 0.0, float("-inf")
+    pace.take(["A"], 0, now)  # written to: paced from the first judgment on
+    for elapsed, behind, sent in steps:
+        before = pace.rate("A")
+        pace.take(["A"], sent, now + elapsed / 2)
+        now += elapsed
+        after = pace.judge("A", behind, now)
+        sent_per_s = sent / elapsed
+        cut = (before is None and after is not None) or (
+            before is not None and after is not None and after < before
+        )
+        if cut:  # only a growing backlog over the target, once per round trip
+            assert behind > TARGET_S and behind >= last_behind
+            assert now - last_cut >= PACE_CUT_EVERY_S
+            base = sent_per_s if before is None else min(before, sent_per_s)
+            low, high = PACE_CUT
+            assert max(10.0, base * low) - 1e-6 <= after <= max(10.0, base * high) + 1e-6
+            last_cut = now
+        elif after is not None and before is not None and after > before:
+            assert behind <= TARGET_S  # raised only at or under the target
+        if before is not None and after is None:
+            # unpaced again only with no backlog at all, the client sending (something)
+            # far below the rate
+            assert behind <= 0.0 and 0 < sent_per_s * 8 < before
+        if behind > TARGET_S and after is not None and before is not None:
+            assert after <= before  # over the target: never raised
+        last_behind = behind
+
+
+@given(
+    st.floats(min_value=10.0, max_value=50_000.0, allow_nan=False),
+    st.lists(st.integers(min_value=1, max_value=50), min_size=1, max_size=200),
+)
+def test_a_paced_client_that_waits_as_told_writes_at_most_the_rate_and_a_burst(
+    rate: float, batches: list[int]
+) -> None:
+    pace = Pace(TARGET_S)
+    pace.take(["A"], 0, 0.0)
+    pace.judge("A", 1.0, 1.0)  # nothing sent: not cut, still unpaced
+    assert pace.rate("A") is None
+    pace.take(["A"], round(rate * 4), 1.5)
+    set_to = pace.judge("A", 1.0, 2.0)  # a flood, far behind: paced from now
+    assert set_to is not None
+    now, written = 2.0, 0
+    for n in batches:
+        now += pace.take(["A"], n, now)  # wait as long as told
+        written += n
+    # what was written since the pace was set: its rate over the time, a full bucket,
+    # and one batch taken before its wait
+    assert written <= set_to * (now - 2.0) + max(1.0, set_to * 0.05) + max(batches) + 1e-6
+
+
+def test_an_unpaced_destination_never_waits_and_a_message_waits_for_its_slowest() -> None:
+    pace = Pace(TARGET_S)
+    assert pace.take(["A", "B"], 1_000, 0.0) == 0.0
+    assert pace.judge("C", 5.0, 1.0) is None  # never written to: nothing to pace
+    pace.take(["A", "B"], 1_000, 0.5)
+    assert pace.judge("A", 1.0, 1.0) is not None  # 2,000 msg/s sent, 1 s behind: cut
+    assert pace.judge("B", 0.05, 1.0) is None  # within the target: unpaced
+    rate = pace.rate("A")
+    assert rate == pytest.approx(2_000 * PACE_CUT[0])  # 0.125 / 1.0, at most halved
+    assert pace.take(["B"], 100, 1.0) == 0.0
+    waited = pace.take(["A", "B"], 100, 1.0)  # B has no pace: A's wait
+    assert waited == pytest.approx((100 - rate * 0.05) / rate)
+    with pytest.raises(ValueError, match="above 0"):
+        Pace(0.0)
+
+
+def test_a_shrinking_backlog_or_a_held_back_client_is_not_cut_again() -> None:
+    pace = Pace(TARGET_S)
+    pace.take(["A"], 0, 0.0)
+    pace.take(["A"], 1_000, 0.1)
+    first = pace.judge("A", 0.5, 0.25)  # 4,000 msg/s: halved (0.125 / 0.5, at most)
+    assert first == pytest.approx(2_000.0)
+    pace.take(["A"], 100, 0.5)
+    assert pace.judge("A", 0.4, 1.0) == first  # shrinking: the cut was enough
+    assert pace.judge("A", 0.6, 1.5) == first  # growing, but nothing sent (held back)
+    pace.take(["A"], 400, 1.7)
+    cut = pace.judge("A", 0.7, 2.0)  # growing: cut, from the 800 msg/s sent
+    assert cut == pytest.approx(800 * PACE_CUT[0])
+    behind_target = pace.judge("A", 0.05, 2.25)  # under the target: a step up
+    assert behind_target is not None and behind_target > cut
+    assert pace.judge("A", 0.0, 2.5) is not None  # nothing sent: held back, or idle
+    pace.take(["A"], 10, 2.6)
+    assert pace.judge("A", 0.0, 3.0) is None  # no backlog, 25 msg/s sent: unpaced
+
+
+@given(views_of_a_topic)
+def test_the_pace_judges_a_destination_by_its_furthest_behind_live_node(
+    nodes: list[NodeView],
+) -> None:
+    worst = worst_behind("?", {"?": nodes})
+    live = [max(0.0, n.behind_s - max(0.0, n.since_s)) for n in nodes if n.live]
+    assert worst == (max(live) if live else None)

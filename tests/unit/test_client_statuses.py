@@ -159,3 +159,24 @@ def test_back_pressure_can_be_turned_off_and_spares_live_nodes() -> None:
     judge = client(Watch([stopped, status("A", 1)]), max_lag_s=1.0, failover_wait_s=0)
     judge._hold_back(["A"])  # a dead node's stale lag holds nobody back
     assert judge.held_back_s < 1
+
+
+def test_a_node_behind_its_target_paces_the_sender_before_it_holds_it_back() -> None:
+    """Issue 38 item 5: a destination whose node is behind more than the pace's target
+    (half of ``max_lag_s``) but not ``max_lag_s`` is not held back; the client's rate to
+    it is cut to what it sent, and sends wait for the pace (counted as held back)."""
+    behind = status("A", 0, input_lag=5_000, input_drain_s=0.8)
+    watch = Watch([status("A", 0)], [behind])
+    judge = client(watch, max_lag_s=1.0)
+    assert not judge._route(("A",), None, time.monotonic()).lagging
+    judge._paced(["A"], 2_000)  # unpaced: no wait
+    assert judge.paced_s == 0.0
+    time.sleep(0.1)
+    judge._statuses(force=True)  # 0.8 s behind, over the target of 0.5 s: paced
+    assert judge._pace is not None
+    rate = judge._pace.rate("A")
+    assert rate is not None and rate < 2_000 / 0.1
+    assert not judge._route(("A",), None, time.monotonic()).lagging  # not held back
+    judge._paced(["A"], 2_000)
+    assert judge.paced_s > 0 and judge.held_back_s >= judge.paced_s
+    assert client(Watch([behind]), max_lag_s=None)._pace is None  # back-pressure off

@@ -17,6 +17,7 @@ from atomickafka.evaluation.load.measuring import (
     DeliveryTally,
     Probe,
     delivery_arrival,
+    delivery_flow,
     percentile,
     read_probe,
     verified,
@@ -33,8 +34,8 @@ def _delivered(mid: str, at: str, value: object, dests: tuple[str, ...] = ("A", 
     return encode_delivery(message)
 
 
-def _record(raw: bytes, topic: str) -> PlainRecord:
-    return PlainRecord(raw, topic=topic)
+def _record(raw: bytes, topic: str, at_ms: int | None = None) -> PlainRecord:
+    return PlainRecord(raw, topic=topic, timestamp_ms=at_ms)
 
 
 def test_a_probe_is_read_from_the_value_the_clients_send() -> None:
@@ -106,3 +107,46 @@ def test_percentiles_by_nearest_rank() -> None:
     assert percentile(values, 1.0) == 100.0
     assert percentile([3.0], 0.99) == 3.0
     assert math.isnan(percentile([], 0.5))
+
+
+def test_a_delivery_is_timed_by_its_record_else_by_when_it_was_read() -> None:
+    tally = DeliveryTally(TOPICS)
+    value = payload(0, 0, True, 100_000_000)
+    tally.add([_record(_delivered("m1", "A", value), "A", at_ms=101_500)], now=103.0)
+    tally.add([_record(_delivered("m1", "B", value), "B")], now=104.0)  # no timestamp
+    tally.add([_record(_delivered("w1", "A", WARMUP_VALUE, ("A",)), "A", 1)], now=105.0)
+    assert tally.delivered_s == [pytest.approx(101.5), pytest.approx(104.0)]
+
+
+def test_a_steady_flow_has_no_bucket_below_half_the_mean() -> None:
+    steady = [i / 1000 for i in range(4_000)]  # 1,000 a second for 4 s
+    flow = delivery_flow(steady, until_s=4.0)
+    assert flow is not None
+    assert (flow.buckets, flow.low, flow.longest_low_s) == (10, 0, 0.0)
+    assert flow.mean_per_s == pytest.approx(1_000.0)
+    assert flow.low_share == 0.0
+
+
+def test_waves_of_deliveries_show_as_buckets_below_half_the_mean() -> None:
+    # 0.4 s of deliveries, then 1.2 s of none, twice, then a last wave
+    waves = [w * 1.6 + i / 10_000 for w in range(3) for i in range(4_000)]
+    flow = delivery_flow(waves, until_s=4.0)
+    assert flow is not None
+    assert flow.buckets == 10
+    assert flow.low == 7  # two gaps of three buckets, and the last after the third wave
+    assert flow.longest_low_s == pytest.approx(1.2)
+    assert flow.low_share == pytest.approx(0.7)
+    assert "7 of 10 0.4 s buckets (70.0%)" in flow.describe()
+    assert flow.to_dict()["longestLowS"] == pytest.approx(1.2)
+
+
+def test_the_flow_counts_from_the_first_delivery_to_the_clients_stop() -> None:
+    # deliveries after the clients stopped (the backlog's tail) are not judged, and
+    # nor is a last part bucket
+    late = [1.0 + i / 100 for i in range(100)] + [9.0, 9.5]
+    flow = delivery_flow(late, until_s=2.1)
+    assert flow is not None
+    assert flow.buckets == 2  # 1.0-1.4, 1.4-1.8; 1.8-2.1 is not a whole bucket
+    assert flow.low == 0
+    assert delivery_flow([], until_s=5.0) is None
+    assert delivery_flow([3.0], until_s=3.2) is None  # not one whole bucket

@@ -3,6 +3,7 @@ what it compares with the thesis and how, and plots in which every node can be r
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from atomickafka.evaluation.cost.accounting import RunCost
 from atomickafka.evaluation.cost.processes import ProcessCpu, ProcessRole
 from atomickafka.evaluation.cost.traffic import TypeTraffic
+from atomickafka.evaluation.load.measuring import delivery_flow
 from atomickafka.evaluation.load.variants import System
 from atomickafka.evaluation.suite.comparison import (
     Pacing,
@@ -464,3 +466,19 @@ def test_the_audits_outcome_becomes_the_runs_audit_verdict(
         assert info.audit_summary.startswith("audit not applicable to order: nothing orders")
     elif not read_to_end:
         assert info.audit_summary.startswith("audit incomplete: ")
+
+
+def test_a_runs_flow_is_said_beside_its_rates(tmp_path: Path) -> None:
+    """Issue 38, item 5: how steadily deliveries came until the clients stopped."""
+    flow = delivery_flow([w * 1.6 + i / 10_000 for w in range(3) for i in range(4_000)], 4.0)
+    assert flow is not None
+    info = _info("50-50", 50, "optimized/split", flow=flow.to_dict())
+    loaded = RunInfo.from_dict(json.loads(json.dumps(info.to_dict())))
+    assert loaded.flow == flow.to_dict()
+    text = _render(tmp_path, [RunResult(loaded, _metrics(info.run, 1.0, TOPICS))])
+    assert (
+        "Flow until the clients stopped: 7 of 10 0.4 s buckets (70.0%) below half the mean "
+        "3,000 deliveries/s, longest such gap 1.2 s." in text
+    )
+    quiet = _render(tmp_path, [RunResult(_info("50-50", 50, "optimized/split"), None)])
+    assert "Flow until" not in quiet

@@ -17,11 +17,15 @@ then read the destinations' topics from their start with one :class:`DeliveryCou
 :func:`warm_up` passes one unmeasured multicast through every topic before a measured
 load (every node has then fetched its peers' metadata), and :func:`percentile` is the
 one percentile the bench and the merge-delay figures use; :func:`latency_stats` sums a
-set of latencies up as p50, p99 and p99.9.
+set of latencies up as p50, p99 and p99.9. :func:`delivery_flow` says how steadily the
+deliveries came while the clients sent (issue 38, item 5): the share of
+:data:`FLOW_BUCKET_S` buckets below half the mean delivery rate, and the longest run of
+them.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,6 +42,7 @@ from atomickafka.kafka.consumer import assign_from, consume_batch, fetched, make
 from atomickafka.kafka.secrets import load_signer
 
 __all__ = [
+    "FLOW_BUCKET_S",
     "MULTICAST_FIELD",
     "SEND_TIME_FIELD",
     "WARMUP_VALUE",
@@ -45,11 +50,13 @@ __all__ = [
     "CompletedMessage",
     "DeliveryCounter",
     "DeliveryTally",
+    "Flow",
     "LatencyStats",
     "Probe",
     "Sender",
     "WarmUpSend",
     "delivery_arrival",
+    "delivery_flow",
     "latency_stats",
     "percentile",
     "read_probe",
@@ -145,6 +152,9 @@ class DeliveryTally:
         #: (seconds since the epoch, the reader's clock).
         self.first_send_s: float | None = None
         self.last_completion_s = 0.0
+        #: When each measured delivery was written (its record's Kafka timestamp, s since
+        #: the epoch; the time it was read where the record has none): the flow's input.
+        self.delivered_s: list[float] = []
 
     @property
     def topics(self) -> list[str]:
@@ -169,6 +179,8 @@ class DeliveryTally:
                 self.warmup += 1
                 continue
             self.measured += 1
+            kind, stamp_ms = record.timestamp()
+            self.delivered_s.append(stamp_ms / 1000 if kind and stamp_ms > 0 else now)
             self._arrived(arrival, probe, now)
         return self.measured - before
 
@@ -345,3 +357,79 @@ def latency_stats(values: Iterable[float], digits: int = 2) -> LatencyStats | No
         round(percentile(ordered, 0.999), digits),
         round(ordered[-1], digits),
     )
+
+
+#: The width (s) of the buckets :func:`delivery_flow` counts deliveries in.
+FLOW_BUCKET_S: Final = 0.4
+
+
+@dataclass(frozen=True, slots=True)
+class Flow:
+    """How steadily deliveries came from the first one until the clients stopped
+    sending, in buckets of ``bucket_s``: how many buckets, the mean rate over them
+    (deliveries/s), how many were below half of it (``low``), and the longest run of
+    such buckets (s)."""
+
+    bucket_s: float
+    buckets: int
+    mean_per_s: float
+    low: int
+    longest_low_s: float
+
+    @property
+    def low_share(self) -> float:
+        """The share of buckets below half the mean rate (0 to 1)."""
+        return self.low / self.buckets if self.buckets else 0.0
+
+    def describe(self) -> str:
+        """``3 of 40 0.4 s buckets (7.5 %) below half the mean 12,000 deliveries/s;
+        longest gap 0.8 s``."""
+        return (
+            f"{self.low} of {self.buckets} {self.bucket_s:g} s buckets "
+            f"({self.low_share:.1%}) below half the mean {self.mean_per_s:,.0f} "
+            f"deliveries/s; longest gap {self.longest_low_s:.1f} s"
+        )
+
+    def to_dict(self) -> dict[str, float | int]:
+        """Plain data for JSON."""
+        return {
+            "bucketS": self.bucket_s,
+            "buckets": self.buckets,
+            "meanPerS": round(self.mean_per_s, 1),
+            "low": self.low,
+            "lowShare": round(self.low_share, 4),
+            "longestLowS": round(self.longest_low_s, 3),
+        }
+
+
+def delivery_flow(
+    delivered_s: Iterable[float], until_s: float, bucket_s: float = FLOW_BUCKET_S
+) -> Flow | None:
+    """The :class:`Flow` of deliveries written at ``delivered_s`` (s, any order), in the
+    whole buckets of ``bucket_s`` from the first delivery to ``until_s`` (when the
+    clients stopped sending); ``None`` when not one whole bucket fits. The mean rate is
+    of those buckets: a wave of deliveries after a pause counts at its own time, so a
+    run that delivers in waves has buckets far below the mean, and a steady one none."""
+    times = sorted(delivered_s)
+    if not times or bucket_s <= 0:
+        return None
+    start = times[0]
+    buckets = math.floor((until_s - start) / bucket_s + 1e-9)  # 4.0 // 0.4 is 9.0
+    if buckets <= 0:
+        return None
+    counts = [0] * buckets
+    for at in times:
+        index = math.floor((at - start) / bucket_s + 1e-9)
+        if index >= buckets:
+            break
+        counts[index] += 1
+    mean = sum(counts) / (buckets * bucket_s)
+    low = longest = run = 0
+    for count in counts:
+        if count / bucket_s < mean / 2:
+            low += 1
+            run += 1
+            longest = max(longest, run)
+        else:
+            run = 0
+    return Flow(bucket_s, buckets, mean, low, longest * bucket_s)

@@ -18,6 +18,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from atomickafka.evaluation.cost.accounting import (
     BROKER_FORMULA,
@@ -408,6 +409,8 @@ def _run_facts(result: RunResult) -> list[str]:
             f"Latency (send to delivery at the last destination): p50 {lat.p50:,.0f} ms, "
             f"p90 {lat.p90:,.0f} ms, **p99 {lat.p99:,.0f} ms**, max {lat.max:,.0f} ms."
         )
+    if info.flow is not None:
+        facts.append(f"Flow until the clients stopped: {_flow_words(info.flow)}.")
     types = ", ".join(f"{k} {v:,}" for k, v in sorted(m.by_type.items()))
     per_message = m.records / m.messages if m.messages else 0.0
     facts.append(
@@ -415,6 +418,15 @@ def _run_facts(result: RunResult) -> list[str]:
         f"type: {types})."
     )
     return [" ".join(facts), ""]
+
+
+def _flow_words(flow: dict[str, Any]) -> str:
+    """A run's flow (:class:`~atomickafka.evaluation.load.measuring.Flow`) in words."""
+    return (
+        f"{flow['low']} of {flow['buckets']} {flow['bucketS']:g} s buckets "
+        f"({flow['lowShare']:.1%}) below half the mean {flow['meanPerS']:,.0f} "
+        f"deliveries/s, longest such gap {flow['longestLowS']:.1f} s"
+    )
 
 
 def _failure_details(result: RunResult) -> list[str]:

@@ -65,6 +65,10 @@ class RunInfo:
     #: The run's cost over its measured window
     #: (:meth:`~atomickafka.evaluation.cost.accounting.RunCost.to_dict`), when it was measured.
     cost: dict[str, Any] | None = None
+    #: How steadily deliveries came from the first one until the clients stopped
+    #: (:meth:`~atomickafka.evaluation.load.measuring.Flow.to_dict`), as the measuring
+    #: consumer read them; ``None``: not one whole bucket.
+    flow: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:

@@ -54,7 +54,12 @@ from atomickafka.evaluation.load.baselines import Baseline, running_baseline
 from atomickafka.evaluation.load.clients import ClientJob, ClientResult, client_process, make_sender
 from atomickafka.evaluation.load.clients import payload as measured_value
 from atomickafka.evaluation.load.destinations import DestinationMix
-from atomickafka.evaluation.load.measuring import WARMUP_VALUE, DeliveryCounter, warm_up
+from atomickafka.evaluation.load.measuring import (
+    WARMUP_VALUE,
+    DeliveryCounter,
+    delivery_flow,
+    warm_up,
+)
 from atomickafka.evaluation.load.scenarios import ClientPlan, Scenario, plan_clients
 from atomickafka.evaluation.load.variants import System, Variant
 from atomickafka.evaluation.suite.recording import (
@@ -570,6 +575,7 @@ def run_one(spec: RunSpec) -> RunInfo:
                     spec, plans, counter, meter, audit.mark if audit else None
                 )
             info.counted_deliveries = counter.measured
+            info.flow = _flow(counter, results)
             delivered = len(counter.completed)
             _finish_audit(audit, spec, info)
         rows, values = _sent_rows(plans, results, spec.record_size)
@@ -597,6 +603,14 @@ def run_one(spec: RunSpec) -> RunInfo:
     level = logging.INFO if info.ok else logging.ERROR
     log.log(level, "run finished", extra={"fields": {**fields, "verdict": info.verdict}})
     return info
+
+
+def _flow(counter: DeliveryCounter, results: Sequence[ClientResult]) -> dict[str, Any] | None:
+    """How steadily the deliveries came until the last client's last send
+    (:func:`~atomickafka.evaluation.load.measuring.delivery_flow`)."""
+    stop_us = max((r.send_us[-1] for r in results if r.send_us), default=None)
+    flow = None if stop_us is None else delivery_flow(counter.delivered_s, stop_us / 1e6)
+    return None if flow is None else flow.to_dict()
 
 
 def _new_info(spec: RunSpec, variant: Variant, plans: Sequence[ClientPlan]) -> RunInfo:
