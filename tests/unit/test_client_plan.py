@@ -157,6 +157,7 @@ def test_a_rate_is_cut_only_for_a_growing_backlog_over_the_target_and_raised_onl
             assert now - last_cut >= PACE_CUT_EVERY_S
             base = sent_per_s if before is None else min(before, sent_per_s)
             low, high = PACE_CUT
+            assert after is not None
             assert max(10.0, base * low) - 1e-6 <= after <= max(10.0, base * high) + 1e-6
             last_cut = now
         elif after is not None and before is not None and after > before:
@@ -201,7 +202,8 @@ def test_an_unpaced_destination_never_waits_and_a_message_waits_for_its_slowest(
     assert pace.judge("A", 1.0, 1.0) is not None  # 2,000 msg/s sent, 1 s behind: cut
     assert pace.judge("B", 0.05, 1.0) is None  # within the target: unpaced
     rate = pace.rate("A")
-    assert rate == pytest.approx(2_000 * PACE_CUT[0])  # 0.125 / 1.0, at most halved
+    assert rate is not None  # 0.125 / 1.0, at most halved
+    assert rate == pytest.approx(2_000 * PACE_CUT[0])
     assert pace.take(["B"], 100, 1.0) == 0.0
     waited = pace.take(["A", "B"], 100, 1.0)  # B has no pace: A's wait
     assert waited == pytest.approx((100 - rate * 0.05) / rate)
@@ -220,7 +222,7 @@ def test_a_shrinking_backlog_or_a_held_back_client_is_not_cut_again() -> None:
     assert pace.judge("A", 0.6, 1.5) == first  # growing, but nothing sent (held back)
     pace.take(["A"], 400, 1.7)
     cut = pace.judge("A", 0.7, 2.0)  # growing: cut, from the 800 msg/s sent
-    assert cut == pytest.approx(800 * PACE_CUT[0])
+    assert cut is not None and cut == pytest.approx(800 * PACE_CUT[0])
     behind_target = pace.judge("A", 0.05, 2.25)  # under the target: a step up
     assert behind_target is not None and behind_target > cut
     assert pace.judge("A", 0.0, 2.5) is not None  # nothing sent: held back, or idle
