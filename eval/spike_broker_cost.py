@@ -67,7 +67,7 @@ from confluent_kafka.admin import AdminClient
 
 from atomickafka.evaluation.cost.processes import ProcessInfo, bootstrap_port, find_broker
 from atomickafka.kafka.admin import admin_client, ensure_topics
-from atomickafka.kafka.settings import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS
+from atomickafka.kafka.settings import CONSUMER_DEFAULTS, LIBRDKAFKA_LOGGER, PRODUCER_DEFAULTS
 from atomickafka.localkafka import ensure_broker
 
 K: Final = 5
@@ -211,7 +211,8 @@ class Driver(threading.Thread):
                 "retry.backoff.ms": 5,
                 "retry.backoff.max.ms": 10,
                 "stats_cb": stats.callback(f"{node.name}/producer"),
-            }
+            },
+            logger=LIBRDKAFKA_LOGGER,
         )
         self.consumer = Consumer(
             {
@@ -220,7 +221,8 @@ class Driver(threading.Thread):
                 "group.id": f"spike38-{run}-{node.name}",
                 "isolation.level": "read_committed",
                 "stats_cb": stats.callback(f"{node.name}/consumer"),
-            }
+            },
+            logger=LIBRDKAFKA_LOGGER,
         )
         self.consumer.assign([TopicPartition(t, 0, OFFSET_END) for t in node.reads])
         self.group = self.consumer.consumer_group_metadata()
