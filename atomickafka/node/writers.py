@@ -29,11 +29,13 @@ local queue), built from the node's :class:`~atomickafka.kafka.connection.Connec
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Final, NoReturn, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -51,6 +53,7 @@ __all__ = [
     "ClientWedgedError",
     "FencedError",
     "GaplessWriter",
+    "InputSlot",
     "OffsetCommit",
     "SplitWriter",
     "TransactionalWriter",
@@ -80,8 +83,25 @@ _TXN_GAP_S: Final = 0.002
 #: :class:`TransactionalWriter`.
 TXN_RETRY_BACKOFF_MAX_MS: Final = 10
 
-#: Input offsets to commit: partition -> next offset.
+#: Input offsets to commit: slot -> next offset. A node's slot is its input partition;
+#: in a host process (:mod:`atomickafka.node.host`) each hosted node has a slot of its own
+#: (:class:`InputSlot`).
 OffsetCommit = dict[int, int]
+
+
+@dataclass(frozen=True)
+class InputSlot:
+    """Where a slot's offsets commit: one node's committed input partition and its
+    consumer group (a host process commits several nodes' offsets in one transaction,
+    each to its own node's group, as the node alone would)."""
+
+    topic: str
+    partition: int
+    #: The group's name, and its metadata as ``send_offsets_to_transaction`` takes it.
+    group_name: str
+    group: object
+    #: A consumer of the node's group: reads the group's committed offset.
+    consumer: Consumer
 
 
 class FencedError(AtomicKafkaError):
@@ -389,6 +409,9 @@ class TransactionalWriter(Writer):
     #: a failure the group's must be these or the failed transaction's, else another
     #: instance wrote as this role (:meth:`_recover`).
     committed_before: OffsetCommit | None = None
+    #: Each slot's partition and group (``None``: a slot is a partition of the input
+    #: topic, committed to the consumer's group).
+    _slots: Mapping[int, InputSlot] | None = None
 
     def __init__(
         self,
@@ -400,10 +423,12 @@ class TransactionalWriter(Writer):
         init_timeout_s: float = 60.0,
         on_wait: Callable[[], None] | None = None,
         holds_role: Callable[[], bool] | None = None,
+        slots: Mapping[int, InputSlot] | None = None,
     ) -> None:
         self.on_wait = on_wait
         self.holds_role = holds_role
         self._consumer = consumer
+        self._slots = slots
         # The consumer's group metadata, read once: its consumers are assigned their
         # partitions (never subscribed), so it never changes. Asked at every commit, the
         # call (librdkafka answers it from its group thread) took 23 % of a node's
@@ -518,12 +543,10 @@ class TransactionalWriter(Writer):
         self, producer: RecordProducer, commit: OffsetCommit | None, deadline: float
     ) -> None:
         """Add ``commit`` (the input offsets) to the open transaction, then commit it."""
-        if commit:
-            offsets = [TopicPartition(self._input, p, o) for p, o in commit.items()]
-            group = self._group
+        for group, offsets in self._offsets_by_group(commit or {}):
             self._call(
-                lambda: producer.send_offsets_to_transaction(
-                    offsets, group, SEND_OFFSETS_TIMEOUT_S
+                functools.partial(
+                    producer.send_offsets_to_transaction, offsets, group, SEND_OFFSETS_TIMEOUT_S
                 ),
                 SEND_OFFSETS_TIMEOUT_S,
                 "adding the input offsets to the transaction",
@@ -538,6 +561,22 @@ class TransactionalWriter(Writer):
             deadline,
             committing=True,
         )
+
+    def _slot(self, key: int) -> InputSlot:
+        if self._slots is not None:
+            return self._slots[key]
+        return InputSlot(self._input, key, "", self._group, self._consumer)
+
+    def _offsets_by_group(self, commit: OffsetCommit) -> list[tuple[object, list[TopicPartition]]]:
+        """``commit``'s offsets as ``send_offsets_to_transaction`` takes them: one call
+        per consumer group (a host process's transaction holds several nodes' groups;
+        Kafka adds each group's offsets to the transaction, ``AddOffsetsToTxn``)."""
+        groups: dict[str, tuple[object, list[TopicPartition]]] = {}
+        for key, offset in commit.items():
+            slot = self._slot(key)
+            entry = groups.setdefault(slot.group_name, (slot.group, []))
+            entry[1].append(TopicPartition(slot.topic, slot.partition, offset))
+        return list(groups.values())
 
     def _call(
         self,
@@ -669,12 +708,16 @@ class TransactionalWriter(Writer):
         :data:`COMMITTED_READ_S` even when the batch's retries used its time up (CI,
         2026-11-29: a group coordinator moving back to a restarted broker answered
         ``NOT_COORDINATOR`` just after a batch's 120 s had gone to the failover)."""
-        asked = [TopicPartition(self._input, p) for p in commit]
         deadline = max(deadline, time.monotonic() + COMMITTED_READ_S)
         while True:
             try:
-                found = self._consumer.committed(asked, timeout=SEND_OFFSETS_TIMEOUT_S)
-                return {tp.partition: max(0, tp.offset) for tp in found}
+                found: OffsetCommit = {}
+                for key in commit:
+                    slot = self._slot(key)
+                    asked = [TopicPartition(slot.topic, slot.partition)]
+                    (read,) = slot.consumer.committed(asked, timeout=SEND_OFFSETS_TIMEOUT_S)
+                    found[key] = max(0, read.offset)
+                return found
             except KafkaException as exc:
                 if time.monotonic() >= deadline:
                     raise BatchWriteError(
@@ -911,11 +954,22 @@ class SplitWriter(Writer):
         on_written: Callable[[Sequence[OutRecord]], None] | None = None,
         init_timeout_s: float = 60.0,
         holds_role: Callable[[], bool] | None = None,
+        slots: Mapping[int, InputSlot] | None = None,
     ) -> None:
         self._partition = partition
         self._on_written = on_written
-        self._tracker = OffsetsTracker(0)
-        self._acked = 0
+        #: Per slot (a node's input partition; in a host process, each hosted node's
+        #: slot): the tickets of its batches, the offset every control record below is
+        #: acknowledged to, and what is done with a control record refused for good.
+        self._trackers: dict[int, OffsetsTracker] = {}
+        self._acked: dict[int, int] = {}
+        self._unwritable_by_slot: dict[
+            int, Callable[[Ticket, str, bytes | None, str], None] | None
+        ] = {}
+        if slots is None:  # one node: its slot is its partition, from offset 0 until
+            self._trackers[partition] = OffsetsTracker(0)  # start_at says otherwise
+            self._acked[partition] = 0
+            self._unwritable_by_slot[partition] = on_unwritable
         self._interval_s = commit_interval_s
         self._idle_gap_s = commit_interval_s  # as IDLE_COMMIT_GAP_S to the default
         self._on_unwritable = on_unwritable
@@ -929,6 +983,7 @@ class SplitWriter(Writer):
             init_timeout_s=init_timeout_s,
             on_wait=on_wait,
             holds_role=holds_role,
+            slots=slots,
         )
         self._txn.on_wait = None  # its commits run on a thread: the loop goes on anyway
         self.failed: str | None = None
@@ -936,10 +991,10 @@ class SplitWriter(Writer):
         self._open = False  # a transaction is begun
         self._began = 0.0
         self._last_commit = 0.0
-        self._target: int | None = None  # the input offset the open transaction commits
+        self._targets: OffsetCommit = {}  # the input offsets the open transaction commits
         self._records: list[OutRecord] = []  # in the open transaction, kept to rewrite it
         self._waiting: list[OutRecord] = []  # for the next transaction, while one commits
-        self._waiting_target: int | None = None
+        self._waiting_targets: OffsetCommit = {}
         self._job: _Job | None = None
         self._commits = _CommitThread()
         self._committing: list[OutRecord] = []  # in the transaction the job commits
@@ -952,9 +1007,21 @@ class SplitWriter(Writer):
     def start_at(self, committed: int) -> None:
         """The committed input offset, read after this writer fenced older instances:
         the node replays up to it, and commits above it."""
-        self._tracker = OffsetsTracker(committed)
-        self._acked = committed
-        self._txn.committed_before = {self._partition: committed}
+        self.start_slot(self._partition, committed, self._on_unwritable)
+
+    def start_slot(
+        self,
+        slot: int,
+        committed: int,
+        on_unwritable: Callable[[Ticket, str, bytes | None, str], None] | None = None,
+    ) -> None:
+        """:meth:`start_at` for one slot of a writer that several nodes share (a host
+        process); ``on_unwritable`` hears of that node's control records refused for
+        good."""
+        self._trackers[slot] = OffsetsTracker(committed)
+        self._acked[slot] = committed
+        self._unwritable_by_slot[slot] = on_unwritable
+        self._txn.committed_before = {**(self._txn.committed_before or {}), slot: committed}
 
     # ------------------------------------------------------------------ writing
 
@@ -964,15 +1031,17 @@ class SplitWriter(Writer):
         commit: OffsetCommit | None,
         *,
         snapshot_offset: int | None = None,
+        reporter: Callable[[Sequence[OutRecord]], None] | None = None,
     ) -> None:
         """Write the control ``records`` at once and queue the others for the
         transaction that commits ``commit`` (the offset after the batch); a snapshot
-        commits in that transaction (``snapshot_offset`` is not needed)."""
+        commits in that transaction (``snapshot_offset`` is not needed). ``reporter``
+        hears of the control records written (default: ``on_written``; in a host
+        process, the node whose batch this is)."""
         del snapshot_offset
-        target = None
-        if commit:
-            (target,) = commit.values()
-        ticket = None if target is None else self._tracker.processed(target - 1)
+        ticket = None
+        for slot, target in (commit or {}).items():  # (one: a node's batch is one slot's)
+            ticket = self._trackers[slot].processed(target - 1)
         rest: list[OutRecord] = []
         control: list[OutRecord] = []
         for record in records:
@@ -986,22 +1055,22 @@ class SplitWriter(Writer):
             else:
                 rest.append(record)
         self._control.poll(0)
-        if control and self._on_written is not None:
-            self._on_written(control)
+        reporter = reporter or self._on_written
+        if control and reporter is not None:
+            reporter(control)
         if self._job is not None:
             self._waiting.extend(rest)
-            if target is not None:
-                self._waiting_target = target
+            self._waiting_targets.update(commit or {})
         else:
-            self._add(rest, target)
+            self._add(rest, commit or {})
 
     def _on_control(self, err: KafkaError | None, _msg: object) -> None:
         if err is not None and self.failed is None:
             self.failed = f"a control record could not be written: {err}"
 
-    def _add(self, records: Sequence[OutRecord], target: int | None) -> None:
-        """Put ``records`` (and the offset ``target``) into the open transaction."""
-        if not records and target is None:
+    def _add(self, records: Sequence[OutRecord], targets: OffsetCommit) -> None:
+        """Put ``records`` (and the offsets ``targets``) into the open transaction."""
+        if not records and not targets:
             return
         if not self._open:
             self._txn.begin()
@@ -1009,8 +1078,7 @@ class SplitWriter(Writer):
         for record in records:
             self._txn.produce(record)
         self._records.extend(records)
-        if target is not None:
-            self._target = target
+        self._targets.update(targets)
 
     # ------------------------------------------------------------------ committing
 
@@ -1020,16 +1088,17 @@ class SplitWriter(Writer):
         offset is acknowledged. Raises :class:`BatchWriteError` (or
         :class:`FencedError`) once a write or a commit failed for good."""
         self._control.poll(0)
-        tracker = self._tracker
-        for ticket, msg, reason in tracker.unwritable():
-            if self._on_unwritable is not None:
-                self._on_unwritable(ticket, msg.topic() or "?", msg.value(), reason)
-        acked = tracker.target()
-        if acked is not None:
-            tracker.committed_at(acked)
-            self._acked = acked
-        if tracker.failed is not None:
-            raise BatchWriteError(tracker.failed)
+        for slot, tracker in self._trackers.items():
+            on_unwritable = self._unwritable_by_slot[slot]
+            for ticket, msg, reason in tracker.unwritable():
+                if on_unwritable is not None:
+                    on_unwritable(ticket, msg.topic() or "?", msg.value(), reason)
+            acked = tracker.target()
+            if acked is not None:
+                tracker.committed_at(acked)
+                self._acked[slot] = acked
+            if tracker.failed is not None:
+                raise BatchWriteError(tracker.failed)
         if self.failed is not None:
             raise BatchWriteError(self.failed)
         if self._job is not None:
@@ -1044,23 +1113,23 @@ class SplitWriter(Writer):
         if self._job is not None:
             self._waiting.append(record)
         else:
-            self._add([record], None)
+            self._add([record], {})
 
     def _due(self, idle: bool) -> bool:
-        target = self._target
-        if target is not None and self._acked < target:
-            return False  # a control record below the offset is not acknowledged yet
+        acked = self._acked
+        if any(acked[slot] < target for slot, target in self._targets.items()):
+            return False  # a control record below an offset is not acknowledged yet
         now = time.monotonic()
         if now - self._began >= self._interval_s:
             return True
         return idle and now - self._last_commit >= self._idle_gap_s
 
     def _start_commit(self) -> None:
-        records, target, txn = self._records, self._target, self._txn
-        commit = None if target is None else {self._partition: target}
+        records, txn = self._records, self._txn
+        commit = dict(self._targets) or None
         self._job = self._commits.start(lambda: txn.finish(records, commit))
         self._committing = records
-        self._open, self._target, self._records = False, None, []
+        self._open, self._targets, self._records = False, {}, []
 
     def _finish_commit(self, wait_s: float = 0.0) -> None:
         job = self._job
@@ -1075,9 +1144,9 @@ class SplitWriter(Writer):
         committed, self._committing = self._committing, []
         if committed and self._on_written is not None:
             self._on_written(committed)
-        waiting, target = self._waiting, self._waiting_target
-        self._waiting, self._waiting_target = [], None
-        self._add(waiting, target)
+        waiting, targets = self._waiting, self._waiting_targets
+        self._waiting, self._waiting_targets = [], {}
+        self._add(waiting, targets)
 
     def raise_failure(self) -> None:
         """Raise what the commit running on the thread failed with, once it ended."""
