@@ -60,8 +60,13 @@ class LogReader:
     """Splits what one consumer reads into the committed log's and a separate input
     log's records, and pauses each log while the node has enough of it to apply."""
 
-    def __init__(self, consumer: Consumer, ordering: Ordering, partition: int) -> None:
+    def __init__(
+        self, consumer: Consumer, ordering: Ordering, partition: int, *, shared: bool = False
+    ) -> None:
         self._consumer = consumer
+        #: The consumer reads other nodes' logs too (a host process): this reader adds
+        #: its partitions to the consumer's assignment rather than replacing it.
+        self._shared = shared
         self.ordering = ordering
         self.control = ordering.committed_topic
         self.input = ordering.input_topic
@@ -75,7 +80,10 @@ class LogReader:
         """Read the logs from where ``batch`` goes on: the committed log past what it
         applied or queued, a separate input log past what it read."""
         parts = [TopicPartition(topic, self._partition, at) for topic, at in batch.fetches()]
-        self._consumer.assign(parts)
+        if self._shared:
+            self._consumer.incremental_assign(parts)
+        else:
+            self._consumer.assign(parts)
         self.paused = self.control_paused = False
 
     def split(

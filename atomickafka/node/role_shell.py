@@ -111,6 +111,10 @@ class RoleShell(Stoppable):
         """The role's status key and lease name (``T``, ``T/p``, ``T/merger``)."""
         raise NotImplementedError
 
+    def run(self, *, max_seconds: float | None = None) -> int:
+        """Run the instance until stopped (or ``max_seconds`` passed); its exit status."""
+        raise NotImplementedError
+
     @property
     def _log(self) -> logging.Logger:
         return logging.getLogger(f"atomickafka.{self.kind}")
@@ -139,6 +143,10 @@ class RoleShell(Stoppable):
     def status(self) -> Status:
         """What this instance says of itself now."""
         raise NotImplementedError
+
+    def _stopped_statuses(self) -> list[Status]:
+        """The last statuses of a requested stop (a host process: one per node)."""
+        return [self.status().stopped()]
 
     def _next_ready(
         self, consumer: Consumer, layer: BatchLayer
@@ -371,7 +379,8 @@ class RoleShell(Stoppable):
             # or crashed instance says nothing: its restart or standby takes over, and
             # clients must not take the topic for one without a node meanwhile.
             if self.active and self._stopped_cleanly:
-                publish_status(self._status, self.status().stopped())
+                for status in self._stopped_statuses():
+                    publish_status(self._status, status)
             self._status.close(5)
         if self._metrics_server is not None:
             self._metrics_server.close()

@@ -64,6 +64,7 @@ from atomickafka.kafka.consumer import (
     usable,
     watermarks,
 )
+from atomickafka.kafka.producer import RecordProducer
 from atomickafka.kafka.secrets import load_signer
 from atomickafka.kafka.status import (
     Role,
@@ -113,6 +114,7 @@ from atomickafka.node.snapshots import (
 from atomickafka.node.writers import (
     AckedWriter,
     SplitWriter,
+    Writer,
 )
 
 __all__ = [
@@ -323,6 +325,9 @@ class NodeRuntime(RoleShell):
         #: those of replayed records too, whose outputs are dropped (with another secret
         #: than before a restart, every replayed record would count, none written).
         self.dead_letters_written = 0
+        #: Run by a host process (:mod:`atomickafka.node.host`), which owns the Kafka
+        #: clients: the consumer is shared with the other nodes it hosts.
+        self.hosted = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -455,9 +460,9 @@ class NodeRuntime(RoleShell):
                 self._input,
                 self._partition,
                 commit_interval_s=cfg.commit_interval_s,
-                on_unwritable=self._unwritable,
+                on_unwritable=self.unwritable,
                 on_wait=self._heartbeat,
-                on_written=self._wrote,
+                on_written=self.wrote,
                 holds_role=self.holds_lease,
             )
         source = self._recover_batch(consumer)
@@ -468,7 +473,7 @@ class NodeRuntime(RoleShell):
                 self._input,
                 self._partition,
                 commit_interval_s=cfg.commit_interval_s,
-                on_unwritable=self._unwritable,
+                on_unwritable=self.unwritable,
             )
         self._start_reading(consumer)
         if self._membership is None:
@@ -530,13 +535,41 @@ class NodeRuntime(RoleShell):
             batch.delivered_up_to = self._last_own_delivery(consumer)
         return source
 
+    def open_hosted(
+        self,
+        consumer: Consumer,
+        writer: Writer,
+        status: RecordProducer,
+        membership: Membership,
+        group_consumer: Consumer,
+        started: float,
+    ) -> str:
+        """Become active inside a host process (:mod:`atomickafka.node.host`), which
+        opened the Kafka clients and fenced older writers: recover the batch (the
+        committed offset read through ``group_consumer``, of this node's group), add its
+        logs to the shared ``consumer`` and write through ``writer``; where the state
+        came from."""
+        self._consumer, self._writer, self._status = consumer, writer, status
+        self._membership = membership
+        source = self._recover_batch(group_consumer)
+        self._start_reading(consumer)
+        self.active = True
+        self.metrics.became_active()
+        self._recovery_started = started
+        return source
+
+    def close_hosted(self) -> None:
+        """Release what this hosted node opened itself (the host closes the rest)."""
+        if self._offsets_probe is not None:
+            self._offsets_probe.close()
+
     def _start_reading(self, consumer: Consumer) -> None:
         """Start the writer at the batch's replay point and assign the log reader."""
         cfg = self.config
         assert self._writer is not None
         self._writer.start_at(self.batch.replay_until)
         self.batch.step_budget = cfg.batch_size  # steps that write every so often
-        reader = LogReader(consumer, self.ordering, self._partition)
+        reader = LogReader(consumer, self.ordering, self._partition, shared=self.hosted)
         reader.assign(self.batch)
         self._reader = reader
         reader.check_start(self.batch)
@@ -736,12 +769,27 @@ class NodeRuntime(RoleShell):
     def _round(self) -> None:
         """One round (§7.1): a separate input log's records are buffered (and marked),
         the committed log's applied in its order, each marker's range in place."""
-        consumer, writer, reader, batch = self._consumer, self._writer, self._reader, self.batch
-        assert consumer is not None and writer is not None and reader is not None
+        consumer, writer = self._consumer, self._writer
+        assert consumer is not None and writer is not None
         cfg = self.config
-        more = batch.queued > 0 and not batch.waiting  # past the last step's budget
-        timeout = 0.0 if more else cfg.poll_timeout_s
+        timeout = 0.0 if self.has_more else cfg.poll_timeout_s
         records = usable(consume_batch(consumer, cfg.batch_size, timeout))
+        self.process(records)
+        writer.settle(idle=not records)
+        freeze_heap(time.monotonic())
+
+    @property
+    def has_more(self) -> bool:
+        """Records are queued past the last step's budget: the next poll should not wait."""
+        return self.batch.queued > 0 and not self.batch.waiting
+
+    def process(self, records: list[KafkaMessage]) -> None:
+        """Hand one poll's records of this node's logs to the batch layer (none: go on
+        with what a budget left queued, or idle) and write what it decided; pause or
+        resume its logs; write a members record when due. The writer is settled by the
+        caller (once per round, for every node a host process runs)."""
+        reader, batch = self._reader, self.batch
+        assert reader is not None
         wall = time.time()
         committed_log, inputs = reader.split(records)
         readies = []
@@ -758,8 +806,6 @@ class NodeRuntime(RoleShell):
             self._write(ready, 0)
         reader.pace(batch)
         self._note_members()
-        writer.settle(idle=not records)
-        freeze_heap(time.monotonic())
 
     def _final_round(self) -> None:
         """A clean stop ends with a snapshot at the node's position: its restart has
@@ -814,13 +860,13 @@ class NodeRuntime(RoleShell):
         commit = None if ready.commit is None else {self._partition: ready.commit}
         writer.write(ready.records, commit, snapshot_offset=ready.snapshot_offset)
         if not writer.reports_written:
-            self._wrote(ready.records)
+            self.wrote(ready.records)
 
-    def _wrote(self, records: Sequence[OutRecord]) -> None:
+    def wrote(self, records: Sequence[OutRecord]) -> None:
         """``records`` were written (a transaction's once it committed): the metrics."""
         self.metrics.wrote(records, time.time())
 
-    def _unwritable(self, ticket: Ticket, topic: str, value: bytes | None, reason: str) -> None:
+    def unwritable(self, ticket: Ticket, topic: str, value: bytes | None, reason: str) -> None:
         """A control output the broker refuses for good is set aside (§6.3)."""
         log.error("an output to %s could not be written: %s", topic, reason)
         why = refusal(Reason.OUTPUT_REFUSED, f"output to {topic} refused: {reason}")
@@ -830,7 +876,7 @@ class NodeRuntime(RoleShell):
         writer.send_dead_letter(ticket, letter)
         self.dead_letters_written += 1
         if not writer.reports_written:  # else it reports the letter once committed
-            self._wrote([letter])
+            self.wrote([letter])
 
     def _log_dead_letters(self, records: list[OutRecord]) -> None:
         for record in records:
