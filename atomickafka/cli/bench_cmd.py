@@ -18,6 +18,7 @@ from atomickafka.cli.options import (
     add_delivery_mode,
     add_load_shape,
     add_overrides,
+    add_topics_per_process,
     connection,
     guarded,
     reach,
@@ -89,6 +90,7 @@ def _add_node_mode_options(parser: argparse.ArgumentParser) -> None:
         help="what the nodes' direct Notifies carry (as node): carrier, the default, or every",
     )
     add_commit_interval(parser, DEFAULT_COMMIT_INTERVAL_S, "the nodes (as node)")
+    add_topics_per_process(parser, "the bench's")
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -367,6 +369,7 @@ def _run(args: argparse.Namespace) -> int:
         control_log=args.control_log,
         notify_values=args.notify_values,
         commit_interval_s=args.commit_interval,
+        topics_per_process=args.topics_per_process,
     )
     results = _run_workloads(args, setup, shares, formats, baselines, workloads, counts, show)
     progress.close()

@@ -14,6 +14,7 @@ from atomickafka.cli.options import (
     add_log_level,
     add_overrides,
     add_secret_file,
+    add_topics_per_process,
     connection,
     guarded,
     reach,
@@ -132,6 +133,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         help="run AtomicKafka's nodes with control logs of their own, the default (as node; "
         "--no-control-log: one log each)",
     )
+    add_topics_per_process(parser, "AtomicKafka's runs'")
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up run")
     parser.add_argument(
         "--print-job",
@@ -225,6 +227,7 @@ def _settings(
         seed=args.seed,
         secret_file=None if args.secret_file is None else str(args.secret_file),
         control_log=args.control_log,
+        topics_per_process=args.topics_per_process,
         topic_counts=args.topic_counts,
     )
 

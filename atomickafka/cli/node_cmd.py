@@ -20,6 +20,7 @@ from atomickafka.cli.options import (
     add_log_level,
     add_overrides,
     add_secret_file,
+    add_topics_per_process,
     fail,
     guarded,
     reach,
@@ -62,6 +63,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="run a standby beside every node and merger: it takes over when the active one dies",
     )
+    add_topics_per_process(cluster, "the cluster's")
     cluster.add_argument(
         "--audit", action="store_true", help="run the live order audit beside the nodes"
     )
@@ -314,7 +316,10 @@ def _run_cluster(args: argparse.Namespace) -> int:
             secret_file=node.secret_file,
             exactly_once=node.exactly_once,
         )
-    supervisor = Supervisor(ClusterConfig(topics, node, audit=audit, standby=args.standby))
+    cluster_config = ClusterConfig(  # a ConfigError is reported by guarded()
+        topics, node, audit=audit, standby=args.standby, topics_per_process=args.topics_per_process
+    )
+    supervisor = Supervisor(cluster_config)
     reach(args)
     supervisor.install_signal_handlers()
     status = supervisor.run(max_seconds=args.max_seconds)

@@ -181,6 +181,20 @@ def add_commit_interval(parser: argparse.ArgumentParser, default: float, whose: 
     )
 
 
+def add_topics_per_process(parser: argparse.ArgumentParser, whose: str) -> None:
+    """``--topics-per-process N`` into ``args.topics_per_process`` (docs/DESIGN.md §6.7)."""
+    parser.add_argument(
+        "--topics-per-process",
+        type=int,
+        default=1,
+        metavar="N",
+        help=f"host {whose} N topics' nodes to a process, sharing one consumer, one "
+        "transactional producer, one transaction per commit interval and one lease: far "
+        "fewer broker requests and transactions than a process per node (exactly-once, "
+        "whole topics; a standby of a host process is cold) (default 1: a process per node)",
+    )
+
+
 def add_destinations(parser: argparse.ArgumentParser, *flags: str, required: bool = True) -> None:
     """A comma-separated destination list (``--to T1,T3``), checked as topic names."""
 

@@ -30,6 +30,7 @@ __all__ = [
     "DEFAULT_POLL_TIMEOUT_S",
     "DEFAULT_STUCK_AFTER_S",
     "ClusterConfig",
+    "HostConfig",
     "NodeConfig",
 ]
 
@@ -204,12 +205,28 @@ class ClusterConfig:
     standby: bool = False
     #: The live audit to run beside the nodes (``cluster --audit``), if any.
     audit: AuditConfig | None = None
+    #: Topics whose nodes one process hosts, sharing its Kafka clients (a
+    #: :class:`HostConfig` per group; 1: a process per node).
+    topics_per_process: int = 1
 
     def __post_init__(self) -> None:
         if not self.topics:
             raise ConfigError("a cluster needs at least one topic")
         if len(set(self.topics)) != len(self.topics):
             raise ConfigError("the cluster's topics must be distinct")
+        if self.topics_per_process < 1:
+            raise ConfigError("--topics-per-process must be at least 1")
+        if self.topics_per_process > 1 and not self.node.exactly_once:
+            raise ConfigError(
+                "--topics-per-process shares one transactional producer among the hosted "
+                "nodes: it needs exactly-once (drop --at-least-once, or host one topic "
+                "per process)"
+            )
+        if self.topics_per_process > 1 and self.node.layered:
+            raise ConfigError(
+                "--topics-per-process hosts whole topics: partitioned topics (--partitions "
+                "above 1) run a process per layer"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (to hand the whole configuration to another process)."""
@@ -220,6 +237,7 @@ class ClusterConfig:
             "max_backoff_s": self.max_backoff_s,
             "standby": self.standby,
             "audit": None if self.audit is None else self.audit.to_dict(),
+            "topics_per_process": self.topics_per_process,
         }
 
     @classmethod
@@ -249,9 +267,50 @@ class ClusterConfig:
             for layer in range(self.node.partitions)
         ]
 
+    def host_configs(self) -> list[HostConfig]:
+        """The nodes grouped into processes, :attr:`topics_per_process` topics each, in
+        the order of :attr:`topics` (empty: a process per node)."""
+        if self.topics_per_process <= 1:
+            return []
+        nodes = self.node_configs()
+        size = self.topics_per_process
+        return [HostConfig(tuple(nodes[i : i + size])) for i in range(0, len(nodes), size)]
+
     def merger_configs(self) -> list[NodeConfig]:
         """One merger per topic when the topics are partitioned, else none."""
         if not self.node.layered:
             return []
         child = replace(self.node, metrics_port=None)
         return [replace(child, topic=topic, layer=None) for topic in self.topics]
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """Several topics' nodes in one process that share its Kafka clients: one consumer,
+    one control producer, one transactional producer and one lease (``cluster
+    --topics-per-process``, :mod:`atomickafka.node.host`). Each node keeps its own
+    topics, consumer group, snapshots and status; the group's name (:attr:`key`) names
+    the lease and the transactional id, so the same topics hosted together again
+    (a restart, a standby) fence the instance before."""
+
+    nodes: tuple[NodeConfig, ...]
+
+    def __post_init__(self) -> None:
+        if not self.nodes:
+            raise ConfigError("a host process needs at least one node")
+        if len({n.key for n in self.nodes}) != len(self.nodes):
+            raise ConfigError("a host process's nodes must be distinct")
+
+    @property
+    def key(self) -> str:
+        """The group's name: its nodes' keys joined by ``+`` (``orders+payments``)."""
+        return "+".join(n.key for n in self.nodes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (to hand the whole configuration to another process)."""
+        return {"nodes": [n.to_dict() for n in self.nodes]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> HostConfig:
+        """Inverse of :meth:`to_dict`."""
+        return cls(tuple(NodeConfig.from_dict(n) for n in data["nodes"]))

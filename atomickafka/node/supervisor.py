@@ -42,8 +42,8 @@ from atomickafka.kafka.properties import secret_values
 from atomickafka.kafka.reach import is_unreachable, probe
 from atomickafka.logs import configure_logging, hide_in_logs
 from atomickafka.metrics.cluster import ClusterMetrics
-from atomickafka.node.config import ClusterConfig, NodeConfig
-from atomickafka.node.role_shell import EXIT_WEDGED
+from atomickafka.node.config import ClusterConfig, HostConfig, NodeConfig
+from atomickafka.node.role_shell import EXIT_WEDGED, RoleShell
 
 __all__ = [
     "EXIT_CANNOT_START",
@@ -51,6 +51,7 @@ __all__ = [
     "ORPHAN_GRACE_S",
     "Supervisor",
     "process_title",
+    "run_host",
     "run_merger",
     "run_node",
 ]
@@ -68,31 +69,38 @@ _UNREACHABLE_GRACE_S: Final = 3.0
 _PR_SET_PDEATHSIG: Final = 1
 
 
-def run_node(config: NodeConfig) -> int:
-    """Run one node in this process until a signal stops it; return its exit status."""
-    from atomickafka.node.runtime import NodeRuntime, NodeStartError  # noqa: PLC0415
+def _run_role(runtime: RoleShell, what: str) -> int:
+    """Run a role's instance in this process until a signal stops it; its exit status
+    (:data:`EXIT_CANNOT_START` when its settings or topics are wrong)."""
+    from atomickafka.node.runtime import NodeStartError  # noqa: PLC0415
 
-    runtime = NodeRuntime(config)
     runtime.install_signal_handlers()
     try:
         return runtime.run()
     except NodeStartError as exc:
-        log.error("node %s cannot start: %s", config.key, exc)
+        log.error("%s %s cannot start: %s", what, runtime.role_key, exc)
         return EXIT_CANNOT_START
+
+
+def run_node(config: NodeConfig) -> int:
+    """Run one node in this process until a signal stops it; return its exit status."""
+    from atomickafka.node.runtime import NodeRuntime  # noqa: PLC0415
+
+    return _run_role(NodeRuntime(config), "node")
 
 
 def run_merger(config: NodeConfig) -> int:
     """Run one topic's merger in this process until a signal stops it."""
     from atomickafka.node.merger_runtime import MergerRuntime  # noqa: PLC0415
-    from atomickafka.node.runtime import NodeStartError  # noqa: PLC0415
 
-    runtime = MergerRuntime(config)
-    runtime.install_signal_handlers()
-    try:
-        return runtime.run()
-    except NodeStartError as exc:
-        log.error("merger %s cannot start: %s", config.key, exc)
-        return EXIT_CANNOT_START
+    return _run_role(MergerRuntime(config), "merger")
+
+
+def run_host(config: HostConfig) -> int:
+    """Run a host process's nodes in this process until a signal stops it."""
+    from atomickafka.node.host import HostRuntime  # noqa: PLC0415
+
+    return _run_role(HostRuntime(config), "host")
 
 
 def process_title(role: str, config: NodeConfig) -> str:
@@ -132,14 +140,18 @@ def _child(role: str, data: dict[str, Any], parent: int = 0) -> None:
         audit = AuditConfig.from_dict(data)
         configure_logging(audit.log_level)
         raise SystemExit(run_audit(audit))
-    config = NodeConfig.from_dict(data)
+    host = HostConfig.from_dict(data) if role == "host" else None
+    config = host.nodes[0] if host is not None else NodeConfig.from_dict(data)
     hide_in_logs(secret_values(config.overrides))
     configure_logging(config.log_level)
-    setproctitle(process_title(role, config))
+    setproctitle(f"atomickafka host {host.key}" if host else process_title(role, config))
     if parent:
         _die_with_parent(parent)
     try:
-        status = run_merger(config) if role == "merger" else run_node(config)
+        if host is not None:
+            status = run_host(host)
+        else:
+            status = run_merger(config) if role == "merger" else run_node(config)
     except ConfigError as exc:
         log.error("%s %s cannot start: %s", role, config.key, exc)
         status = EXIT_CANNOT_START
@@ -160,7 +172,7 @@ def _child(role: str, data: dict[str, Any], parent: int = 0) -> None:
 @dataclass(slots=True)
 class _Child:
     role: str
-    config: NodeConfig | AuditConfig
+    config: NodeConfig | AuditConfig | HostConfig
     process: BaseProcess | None = None
     restarts: int = 0
     next_start: float = 0.0
@@ -170,7 +182,7 @@ class _Child:
     @property
     def name(self) -> str:
         config = self.config
-        if isinstance(config, AuditConfig) or self.role == "node":
+        if isinstance(config, AuditConfig | HostConfig) or self.role == "node":
             return config.key
         return f"{config.topic}/merger"
 
@@ -184,7 +196,13 @@ class Supervisor:
     def __init__(self, config: ClusterConfig) -> None:
         self.config = config
         copies = 2 if config.standby else 1  # an active instance and its standby
-        self.children = [_Child("node", c) for c in config.node_configs() for _ in range(copies)]
+        hosts = config.host_configs()
+        if hosts:  # several topics' nodes in each process, sharing its Kafka clients
+            self.children = [_Child("host", h) for h in hosts for _ in range(copies)]
+        else:
+            self.children = [
+                _Child("node", c) for c in config.node_configs() for _ in range(copies)
+            ]
         self.children += [
             _Child("merger", c) for c in config.merger_configs() for _ in range(copies)
         ]

@@ -143,10 +143,12 @@ def running_cluster(
     stuck_after_s: float = DEFAULT_STUCK_AFTER_S,
     standby: bool = False,
     name: str | None = None,
+    topics_per_process: int = 1,
     **node_settings: Any,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """A cluster of nodes for ``topics``, its log kept in ``log_dir``; ``node_settings``
-    are further :class:`NodeConfig` fields (``exactly_once``, ``secret_file``, ...)."""
+    are further :class:`NodeConfig` fields (``exactly_once``, ``secret_file``, ...);
+    ``topics_per_process`` above 1 hosts that many topics' nodes per process."""
     node = NodeConfig(
         bootstrap,
         topics[0],
@@ -159,7 +161,9 @@ def running_cluster(
     )
     label = name or f"{algorithm}-{layout}-{partitions}"
     log_path = log_dir / f"cluster-{label}.log"
-    config = ClusterConfig(tuple(topics), node, standby=standby)
+    config = ClusterConfig(
+        tuple(topics), node, standby=standby, topics_per_process=topics_per_process
+    )
     with launch.running_cluster(config, log_path=log_path) as proc:
         yield proc
 

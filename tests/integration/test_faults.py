@@ -107,6 +107,57 @@ def wait_for_new_pid(
     raise AssertionError(f"no new active instance of {key} within {timeout_s} s")
 
 
+def kill_at_random(
+    bootstrap: str,
+    topics: Sequence[str],
+    rng: random.Random,
+    *,
+    kills: int,
+    pauses: tuple[float, float],
+    within_s: float = 240,
+) -> int:
+    """SIGKILL the process of a topic drawn at random (by its status's pid), ``kills``
+    times at most, a pause drawn from ``pauses`` before each, for at most ``within_s``
+    seconds; how many were killed."""
+    done = 0
+    deadline = time.monotonic() + within_s
+    while done < kills and time.monotonic() < deadline:
+        time.sleep(rng.uniform(*pauses))
+        victim = statuses_of(bootstrap).get(rng.choice(topics))
+        if victim is None or not victim.pid:
+            continue
+        try:
+            os.kill(victim.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+        done += 1
+    return done
+
+
+def pause_past_takeover(
+    bootstrap: str, topics: Sequence[str], pid: int, taken: Sequence[str]
+) -> list[Sent]:
+    """Make ``pid`` a zombie: pause it (SIGSTOP) until every topic of ``taken`` has a new
+    active instance, start 1,000 more messages (their records wait in its logs), wake
+    it (SIGCONT), and wait up to 30 s for it to stop; the messages sent meanwhile."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        for topic in taken:
+            wait_for_new_pid(bootstrap, topic, pid)
+        thread, out, errors = send_in_background(
+            bootstrap, Workload(list(topics), 1000, clients=2, seed=9)
+        )
+        time.sleep(0.5)  # records wait in the zombie's input logs
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    thread.join(timeout=300)
+    assert not errors, errors
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.2)
+    return out[0]
+
+
 def send_in_background(
     bootstrap: str, workload: Workload
 ) -> tuple[threading.Thread, list[list[Sent]], list[BaseException]]:
@@ -142,7 +193,6 @@ def test_nodes_killed_at_random_moments_lose_nothing_and_repeat_nothing(
     exactly the copies its node set aside as late, 30-41 s after they were sent."""
     topics = [topic_factory() for _ in range(5)]
     rng = random.Random(7)
-    kills = 0
     with running_cluster(
         kafka_bootstrap,
         topics,
@@ -154,17 +204,7 @@ def test_nodes_killed_at_random_moments_lose_nothing_and_repeat_nothing(
     ):
         workload = Workload(topics, 20_000, clients=4, seed=11, single_share=0.5, multicast_min=2)
         thread, out, errors = send_in_background(kafka_bootstrap, workload)
-        deadline = time.monotonic() + 240
-        while kills < 6 and time.monotonic() < deadline:
-            time.sleep(rng.uniform(0.5, 3.0))
-            victim = statuses_of(kafka_bootstrap).get(rng.choice(topics))
-            if victim is None or not victim.pid:
-                continue
-            try:
-                os.kill(victim.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                continue
-            kills += 1
+        kills = kill_at_random(kafka_bootstrap, topics, rng, kills=6, pauses=(0.5, 3.0))
         thread.join(timeout=300)
         assert not errors, errors
         sent = out[0]
@@ -339,21 +379,7 @@ def test_a_paused_node_is_fenced_when_it_wakes_after_its_standby_took_over(
             kafka_bootstrap, Workload(topics, 1000, clients=2, seed=8), "split"
         )
         zombie = statuses_of(kafka_bootstrap)[topics[0]]
-        os.kill(zombie.pid, signal.SIGSTOP)
-        try:
-            wait_for_new_pid(kafka_bootstrap, topics[0], zombie.pid)
-            thread, out, errors = send_in_background(
-                kafka_bootstrap, Workload(topics, 1000, clients=2, seed=9)
-            )
-            time.sleep(0.5)  # records wait in the zombie's input log
-        finally:
-            os.kill(zombie.pid, signal.SIGCONT)
-        thread.join(timeout=300)
-        assert not errors, errors
-        sent += out[0]
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and _alive(zombie.pid):
-            time.sleep(0.2)
+        sent += pause_past_takeover(kafka_bootstrap, topics, zombie.pid, topics[:1])
         expected = Counter(t for s in sent for t in s.destinations)
         deliveries = collect_deliveries(kafka_bootstrap, topics, dict(expected), "split")
         assert_plain_consumers_see_each_delivery_once(kafka_bootstrap, topics, expected)

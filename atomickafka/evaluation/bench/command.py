@@ -488,6 +488,9 @@ class BenchSetup:
     notify_values: str = CARRIER
     #: How often the nodes commit while records arrive (``--commit-interval``, §6.3).
     commit_interval_s: float = DEFAULT_COMMIT_INTERVAL_S
+    #: Topics whose nodes share a process and its Kafka clients (``--topics-per-process``,
+    #: §6.7; 1: a process per node).
+    topics_per_process: int = 1
 
     def node_config(self, topics: list[str]) -> NodeConfig:
         """The configuration the cluster's nodes share (the first topic's)."""
@@ -509,7 +512,10 @@ class BenchSetup:
     def cluster(self, topics: list[str]) -> Any:
         """The nodes of ``topics`` for a block of code (it gets the supervisor's
         ``Popen``)."""
-        return running_cluster(ClusterConfig(tuple(topics), self.node_config(topics)))
+        config = ClusterConfig(
+            tuple(topics), self.node_config(topics), topics_per_process=self.topics_per_process
+        )
+        return running_cluster(config)
 
     def scanned(self, topics: list[str]) -> list[RecordedTopic]:
         """Every Kafka topic the nodes write, as the cost counts their records (the

@@ -81,6 +81,8 @@ class SuiteSettings:
     secret_file: str | None = None
     #: The AtomicKafka runs' nodes read proposals from control logs (§7).
     control_log: bool = True
+    #: Topics whose nodes share a process (``--topics-per-process``, §6.7).
+    topics_per_process: int = 1
     #: The topic counts of the many-topic workload (``--compare many-topics``).
     topic_counts: tuple[int, ...] = DEFAULT_TOPIC_COUNTS
 
@@ -118,6 +120,7 @@ class SuiteSettings:
                 "no" if self.secret_file is None else f"yes, {self.secret_file}",
             ),
             ("control logs (--control-log)", "yes" if self.control_log else "no"),
+            ("topics per node process (--topics-per-process)", str(self.topics_per_process)),
             (
                 "many-topic workload (--compare many-topics)",
                 f"{MANY.describe()}, on {', '.join(map(str, self.topic_counts))} topics; "
@@ -175,6 +178,7 @@ def _spec(
         seed=settings.seed,
         secret_file=settings.secret_file,
         control_log=settings.control_log,
+        topics_per_process=settings.topics_per_process,
         mix=None if mix is None else mix[0],
     )
 
@@ -209,6 +213,7 @@ def _warm_up(settings: SuiteSettings, tag: str) -> None:
         seed=settings.seed,
         secret_file=settings.secret_file,
         control_log=settings.control_log,
+        topics_per_process=settings.topics_per_process,
     )
     info = run_one(warm)
     if not info.ok:  # not measured, but a failed check is a finding all the same

@@ -133,6 +133,8 @@ class RunSpec:
     secret_file: str | None = None
     #: AtomicKafka's nodes read proposals from control logs (§7).
     control_log: bool = True
+    #: Topics whose nodes share a process (``--topics-per-process``, §6.7).
+    topics_per_process: int = 1
 
     @property
     def signing(self) -> str | None:
@@ -223,7 +225,8 @@ def _running_system(spec: RunSpec, meter: CpuMeter) -> Iterator[None]:
         control_log=spec.control_log,
     )
     with running_cluster(
-        ClusterConfig(tuple(spec.topics), node), log_path=spec.run_dir / "nodes.log"
+        ClusterConfig(tuple(spec.topics), node, topics_per_process=spec.topics_per_process),
+        log_path=spec.run_dir / "nodes.log",
     ) as cluster:
         keys = set(cluster_keys(spec.topics, spec.partitions))
         statuses = read_statuses(spec.connection, window_s=STATUS_READ_WINDOW_S)
