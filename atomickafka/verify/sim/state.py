@@ -120,6 +120,8 @@ class SimState:
         """Each topic's node, its first engine built by ``factory``, and (with
         ``Chaos.takeover``) its standby."""
         self.nodes: dict[str, SimNode] = {}
+        #: The members each node started knowing (``members_known``), for rule 8's replay.
+        self.starting_members = {t: self.views[t] for t in self.topics} if members_known else {}
         for topic in self.topics:
             engine = factory(topic, self.protocols[topic])
             spec = self._spec(engine, snapshot_every)
@@ -129,9 +131,12 @@ class SimState:
                 engine.know_members(self.views[topic])
             elif engine.members is None:  # as a node starts: nothing taken on trust
                 engine.state.members = frozenset({topic})
-            self.nodes[topic] = SimNode(spec, engine)
+            self.nodes[topic] = node = SimNode(spec, engine)
+            if members_known:  # that snapshot is in its store: a crash restarts from it
+                ready = node.batch.snapshot_now(wall_s=self.clock.wall_s)
+                node.snapshot_rows.extend((r.key, r.value) for r in ready.snapshot_records())
             if self.chaos.takeover:
-                self.nodes[topic].standby = self.nodes[topic].new_standby(0)
+                node.standby = node.new_standby(0)
 
     def _set_up_records(self, record_trace: bool) -> None:
         """What the run keeps account of: dead letters, what was sent (and what must
