@@ -31,11 +31,13 @@ def thesis_simulation(
     seed: int,
     *,
     snapshot_every: int = SNAPSHOT_EVERY,
+    control_logs: bool = True,
 ) -> tuple[Simulator, Workload]:
     """The simulator of ``topics`` nodes (``T1``...) and the workload it runs: ``messages``
     from ``clients`` clients, a share ``multicast`` of them to every topic, the rest to one
     (no relays); drawn from ``seed``, its chaos only interleavings in batches of up to 200
-    records and a crash-free run."""
+    records and a crash-free run. ``control_logs=False``: each node's one log holds all
+    it reads, in the order its engine takes it (the layout before §7)."""
     names = [f"T{i}" for i in range(1, topics + 1)]
     rng = random.Random(seed)
     workload = random_workload(
@@ -53,6 +55,7 @@ def thesis_simulation(
         chooser=RandomChooser(rng),
         chaos=Chaos(max_batch=200, duplicate=0.0, delay=0.0, checkpoint=0.0),
         snapshot_every=snapshot_every,
+        control_logs=control_logs,
     )
     return sim, workload
 
