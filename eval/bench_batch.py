@@ -34,7 +34,6 @@ import importlib.util
 import io
 import pickle
 import pstats
-import random
 import sys
 import time
 from collections import Counter
@@ -52,8 +51,8 @@ from confluent_kafka import Message as KafkaMessage
 from atomickafka.core import core_form
 from atomickafka.core.engine import Algorithm, Engine
 from atomickafka.core.reader import KafkaRecord
+from atomickafka.evaluation.bench.simulated import run_correct, thesis_simulation
 from atomickafka.node.batch import NodeBatch, NodeSpec, Ready
-from atomickafka.verify.simulator import Chaos, RandomChooser, Simulator, random_workload
 
 #: A record as plain data: value, topic, partition, offset, key, headers, timestamp.
 Row = tuple[bytes | None, str, int, int, Any, Any, tuple[int, int]]
@@ -78,22 +77,13 @@ def collect(
     """Run the workload once in the simulator; return, per topic, its node's spec (as
     plain fields), its first engine's state, its two logs as rows and how many
     deliveries it wrote."""
-    names = [f"T{i}" for i in range(1, topics + 1)]
-    rng = random.Random(seed)
-    workload = random_workload(
-        rng,
-        names,
-        clients=clients,
-        messages=messages,
-        multicast=multicast,
-        relay=0.0,
-        all_topics=True,
-    )
-    sim = Simulator(
-        names,
-        algorithm=Algorithm.DIRECT,
-        chooser=RandomChooser(rng),
-        chaos=Chaos(max_batch=200, duplicate=0.0, delay=0.0, checkpoint=0.0),
+    sim, workload = thesis_simulation(
+        Algorithm.DIRECT,
+        messages,
+        topics,
+        clients,
+        multicast,
+        seed,
         snapshot_every=50_000,  # a node's default (the simulator's own is every few records)
     )
     trace: dict[str, dict[str, Any]] = {}
@@ -102,10 +92,7 @@ def collect(
         fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
         fields["algorithm"] = spec.algorithm.value
         trace[topic] = {"spec": fields, "engine": node.batch.engine.snapshot()}
-    result = sim.run(workload, max_steps=10_000_000)
-    report = result.check()
-    if not (result.quiescent and report.ok):
-        raise SystemExit(f"simulated run is not correct:\n{report.summary()}")
+    result = run_correct(sim, workload)
     for topic, entry in trace.items():
         entry["input"] = [_row(r) for r in sim.inputs[topic].read(0, len(sim.inputs[topic]))]
         control = sim.controls[topic]

@@ -18,7 +18,8 @@ them to it (docs/DESIGN.md §2):
 - :mod:`~atomickafka.evaluation.bench`: ``atomickafka bench`` (``command``), AtomicKafka
   against a bare Kafka pipe and the sequencer baselines, the relay's latency floor
   (``relay``), the merge delay of partitioned topics (``merge_delay``), an aged status
-  topic for start-up timings (``aged_status``);
+  topic for start-up timings (``aged_status``), the simulated run the micro-benchmarks
+  (``eval/bench_engine.py``, ``eval/bench_batch.py``) replay (``simulated``);
 - :mod:`~atomickafka.evaluation.suite`: ``atomickafka eval`` (``command``): one run
   (``runner``, ``environment``, ``recording``, ``run_audit``), the PySpark metrics job
   (``metrics_job``, a plain PySpark application also run by ``spark-submit``, and

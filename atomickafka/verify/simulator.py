@@ -165,7 +165,9 @@ class Simulator(Misbehaviour, Clients):
     Each node's shell writes its members record (every topic of the run has a node)
     after its first round, as a starting node does, so what a node reads before that
     waits (§4.9.5); ``members_known`` starts every node knowing them instead (as a node
-    restarted from a snapshot does), for scripted runs that count records. ``views``
+    restarted from a snapshot does: that snapshot, at offset 0, is in its store, where a
+    crash or a standby starts from it, and rule 8's replay starts knowing them too), for
+    scripted runs that count records. ``views``
     maps a topic to the topics its node's shell sees in the statuses, when that is not
     every topic (a view that lags, §4.9.5). ``delivery_format`` is the nodes' (§3.8):
     ``json``, production's default, or ``raw``. ``control_format`` is how the nodes
@@ -277,6 +279,7 @@ class Simulator(Misbehaviour, Clients):
             trace=list(self.trace or ()),
             all_or_none=frozenset(self._stray_hit),
             controls={t: list(log.records) for t, log in self.controls.items()},
+            starting_members=dict(self.starting_members),
         )
 
     def _uncommitted_errors(self) -> list[str]:

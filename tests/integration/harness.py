@@ -13,9 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Message as KafkaMessage
+
 from atomickafka.client import AtomicKafkaClient, Delivery
 from atomickafka.core.engine import DEFAULT_ALGORITHM, Algorithm
-from atomickafka.kafka.topics import Layout
+from atomickafka.kafka.consumer import read_to_end
+from atomickafka.kafka.topics import Layout, control_topic, input_topic
 from atomickafka.node import launch
 from atomickafka.node.config import DEFAULT_STUCK_AFTER_S, ClusterConfig, NodeConfig
 from atomickafka.verify.checker import DeliveryRecord, SentMessage, check, deliveries_from_client
@@ -128,6 +131,13 @@ def collect_deliveries(
             time.sleep(1.0)
         out[topic] = got
     return out
+
+
+def node_log_records(bootstrap: str, topic: str) -> Iterator[KafkaMessage]:
+    """Every committed record of ``topic``'s node's logs: its input log (the split
+    layout), then its control log (§7)."""
+    for log in (input_topic(topic, "split"), control_topic(topic)):
+        yield from read_to_end(bootstrap, log, [0], timeout_s=20)
 
 
 @contextmanager

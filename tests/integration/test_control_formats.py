@@ -17,11 +17,12 @@ from atomickafka.core.compact import is_compact
 from atomickafka.core.reader import peek
 from atomickafka.kafka.consumer import read_to_end
 from atomickafka.kafka.status import wait_for_nodes
-from atomickafka.kafka.topics import control_topic, dead_letter_topic, input_topic
+from atomickafka.kafka.topics import dead_letter_topic
 from tests.integration.harness import (
     Workload,
     assert_order_checked,
     collect_deliveries,
+    node_log_records,
     running_cluster,
     send_concurrently,
 )
@@ -32,8 +33,7 @@ pytestmark = pytest.mark.integration
 def control_forms(bootstrap: str, topic: str) -> Counter[str]:
     """The bundles in ``topic``'s input and control logs, by form and sending topic."""
     seen: Counter[str] = Counter()
-    logs = (input_topic(topic, "split"), control_topic(topic))
-    for record in (r for log in logs for r in read_to_end(bootstrap, log, [0], timeout_s=20)):
+    for record in node_log_records(bootstrap, topic):
         looked = peek(record)
         if looked.is_bundle:
             form = "binary" if is_compact(record.value()) else "json"

@@ -21,12 +21,13 @@ from atomickafka.core.raw import decode_any
 from atomickafka.core.wire import MessageError, MessageType, client_message, encode_client
 from atomickafka.kafka.consumer import read_to_end
 from atomickafka.kafka.status import wait_for_nodes
-from atomickafka.kafka.topics import control_topic, dead_letter_topic, input_topic
+from atomickafka.kafka.topics import dead_letter_topic, input_topic
 from tests.integration.harness import (
     Sent,
     Workload,
     assert_order_checked,
     collect_deliveries,
+    node_log_records,
     running_cluster,
     send_concurrently,
 )
@@ -38,8 +39,7 @@ pytestmark = pytest.mark.integration
 def notifies(bootstrap: str, topic: str) -> Counter[str]:
     """The Notifies in ``topic``'s input and control logs, lean or full, by sender."""
     seen: Counter[str] = Counter()
-    logs = (input_topic(topic, "split"), control_topic(topic))
-    for record in (r for log in logs for r in read_to_end(bootstrap, log, [0], timeout_s=20)):
+    for record in node_log_records(bootstrap, topic):
         try:
             messages = decode_any(record.value() or b"", record.key(), record.headers())
         except MessageError:

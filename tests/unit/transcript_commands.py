@@ -452,9 +452,6 @@ class Cluster:
         else:
             self._layered = LayeredSimulator(topics, layers, **options)
             self._sims = self._layered.sims
-        for sim in self._sims:  # a snapshot at offset 0 that knows every member
-            for topic in sim.topics if not fresh else ():
-                sim.checkpoint(topic)
         text = f"nodes {' '.join(self._names())} ({algorithm.value})"
         if logs == "control":
             text += ", control logs"

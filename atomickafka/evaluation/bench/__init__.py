@@ -1,2 +1,3 @@
 """``atomickafka bench`` and the timings beside it: the relay's latency floor, the merge
-delay of partitioned topics, an aged status topic (see :mod:`atomickafka.evaluation`)."""
+delay of partitioned topics, an aged status topic, the micro-benchmarks' simulated run
+(see :mod:`atomickafka.evaluation`)."""

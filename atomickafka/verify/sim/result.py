@@ -4,7 +4,7 @@ node's final logs (:func:`replayed_deliveries`)."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,13 +54,20 @@ class SimulationResult:
     all_or_none: frozenset[str] = frozenset()
     #: With control logs (§7): each node's control log (``records``: its input log).
     controls: dict[str, list[PlainRecord]] = field(default_factory=dict)
+    #: The members each node started knowing (``members_known``: as restarted from a
+    #: snapshot that knows them), where rule 8's replay starts too; a node not here
+    #: started knowing none.
+    starting_members: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def replayed(self, topic: str) -> list[Message]:
         """Rule 8 for ``topic``: what a fresh node delivers reading its final logs
         (:func:`replayed_deliveries`, with its control log where it has one)."""
+        members = self.starting_members.get(topic)
         if topic in self.controls:
-            return replayed_deliveries(self.specs[topic], self.controls[topic], self.records[topic])
-        return replayed_deliveries(self.specs[topic], self.records[topic])
+            return replayed_deliveries(
+                self.specs[topic], self.controls[topic], self.records[topic], members=members
+            )
+        return replayed_deliveries(self.specs[topic], self.records[topic], members=members)
 
     @property
     def logs(self) -> dict[str, list[Message]]:
@@ -131,12 +138,18 @@ def replayed_deliveries(
     spec: NodeSpec,
     committed: Sequence[PlainRecord],
     inputs: Sequence[PlainRecord] = (),
+    *,
+    members: Collection[str] | None = None,
 ) -> list[Message]:
     """Rule 8 through the batch layer: what a fresh node of ``spec`` delivers (or writes
     to its merger) reading its final logs, each in one batch -- with a control log its
     input log first (buffered), then its committed log (the markers it writes
-    meanwhile are not appended: the committed log is the input order)."""
-    batch = NodeBatch(spec, NodeBatch.fresh_engine(spec))
+    meanwhile are not appended: the committed log is the input order). ``members``: the
+    node starts knowing them, as the simulated node did (``members_known``)."""
+    engine = NodeBatch.fresh_engine(spec)
+    if members is not None:
+        engine.know_members(members)
+    batch = NodeBatch(spec, engine)
     records = batch.step_input(inputs, wall_s=0.0).records if inputs else []
     records += batch.step(committed, wall_s=0.0).records
     out: list[Message] = []

@@ -88,9 +88,18 @@ class SimState:
         self.layer = layer
         self.clock = clock if clock is not None else SimClock()
         self.delivery_format = delivery_format
-        self.protocols = self._protocols(protocols)
-        self.control_formats = self._control_formats(control_format, control_formats)
-        self.notify_values = self._notify_values(notify_values, notify_values_by_topic)
+        self.protocols = {
+            t: Algorithm(value)
+            for t, value in self._per_topic(
+                self.algorithm, protocols, self.chaos.mixed_protocols, tuple(Algorithm)
+            ).items()
+        }
+        self.control_formats = self._per_topic(
+            control_format, control_formats, self.chaos.mixed_formats, CONTROL_FORMATS
+        )
+        self.notify_values = self._per_topic(
+            notify_values, notify_values_by_topic, self.chaos.mixed_notify_values, NOTIFY_VALUES
+        )
         self.views = {t: tuple((views or {}).get(t, self.topics)) for t in self.topics}
         factory = engine_factory or (lambda topic, alg: Engine(topic, f"node-{topic}", alg))
         part = layer or 0
@@ -111,6 +120,8 @@ class SimState:
         """Each topic's node, its first engine built by ``factory``, and (with
         ``Chaos.takeover``) its standby."""
         self.nodes: dict[str, SimNode] = {}
+        #: The members each node started knowing (``members_known``), for rule 8's replay.
+        self.starting_members = {t: self.views[t] for t in self.topics} if members_known else {}
         for topic in self.topics:
             engine = factory(topic, self.protocols[topic])
             spec = self._spec(engine, snapshot_every)
@@ -120,9 +131,12 @@ class SimState:
                 engine.know_members(self.views[topic])
             elif engine.members is None:  # as a node starts: nothing taken on trust
                 engine.state.members = frozenset({topic})
-            self.nodes[topic] = SimNode(spec, engine)
+            self.nodes[topic] = node = SimNode(spec, engine)
+            if members_known:  # that snapshot is in its store: a crash restarts from it
+                ready = node.batch.snapshot_now(wall_s=self.clock.wall_s)
+                node.snapshot_rows.extend((r.key, r.value) for r in ready.snapshot_records())
             if self.chaos.takeover:
-                self.nodes[topic].standby = self.nodes[topic].new_standby(0)
+                node.standby = node.new_standby(0)
 
     def _set_up_records(self, record_trace: bool) -> None:
         """What the run keeps account of: dead letters, what was sent (and what must
@@ -178,25 +192,16 @@ class SimState:
         """Each node has a control log (§7) beside its input log."""
         return bool(self.controls)
 
-    def _protocols(self, given: Mapping[str, Algorithm | str] | None) -> dict[str, Algorithm]:
-        if given is not None:
-            return {t: Algorithm(given.get(t, self.algorithm)) for t in self.topics}
-        if self.chaos.mixed_protocols:
-            return {t: pick(self.chooser, list(Algorithm)) for t in self.topics}
-        return dict.fromkeys(self.topics, self.algorithm)
-
-    def _control_formats(self, default: str, given: Mapping[str, str] | None) -> dict[str, str]:
+    def _per_topic(
+        self, default: str, given: Mapping[str, str] | None, drawn: bool, choices: Sequence[str]
+    ) -> dict[str, str]:
+        """A per-topic setting (protocol, control format, Notify values): as ``given``
+        (``default`` for a topic it leaves out), else drawn from ``choices`` for each topic
+        when the chaos says ``drawn``, else ``default`` everywhere."""
         if given is not None:
             return {t: given.get(t, default) for t in self.topics}
-        if self.chaos.mixed_formats:
-            return {t: pick(self.chooser, list(CONTROL_FORMATS)) for t in self.topics}
-        return dict.fromkeys(self.topics, default)
-
-    def _notify_values(self, default: str, given: Mapping[str, str] | None) -> dict[str, str]:
-        if given is not None:
-            return {t: given.get(t, default) for t in self.topics}
-        if self.chaos.mixed_notify_values:
-            return {t: pick(self.chooser, list(NOTIFY_VALUES)) for t in self.topics}
+        if drawn:
+            return {t: pick(self.chooser, choices) for t in self.topics}
         return dict.fromkeys(self.topics, default)
 
     def _spec(self, engine: Engine, snapshot_every: int) -> NodeSpec:
