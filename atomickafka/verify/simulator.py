@@ -175,6 +175,9 @@ class Simulator(Misbehaviour, Clients):
     ``control_formats`` maps topics to others (a cluster amid a rolling upgrade).
     ``notify_values`` is what the nodes' Notifies carry (§4.16): ``carrier``,
     production's default, or ``every``; ``notify_values_by_topic`` maps topics to others.
+    ``hosts`` groups topics whose nodes one host process runs (§6.7, exactly-once): a
+    crash restarts the whole group, and one transaction commits all their records and
+    offsets together.
     """
 
     # ------------------------------------------------------------------ running

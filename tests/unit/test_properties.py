@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from atomickafka.core.engine import Algorithm, Engine, Output, _Refused
 from atomickafka.core.reasons import Reason, refusal
 from atomickafka.core.wire import Message
+from atomickafka.errors import ConfigError
 from atomickafka.verify.simulator import (
     Chaos,
     DataChooser,
@@ -119,6 +120,7 @@ delivery_modes = st.sampled_from([(True, 0), (False, 0), (False, 2), (False, 6)]
     chaos=chaos_settings,
     mode=delivery_modes,
     delivery_format=st.sampled_from(["json", "raw"]),
+    per_host=st.sampled_from([1, 1, 2, 3]),
 )
 def test_random_runs_keep_atomic_multicast(
     algorithm: Algorithm,
@@ -133,7 +135,10 @@ def test_random_runs_keep_atomic_multicast(
     chaos: Chaos,
     mode: tuple[bool, int],
     delivery_format: str,
+    per_host: int,
 ) -> None:
+    """``per_host`` above 1 (exactly-once): that many topics' nodes per host process
+    (§6.7), which crash together and commit in one transaction."""
     topics = topic_names(n_topics)
     rng = random.Random(seed)
     workload = random_workload(
@@ -154,8 +159,14 @@ def test_random_runs_keep_atomic_multicast(
         exactly_once=mode[0],
         commit_lag=mode[1],
         delivery_format=delivery_format,  # JSON envelopes (the default), raw records
+        hosts=hosted(topics, per_host) if mode[0] else (),
     )
     assert_correct(sim.run(workload))
+
+
+def hosted(topics: list[str], per_host: int) -> list[list[str]]:
+    """The topics in host processes of ``per_host`` nodes each, in order."""
+    return [topics[i : i + per_host] for i in range(0, len(topics), per_host)]
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -319,6 +330,36 @@ def test_zombies_and_interval_commits_do_happen() -> None:
             aborted_shown += sum(len(sim.uncommitted[t]) - len(sim.streams[t]) for t in topics)
     assert events["zombie_step"] >= 10 and events["commit"] < events["batch"], events
     assert aborted_shown > 0
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@examples(0.3)
+@given(seed=st.integers(0, 2**32 - 1), per_host=st.integers(2, 5))
+def test_host_processes_crashing_and_taken_over_keep_atomic_multicast(
+    algorithm: Algorithm, seed: int, per_host: int
+) -> None:
+    """§6.7: nodes hosted together crash together, their standby (cold) takes over as
+    the group's restart with the old process a zombie, and one transaction commits all
+    their records and offsets: checker, rule 8 and the readers agree."""
+    chaos = Chaos(commit=0.3, zombie=1.0, takeover=0.05, crash=0.03, checkpoint=0.1)
+    result = seeded_run(algorithm, seed, chaos, hosts=hosted(topic_names(5), per_host))
+    assert_correct(result)
+
+
+def test_host_processes_do_crash_together() -> None:
+    """The model does what §6.7 says: a crash of one hosted node restarts the group
+    (every node's restart counted); a run with every node in one host is correct; and
+    hosts are refused at-least-once (a host needs one transaction)."""
+    topics = topic_names(3)
+    sim = Simulator(topics, hosts=[topics[:2]], members_known=True)
+    sim.crash(topics[0])
+    assert sim.events["crash"] == 2
+    rng = random.Random(1)
+    workload = random_workload(rng, topics, clients=2, messages=20)
+    result = Simulator(topics, chooser=RandomChooser(rng), hosts=[topics]).run(workload)
+    assert_correct(result)
+    with pytest.raises(ConfigError, match="exactly-once"):
+        Simulator(topics, hosts=[topics[:2]], exactly_once=False)
 
 
 def test_a_node_that_knows_its_members_restarts_knowing_them() -> None:

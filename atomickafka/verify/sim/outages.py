@@ -25,8 +25,13 @@ class Outages(SimState):
     downtime of the whole cluster."""
 
     def crash(self, topic: str, *, zombie: bool = False) -> None:
-        """``topic``'s node restarts: from the newest readable snapshot and the committed
-        offset (uncommitted work of the at-least-once mode is lost)."""
+        """``topic``'s process restarts -- its node, and every node its host process
+        runs (§6.7) -- each from its newest readable snapshot and committed offset
+        (uncommitted work of the at-least-once mode is lost)."""
+        for hosted in self.host_of[topic]:
+            self._crash_node(hosted, zombie=zombie)
+
+    def _crash_node(self, topic: str, *, zombie: bool) -> None:
         node = self.nodes[topic]
         snapshot = node.newest_snapshot(len(self.committed_log(topic)))
         old = node.batch
@@ -132,7 +137,12 @@ class Outages(SimState):
 
     def takeover(self, topic: str) -> None:
         """``topic``'s node dies; its standby takes over from its own state (a restart
-        when it has none to continue), and the dead node comes back as the standby."""
+        when it has none to continue), and the dead node comes back as the standby. A
+        host process's standby is cold (§6.7): its takeover is the group's restart, the
+        old process a zombie."""
+        if len(self.host_of[topic]) > 1:
+            self.crash(topic, zombie=True)
+            return
         node = self.nodes[topic]
         standby = node.standby
         batch = None

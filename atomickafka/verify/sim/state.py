@@ -74,10 +74,19 @@ class SimState:
         control_logs: bool = True,
         direct_lane: tuple[float, int] = (DEFAULT_DIRECT_RATE, DEFAULT_DIRECT_BURST),
         max_lag_s: float | None = DEFAULT_MAX_LAG_S,
+        hosts: Sequence[Sequence[str]] = (),
     ) -> None:
         if len(set(topics)) != len(topics) or not topics:
             raise ConfigError("topics must be distinct and not empty")
         self.topics = tuple(topics)
+        #: Each topic's host process (§6.7): the topics whose nodes share it, which crash
+        #: together and commit in one transaction (a topic in no host: itself alone).
+        self.host_of: dict[str, tuple[str, ...]] = {t: (t,) for t in self.topics}
+        for host in hosts:
+            if not exactly_once or not set(host) <= set(self.topics):
+                raise ConfigError("hosts group topics of the run, in exactly-once mode")
+            for topic in host:
+                self.host_of[topic] = tuple(host)
         self.algorithm = Algorithm(algorithm)
         self.chooser: Chooser = chooser if chooser is not None else RandomChooser(0)
         self.chaos = chaos

@@ -135,20 +135,22 @@ class Writes(Outages):
             node.txn_commit = ready.commit
 
     def _commit(self, topic: str) -> None:
-        """Exactly-once: ``topic``'s node commits its open transaction -- its records
-        become visible, its input offset committed -- or, by chance, the commit fails
-        (the transaction aborts and the node restarts)."""
-        node = self.nodes[topic]
+        """Exactly-once: ``topic``'s process commits its open transaction -- the records
+        of its node (and of every node its host process runs, §6.7) become visible,
+        their input offsets committed -- or, by chance, the commit fails (the
+        transaction aborts and the process restarts)."""
         if self.chooser.chance(self.chaos.producer_gap):
             self.events["producer_gap"] += 1
             self._note(f"{topic}: a commit fails")
             self.crash(topic)
             return
-        for record in node.txn:
-            self._route(topic, record)
-        if node.txn_commit is not None:
-            node.committed = node.txn_commit
-        node.txn, node.txn_commit = [], None
+        for hosted in self.host_of[topic]:
+            node = self.nodes[hosted]
+            for record in node.txn:
+                self._route(hosted, record)
+            if node.txn_commit is not None:
+                node.committed = node.txn_commit
+            node.txn, node.txn_commit = [], None
         self.events["commit"] += 1
 
     def _settle(self, node: SimNode) -> None:
