@@ -176,8 +176,8 @@ class HostRuntime(RoleShell):
             self._fence_alone(node.config.key)
         marked = any(node.ordering.marked for node in self.nodes)
         small_queue = (
-            {
-                "queued.max.messages.kbytes": LOCAL_QUEUE_KBYTES,
+            {  # librdkafka bounds one consumer's queue as a whole: each node's share
+                "queued.max.messages.kbytes": LOCAL_QUEUE_KBYTES * len(self.nodes),
                 "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
             }
             if marked
