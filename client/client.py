@@ -43,6 +43,7 @@ from atomickafka.client.plan import (
     NodeView,
     Pace,
     copies,
+    drain_of,
     lagging,
     lane_targets,
     worst_behind,
@@ -541,7 +542,10 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
                 except KafkaException:
                     continue
         finally:
-            self.held_back_s += time.monotonic() - started
+            held = time.monotonic() - started
+            self.held_back_s += held
+            if self._pace is not None:
+                self._pace.held(topics, held)
 
     def _paced(self, topics: Sequence[str], n: int) -> None:
         """Pacing: wait until ``n`` messages to ``topics`` are within their destinations'
@@ -558,13 +562,19 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
             self.held_back_s += wait
 
     def _judge_pace(self, statuses: Mapping[str, Status]) -> None:
-        """Set each paced destination's rate from statuses just read."""
+        """Set each paced destination's rate from statuses just read, once per status
+        (a destination whose newest node status was judged already keeps its rate)."""
         assert self._pace is not None
         views, now = _views(statuses, time.time()), time.monotonic()
+        stamps: dict[str, float] = {}
+        for status in statuses.values():
+            if status.role is Role.NODE:
+                stamps[status.topic] = max(stamps.get(status.topic, status.time), status.time)
         for topic in self._pace.topics:
             behind = worst_behind(topic, views)
             if behind is not None:
-                self._pace.judge(topic, behind, now)
+                drain = drain_of(topic, views)
+                self._pace.judge(topic, behind, now, stamp=stamps[topic], drain_per_s=drain)
 
     def _lagging(
         self, topics: list[str], statuses: Mapping[str, Status]
@@ -975,13 +985,15 @@ _Judged = _Route | DestinationError | _Late
 
 def _views(statuses: Mapping[str, Status], now: float) -> dict[str, list[NodeView]]:
     """What the statuses say of each topic's nodes, as the client's plan takes it
-    (:mod:`atomickafka.client.plan`): how far behind each said it was, and how long ago."""
+    (:mod:`atomickafka.client.plan`): how far behind each said it was, how long ago, and
+    how fast it drained its input."""
     views: dict[str, list[NodeView]] = {}
     for status in statuses.values():
         if status.role is Role.NODE:
             since = now - status.time
+            drain = status.input_lag / status.input_drain_s if status.input_drain_s > 0 else 0.0
             view = NodeView(
-                status.topic, status.live(now), status.control_log, status.behind_s, since
+                status.topic, status.live(now), status.control_log, status.behind_s, since, drain
             )
             views.setdefault(status.topic, []).append(view)
     return views
