@@ -43,7 +43,6 @@ from atomickafka.client.plan import (
     NodeView,
     Pace,
     copies,
-    drain_of,
     lagging,
     lane_targets,
     worst_behind,
@@ -573,8 +572,7 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
         for topic in self._pace.topics:
             behind = worst_behind(topic, views)
             if behind is not None:
-                drain = drain_of(topic, views)
-                self._pace.judge(topic, behind, now, stamp=stamps[topic], drain_per_s=drain)
+                self._pace.judge(topic, behind, now, stamp=stamps[topic])
 
     def _lagging(
         self, topics: list[str], statuses: Mapping[str, Status]
@@ -985,15 +983,13 @@ _Judged = _Route | DestinationError | _Late
 
 def _views(statuses: Mapping[str, Status], now: float) -> dict[str, list[NodeView]]:
     """What the statuses say of each topic's nodes, as the client's plan takes it
-    (:mod:`atomickafka.client.plan`): how far behind each said it was, how long ago, and
-    how fast it drained its input."""
+    (:mod:`atomickafka.client.plan`): how far behind each said it was, and how long ago."""
     views: dict[str, list[NodeView]] = {}
     for status in statuses.values():
         if status.role is Role.NODE:
             since = now - status.time
-            drain = status.input_lag / status.input_drain_s if status.input_drain_s > 0 else 0.0
             view = NodeView(
-                status.topic, status.live(now), status.control_log, status.behind_s, since, drain
+                status.topic, status.live(now), status.control_log, status.behind_s, since
             )
             views.setdefault(status.topic, []).append(view)
     return views

@@ -22,16 +22,17 @@ a copy is applied, never what any replay decides.
 the time since it was taken: a node working through its backlog is that much less
 behind each second since. Before it comes to that, it paces itself (:class:`Pace`, issue
 38 item 5): per destination a token bucket whose rate follows what the destination's
-nodes drain. Each time the statuses are read, a destination whose nodes are more than
+nodes drain. Each time a new status is read, a destination whose nodes are more than
 the *target* (:data:`PACE_TARGET_SHARE` of ``max_lag_s``) behind has its rate cut to
-what the client sent it since (never more than the nodes drain: ``inputLag`` over
-``inputDrainSeconds``), in proportion (target over backlog, within :data:`PACE_CUT`),
-at most once per :data:`PACE_CUT_EVERY_S` (a cut shows in the statuses that long
-after); one below the target has it raised, in proportion to the room left under the
-target, half way towards the rate at which its backlog last grew (the *ceiling*) or
-by :data:`PACE_PROBE` past it; one with no backlog at all and a rate far above what the
-client sends (something) is no longer paced. Each status is judged once (a node below
-the hold publishes once a second; the client reads every quarter second), and the time
+what the client sent it since, in proportion (target over backlog, within
+:data:`PACE_CUT`), at most once per :data:`PACE_CUT_EVERY_S` (a cut shows in the
+statuses that long after); one below the target has it raised (:func:`raised`): in
+proportion to the room left under the target, half way towards the rate at which its
+backlog last grew (the *ceiling*) or by :data:`PACE_PROBE` past it, and by up to
+:data:`PACE_RAISE` times when the nodes have no backlog at all; one with no backlog
+and a rate far above what the client sends (something) is no longer paced. Each
+status is judged once (a node below the hold publishes once a second; the client
+reads every quarter second), and the time
 a client was held back does not count as time it sent in. Held back at a threshold
 alone, unpaced clients wrote seconds of the nodes' work in the quarter second before
 the next status stopped them, and the nodes delivered in waves with seconds of almost
@@ -65,7 +66,6 @@ __all__ = [
     "NodeView",
     "Pace",
     "copies",
-    "drain_of",
     "lagging",
     "lane_targets",
     "raised",
@@ -125,9 +125,6 @@ class NodeView:
     control_log: bool
     behind_s: float
     since_s: float = 0.0
-    #: How many records of its input a second it worked through lately (its status's
-    #: ``inputLag`` over ``inputDrainSeconds``); 0.0: not known (no backlog to time).
-    drain_per_s: float = 0.0
 
     @property
     def behind_now_s(self) -> float:
@@ -234,14 +231,6 @@ class _Bucket:
         self.held_s = 0.0
 
 
-def drain_of(topic: str, views: Mapping[str, Sequence[NodeView]]) -> float:
-    """How many records a second ``topic``'s live nodes work through together, as their
-    statuses said (each layer's node its own input, :attr:`NodeView.drain_per_s`); 0.0
-    when a live node's is not known (it has no backlog to time)."""
-    drains = [n.drain_per_s for n in views.get(topic, ()) if n.live]
-    return sum(drains) if drains and min(drains) > 0 else 0.0
-
-
 class Pace:
     """Per destination, a token bucket whose rate follows what the destination's nodes
     drain (the module's *Back-pressure*): :meth:`judge` sets a rate from a fresh view
@@ -283,32 +272,23 @@ class Pace:
                 bucket.held_s += max(0.0, seconds)
 
     def judge(
-        self,
-        topic: str,
-        behind_s: float,
-        now: float,
-        *,
-        stamp: float | None = None,
-        drain_per_s: float = 0.0,
+        self, topic: str, behind_s: float, now: float, *, stamp: float | None = None
     ) -> float | None:
         """Set ``topic``'s rate from how far behind its nodes are now (``behind_s``,
-        :func:`worst_behind`), what they drain (``drain_per_s``, :func:`drain_of`; 0.0:
-        not known) and what was sent to it since it was last judged; return the rate.
+        :func:`worst_behind`) and what was sent to it since it was last judged; return
+        the rate.
         ``stamp``: when the newest of the statuses judged was taken; one judged already
         (not newer) changes nothing: a status read again says nothing new, and judging
         it again raised a rate four times a second on one status a second old.
 
-        Above the target and not shrinking, the rate is cut to what was sent (never more
-        than the nodes drain) times the target over the backlog (within
-        :data:`PACE_CUT`), at most once per :data:`PACE_CUT_EVERY_S`; what was sent then
-        is the *ceiling*. A backlog that shrinks, or a client that sent nothing (held
-        back), says the last cut is enough; time held back does not count as time
-        sending. At or below the target the rate is raised, in proportion to the room
-        left under the target: towards the ceiling by :data:`PACE_APPROACH` of the way,
-        or by :data:`PACE_PROBE` of itself where that is more (past the ceiling: the
-        nodes may drain more now), or with no ceiling by up to :data:`PACE_RAISE`; with
-        no backlog and far above what was sent (not nothing: a client held back sends
-        nothing), dropped."""
+        Above the target and not shrinking, the rate is cut to what was sent times the
+        target over the backlog (within :data:`PACE_CUT`; never below the rate's least
+        share at once), at most once per :data:`PACE_CUT_EVERY_S`; what was sent then is
+        the *ceiling*. A backlog that
+        shrinks, or a client that sent nothing (held back), says the last cut is enough;
+        time held back does not count as time sending. At or below the target the rate
+        is raised (:func:`raised`); with no backlog and far above what was sent (not
+        nothing: a client held back sends nothing), dropped."""
         bucket = self._buckets.get(topic)
         if bucket is None:
             return None  # nothing sent there: nothing to pace
@@ -329,10 +309,13 @@ class Pace:
                 low, high = PACE_CUT
                 share = min(high, max(low, self.target_s / behind_s))
                 base = sent_per_s if bucket.rate is None else min(bucket.rate, sent_per_s)
-                if drain_per_s > 0:  # more than all the nodes drain was too much
-                    base = min(base, drain_per_s)
-                bucket.ceiling = base
-                self._set(bucket, max(_PACE_FLOOR, base * share), now)
+                rate = max(_PACE_FLOOR, base * share)
+                if bucket.rate is not None:  # never below half at once: what was sent
+                    # in a quarter second between holds and other destinations' waits
+                    # is a poor measure, and a rate cut to it crawled back for seconds
+                    rate = max(rate, bucket.rate * low)
+                bucket.ceiling = max(base, rate)
+                self._set(bucket, rate, now)
                 bucket.cut_at = now
         elif bucket.rate is not None:
             if behind_s <= 0 and 0 < sent_per_s * _PACE_SLACK < bucket.rate:
@@ -374,15 +357,17 @@ class Pace:
 
 
 def raised(rate: float, ceiling: float | None, room: float) -> float:
-    """``rate`` raised with ``room`` (0..1) left under the pace's target: towards
-    ``ceiling`` (the rate at which the backlog last grew) by :data:`PACE_APPROACH` of the
-    way, or by :data:`PACE_PROBE` of itself where that is more; with no ceiling, by up to
-    :data:`PACE_RAISE` times. Approaching the ceiling, not multiplying, keeps a rate from
-    overshooting by half again into the backlog it was cut for."""
+    """``rate`` raised with ``room`` (0..1) left under the pace's target: by
+    :data:`PACE_APPROACH` of the way to ``ceiling`` (the rate at which the backlog last
+    grew) or :data:`PACE_PROBE` of itself, whichever is more, times the room; with no
+    backlog at all (the nodes wait for input: the rate is too low, whatever the
+    ceiling) or no ceiling, by up to :data:`PACE_RAISE` times. Approaching the ceiling,
+    not multiplying, keeps a rate from overshooting by half again into the backlog it
+    was cut for."""
     room = min(1.0, max(0.0, room))
-    if ceiling is None:
-        return rate * (1.0 + (PACE_RAISE - 1.0) * room)
-    step = max((ceiling - rate) * PACE_APPROACH, rate * PACE_PROBE)
+    step = rate * (PACE_RAISE - 1.0) if ceiling is None or room >= 1.0 else 0.0
+    if ceiling is not None:
+        step = max(step, (ceiling - rate) * PACE_APPROACH, rate * PACE_PROBE)
     return rate + step * room
 
 
