@@ -284,11 +284,13 @@ class Pace:
         Above the target and not shrinking, the rate is cut to what was sent times the
         target over the backlog (within :data:`PACE_CUT`; never below the rate's least
         share at once), at most once per :data:`PACE_CUT_EVERY_S`; what was sent then is
-        the *ceiling*. A backlog that
-        shrinks, or a client that sent nothing (held back), says the last cut is enough;
-        time held back does not count as time sending. At or below the target the rate
-        is raised (:func:`raised`); with no backlog and far above what was sent (not
-        nothing: a client held back sends nothing), dropped."""
+        the *ceiling*. A client that sent nothing (held back) says the last cut is
+        enough; a backlog that shrinks while it sends, that the rate may grow by
+        :data:`PACE_PROBE` (without it a rate stayed where a cut left it for as long as
+        the nodes' own round trips kept them over the target); time held back
+        does not count as time sending. At or below the target the rate is raised
+        (:func:`raised`); with no backlog and far above what was sent (not nothing: a
+        client held back sends nothing), dropped."""
         bucket = self._buckets.get(topic)
         if bucket is None:
             return None  # nothing sent there: nothing to pace
@@ -317,6 +319,10 @@ class Pace:
                 bucket.ceiling = max(base, rate)
                 self._set(bucket, rate, now)
                 bucket.cut_at = now
+            elif not growing and sent_per_s > 0 and bucket.rate is not None:
+                # shrinking while the client sends: it sends below what the nodes drain
+                # (a node whose own round trips keep it over the target stays there)
+                self._set(bucket, bucket.rate * (1.0 + PACE_PROBE), now)
         elif bucket.rate is not None:
             if behind_s <= 0 and 0 < sent_per_s * _PACE_SLACK < bucket.rate:
                 # no backlog, and the client sends far below the rate: unpaced (one that
