@@ -19,24 +19,25 @@ a copy is applied, never what any replay decides.
 
 *Back-pressure.* A client holds back while a destination's node is more than
 ``max_lag_s`` behind its input (:func:`lagging`), judging each node by its status less
-the time since it was taken: a node working through its backlog is that much less
-behind each second since. Before it comes to that, it paces itself (:class:`Pace`, issue
-38 item 5): per destination a token bucket whose rate follows what the destination's
-nodes drain. Each time a new status is read, a destination whose nodes are more than
-the *target* (:data:`PACE_TARGET_SHARE` of ``max_lag_s``) behind has its rate cut to
-what the client sent it since, in proportion (target over backlog, within
-:data:`PACE_CUT`), at most once per :data:`PACE_CUT_EVERY_S` (a cut shows in the
-statuses that long after); one below the target has it raised (:func:`raised`): in
-proportion to the room left under the target, half way towards the rate at which its
-backlog last grew (the *ceiling*) or by :data:`PACE_PROBE` past it, and by up to
-:data:`PACE_RAISE` times when the nodes have no backlog at all; one with no backlog
-and a rate far above what the client sends (something) is no longer paced. Each
-status is judged once (a node below the hold publishes once a second; the client
-reads every quarter second), and the time
-a client was held back does not count as time it sent in. Held back at a threshold
-alone, unpaced clients wrote seconds of the nodes' work in the quarter second before
-the next status stopped them, and the nodes delivered in waves with seconds of almost
-nothing between (docs/performance.md).
+the time since it was taken: a node working through its backlog is that much less behind
+each second since. Before it comes to that, it paces itself (:class:`Pace`, issue 38
+item 5): per destination a token bucket whose rate follows what the destination's nodes
+drain. Each time a new status is read, a destination whose nodes are more than the
+*target* (:data:`PACE_TARGET_SHARE` of ``max_lag_s``) behind has its rate cut to what
+the client sent it since, in proportion (target over backlog, within :data:`PACE_CUT`; a
+paced rate by at most half at once), at most once per :data:`PACE_CUT_EVERY_S` (a cut
+shows in the statuses that long after); one below the target has it raised
+(:func:`raised`): in proportion to the room left under the target, half way towards the
+rate at which its backlog last grew (the *ceiling*) or by :data:`PACE_PROBE` past it,
+and by up to :data:`PACE_RAISE` times when the nodes have no backlog at all; one with no
+backlog and a rate far above what the client sends (something) is no longer paced; one
+over the target whose backlog shrinks while the client sends has it raised by
+:data:`PACE_PROBE`. Each status is judged once (a node below the hold publishes once a
+second; the client reads every quarter second), and the time a client was held back does
+not count as time it sent in. Held back at a threshold alone, unpaced clients wrote
+seconds of the nodes' work in the quarter second before the next status stopped them,
+and the nodes delivered in waves with seconds of almost nothing between
+(docs/performance.md).
 Pacing decides only when a copy is written, never where or what: no replay depends on
 it.
 """
