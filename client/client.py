@@ -541,7 +541,10 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
                 except KafkaException:
                     continue
         finally:
-            self.held_back_s += time.monotonic() - started
+            held = time.monotonic() - started
+            self.held_back_s += held
+            if self._pace is not None:
+                self._pace.held(topics, held)
 
     def _paced(self, topics: Sequence[str], n: int) -> None:
         """Pacing: wait until ``n`` messages to ``topics`` are within their destinations'
@@ -558,13 +561,18 @@ class AtomicKafkaClient(AbstractContextManager["AtomicKafkaClient"]):
             self.held_back_s += wait
 
     def _judge_pace(self, statuses: Mapping[str, Status]) -> None:
-        """Set each paced destination's rate from statuses just read."""
+        """Set each paced destination's rate from statuses just read, once per status
+        (a destination whose newest node status was judged already keeps its rate)."""
         assert self._pace is not None
         views, now = _views(statuses, time.time()), time.monotonic()
+        stamps: dict[str, float] = {}
+        for status in statuses.values():
+            if status.role is Role.NODE:
+                stamps[status.topic] = max(stamps.get(status.topic, status.time), status.time)
         for topic in self._pace.topics:
             behind = worst_behind(topic, views)
             if behind is not None:
-                self._pace.judge(topic, behind, now)
+                self._pace.judge(topic, behind, now, stamp=stamps[topic])
 
     def _lagging(
         self, topics: list[str], statuses: Mapping[str, Status]

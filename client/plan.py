@@ -19,19 +19,25 @@ a copy is applied, never what any replay decides.
 
 *Back-pressure.* A client holds back while a destination's node is more than
 ``max_lag_s`` behind its input (:func:`lagging`), judging each node by its status less
-the time since it was taken: a node working through its backlog is that much less
-behind each second since. Before it comes to that, it paces itself (:class:`Pace`, issue
-38 item 5): per destination a token bucket whose rate follows what the destination's
-nodes drain. Each time the statuses are read, a destination whose nodes are more than
-the *target* (:data:`PACE_TARGET_SHARE` of ``max_lag_s``) behind has its rate cut to
-what the client sent it since, in proportion (target over backlog, within
-:data:`PACE_CUT`), at most once per :data:`PACE_CUT_EVERY_S` (a cut shows in the
-statuses that long after); one below the target has it raised, by up to
-:data:`PACE_RAISE` in proportion to the room left under the target; one with no
-backlog at all and a rate far above what the client sends (something) is no longer
-paced. Held back at a threshold alone, unpaced clients wrote seconds of the nodes' work
-in the quarter second before the next status stopped them, and the nodes delivered in
-waves with seconds of almost nothing between (docs/performance.md).
+the time since it was taken: a node working through its backlog is that much less behind
+each second since. Before it comes to that, it paces itself (:class:`Pace`, issue 38
+item 5): per destination a token bucket whose rate follows what the destination's nodes
+drain. Each time a new status is read, a destination whose nodes are more than the
+*target* (:data:`PACE_TARGET_SHARE` of ``max_lag_s``) behind has its rate cut to what
+the client sent it since, in proportion (target over backlog, within :data:`PACE_CUT`; a
+paced rate by at most half at once), at most once per :data:`PACE_CUT_EVERY_S` (a cut
+shows in the statuses that long after); one below the target has it raised
+(:func:`raised`): in proportion to the room left under the target, half way towards the
+rate at which its backlog last grew (the *ceiling*) or by :data:`PACE_PROBE` past it,
+and by up to :data:`PACE_RAISE` times when the nodes have no backlog at all; one with no
+backlog and a rate far above what the client sends (something) is no longer paced; one
+over the target whose backlog shrinks while the client sends has it raised by
+:data:`PACE_PROBE`. Each status is judged once (a node below the hold publishes once a
+second; the client reads every quarter second), and the time a client was held back does
+not count as time it sent in. Held back at a threshold alone, unpaced clients wrote
+seconds of the nodes' work in the quarter second before the next status stopped them,
+and the nodes delivered in waves with seconds of almost nothing between
+(docs/performance.md).
 Pacing decides only when a copy is written, never where or what: no replay depends on
 it.
 """
@@ -50,8 +56,10 @@ __all__ = [
     "DEFAULT_DIRECT_RATE",
     "DEFAULT_MAX_LAG_S",
     "DIRECT_BEHIND_S",
+    "PACE_APPROACH",
     "PACE_CUT",
     "PACE_CUT_EVERY_S",
+    "PACE_PROBE",
     "PACE_RAISE",
     "PACE_TARGET_SHARE",
     "Copy",
@@ -61,6 +69,7 @@ __all__ = [
     "copies",
     "lagging",
     "lane_targets",
+    "raised",
     "worst_behind",
 ]
 
@@ -88,6 +97,15 @@ PACE_CUT_EVERY_S: Final = 0.5
 #: The most a rate is raised by at once (with no backlog at all); under the target, in
 #: proportion to the room left under it.
 PACE_RAISE: Final = 1.5
+#: Under the target, a rate moves this share of the way to its ceiling (the rate at
+#: which the backlog last grew) per status judged...
+PACE_APPROACH: Final = 0.5
+#: ... or, where it is more (near or past the ceiling), this share of itself: the nodes
+#: may drain more than they did then.
+PACE_PROBE: Final = 0.1
+#: The least time (s) what a client sent since the last judgment is spread over, however
+#: long it was held back meanwhile.
+_PACE_LEAST_SENDING_S: Final = 0.05
 #: A rate further above what the client sends than this (with no backlog) paces nothing.
 _PACE_SLACK: Final = 8.0
 #: The least rate a destination is paced at (msg/s).
@@ -193,25 +211,33 @@ def worst_behind(topic: str, views: Mapping[str, Sequence[NodeView]]) -> float |
 
 
 class _Bucket:
-    """One destination's pace: its rate (``None``: unpaced), tokens, and what was sent
-    since its rate was last judged."""
+    """One destination's pace: its rate (``None``: unpaced), tokens, what was sent (and
+    how long the client was held back) since its rate was last judged, the newest status
+    judged, and the rate at which the backlog last grew (its ceiling)."""
 
-    __slots__ = ("at", "behind_s", "cut_at", "judged_at", "rate", "sent", "tokens")
+    __slots__ = (
+        "at", "behind_s", "ceiling", "cut_at", "held_s", "judged_at", "rate", "sent", "stamp",
+        "tokens",
+    )  # fmt: skip
 
     def __init__(self, now: float) -> None:
         self.rate: float | None = None
+        self.ceiling: float | None = None  # what was sent when the backlog last grew
         self.behind_s = 0.0  # how far behind the nodes were when last judged
         self.tokens = 0.0
         self.at = self.judged_at = now
         self.cut_at = float("-inf")
+        self.stamp = float("-inf")  # when the newest status judged was taken
         self.sent = 0
+        self.held_s = 0.0
 
 
 class Pace:
     """Per destination, a token bucket whose rate follows what the destination's nodes
     drain (the module's *Back-pressure*): :meth:`judge` sets a rate from a fresh view
     of the nodes, :meth:`take` says how long to wait before writing ``n`` more messages
-    to some destinations. ``target_s``: how far behind (s) the nodes are kept."""
+    to some destinations, :meth:`held` how long the client was held back.
+    ``target_s``: how far behind (s) the nodes are kept."""
 
     __slots__ = ("_buckets", "target_s")
 
@@ -226,48 +252,87 @@ class Pace:
         bucket = self._buckets.get(topic)
         return None if bucket is None else bucket.rate
 
+    def ceiling(self, topic: str) -> float | None:
+        """The rate at which ``topic``'s backlog last grew (msg/s; ``None``: none since
+        it was last unpaced): a raise approaches it, and passes it only slowly."""
+        bucket = self._buckets.get(topic)
+        return None if bucket is None else bucket.ceiling
+
     @property
     def topics(self) -> list[str]:
         """The destinations written to, whose rates :meth:`judge` keeps."""
         return list(self._buckets)
 
-    def judge(self, topic: str, behind_s: float, now: float) -> float | None:
+    def held(self, topics: Iterable[str], seconds: float) -> None:
+        """The client was held back ``seconds`` for ``topics`` (back-pressure's
+        threshold): what it sent since the last judgment was sent in that much less
+        time."""
+        for topic in topics:
+            bucket = self._buckets.get(topic)
+            if bucket is not None:
+                bucket.held_s += max(0.0, seconds)
+
+    def judge(
+        self, topic: str, behind_s: float, now: float, *, stamp: float | None = None
+    ) -> float | None:
         """Set ``topic``'s rate from how far behind its nodes are now (``behind_s``,
         :func:`worst_behind`) and what was sent to it since it was last judged; return
         the rate.
+        ``stamp``: when the newest of the statuses judged was taken; one judged already
+        (not newer) changes nothing: a status read again says nothing new, and judging
+        it again raised a rate four times a second on one status a second old.
 
         Above the target and not shrinking, the rate is cut to what was sent times the
-        target over the backlog (within :data:`PACE_CUT`), at most once per
-        :data:`PACE_CUT_EVERY_S`: a backlog that shrinks, or a client that sent nothing
-        (held back), says the last cut is enough. At or below the target it is raised
-        by up to :data:`PACE_RAISE` (all of it with no backlog: the nodes wait for
-        input; less the nearer the target); with no backlog and far above what was
-        sent (not nothing: a client held back sends nothing), dropped."""
+        target over the backlog (within :data:`PACE_CUT`; never below the rate's least
+        share at once), at most once per :data:`PACE_CUT_EVERY_S`; what was sent then is
+        the *ceiling*. A client that sent nothing (held back) says the last cut is
+        enough; a backlog that shrinks while it sends, that the rate may grow by
+        :data:`PACE_PROBE` (without it a rate stayed where a cut left it for as long as
+        the nodes' own round trips kept them over the target); time held back
+        does not count as time sending. At or below the target the rate is raised
+        (:func:`raised`); with no backlog and far above what was sent (not nothing: a
+        client held back sends nothing), dropped."""
         bucket = self._buckets.get(topic)
         if bucket is None:
             return None  # nothing sent there: nothing to pace
+        if stamp is not None:
+            if stamp <= bucket.stamp:
+                return bucket.rate  # judged on this status already
+            bucket.stamp = stamp
         elapsed = now - bucket.judged_at
         if elapsed <= 0:
             return bucket.rate
-        sent_per_s = bucket.sent / elapsed
+        sending = max(elapsed - bucket.held_s, min(elapsed, _PACE_LEAST_SENDING_S))
+        sent_per_s = bucket.sent / sending
         growing = behind_s >= bucket.behind_s
-        bucket.judged_at, bucket.sent, bucket.behind_s = now, 0, behind_s
+        bucket.judged_at, bucket.sent, bucket.held_s = now, 0, 0.0
+        bucket.behind_s = behind_s
         if behind_s > self.target_s:
             if growing and sent_per_s > 0 and now - bucket.cut_at >= PACE_CUT_EVERY_S:
                 low, high = PACE_CUT
                 share = min(high, max(low, self.target_s / behind_s))
                 base = sent_per_s if bucket.rate is None else min(bucket.rate, sent_per_s)
-                self._set(bucket, max(_PACE_FLOOR, base * share), now)
+                rate = max(_PACE_FLOOR, base * share)
+                if bucket.rate is not None:  # never below half at once: what was sent
+                    # in a quarter second between holds and other destinations' waits
+                    # is a poor measure, and a rate cut to it crawled back for seconds
+                    rate = max(rate, bucket.rate * low)
+                bucket.ceiling = max(base, rate)
+                self._set(bucket, rate, now)
                 bucket.cut_at = now
+            elif not growing and sent_per_s > 0 and bucket.rate is not None:
+                # shrinking while the client sends: it sends below what the nodes drain
+                # (a node whose own round trips keep it over the target stays there)
+                self._set(bucket, bucket.rate * (1.0 + PACE_PROBE), now)
         elif bucket.rate is not None:
             if behind_s <= 0 and 0 < sent_per_s * _PACE_SLACK < bucket.rate:
                 # no backlog, and the client sends far below the rate: unpaced (one that
                 # sent nothing was held back, or idles: neither says the rate is not
                 # needed, and a rate not needed grows here until it is far above)
-                bucket.rate = None
+                bucket.rate = bucket.ceiling = None
             else:  # in proportion to the room left under the target
                 room = 1.0 if behind_s <= 0 else 1.0 - behind_s / self.target_s
-                self._set(bucket, bucket.rate * (1.0 + (PACE_RAISE - 1.0) * room), now)
+                self._set(bucket, raised(bucket.rate, bucket.ceiling, room), now)
         return bucket.rate
 
     @staticmethod
@@ -296,6 +361,21 @@ class Pace:
             if bucket.tokens < 0:
                 wait = max(wait, -bucket.tokens / rate)
         return wait
+
+
+def raised(rate: float, ceiling: float | None, room: float) -> float:
+    """``rate`` raised with ``room`` (0..1) left under the pace's target: by
+    :data:`PACE_APPROACH` of the way to ``ceiling`` (the rate at which the backlog last
+    grew) or :data:`PACE_PROBE` of itself, whichever is more, times the room; with no
+    backlog at all (the nodes wait for input: the rate is too low, whatever the
+    ceiling) or no ceiling, by up to :data:`PACE_RAISE` times. Approaching the ceiling,
+    not multiplying, keeps a rate from overshooting by half again into the backlog it
+    was cut for."""
+    room = min(1.0, max(0.0, room))
+    step = rate * (PACE_RAISE - 1.0) if ceiling is None or room >= 1.0 else 0.0
+    if ceiling is not None:
+        step = max(step, (ceiling - rate) * PACE_APPROACH, rate * PACE_PROBE)
+    return rate + step * room
 
 
 def copies(
