@@ -3,6 +3,7 @@ block freed is given back at once, so snapshots do not raise the resident memory
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import sys
 
@@ -46,10 +47,16 @@ print(round(rss() - first, 1))
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_large_snapshot_buffers_do_not_raise_the_resident_memory() -> None:
     def growth(mode: str) -> float:
-        out = subprocess.run(
-            [sys.executable, "-c", PROGRAM, mode], capture_output=True, text=True, check=True
-        )
-        return float(out.stdout.strip())
+        """The median growth of three children (one child's RSS moves with the machine's
+        load: under the CI's parallel tiers one compiled-tier run measured 4.2 MiB
+        returned against 7.4 kept, where alone they measure 3.2-3.3 and 7.2-8.4)."""
+        runs = [
+            subprocess.run(
+                [sys.executable, "-c", PROGRAM, mode], capture_output=True, text=True, check=True
+            )
+            for _ in range(3)
+        ]
+        return statistics.median(float(out.stdout.strip()) for out in runs)
 
     assert return_large_blocks() and return_large_blocks()  # once, idempotent
     kept, returned = growth("off"), growth("on")
