@@ -30,6 +30,7 @@ import orjson
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 from atomickafka.client import AtomicKafkaClient, Delivery
 from atomickafka.core.wire import Message, MessageType, encode_delivery, value_digest
@@ -311,21 +312,15 @@ def test_a_streaming_query_killed_mid_batch_resumes_from_its_checkpoint_and_repe
         if killed.poll() is None:
             os.killpg(killed.pid, signal.SIGKILL)
             killed.wait(30)
-    query = spark_pipeline.start(spark, bootstrap, SOURCE, f"{A},{B}", str(checkpoint))
+    queries = [spark_pipeline.start(spark, bootstrap, SOURCE, f"{A},{B}", str(checkpoint))]
     try:
         sender.join(120)
         assert not failed and len(sent) == STREAMED, failed
         ids = {s.messageID for s in sent}
         assert_order_checked(sent, {SOURCE: delivered(bootstrap, SOURCE, ids)})
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            got = {t: _results(bootstrap, t, ids) for t in (A, B)}
-            if all(len(rows) >= STREAMED for rows in got.values()):
-                break
-            assert query.exception() is None, query.exception()
-            time.sleep(1)
+        _until_every_result(spark, bootstrap, checkpoint, ids, queries)
     finally:
-        query.stop()
+        queries[-1].stop()
     assert killed_in in _batches(checkpoint / "commits"), "the open batch ran again and committed"
     results = {t: _results(bootstrap, t, ids) for t in (A, B)}
     for topic, results_at in results.items():
@@ -336,6 +331,40 @@ def test_a_streaming_query_killed_mid_batch_resumes_from_its_checkpoint_and_repe
     assert all(d.value["from"] == by_i[d.value["i"]] for d in results[A])
     checked = [Sent(d.messageID, (A, B), d.value, "") for d in results[A]]
     assert_order_checked(checked, results)
+
+
+def _until_every_result(
+    spark: SparkSession,
+    bootstrap: str,
+    checkpoint: Path,
+    ids: set[str],
+    queries: list[StreamingQuery],
+) -> None:
+    """Wait (up to 120 s) until the pipeline's query (the last of ``queries``) wrote a
+    result for every message to both sinks; a query that died fails the test, unless
+    Spark could not start its Python worker (:data:`WORKER_TIMEOUT`): that query is
+    started again from the same checkpoint (twice at most), which is what the test
+    checks -- its assertions hold for every restart."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        got = {t: _results(bootstrap, t, ids) for t in (A, B)}
+        if all(len(rows) >= STREAMED for rows in got.values()):
+            return
+        error = queries[-1].exception()
+        if error is not None and WORKER_TIMEOUT in str(error) and len(queries) < 3:
+            queries[-1].stop()
+            queries.append(
+                spark_pipeline.start(spark, bootstrap, SOURCE, f"{A},{B}", str(checkpoint))
+            )
+            continue
+        assert error is None, error
+        time.sleep(1)
+
+
+#: What Spark says when a Python worker it spawned did not connect back within its
+#: fixed 10 s (PythonWorkerFactory): a loaded machine, not a failure of the source or
+#: the sink (seen twice in the local CI runs of 2026-11-29, in this test).
+WORKER_TIMEOUT = "Python worker failed to connect back"
 
 
 def _results(bootstrap: str, topic: str, sources: set[str]) -> list[Delivery]:
