@@ -91,29 +91,64 @@ class Waiting:
     missing: tuple[str, ...]  # destinations whose proposal has not arrived here
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PendingMessage:
     """What a node knows about one undelivered message (the engine's own record)."""
 
     destinations: tuple[str, ...]
     digest: str | None
     value: bytes | None  # None: not known here yet
-    sent_at: int | None = None
-    key: bytes | None = None
-    headers: tuple[tuple[str, bytes], ...] = ()
-    encoding: str | None = None
-    proposals: dict[str, int] = field(default_factory=dict)
-    local: int | None = None  # this node's proposal
-    final: int | None = None
-    coordinator: bool = False
-    acked_to: set[str] = field(default_factory=set)  # optimized: coordinators acked
+    sent_at: int | None
+    key: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    encoding: str | None
+    proposals: dict[str, int]
+    local: int | None  # this node's proposal
+    final: int | None
+    coordinator: bool
+    acked_to: set[str]  # optimized: coordinators acked
     #: The ``seq`` of the last proposal record (Notify or Ack) this node wrote about this
     #: version to each peer: an Abort that echoes it answers this node's proposal and
     #: may drop the version here (§4.9.4).
-    sent: dict[str, tuple[int, int]] = field(default_factory=dict)
+    sent: dict[str, tuple[int, int]]
     #: The ``seq`` of the last proposal record each peer wrote here about this version:
     #: what this node's Aborts to that peer echo.
-    heard: dict[str, tuple[int, int]] = field(default_factory=dict)
+    heard: dict[str, tuple[int, int]]
+
+    # Written out rather than generated: ``dataclasses`` makes its ``__init__`` from
+    # source text at import time, which mypyc cannot compile, and an engine builds one of
+    # these per message it hears of (docs/performance.md, the profile at capacity).
+    def __init__(
+        self,
+        destinations: tuple[str, ...],
+        digest: str | None,
+        value: bytes | None,
+        sent_at: int | None = None,
+        key: bytes | None = None,
+        headers: tuple[tuple[str, bytes], ...] = (),
+        encoding: str | None = None,
+        proposals: dict[str, int] | None = None,
+        local: int | None = None,
+        final: int | None = None,
+        coordinator: bool = False,
+        acked_to: set[str] | None = None,
+        sent: dict[str, tuple[int, int]] | None = None,
+        heard: dict[str, tuple[int, int]] | None = None,
+    ) -> None:
+        self.destinations = destinations
+        self.digest = digest
+        self.value = value
+        self.sent_at = sent_at
+        self.key = key
+        self.headers = headers
+        self.encoding = encoding
+        self.proposals = {} if proposals is None else proposals
+        self.local = local
+        self.final = final
+        self.coordinator = coordinator
+        self.acked_to = set() if acked_to is None else acked_to
+        self.sent = {} if sent is None else sent
+        self.heard = {} if heard is None else heard
 
     @property
     def key_ts(self) -> int | None:

@@ -85,6 +85,7 @@ __all__ = [
     "parse_destinations",
     "value_bytes",
     "value_digest",
+    "with_arrived",
     "with_seq",
 ]
 
@@ -221,12 +222,19 @@ class Message(NamedTuple):
 
 _new_tuple = tuple.__new__
 _SEQ: Final = Message._fields.index("seq")
+_ARRIVED: Final = Message._fields.index("arrived")
 
 
 def with_seq(message: Message, seq: tuple[int, int]) -> Message:
     """``message._replace(seq=seq)``, without NamedTuple's keyword handling: a node
     numbers every control message it writes (§4.12), so this is on the hot path."""
     return _new_tuple(Message, (*message[:_SEQ], seq, *message[_SEQ + 1 :]))
+
+
+def with_arrived(message: Message, arrived: int) -> Message:
+    """``message._replace(arrived=arrived)``, the same way as :func:`with_seq`: the batch
+    layer stamps every input-log record's messages with their arrival (§7.1)."""
+    return _new_tuple(Message, (*message[:_ARRIVED], arrived, *message[_ARRIVED + 1 :]))
 
 
 # ---------------------------------------------------------------------------- values

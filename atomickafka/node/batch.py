@@ -101,6 +101,7 @@ from atomickafka.core.wire import (
     encode_members,
     encode_watermark,
     pack_bundles,
+    with_arrived,
 )
 from atomickafka.node.batch_support import (
     DeferredRecords,
@@ -764,7 +765,7 @@ class NodeBatch(SnapshotTaker):
             return []
         if arrived is None:
             return messages
-        return [m._replace(arrived=arrived) for m in messages]
+        return [with_arrived(m, arrived) for m in messages]
 
     def _misplaced(self, messages: list[Message], from_input: bool) -> Refusal | None:
         """Why ``messages`` do not belong in the log they were read from (§7.1), or

@@ -28,6 +28,8 @@ from atomickafka.core.wire import (
     parse_destinations,
     value_bytes,
     value_digest,
+    with_arrived,
+    with_seq,
 )
 
 # ---------------------------------------------------------------------------- strategies
@@ -137,6 +139,15 @@ def test_delivery_round_trip(mid: str, dests: tuple[str, ...], value: Any, ts: i
     assert plain["value"] == value and plain["timeStamp"] == ts and plain["topic"] == list(dests)
     assert plain["formatVersion"] == FORMAT_VERSION
     assert len(encoded) <= len(data) + envelope_bytes(mid, dests)
+
+
+@given(control_messages(), st.tuples(timestamps, st.integers(0, 10**6)), timestamps)
+def test_the_hot_path_setters_are_replace(message: Message, seq: tuple[int, int], at: int) -> None:
+    """``with_seq`` and ``with_arrived`` (the batch layer's, per record) change one field
+    exactly as NamedTuple's ``_replace`` does."""
+    assert with_seq(message, seq) == message._replace(seq=seq)
+    assert with_arrived(message, at) == message._replace(arrived=at)
+    assert type(with_arrived(message, at)) is Message
 
 
 @given(st.lists(control_messages(), min_size=1, max_size=8))
