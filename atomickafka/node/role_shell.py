@@ -29,7 +29,7 @@ from atomickafka.metrics.serving import MetricsServer, serve
 from atomickafka.metrics.shell import ShellMetrics
 from atomickafka.node.batch import Ready
 from atomickafka.node.config import NodeConfig
-from atomickafka.node.heap import return_large_blocks
+from atomickafka.node.heap import collect_young_objects_less_often, return_large_blocks
 from atomickafka.node.lease import Lease
 from atomickafka.node.lifecycle import Stoppable
 from atomickafka.node.writers import BatchWriteError, ClientWedgedError, FencedError, Writer
@@ -93,6 +93,7 @@ class RoleShell(Stoppable):
     def __init__(self, config: NodeConfig, metrics: ShellMetrics) -> None:
         super().__init__()
         return_large_blocks()  # snapshots' large buffers go back to the OS (node/heap.py)
+        collect_young_objects_less_often()  # per-record objects die young (node/heap.py)
         self.config = config
         self.metrics = metrics
         #: True while this instance holds the role (after it opened).

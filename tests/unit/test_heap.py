@@ -1,14 +1,20 @@
 """A node process fixes glibc's mmap threshold (atomickafka/node/heap.py): a large
-block freed is given back at once, so snapshots do not raise the resident memory."""
+block freed is given back at once, so snapshots do not raise the resident memory; and it
+lets the collector's youngest generation grow before collecting it."""
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 
 import pytest
 
-from atomickafka.node.heap import return_large_blocks
+from atomickafka.node.heap import (
+    YOUNG_GENERATION_SIZE,
+    collect_young_objects_less_often,
+    return_large_blocks,
+)
 
 #: A child that first frees one 16 MiB block (a large snapshot: glibc's default raises its
 #: mmap threshold to that size), then builds and frees eight blocks of 2 to 9 MiB (later
@@ -56,3 +62,13 @@ def test_large_blocks_freed_after_a_larger_one_are_given_back() -> None:
     kept, returned = _left_behind("off"), _left_behind("on")
     assert kept >= 4.0, f"the child no longer provokes glibc's moving threshold: {kept} MiB"
     assert returned <= 1.0, (kept, returned)
+
+
+def test_the_youngest_generation_is_collected_less_often() -> None:
+    before = gc.get_threshold()
+    try:
+        collect_young_objects_less_often()
+        collect_young_objects_less_often()  # idempotent
+        assert gc.get_threshold() == (YOUNG_GENERATION_SIZE, *before[1:])
+    finally:
+        gc.set_threshold(*before)
