@@ -21,10 +21,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
+from atomickafka.client import Delivery
 from atomickafka.core.reader import (
     DEAD_LETTER_ERROR_HEADER,
     delivery_order_key,
@@ -45,6 +46,7 @@ from tests.integration.harness import (
 )
 
 pytestmark = pytest.mark.integration
+T = TypeVar("T")
 #: Each test's bound (s): the test's own waits plus a start of the broker, generously.
 BOUND_S = 600
 
@@ -175,6 +177,29 @@ def send_in_background(
     return thread, out, errors
 
 
+def send_during(
+    bootstrap: str, workload: Workload, faults: Callable[[], T]
+) -> tuple[list[Sent], T]:
+    """Send ``workload`` in the background while ``faults()`` runs; what was sent (the
+    senders' errors raised) and what ``faults`` returned."""
+    thread, out, errors = send_in_background(bootstrap, workload)
+    injected = faults()
+    thread.join(timeout=300)
+    assert not errors, errors
+    return out[0], injected
+
+
+def delivered_once(
+    bootstrap: str, topics: Sequence[str], sent: Sequence[Sent], *, timeout_s: float = 180.0
+) -> dict[str, list[Delivery]]:
+    """Every delivery ``sent`` calls for, read from ``topics`` (``collect_deliveries``),
+    after plain ``read_committed`` consumers saw each exactly once."""
+    expected = Counter(t for s in sent for t in s.destinations)
+    deliveries = collect_deliveries(bootstrap, topics, dict(expected), "split", timeout_s=timeout_s)
+    assert_plain_consumers_see_each_delivery_once(bootstrap, topics, expected)
+    return deliveries
+
+
 @LOGS
 @pytest.mark.timeout(BOUND_S)
 def test_nodes_killed_at_random_moments_lose_nothing_and_repeat_nothing(
@@ -203,16 +228,12 @@ def test_nodes_killed_at_random_moments_lose_nothing_and_repeat_nothing(
         window_ms=120_000,
     ):
         workload = Workload(topics, 20_000, clients=4, seed=11, single_share=0.5, multicast_min=2)
-        thread, out, errors = send_in_background(kafka_bootstrap, workload)
-        kills = kill_at_random(kafka_bootstrap, topics, rng, kills=6, pauses=(0.5, 3.0))
-        thread.join(timeout=300)
-        assert not errors, errors
-        sent = out[0]
-        expected = Counter(t for s in sent for t in s.destinations)
-        deliveries = collect_deliveries(
-            kafka_bootstrap, topics, dict(expected), "split", timeout_s=300
+        sent, kills = send_during(
+            kafka_bootstrap,
+            workload,
+            lambda: kill_at_random(kafka_bootstrap, topics, rng, kills=6, pauses=(0.5, 3.0)),
         )
-        assert_plain_consumers_see_each_delivery_once(kafka_bootstrap, topics, expected)
+        deliveries = delivered_once(kafka_bootstrap, topics, sent, timeout_s=300)
     assert kills >= 5
     assert len(sent) == 20_000
     assert sum(1 for s in sent if len(s.destinations) > 1) >= 9_000
@@ -250,9 +271,7 @@ def test_a_standby_takes_over_from_a_killed_node(
         sent += send_concurrently(
             kafka_bootstrap, Workload(topics, 2000, clients=2, seed=2), "split"
         )
-        expected = Counter(t for s in sent for t in s.destinations)
-        deliveries = collect_deliveries(kafka_bootstrap, topics, dict(expected), "split")
-        assert_plain_consumers_see_each_delivery_once(kafka_bootstrap, topics, expected)
+        deliveries = delivered_once(kafka_bootstrap, topics, sent)
     print(
         f"standby takeover: active {takeover_s:.1f} s, live (replay done) "
         f"{live_s:.1f} s after SIGKILL (session 2 s)"
@@ -282,20 +301,16 @@ def test_a_killed_layer_node_and_merger_recover(
         **FAST,
     ):
         workload = Workload(topics, 4000, clients=2, seed=5)
-        thread, out, errors = send_in_background(kafka_bootstrap, workload)
-        time.sleep(1.5)
-        statuses = statuses_of(kafka_bootstrap)
-        os.kill(statuses[f"{topics[0]}/1"].pid, signal.SIGKILL)
-        time.sleep(1.0)
-        os.kill(statuses[f"{topics[1]}/merger"].pid, signal.SIGKILL)
-        thread.join(timeout=300)
-        assert not errors, errors
-        sent = out[0]
-        expected = Counter(t for s in sent for t in s.destinations)
-        deliveries = collect_deliveries(
-            kafka_bootstrap, topics, dict(expected), "split", timeout_s=240
-        )
-        assert_plain_consumers_see_each_delivery_once(kafka_bootstrap, topics, expected)
+
+        def kill_a_layer_and_a_merger() -> None:
+            time.sleep(1.5)
+            statuses = statuses_of(kafka_bootstrap)
+            os.kill(statuses[f"{topics[0]}/1"].pid, signal.SIGKILL)
+            time.sleep(1.0)
+            os.kill(statuses[f"{topics[1]}/merger"].pid, signal.SIGKILL)
+
+        sent, _ = send_during(kafka_bootstrap, workload, kill_a_layer_and_a_merger)
+        deliveries = delivered_once(kafka_bootstrap, topics, sent, timeout_s=240)
     assert_order_checked(sent, deliveries)
 
 
@@ -380,9 +395,7 @@ def test_a_paused_node_is_fenced_when_it_wakes_after_its_standby_took_over(
         )
         zombie = statuses_of(kafka_bootstrap)[topics[0]]
         sent += pause_past_takeover(kafka_bootstrap, topics, zombie.pid, topics[:1])
-        expected = Counter(t for s in sent for t in s.destinations)
-        deliveries = collect_deliveries(kafka_bootstrap, topics, dict(expected), "split")
-        assert_plain_consumers_see_each_delivery_once(kafka_bootstrap, topics, expected)
+        deliveries = delivered_once(kafka_bootstrap, topics, sent)
     assert not _alive(zombie.pid), "the fenced instance stopped"
     log = (tmp_path / "cluster-zombie.log").read_text()
     assert f"node {topics[0]} (pid {zombie.pid}) exited with {EXIT_FENCED}" in log, log[-3000:]

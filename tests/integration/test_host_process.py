@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,7 +22,6 @@ from atomickafka.node.role_shell import EXIT_FENCED
 from tests.integration.harness import (
     Workload,
     assert_order_checked,
-    collect_deliveries,
     running_cluster,
     send_concurrently,
 )
@@ -31,10 +29,10 @@ from tests.integration.test_faults import (
     BOUND_S,
     FAST,
     _alive,
-    assert_plain_consumers_see_each_delivery_once,
+    delivered_once,
     kill_at_random,
     pause_past_takeover,
-    send_in_background,
+    send_during,
     statuses_of,
 )
 
@@ -54,9 +52,7 @@ def test_hosted_nodes_order_multicasts_within_and_across_hosts(
         wait_for_nodes(kafka_bootstrap, topics, timeout_s=60)
         workload = Workload(topics, 3000, clients=2, seed=5, single_share=0.3, multicast_min=2)
         sent = send_concurrently(kafka_bootstrap, workload, "split")
-        expected = Counter(t for s in sent for t in s.destinations)
-        deliveries = collect_deliveries(kafka_bootstrap, topics, dict(expected), "split")
-        assert_plain_consumers_see_each_delivery_once(kafka_bootstrap, topics, expected)
+        deliveries = delivered_once(kafka_bootstrap, topics, sent)
         statuses = statuses_of(kafka_bootstrap)
     pids = [statuses[t].pid for t in topics]
     assert pids[0] == pids[1] and pids[2] == pids[3] and pids[0] != pids[2], pids
@@ -84,18 +80,14 @@ def test_a_host_killed_at_random_moments_loses_nothing_and_repeats_nothing(
     ):
         wait_for_nodes(kafka_bootstrap, topics, timeout_s=60)
         workload = Workload(topics, 8000, clients=3, seed=13, single_share=0.5, multicast_min=2)
-        thread, out, errors = send_in_background(kafka_bootstrap, workload)
-        kills = kill_at_random(
-            kafka_bootstrap, topics, rng, kills=4, pauses=(1.0, 4.0), within_s=200
+        sent, kills = send_during(
+            kafka_bootstrap,
+            workload,
+            lambda: kill_at_random(
+                kafka_bootstrap, topics, rng, kills=4, pauses=(1.0, 4.0), within_s=200
+            ),
         )
-        thread.join(timeout=300)
-        assert not errors, errors
-        sent = out[0]
-        expected = Counter(t for s in sent for t in s.destinations)
-        deliveries = collect_deliveries(
-            kafka_bootstrap, topics, dict(expected), "split", timeout_s=300
-        )
-        assert_plain_consumers_see_each_delivery_once(kafka_bootstrap, topics, expected)
+        deliveries = delivered_once(kafka_bootstrap, topics, sent, timeout_s=300)
     assert kills >= 3
     assert len(sent) == 8000
     assert_order_checked(sent, deliveries)
@@ -128,9 +120,7 @@ def test_a_standby_host_takes_over_and_the_paused_host_is_fenced(
         started = time.monotonic()
         sent += pause_past_takeover(kafka_bootstrap, topics, zombie.pid, topics)
         took_s = time.monotonic() - started
-        expected = Counter(t for s in sent for t in s.destinations)
-        deliveries = collect_deliveries(kafka_bootstrap, topics, dict(expected), "split")
-        assert_plain_consumers_see_each_delivery_once(kafka_bootstrap, topics, expected)
+        deliveries = delivered_once(kafka_bootstrap, topics, sent)
         after = statuses_of(kafka_bootstrap)
     print(f"standby host: took over and the paused one stopped {took_s:.1f} s after SIGSTOP")
     assert after[topics[0]].pid == after[topics[1]].pid != zombie.pid
