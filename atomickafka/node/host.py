@@ -256,28 +256,26 @@ class HostRuntime(RoleShell):
         cfg = self.config
         timeout = 0.0 if any(node.has_more for node in self.nodes) else cfg.poll_timeout_s
         records = usable(consume_batch(consumer, cfg.batch_size, timeout))
-        by_node: dict[int, list[KafkaMessage]] = {id(node): [] for node in self.nodes}
+        by_node: dict[NodeRuntime, list[KafkaMessage]] = {node: [] for node in self.nodes}
         reader_of = self._reader_of
         for record in records:
             node = reader_of.get(record.topic() or "")
             if node is not None:
-                by_node[id(node)].append(record)
-        for node in self.nodes:
-            node.process(by_node[id(node)])
+                by_node[node].append(record)
+        for node, mine in by_node.items():
+            node.process(mine)
         writer.settle(idle=not records)
         freeze_heap(time.monotonic())
 
     def _committed(self, records: Sequence[OutRecord]) -> None:
         """A shared transaction committed: each node hears of its own records."""
-        mine: dict[int, list[OutRecord]] = {}
-        owners: dict[int, NodeRuntime] = {}
+        mine: dict[NodeRuntime, list[OutRecord]] = {}
         for record in records:
             node = self._writer_of.get(record.topic)
             if node is not None:
-                mine.setdefault(id(node), []).append(record)
-                owners[id(node)] = node
-        for key, written in mine.items():
-            owners[key].wrote(written)
+                mine.setdefault(node, []).append(record)
+        for node, written in mine.items():
+            node.wrote(written)
 
     def _final_round(self) -> None:
         for node in self.nodes:
